@@ -1,0 +1,40 @@
+# Two commands set everything up: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+STATE ?= $(CURDIR)/.state
+ORG ?= $(CURDIR)/examples/org
+WORKER ?= ada
+CHANNEL ?= general
+
+.PHONY: run test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+# Starts the daemon on examples/org (echo engine, offline) and opens a chat;
+# the daemon stops when the chat ends.
+run: $(STAMP)
+	@mkdir -p $(STATE)
+	@$(BIN)/roster check --org $(ORG)
+	@$(BIN)/roster serve --org $(ORG) --state $(STATE) --socket $(STATE)/rosterd.sock & \
+	  daemon=$$!; trap 'kill $$daemon 2>/dev/null; wait $$daemon 2>/dev/null' EXIT INT TERM; \
+	  $(BIN)/roster chat --socket $(STATE)/rosterd.sock --wait 10 --worker $(WORKER) --channel $(CHANNEL)
+
+test: $(STAMP)
+	$(BIN)/ruff check rosterd tests bench
+	$(BIN)/ruff format --check rosterd tests bench
+	$(BIN)/mypy
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/compile.py
+
+clean:
+	rm -rf $(VENV) $(STATE) build *.egg-info

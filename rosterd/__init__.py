@@ -1,0 +1,29 @@
+"""rosterd: the host daemon of Roster, an organisation of AI workers."""
+
+from ._errors import (
+    CompileError,
+    ConfigError,
+    EngineError,
+    InvalidIdError,
+    NotFoundError,
+    ProtocolError,
+    RosterError,
+    SessionError,
+)
+from ._ids import check_id, is_id
+
+__version__ = "0.1.0"
+
+__all__ = (
+    "CompileError",
+    "ConfigError",
+    "EngineError",
+    "InvalidIdError",
+    "NotFoundError",
+    "ProtocolError",
+    "RosterError",
+    "SessionError",
+    "__version__",
+    "check_id",
+    "is_id",
+)

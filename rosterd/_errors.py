@@ -1,0 +1,106 @@
+"""The one exception tree of rosterd, grouped by how a caller reacts.
+
+Errors from anyio, the OS, TOML, msgspec and httpx are mapped to these at the
+boundary where they arise, so callers only ever catch ``RosterError``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .compiler import ContextRecord
+
+__all__ = (
+    "CompileError",
+    "ConfigError",
+    "EngineError",
+    "InvalidIdError",
+    "NotFoundError",
+    "ProtocolError",
+    "RosterError",
+    "SessionError",
+)
+
+
+class RosterError(Exception):
+    """Base of every error rosterd raises on purpose."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(RosterError):
+    """An org directory that cannot be used: bad TOML, unknown key, missing file."""
+
+    def __init__(self, message: str, *, path: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.key = key
+
+
+class InvalidIdError(RosterError):
+    """An id that does not match ``[A-Za-z0-9][A-Za-z0-9._-]{0,63}``."""
+
+    def __init__(self, kind: str, value: str) -> None:
+        super().__init__(f"invalid {kind} id {value!r}: expected [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}")
+        self.kind = kind
+        self.value = value
+
+
+class NotFoundError(RosterError):
+    """A well-formed id that names nothing: unknown worker, channel, run, gate."""
+
+    def __init__(self, kind: str, name: str, detail: str = "") -> None:
+        super().__init__(f"unknown {kind} {name!r}{': ' + detail if detail else ''}")
+        self.kind = kind
+        self.name = name
+
+
+class CompileError(RosterError):
+    """A failed compilation: a mandatory block is over its limit.
+
+    There is no fallback prompt: the caller gets this error and the engine
+    gets nothing. ``record`` is the trace of the failed compilation (every
+    block rendered so far, the failed one included), ready to be written.
+    """
+
+    def __init__(
+        self, *, block: str, size: int, limit: int, reason: str, record: ContextRecord | None = None
+    ) -> None:
+        super().__init__(
+            f"block {block!r} is {size} characters, over its limit of {limit}: {reason}"
+        )
+        self.block = block
+        self.size = size
+        self.limit = limit
+        self.reason = reason
+        self.record = record
+
+
+class ProtocolError(RosterError):
+    """A request on the socket that breaks JSON-RPC or the method's schema."""
+
+    def __init__(self, message: str, *, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class SessionError(RosterError):
+    """A session that cannot do what was asked: closed, expired, unknown."""
+
+
+class EngineError(RosterError):
+    """A model provider that failed after retries, or answered nonsense."""
+
+    def __init__(
+        self, message: str, *, provider: str, status: int | None = None, retryable: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.status = status
+        self.retryable = retryable

@@ -1,0 +1,55 @@
+"""The context compiler: pure functions from org, scope and store data to a prompt.
+
+No IO happens here. The daemon loads the org and the stores, calls
+``compile_system`` / ``compile_turn`` / ``compile_run``, writes the returned
+trace record (or ``CompileError.record``) and only then calls an engine.
+"""
+
+from ._envelopes import BLOCK_TYPES, render_line
+from ._inputs import ChannelMessage, Continuation, Gate, MemoryItem, RunMeta, TurnInput
+from ._memory import rank_memory
+from ._policy import POLICY_SHA256, POLICY_TEXT, POLICY_VERSION
+from ._system import SystemPrompt, compile_system, route_key
+from ._trace import (
+    BlockStatus,
+    BlockTrace,
+    Boundary,
+    BoundaryName,
+    BudgetTrace,
+    ContextRecord,
+    FailureTrace,
+    PolicyTrace,
+    RecordKind,
+)
+from ._turn import Compilation, compile_run, compile_turn, iso_time
+
+__all__ = (
+    "BLOCK_TYPES",
+    "POLICY_SHA256",
+    "POLICY_TEXT",
+    "POLICY_VERSION",
+    "BlockStatus",
+    "BlockTrace",
+    "Boundary",
+    "BoundaryName",
+    "BudgetTrace",
+    "ChannelMessage",
+    "Compilation",
+    "ContextRecord",
+    "Continuation",
+    "FailureTrace",
+    "Gate",
+    "MemoryItem",
+    "PolicyTrace",
+    "RecordKind",
+    "RunMeta",
+    "SystemPrompt",
+    "TurnInput",
+    "compile_run",
+    "compile_system",
+    "compile_turn",
+    "iso_time",
+    "rank_memory",
+    "render_line",
+    "route_key",
+)

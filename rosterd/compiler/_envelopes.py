@@ -1,0 +1,117 @@
+"""JSON envelopes: the only form dynamic text takes inside a prompt.
+
+Each item becomes exactly one line holding one JSON object whose first key is
+``block``. JSON escaping turns every newline and quote inside the text into an
+escape sequence, so no text can end its line, open another envelope or close
+a block early. The few characters that JSON leaves raw but that some readers
+treat as line breaks (NEL, LINE and PARAGRAPH SEPARATOR) are escaped too.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+__all__ = (
+    "BLOCK_TYPES",
+    "BriefingContinuation",
+    "BriefingGate",
+    "BriefingOmitted",
+    "Envelope",
+    "HistoryEnvelope",
+    "MemoryEnvelope",
+    "MessageEnvelope",
+    "TaskEnvelope",
+    "render_line",
+)
+
+BLOCK_TYPES = frozenset({"memory", "briefing", "history", "message", "task"})
+
+
+class MemoryEnvelope(msgspec.Struct, frozen=True, tag_field="block", tag="memory"):
+    id: str
+    text: str
+
+
+class BriefingContinuation(msgspec.Struct, frozen=True, tag_field="block", tag="briefing"):
+    kind: Literal["continuation"]
+    gate: str
+    summary: str
+    outcome: str
+    note: str
+
+
+class BriefingGate(msgspec.Struct, frozen=True, tag_field="block", tag="briefing"):
+    kind: Literal["gate"]
+    gate: str
+    summary: str
+
+
+class BriefingOmitted(msgspec.Struct, frozen=True, tag_field="block", tag="briefing"):
+    kind: Literal["omitted"]
+    gates: int
+
+
+class HistoryEnvelope(msgspec.Struct, frozen=True, tag_field="block", tag="history"):
+    sender: str = msgspec.field(name="from")
+    text: str
+
+
+class MessageEnvelope(msgspec.Struct, frozen=True, tag_field="block", tag="message"):
+    sender: str = msgspec.field(name="from")
+    at: str
+    text: str
+
+
+class TaskEnvelope(msgspec.Struct, frozen=True, tag_field="block", tag="task"):
+    run: str
+    at: str
+    text: str
+
+
+Envelope = (
+    MemoryEnvelope
+    | BriefingContinuation
+    | BriefingGate
+    | BriefingOmitted
+    | HistoryEnvelope
+    | MessageEnvelope
+    | TaskEnvelope
+)
+
+_encoder = msgspec.json.Encoder()
+_LINE_BREAKS = (
+    (b"\xc2\x85", b"\\u0085"),
+    (b"\xe2\x80\xa8", b"\\u2028"),
+    (b"\xe2\x80\xa9", b"\\u2029"),
+)
+
+
+def render_line(envelope: Envelope) -> str:
+    """The envelope as one line of text, newline included."""
+    try:
+        data = _encoder.encode(envelope)
+    except UnicodeEncodeError:
+        data = _encoder.encode(_without_lone_surrogates(envelope))
+    for raw, escaped in _LINE_BREAKS:
+        # These sequences can only occur inside JSON strings, where the
+        # escape means the same character.
+        if raw in data:
+            data = data.replace(raw, escaped)
+    return data.decode("utf-8") + "\n"
+
+
+def _without_lone_surrogates(envelope: Envelope) -> Envelope:
+    # A lone surrogate cannot be encoded as UTF-8; it becomes U+FFFD, the
+    # same way every time, so output stays deterministic.
+    changes = {
+        field: _repair(value)
+        for field in envelope.__struct_fields__
+        if isinstance(value := getattr(envelope, field), str)
+    }
+    return msgspec.structs.replace(envelope, **changes)
+
+
+def _repair(text: str) -> str:
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")

@@ -1,0 +1,72 @@
+"""What the compiler reads besides the org: store data and host run metadata.
+
+The stores hand these over already loaded; the compiler filters them by the
+run's scope itself, so selection never depends on text inside a message.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+__all__ = ("ChannelMessage", "Continuation", "Gate", "MemoryItem", "RunMeta", "TurnInput")
+
+
+class MemoryItem(msgspec.Struct, frozen=True):
+    """An advisory note of a worker; ``channel=None`` means worker-wide."""
+
+    id: str
+    text: str
+    created_at: float
+    channel: str | None = None
+
+
+class Gate(msgspec.Struct, frozen=True):
+    """An open question a worker waits on, filed for a channel or worker-wide."""
+
+    id: str
+    worker: str
+    summary: str
+    filed_at: float
+    channel: str | None = None
+    run: str | None = None
+
+
+class Continuation(msgspec.Struct, frozen=True):
+    """The resolved gate a continuation run picks up from: shown first, always kept."""
+
+    gate: str
+    summary: str
+    outcome: str
+    note: str = ""
+
+
+class ChannelMessage(msgspec.Struct, frozen=True):
+    """One message of a channel's log, as history for a fresh session."""
+
+    seq: int
+    sender: str
+    text: str
+    at: float
+
+
+class RunMeta(msgspec.Struct, frozen=True):
+    """Host-owned, volatile facts of one compilation; never before end of system."""
+
+    run: str
+    turn: int
+    now: float
+
+
+class TurnInput(msgspec.Struct, frozen=True):
+    """The fresh input of one run or turn.
+
+    ``history`` is ``None`` except on the first turn of a fresh session, when
+    it holds the channel's recent messages snapshotted at wake.
+    """
+
+    text: str
+    sender: str = "operator"
+    memory: tuple[MemoryItem, ...] = ()
+    gates: tuple[Gate, ...] = ()
+    continuation: Continuation | None = None
+    history: tuple[ChannelMessage, ...] | None = None

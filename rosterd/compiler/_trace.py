@@ -1,0 +1,111 @@
+"""Trace records: what ``runs/<run-id>/context.jsonl`` holds, one per line.
+
+A record answers "what did the worker see?" byte-exactly: each block's exact
+content, sizes, hash and status, the budget arithmetic, the cache boundaries
+with their prefix hashes, and the route key.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+__all__ = (
+    "BlockStatus",
+    "BlockTrace",
+    "Boundary",
+    "BoundaryName",
+    "BudgetTrace",
+    "ContextRecord",
+    "FailureTrace",
+    "PolicyTrace",
+    "RecordKind",
+)
+
+BlockStatus = Literal["included", "shrunk", "omitted", "absent", "failed"]
+RecordKind = Literal["system", "turn", "run"]
+BoundaryName = Literal["connections", "purpose", "system"]
+
+
+class BlockTrace(msgspec.Struct, frozen=True):
+    """One block: where it came from, how big, what happened to it, its bytes.
+
+    ``items`` counts the envelopes included, ``omitted`` those dropped under
+    budget pressure; ``limit`` is the block's own cap (``None`` for blocks
+    bounded only by the total).
+    """
+
+    block: str
+    source: str
+    status: BlockStatus
+    raw_chars: int
+    rendered_chars: int
+    limit: int | None
+    sha256: str
+    content: str
+    items: int = 0
+    omitted: int = 0
+
+
+class Boundary(msgspec.Struct, frozen=True):
+    """A cache breakpoint: the system text up to ``offset`` characters."""
+
+    name: BoundaryName
+    offset: int
+    sha256: str
+
+
+class BudgetTrace(msgspec.Struct, frozen=True):
+    """The arithmetic of one compilation, in rendered characters.
+
+    ``advisory`` is what the total leaves after the system part and the
+    request; memory, history and briefing were fitted into it in that
+    order of sacrifice.
+    """
+
+    total: int
+    system: int
+    request: int
+    advisory: int
+    memory: int
+    history: int
+    briefing: int
+    used: int
+
+
+class PolicyTrace(msgspec.Struct, frozen=True):
+    version: str
+    sha256: str
+
+
+class FailureTrace(msgspec.Struct, frozen=True):
+    block: str
+    size: int
+    limit: int
+    reason: str
+
+
+class ContextRecord(msgspec.Struct, frozen=True):
+    """One compilation. A session writes a ``system`` record when it opens and
+    a ``turn`` record per turn; a task or direct run writes one ``run``
+    record holding both parts.
+    """
+
+    kind: RecordKind
+    status: Literal["ok", "failed"]
+    run: str
+    turn: int
+    at: float
+    surface: str
+    worker: str
+    channel: str | None
+    policy: PolicyTrace
+    engine_fingerprint: str
+    route_key: str | None
+    system_sha256: str | None
+    input_sha256: str | None
+    boundaries: tuple[Boundary, ...]
+    budget: BudgetTrace | None
+    blocks: tuple[BlockTrace, ...]
+    error: FailureTrace | None = None

@@ -1,0 +1,280 @@
+"""The input part of a run or turn, fitted into what the total leaves.
+
+Order: memory, briefing, history, then the message or task. The request is
+mandatory and never truncated. The advisory tail shrinks under pressure in a
+fixed order: memory first (lowest-ranked items go), then history (oldest
+messages go), then briefing (gates go, with a count; the continuation stays).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import msgspec
+
+from .._errors import CompileError
+from ..org import Org, RunScope, Surface
+from ._envelopes import (
+    BriefingContinuation,
+    BriefingGate,
+    BriefingOmitted,
+    HistoryEnvelope,
+    MemoryEnvelope,
+    MessageEnvelope,
+    TaskEnvelope,
+    render_line,
+)
+from ._inputs import Gate, RunMeta, TurnInput
+from ._memory import rank_memory
+from ._system import (
+    POLICY,
+    SystemPrompt,
+    absent_block,
+    compile_system,
+    failure_record,
+    sha256_text,
+)
+from ._trace import BlockStatus, BlockTrace, BudgetTrace, ContextRecord, FailureTrace, RecordKind
+
+__all__ = ("Compilation", "compile_run", "compile_turn", "iso_time")
+
+# No envelope renders shorter than this, so a smaller remainder fits nothing.
+_MIN_ENVELOPE = 24
+
+
+class Compilation(msgspec.Struct, frozen=True):
+    """One successful compilation: the model input and its trace record."""
+
+    system: SystemPrompt
+    input_text: str
+    record: ContextRecord
+
+
+class _Fitted(msgspec.Struct, frozen=True):
+    lines: list[str]
+    chars: int
+    items: int
+    omitted: int
+    raw_chars: int
+
+
+def compile_run(org: Org, scope: RunScope, turn: TurnInput, meta: RunMeta) -> Compilation:
+    """A task or direct run: system and input compiled together, one record."""
+    return compile_turn(compile_system(org, scope, meta), turn, meta)
+
+
+def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compilation:
+    """Compile fresh input against an already compiled (or frozen) system part."""
+    scope = system.scope
+    budget = system.budget
+    system_chars = system.boundaries[2].offset
+    kind: RecordKind = "turn" if scope.surface is Surface.SESSION else "run"
+    prior = () if kind == "turn" else system.blocks
+
+    request_name, request_line = _request(scope, turn, meta)
+    request = _block(
+        request_name,
+        f"rpc: {scope.surface.value}",
+        _Fitted([request_line], len(request_line), 1, 0, len(turn.text)),
+        budget.task,
+    )
+    advisory = budget.total - system_chars - request.rendered_chars
+    over_own = request.rendered_chars > budget.task
+    if over_own or advisory < 0:
+        limit = budget.task if over_own else budget.total - system_chars
+        reason = (
+            f"a {request_name} is never truncated"
+            if over_own
+            else f"the system part takes {system_chars} of the total {budget.total}"
+        )
+        raise _failure(system, meta, prior, request, limit, reason)
+
+    try:
+        briefing = _fit_briefing(scope, turn, min(budget.briefing, advisory))
+    except _ContinuationTooLarge as exc:
+        failed = _block("briefing", "store: gates", exc.fitted, budget.briefing)
+        reason = "the continuation outcome is kept whole"
+        raise _failure(system, meta, prior, failed, exc.limit, reason) from None
+    history = _fit_history(
+        turn, min(budget.history, advisory - briefing.chars), budget.history_messages
+    )
+    memory = _fit_memory(scope, turn, min(budget.memory, advisory - briefing.chars - history.chars))
+
+    blocks = (
+        _block("memory", "store: memory", memory, budget.memory),
+        _block("briefing", "store: gates", briefing, budget.briefing),
+        _block("history", "store: channel log", history, budget.history)
+        if turn.history is not None
+        else absent_block("history", "not the first turn of a fresh session"),
+        request,
+    )
+    input_text = "".join(block.content for block in blocks)
+    used = system_chars + len(input_text)
+    record = ContextRecord(
+        kind=kind,
+        status="ok",
+        run=meta.run,
+        turn=meta.turn,
+        at=meta.now,
+        surface=scope.surface.value,
+        worker=scope.worker,
+        channel=scope.channel,
+        policy=POLICY,
+        engine_fingerprint=system.engine_fingerprint,
+        route_key=system.route_key,
+        system_sha256=system.sha256,
+        input_sha256=sha256_text(input_text),
+        boundaries=system.boundaries,
+        budget=BudgetTrace(
+            total=budget.total,
+            system=system_chars,
+            request=request.rendered_chars,
+            advisory=advisory,
+            memory=memory.chars,
+            history=history.chars,
+            briefing=briefing.chars,
+            used=used,
+        ),
+        blocks=(*prior, *blocks),
+    )
+    return Compilation(system=system, input_text=input_text, record=record)
+
+
+def iso_time(now: float) -> str:
+    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _request(scope: RunScope, turn: TurnInput, meta: RunMeta) -> tuple[str, str]:
+    at = iso_time(meta.now)
+    if scope.surface is Surface.TASK:
+        return "task", render_line(TaskEnvelope(run=meta.run, at=at, text=turn.text))
+    return "message", render_line(MessageEnvelope(sender=turn.sender, at=at, text=turn.text))
+
+
+class _ContinuationTooLarge(Exception):
+    def __init__(self, fitted: _Fitted, limit: int) -> None:
+        self.fitted = fitted
+        self.limit = limit
+
+
+def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
+    head: list[str] = []
+    raw = 0
+    if turn.continuation is not None:
+        c = turn.continuation
+        head.append(
+            render_line(
+                BriefingContinuation(
+                    kind="continuation",
+                    gate=c.gate,
+                    summary=c.summary,
+                    outcome=c.outcome,
+                    note=c.note,
+                )
+            )
+        )
+        raw += len(c.summary) + len(c.outcome) + len(c.note)
+    head_chars = sum(map(len, head))
+    if head_chars > cap:
+        raise _ContinuationTooLarge(_Fitted(head, head_chars, 1, 0, raw), cap)
+
+    gates = sorted(_open_gates(scope, turn.gates), key=lambda g: (g.filed_at, g.id))
+    raw += sum(len(g.summary) for g in gates)
+    lines = [render_line(BriefingGate(kind="gate", gate=g.id, summary=g.summary)) for g in gates]
+    # Keep the oldest gates that fit together with the note counting the rest.
+    kept, chars = len(lines), head_chars + sum(map(len, lines))
+    omitted_line = ""
+    while chars + len(omitted_line) > cap and kept > 0:
+        kept -= 1
+        chars -= len(lines[kept])
+        omitted_line = render_line(BriefingOmitted(kind="omitted", gates=len(lines) - kept))
+    if chars + len(omitted_line) > cap:
+        omitted_line = ""
+    body = [*head, *lines[:kept], *([omitted_line] if omitted_line else [])]
+    return _Fitted(body, sum(map(len, body)), len(head) + kept, len(lines) - kept, raw)
+
+
+def _open_gates(scope: RunScope, gates: Sequence[Gate]) -> list[Gate]:
+    return [
+        g
+        for g in gates
+        if g.worker == scope.worker and (g.channel is None or g.channel == scope.channel)
+    ]
+
+
+def _fit_history(turn: TurnInput, cap: int, max_messages: int) -> _Fitted:
+    messages = sorted(turn.history or (), key=lambda m: m.seq)
+    newest = messages[-max_messages:] if max_messages else []
+    lines: list[str] = []
+    chars = 0
+    for message in reversed(newest):
+        line = render_line(HistoryEnvelope(sender=message.sender, text=message.text))
+        if chars + len(line) > cap:
+            break
+        lines.append(line)
+        chars += len(line)
+    lines.reverse()
+    raw = sum(len(m.text) for m in messages)
+    return _Fitted(lines, chars, len(lines), len(messages) - len(lines), raw)
+
+
+def _fit_memory(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
+    eligible = [m for m in turn.memory if m.channel is None or m.channel == scope.channel]
+    lines: list[str] = []
+    chars = 0
+    # An item that does not fit is dropped; smaller, lower-ranked ones may follow.
+    for item in rank_memory(eligible, turn.text):
+        if cap - chars < _MIN_ENVELOPE:
+            break
+        line = render_line(MemoryEnvelope(id=item.id, text=item.text))
+        if chars + len(line) <= cap:
+            lines.append(line)
+            chars += len(line)
+    raw = sum(len(m.text) for m in eligible)
+    return _Fitted(lines, chars, len(lines), len(eligible) - len(lines), raw)
+
+
+def _block(name: str, source: str, fitted: _Fitted, limit: int) -> BlockTrace:
+    total = fitted.items + fitted.omitted
+    status: BlockStatus
+    if total == 0:
+        status = "absent"
+    elif fitted.omitted == 0:
+        status = "included"
+    elif fitted.items == 0:
+        status = "omitted"
+    else:
+        status = "shrunk"
+    content = "".join(fitted.lines)
+    return BlockTrace(
+        block=name,
+        source=source,
+        status=status,
+        raw_chars=fitted.raw_chars,
+        rendered_chars=fitted.chars,
+        limit=limit,
+        sha256=sha256_text(content),
+        content=content,
+        items=fitted.items,
+        omitted=fitted.omitted,
+    )
+
+
+def _failure(
+    system: SystemPrompt,
+    meta: RunMeta,
+    prior: tuple[BlockTrace, ...],
+    block: BlockTrace,
+    limit: int,
+    reason: str,
+) -> CompileError:
+    failed = msgspec.structs.replace(block, status="failed")
+    kind: RecordKind = "turn" if system.scope.surface is Surface.SESSION else "run"
+    error = FailureTrace(block=block.block, size=block.rendered_chars, limit=limit, reason=reason)
+    record = failure_record(
+        system.engine_fingerprint, system.scope, meta, kind, (*prior, failed), error
+    )
+    return CompileError(
+        block=block.block, size=block.rendered_chars, limit=limit, reason=reason, record=record
+    )

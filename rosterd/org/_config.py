@@ -1,0 +1,113 @@
+"""The schema of org.toml, as msgspec Structs.
+
+Every section forbids unknown fields so that a typo fails loudly instead of
+being silently ignored. Budgets are characters as the model receives them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+__all__ = (
+    "ChannelConfig",
+    "ConnectionConfig",
+    "ContextBudget",
+    "ContextOverlay",
+    "DaemonConfig",
+    "EngineConfig",
+    "EngineKind",
+    "EngineOverlay",
+    "WorkerConfig",
+)
+
+Chars = Annotated[int, msgspec.Meta(ge=0)]
+Positive = Annotated[int, msgspec.Meta(ge=1)]
+Seconds = Annotated[float, msgspec.Meta(gt=0)]
+EnvName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+HttpMethod = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+EngineKind = Literal["echo", "openai", "anthropic"]
+
+
+class ContextBudget(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``[context]``: the character budgets of one compilation (SPEC 1.7)."""
+
+    total: Positive = 48000
+    identity: Chars = 12000
+    purpose: Chars = 8000
+    briefing: Chars = 4000
+    task: Chars = 24000
+    memory: Chars = 8000
+    history_messages: Chars = 25
+    history: Chars = 6000
+
+
+class ContextOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``[workers.<name>.context]``: any budget of ``[context]``, for one worker."""
+
+    total: Positive | None = None
+    identity: Chars | None = None
+    purpose: Chars | None = None
+    briefing: Chars | None = None
+    task: Chars | None = None
+    memory: Chars | None = None
+    history_messages: Chars | None = None
+    history: Chars | None = None
+
+
+class EngineConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``[engine]``: which model answers, and how to reach it."""
+
+    kind: EngineKind = "echo"
+    model: str = ""
+    base_url: str = ""
+    api_key_env: EnvName | None = None
+    max_tokens: Positive = 1024
+    timeout_s: Seconds = 60.0
+    max_retries: Chars = 3
+
+
+class EngineOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``[workers.<name>.engine]``: any key of ``[engine]``, for one worker."""
+
+    kind: EngineKind | None = None
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: EnvName | None = None
+    max_tokens: Positive | None = None
+    timeout_s: Seconds | None = None
+    max_retries: Chars | None = None
+
+
+class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``[daemon]``: session lifetime, who may connect, and capacity limits."""
+
+    session_idle_s: Seconds = 900.0
+    allow_uids: list[Annotated[int, msgspec.Meta(ge=0)]] | None = None
+    allow_gids: list[Annotated[int, msgspec.Meta(ge=0)]] = []
+    task_workers: Positive = 4
+    max_connections: Positive = 1024
+
+
+class WorkerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``[workers.<name>]``; the identity lives in workers/<name>/identity.md."""
+
+    connections: list[str] = []
+    context: ContextOverlay = ContextOverlay()
+    engine: EngineOverlay = EngineOverlay()
+
+
+class ChannelConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``[channels.<id>]``; the optional purpose lives in channels/<id>/purpose.md."""
+
+    workers: list[str] = []
+
+
+class ConnectionConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``[connections.<service>]``: what a worker may reach, never a secret value."""
+
+    hosts: list[str]
+    methods: list[HttpMethod] = msgspec.field(default_factory=lambda: ["GET"])
+    env: EnvName | None = None
+    note: str = ""

@@ -1,0 +1,177 @@
+"""Reading an org directory from disk into a validated ``Org``.
+
+Every problem becomes a ``ConfigError`` that names the file, the key and what
+was expected. Ids are checked before they are joined into a path, and no file
+may resolve outside the org directory (a symlink pointing out is refused).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from .._errors import ConfigError, InvalidIdError
+from .._ids import check_id
+from ._config import (
+    ChannelConfig,
+    ConnectionConfig,
+    ContextBudget,
+    DaemonConfig,
+    EngineConfig,
+    WorkerConfig,
+)
+from ._org import Org
+
+__all__ = ("identity_path", "load_org", "purpose_path")
+
+_T = TypeVar("_T")
+_TABLES: dict[str, type[Any]] = {
+    "context": ContextBudget,
+    "daemon": DaemonConfig,
+    "engine": EngineConfig,
+}
+_NAMED_TABLES: dict[str, tuple[str, type[Any]]] = {
+    "workers": ("worker", WorkerConfig),
+    "channels": ("channel", ChannelConfig),
+    "connections": ("connection", ConnectionConfig),
+}
+
+
+def identity_path(root: Path, worker: str) -> Path:
+    return root / "workers" / check_id("worker", worker) / "identity.md"
+
+
+def purpose_path(root: Path, channel: str) -> Path:
+    return root / "channels" / check_id("channel", channel) / "purpose.md"
+
+
+def load_org(root: Path) -> Org:
+    """Load and validate ``root/org.toml`` and the files it refers to."""
+    root = root.resolve()
+    toml_path = root / "org.toml"
+    raw = _read_text(root, toml_path, required=True)
+    assert raw is not None
+    try:
+        data = tomllib.loads(raw)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{toml_path}: invalid TOML: {exc}", path=str(toml_path)) from None
+
+    sections: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _TABLES:
+            sections[key] = _convert(value, _TABLES[key], toml_path, key)
+        elif key in _NAMED_TABLES:
+            kind, struct = _NAMED_TABLES[key]
+            if not isinstance(value, dict):
+                raise ConfigError(
+                    f"{toml_path}: [{key}] must be a table", path=str(toml_path), key=key
+                )
+            sections[key] = {
+                _checked_name(kind, name, toml_path, f"{key}.{name}"): _convert(
+                    entry, struct, toml_path, f"{key}.{name}"
+                )
+                for name, entry in sorted(value.items())
+            }
+        else:
+            raise ConfigError(
+                f"{toml_path}: unknown key {key!r}; expected one of "
+                f"{', '.join(sorted([*_TABLES, *_NAMED_TABLES]))}",
+                path=str(toml_path),
+                key=key,
+            )
+
+    workers: dict[str, WorkerConfig] = sections.get("workers", {})
+    channels: dict[str, ChannelConfig] = sections.get("channels", {})
+    connections: dict[str, ConnectionConfig] = sections.get("connections", {})
+    _check_references(toml_path, workers, channels, connections)
+
+    identities: dict[str, str] = {}
+    for name in workers:
+        text = _read_text(root, identity_path(root, name), required=True)
+        assert text is not None
+        identities[name] = text
+    purposes: dict[str, str] = {}
+    for channel in channels:
+        text = _read_text(root, purpose_path(root, channel), required=False)
+        if text is not None:
+            purposes[channel] = text
+
+    return Org(
+        context=sections.get("context", ContextBudget()),
+        daemon=sections.get("daemon", DaemonConfig()),
+        engine=sections.get("engine", EngineConfig()),
+        workers=workers,
+        channels=channels,
+        connections=connections,
+        identities=identities,
+        purposes=purposes,
+    )
+
+
+def _convert(value: object, struct: type[_T], path: Path, where: str) -> _T:
+    try:
+        return msgspec.convert(value, type=struct)
+    except msgspec.ValidationError as exc:
+        # msgspec reports locations as `$.field`; name the TOML key instead.
+        message = str(exc).replace("`$.", f"`{where}.").replace("`$`", f"`{where}`")
+        key = where
+        if " - at `" in message:
+            key = message.rsplit(" - at `", 1)[1].rstrip("`")
+        raise ConfigError(f"{path}: [{where}] {message}", path=str(path), key=key) from None
+
+
+def _checked_name(kind: str, name: str, path: Path, where: str) -> str:
+    try:
+        return check_id(kind, name)
+    except InvalidIdError as exc:
+        raise ConfigError(f"{path}: [{where}] {exc}", path=str(path), key=where) from None
+
+
+def _check_references(
+    path: Path,
+    workers: dict[str, WorkerConfig],
+    channels: dict[str, ChannelConfig],
+    connections: dict[str, ConnectionConfig],
+) -> None:
+    for name, worker in workers.items():
+        for service in worker.connections:
+            if service not in connections:
+                raise ConfigError(
+                    f"{path}: workers.{name}.connections names {service!r}, "
+                    f"expected one of [connections.*]: {sorted(connections)}",
+                    path=str(path),
+                    key=f"workers.{name}.connections",
+                )
+    for channel_id, channel in channels.items():
+        for member in channel.workers:
+            if member not in workers:
+                raise ConfigError(
+                    f"{path}: channels.{channel_id}.workers names {member!r}, "
+                    f"expected one of [workers.*]: {sorted(workers)}",
+                    path=str(path),
+                    key=f"channels.{channel_id}.workers",
+                )
+
+
+def _read_text(root: Path, path: Path, *, required: bool) -> str | None:
+    try:
+        resolved = path.resolve(strict=True)
+    except FileNotFoundError:
+        if required:
+            raise ConfigError(f"{path}: file is missing", path=str(path)) from None
+        return None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot resolve: {exc.strerror}", path=str(path)) from None
+    if not resolved.is_relative_to(root):
+        raise ConfigError(
+            f"{path}: resolves to {resolved}, outside the org directory {root}", path=str(path)
+        )
+    try:
+        return resolved.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason})", path=str(path)) from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}", path=str(path)) from None

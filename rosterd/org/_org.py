@@ -1,0 +1,106 @@
+"""A validated org snapshot and the host-owned scope of a run.
+
+An ``Org`` is immutable: a reload builds a new one, so a running session can
+keep the snapshot its system part was compiled from.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+
+import msgspec
+
+from .._errors import NotFoundError, RosterError
+from .._ids import check_id
+from ._config import (
+    ChannelConfig,
+    ConnectionConfig,
+    ContextBudget,
+    DaemonConfig,
+    EngineConfig,
+    WorkerConfig,
+)
+
+__all__ = ("Org", "RunScope", "Surface")
+
+
+class Surface(enum.Enum):
+    """Where a run comes from; it selects the scope framing of the prompt."""
+
+    TASK = "task"
+    SESSION = "session"
+    DIRECT = "direct"
+
+
+class RunScope(msgspec.Struct, frozen=True):
+    """Worker, channel and surface of a run, taken only from the RPC call."""
+
+    surface: Surface
+    worker: str
+    channel: str | None
+
+
+class Org(msgspec.Struct, frozen=True):
+    """Everything the compiler may read of an org directory, already loaded."""
+
+    context: ContextBudget
+    daemon: DaemonConfig
+    engine: EngineConfig
+    workers: dict[str, WorkerConfig]
+    channels: dict[str, ChannelConfig]
+    connections: dict[str, ConnectionConfig]
+    identities: dict[str, str]
+    purposes: dict[str, str]
+
+    def budget_for(self, worker: str) -> ContextBudget:
+        overlay = self._worker(worker).context
+        changes = {
+            f: v for f in overlay.__struct_fields__ if (v := getattr(overlay, f)) is not None
+        }
+        return msgspec.structs.replace(self.context, **changes)
+
+    def engine_for(self, worker: str) -> EngineConfig:
+        overlay = self._worker(worker).engine
+        changes = {
+            f: v for f in overlay.__struct_fields__ if (v := getattr(overlay, f)) is not None
+        }
+        return msgspec.structs.replace(self.engine, **changes)
+
+    def engine_fingerprint(self, worker: str) -> str:
+        """Hash of the engine settings that decide whether a cached prefix applies."""
+        engine = self.engine_for(worker)
+        canonical = msgspec.json.encode([engine.kind, engine.base_url, engine.model])
+        return hashlib.sha256(canonical).hexdigest()
+
+    def scope(self, surface: Surface, worker: str, channel: str | None) -> RunScope:
+        """Validate a run's scope against org.toml; the only way to make one.
+
+        A task or session needs a channel that lists the worker; a direct run
+        has no channel. Text inside a message can never reach this.
+        """
+        check_id("worker", worker)
+        self._worker(worker)
+        if surface is Surface.DIRECT:
+            if channel is not None:
+                raise RosterError("a direct run has no channel")
+            return RunScope(surface=surface, worker=worker, channel=None)
+        if channel is None:
+            raise RosterError(f"a {surface.value} run needs a channel")
+        check_id("channel", channel)
+        config = self.channels.get(channel)
+        if config is None:
+            raise NotFoundError("channel", channel)
+        if worker not in config.workers:
+            raise NotFoundError(
+                "worker",
+                worker,
+                f"not a member of channel {channel!r} (channels.{channel}.workers)",
+            )
+        return RunScope(surface=surface, worker=worker, channel=channel)
+
+    def _worker(self, worker: str) -> WorkerConfig:
+        config = self.workers.get(worker)
+        if config is None:
+            raise NotFoundError("worker", worker)
+        return config
