@@ -1,0 +1,55 @@
+"""What every engine takes and gives: a request built from compiled parts.
+
+The request is the frozen system part plus the append-only transcript, whose
+last message is the new user turn; an engine never rebuilds or reorders it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Literal, Protocol
+
+import msgspec
+
+from ..compiler import SystemPrompt
+
+__all__ = ("ChatMessage", "DeltaSink", "Engine", "EngineReply", "EngineRequest", "Usage")
+
+
+class ChatMessage(msgspec.Struct, frozen=True):
+    role: Literal["user", "assistant"]
+    content: str
+
+
+class EngineRequest(msgspec.Struct, frozen=True):
+    system: SystemPrompt
+    messages: tuple[ChatMessage, ...]
+
+
+class Usage(msgspec.Struct, frozen=True):
+    """Token counts as the provider reports them; ``input_tokens`` includes
+    the cached ones, so ``input_tokens - cached_input_tokens`` were fresh."""
+
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+
+
+class EngineReply(msgspec.Struct, frozen=True):
+    text: str
+    usage: Usage
+
+
+DeltaSink = Callable[[str], Awaitable[None]]
+
+
+class Engine(Protocol):
+    """A model provider. ``complete`` streams text pieces to *on_delta* and
+    returns the whole reply; failures raise ``EngineError``."""
+
+    kind: str
+
+    async def complete(self, request: EngineRequest, on_delta: DeltaSink) -> EngineReply: ...
+
+    async def aclose(self) -> None: ...
