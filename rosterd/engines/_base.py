@@ -6,7 +6,7 @@ last message is the new user turn; an engine never rebuilds or reorders it.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal, Protocol
 
 import msgspec
@@ -22,8 +22,11 @@ class ChatMessage(msgspec.Struct, frozen=True):
 
 
 class EngineRequest(msgspec.Struct, frozen=True):
+    """``messages`` is the run's live transcript list, passed without a copy
+    so a turn costs the same at any transcript length; engines only read it."""
+
     system: SystemPrompt
-    messages: tuple[ChatMessage, ...]
+    messages: Sequence[ChatMessage]
 
 
 class Usage(msgspec.Struct, frozen=True):

@@ -1,0 +1,134 @@
+"""The host: what every surface shares, and the one path a turn takes.
+
+Task runs, direct runs and session turns all go through ``run_turn``:
+compile, write the trace (fsync), record the user turn, call the engine,
+record the reply. Nothing reaches an engine that was not traced first.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+
+import msgspec
+
+from .._errors import CompileError, EngineError
+from ..compiler import Compilation, ContextRecord
+from ..engines import ChatMessage, DeltaSink, Engine, EngineReply, EngineRequest, open_engine
+from ..org import EngineConfig, Org
+from ..stores import StateStores
+from ._runs import ActiveRun, RunStore, TranscriptEntry
+
+__all__ = ("Host", "TurnOutcome")
+
+log = logging.getLogger("rosterd.sessions")
+
+
+class TurnOutcome(msgspec.Struct, frozen=True):
+    """What a caller learns of a finished turn."""
+
+    run: str
+    turn: int
+    reply: EngineReply
+    record: ContextRecord
+
+
+class Host:
+    """Org snapshot, stores, runs and engines of one daemon.
+
+    ``org`` is the last good configuration; the watcher replaces it, and
+    only new sessions and runs see the replacement.
+    """
+
+    def __init__(
+        self,
+        org: Org,
+        state: Path,
+        stores: StateStores,
+        env: Mapping[str, str],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.org = org
+        self.state = state
+        self.stores = stores
+        self.runs = RunStore(state)
+        self.clock = clock
+        self._env = env
+        self._engines: dict[EngineConfig, Engine] = {}
+
+    def __repr__(self) -> str:
+        return f"Host({str(self.state)!r}, {len(self._engines)} engines)"
+
+    def engine(self, config: EngineConfig) -> Engine:
+        engine = self._engines.get(config)
+        if engine is None:
+            engine = self._engines[config] = open_engine(config, self._env)
+        return engine
+
+    async def run_turn(
+        self,
+        run: ActiveRun,
+        engine_config: EngineConfig,
+        compile_fn: Callable[[], Compilation],
+        transcript: list[ChatMessage],
+        on_delta: DeltaSink,
+    ) -> TurnOutcome:
+        """Compile, trace, send and record one turn of *run*.
+
+        *transcript* is the run's append-only message list; the new user
+        turn is appended to it and stays there even when the engine fails,
+        so the next turn's request extends this one's.
+        """
+        try:
+            compilation = compile_fn()
+        except CompileError as exc:
+            if exc.record is not None:
+                await run.trace(exc.record)
+            raise
+        record = compilation.record
+        await run.trace(record)
+        at = self.clock()
+        await run.record(
+            TranscriptEntry(turn=record.turn, role="user", content=compilation.input_text, at=at)
+        )
+        transcript.append(ChatMessage(role="user", content=compilation.input_text))
+        engine = self.engine(engine_config)
+        try:
+            reply = await engine.complete(
+                EngineRequest(system=compilation.system, messages=transcript), on_delta
+            )
+        except EngineError as exc:
+            await run.record(
+                TranscriptEntry(turn=record.turn, role="error", content=str(exc), at=self.clock())
+            )
+            raise
+        await run.record(
+            TranscriptEntry(
+                turn=record.turn,
+                role="assistant",
+                content=reply.text,
+                at=self.clock(),
+                usage=reply.usage,
+            )
+        )
+        transcript.append(ChatMessage(role="assistant", content=reply.text))
+        return TurnOutcome(run=run.info.id, turn=record.turn, reply=reply, record=record)
+
+    async def aclose(self) -> None:
+        engines, self._engines = list(self._engines.values()), {}
+        for engine in engines:
+            await engine.aclose()
+
+    async def __aenter__(self) -> Host:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

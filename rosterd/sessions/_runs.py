@@ -1,0 +1,208 @@
+"""Run directories: ``runs/<run-id>/`` with info, trace, transcript, system.
+
+- ``run.json``: what the run is and how it ended (atomic replace);
+- ``context.jsonl``: one trace record per compilation, fsynced before the
+  engine sees a byte;
+- ``transcript.jsonl``: every user turn, reply and failure, append-only;
+- ``system.json``: a session's frozen system part, to resume it byte-exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+import aiofiles.os
+import msgspec
+
+from .._errors import NotFoundError
+from .._ids import check_id
+from ..compiler import ContextRecord, SystemPrompt
+from ..engines import ChatMessage, Usage
+from ..org import EngineConfig
+from ..stores import JsonlLog, read_document, read_log, write_document
+
+__all__ = (
+    "ActiveRun",
+    "RunInfo",
+    "RunStatus",
+    "RunStore",
+    "SessionState",
+    "TranscriptEntry",
+    "chat_messages",
+    "request_at_turn",
+)
+
+RunStatus = Literal["open", "closed", "expired", "done", "failed"]
+
+
+class RunInfo(msgspec.Struct, frozen=True):
+    id: str
+    surface: str
+    worker: str
+    channel: str | None
+    created_at: float
+    status: RunStatus = "open"
+    task: str | None = None
+    ended_at: float | None = None
+    error: str | None = None
+
+
+class TranscriptEntry(msgspec.Struct, frozen=True):
+    """``user`` entries hold the compiled input text exactly as sent."""
+
+    turn: int
+    role: Literal["user", "assistant", "error"]
+    content: str
+    at: float
+    usage: Usage | None = None
+
+
+class SessionState(msgspec.Struct, frozen=True):
+    """``system.json``: what a session froze when it started."""
+
+    system: SystemPrompt
+    engine: EngineConfig
+
+
+class SessionPointer(msgspec.Struct, frozen=True):
+    session: str
+
+
+def chat_messages(entries: Sequence[TranscriptEntry]) -> list[ChatMessage]:
+    """The engine-facing transcript: failures are recorded, never sent."""
+    return [
+        ChatMessage(role=entry.role, content=entry.content)
+        for entry in entries
+        if entry.role != "error"
+    ]
+
+
+def request_at_turn(
+    records: Sequence[ContextRecord], entries: Sequence[TranscriptEntry], turn: int
+) -> tuple[str, list[ChatMessage]]:
+    """The exact system text and messages the engine received at *turn*."""
+    system = next((r for r in records if r.kind in ("system", "run") and r.status == "ok"), None)
+    if system is None:
+        raise NotFoundError("compiled system part", f"turn {turn}")
+    text = "".join(
+        b.content for b in system.blocks if b.block in _SYSTEM_BLOCKS and b.status != "absent"
+    )
+    sent = [e for e in entries if e.turn < turn or (e.turn == turn and e.role == "user")]
+    return text, chat_messages(sent)
+
+
+_SYSTEM_BLOCKS = frozenset({"identity", "policy", "connections", "purpose", "scope"})
+
+
+class ActiveRun:
+    """An open run: its trace and transcript logs, appended and fsynced."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        info: RunInfo,
+        context: JsonlLog[ContextRecord],
+        transcript: JsonlLog[TranscriptEntry],
+    ) -> None:
+        self.store = store
+        self.info = info
+        self._context = context
+        self._transcript = transcript
+
+    def __repr__(self) -> str:
+        return f"ActiveRun({self.info.id!r}, {self.info.status})"
+
+    async def trace(self, record: ContextRecord) -> None:
+        await self._context.append(record)
+
+    async def record(self, entry: TranscriptEntry) -> None:
+        await self._transcript.append(entry)
+
+    async def finish(self, status: RunStatus, at: float, error: str | None = None) -> None:
+        self.info = msgspec.structs.replace(self.info, status=status, ended_at=at, error=error)
+        await self.store.write_info(self.info)
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._context.aclose()
+        await self._transcript.aclose()
+
+
+class RunStore:
+    """``runs/`` and ``sessions/`` under the state directory."""
+
+    def __init__(self, state: Path) -> None:
+        self.root = state / "runs"
+        self._pointers = state / "sessions"
+
+    def __repr__(self) -> str:
+        return f"RunStore({str(self.root)!r})"
+
+    def new_id(self, prefix: str, now: float) -> str:
+        stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%d-%H%M%S")
+        return f"{prefix}-{stamp}-{secrets.token_hex(3)}"
+
+    def path(self, run: str) -> Path:
+        return self.root / check_id("run", run)
+
+    async def create(self, info: RunInfo) -> ActiveRun:
+        await self.write_info(info)
+        return await self.reopen(info)
+
+    async def reopen(self, info: RunInfo) -> ActiveRun:
+        directory = self.path(info.id)
+        context, _ = await JsonlLog.open(directory / "context.jsonl", ContextRecord)
+        transcript, _ = await JsonlLog.open(directory / "transcript.jsonl", TranscriptEntry)
+        return ActiveRun(self, info, context, transcript)
+
+    async def write_info(self, info: RunInfo) -> None:
+        await write_document(self.path(info.id) / "run.json", info)
+
+    async def info(self, run: str) -> RunInfo:
+        info = await read_document(self.path(run) / "run.json", RunInfo)
+        if info is None:
+            raise NotFoundError("run", run)
+        return info
+
+    async def all(self) -> list[RunInfo]:
+        try:
+            names = await aiofiles.os.listdir(self.root)
+        except FileNotFoundError:
+            return []
+        infos = []
+        for name in names:
+            info = await read_document(self.root / name / "run.json", RunInfo)
+            if info is not None:
+                infos.append(info)
+        return sorted(infos, key=lambda i: (i.created_at, i.id))
+
+    async def context(self, run: str) -> list[ContextRecord]:
+        return await read_log(self.path(run) / "context.jsonl", ContextRecord)
+
+    async def transcript(self, run: str, *, repair: bool = False) -> list[TranscriptEntry]:
+        return await read_log(self.path(run) / "transcript.jsonl", TranscriptEntry, repair=repair)
+
+    async def save_session(self, run: str, state: SessionState) -> None:
+        await write_document(self.path(run) / "system.json", state)
+
+    async def load_session(self, run: str) -> SessionState | None:
+        return await read_document(self.path(run) / "system.json", SessionState)
+
+    def _pointer(self, worker: str, channel: str) -> Path:
+        return self._pointers / check_id("worker", worker) / f"{check_id('channel', channel)}.json"
+
+    async def session_for(self, worker: str, channel: str) -> str | None:
+        pointer = await read_document(self._pointer(worker, channel), SessionPointer)
+        return pointer.session if pointer is not None else None
+
+    async def set_session(self, worker: str, channel: str, session: str) -> None:
+        await write_document(self._pointer(worker, channel), SessionPointer(session=session))
+
+    async def clear_session(self, worker: str, channel: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            await aiofiles.os.remove(self._pointer(worker, channel))

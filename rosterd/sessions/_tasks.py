@@ -1,0 +1,171 @@
+"""Queued tasks on a bounded worker pool, and the gates that pause them.
+
+A task runs once; filing a gate against its run pauses it, and resolving
+that gate queues a continuation run whose briefing starts with the outcome.
+Queued work is on disk, so a restart picks up what was queued or cut off.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import anyio
+import msgspec
+from anyio.abc import TaskStatus
+
+from .._errors import RosterError
+from ..compiler import Continuation, RunMeta, TurnInput, compile_run
+from ..engines import DeltaSink
+from ..org import Surface
+from ..stores import GateState, TaskState
+from ._host import Host, TurnOutcome
+from ._runs import RunInfo
+
+__all__ = ("TaskRunner", "direct_run")
+
+log = logging.getLogger("rosterd.tasks")
+
+
+async def _discard(_: str) -> None:
+    pass
+
+
+class TaskRunner:
+    """Runs queued tasks, at most ``[daemon] task_workers`` at a time."""
+
+    def __init__(self, host: Host, workers: int) -> None:
+        self._host = host
+        self._workers = workers
+        self._send, self._receive = anyio.create_memory_object_stream[str](math.inf)
+        self._running = 0
+
+    def __repr__(self) -> str:
+        return f"TaskRunner({self._workers} workers, {self._running} running)"
+
+    @property
+    def running(self) -> int:
+        return self._running
+
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run the pool until ``drain()``; queued tasks from disk go first."""
+        async with anyio.create_task_group() as tg:
+            for _ in range(self._workers):
+                tg.start_soon(self._work)
+            for task in self._host.stores.tasks.pending():
+                self._send.send_nowait(task.id)
+            task_status.started()
+
+    def drain(self) -> None:
+        """Start no new task; those running finish, queued ones stay queued."""
+        self._send.close()
+
+    async def submit(self, worker: str, channel: str, text: str) -> TaskState:
+        scope = self._host.org.scope(Surface.TASK, worker, channel)
+        stores = self._host.stores
+        task = await stores.tasks.submit(scope.worker, channel, text, self._host.clock())
+        self._send.send_nowait(task.id)
+        return task
+
+    async def gate_filed(self, gate: GateState) -> None:
+        """A gate against a finished task run pauses its task."""
+        task = self._host.stores.tasks.by_run(gate.run) if gate.run else None
+        if task is not None and task.status == "done":
+            await self._set(task, status="paused")
+
+    async def gate_resolved(self, gate: GateState) -> None:
+        """Resolving the gate of a paused task queues its continuation run."""
+        tasks = self._host.stores.tasks
+        task = tasks.by_run(gate.run) if gate.run else None
+        if task is None or task.status != "paused":
+            return
+        continuation = Continuation(
+            gate=gate.id, summary=gate.summary, outcome=gate.outcome or "", note=gate.note
+        )
+        await self._set(task, status="queued", continuation=continuation)
+        self._send.send_nowait(task.id)
+
+    async def _work(self) -> None:
+        async with self._receive.clone() as receive:
+            async for task_id in receive:
+                self._running += 1
+                try:
+                    await self._run(self._host.stores.tasks.get(task_id))
+                finally:
+                    self._running -= 1
+
+    async def _run(self, task: TaskState) -> None:
+        host = self._host
+        now = host.clock()
+        run_id = host.runs.new_id("t", now)
+        task = await self._set(task, status="running", runs=(*task.runs, run_id))
+        run = await host.runs.create(
+            RunInfo(
+                id=run_id,
+                surface=Surface.TASK.value,
+                worker=task.worker,
+                channel=task.channel,
+                created_at=now,
+                task=task.id,
+            )
+        )
+        try:
+            org = host.org
+            scope = org.scope(Surface.TASK, task.worker, task.channel)
+            turn = TurnInput(
+                text=task.text,
+                sender="task",
+                memory=await host.stores.memory.items(task.worker),
+                gates=host.stores.gates.open_for(task.worker),
+                continuation=task.continuation,
+            )
+            meta = RunMeta(run=run_id, turn=1, now=now)
+            outcome = await host.run_turn(
+                run,
+                org.engine_for(task.worker),
+                lambda: compile_run(org, scope, turn, meta),
+                [],
+                _discard,
+            )
+        except RosterError as exc:
+            log.warning("task %s run %s failed: %s", task.id, run_id, exc)
+            await run.finish("failed", host.clock(), error=str(exc))
+            await self._set(task, status="failed", error=str(exc))
+            return
+        await run.finish("done", host.clock())
+        waiting = any(g.run == run_id for g in host.stores.gates.open_for(task.worker))
+        await self._set(task, status="paused" if waiting else "done", reply=outcome.reply.text)
+
+    async def _set(self, task: TaskState, **changes: object) -> TaskState:
+        updated = msgspec.structs.replace(task, updated_at=self._host.clock(), **changes)
+        return await self._host.stores.tasks.update(updated)
+
+
+async def direct_run(
+    host: Host, run_id: str, worker: str, text: str, sender: str, on_delta: DeltaSink
+) -> TurnOutcome:
+    """An ad-hoc run outside any channel: one compilation, one engine call."""
+    org = host.org
+    scope = org.scope(Surface.DIRECT, worker, None)
+    now = host.clock()
+    run = await host.runs.create(
+        RunInfo(
+            id=run_id, surface=Surface.DIRECT.value, worker=worker, channel=None, created_at=now
+        )
+    )
+    turn = TurnInput(
+        text=text,
+        sender=sender,
+        memory=await host.stores.memory.items(worker),
+        gates=host.stores.gates.open_for(worker),
+    )
+    meta = RunMeta(run=run_id, turn=1, now=now)
+    try:
+        outcome = await host.run_turn(
+            run, org.engine_for(worker), lambda: compile_run(org, scope, turn, meta), [], on_delta
+        )
+    except RosterError as exc:
+        await run.finish("failed", host.clock(), error=str(exc))
+        raise
+    await run.finish("done", host.clock())
+    return outcome

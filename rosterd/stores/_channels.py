@@ -1,0 +1,63 @@
+"""The channel message log: ``channel.post`` and every session turn."""
+
+from __future__ import annotations
+
+from collections import deque
+from pathlib import Path
+
+from .._ids import check_id
+from ..compiler import ChannelMessage
+from ._files import JsonlLog
+
+__all__ = ("ChannelStore",)
+
+# More than any history budget needs; older messages stay on disk only.
+_KEEP_IN_MEMORY = 1000
+
+
+class _Channel:
+    def __init__(self, log: JsonlLog[ChannelMessage], messages: list[ChannelMessage]) -> None:
+        self.log = log
+        self.recent: deque[ChannelMessage] = deque(messages, maxlen=_KEEP_IN_MEMORY)
+        self.next_seq = messages[-1].seq + 1 if messages else 1
+
+
+class ChannelStore:
+    """One append-only log per channel under ``channels/<id>.jsonl``."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._channels: dict[str, _Channel] = {}
+
+    def __repr__(self) -> str:
+        return f"ChannelStore({str(self._root)!r}, {len(self._channels)} open)"
+
+    async def post(self, channel: str, sender: str, text: str, at: float) -> ChannelMessage:
+        state = await self._open(channel)
+        message = ChannelMessage(seq=state.next_seq, sender=sender, text=text, at=at)
+        await state.log.append(message)
+        state.next_seq += 1
+        state.recent.append(message)
+        return message
+
+    async def recent(self, channel: str, limit: int) -> tuple[ChannelMessage, ...]:
+        """The newest *limit* messages, oldest first: a history snapshot."""
+        if limit <= 0:
+            return ()
+        state = await self._open(channel)
+        return tuple(state.recent)[-limit:]
+
+    async def _open(self, channel: str) -> _Channel:
+        state = self._channels.get(channel)
+        if state is None:
+            path = self._root / f"{check_id('channel', channel)}.jsonl"
+            log, messages = await JsonlLog.open(path, ChannelMessage)
+            state = self._channels.setdefault(channel, _Channel(log, messages))
+            if state.log is not log:
+                await log.aclose()
+        return state
+
+    async def aclose(self) -> None:
+        for state in self._channels.values():
+            await state.log.aclose()
+        self._channels.clear()

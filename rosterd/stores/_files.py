@@ -1,0 +1,191 @@
+"""Durable files: append-only JSONL logs and atomically replaced documents.
+
+Every append is written and fsynced before it returns, so an acknowledged
+write survives kill -9. A crash can tear only the last line; recovery drops
+that line (with a log line), truncates it away and carries on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+import aiofiles
+import aiofiles.os
+import anyio
+import anyio.to_thread
+import msgspec
+from aiofiles.threadpool.binary import AsyncBufferedIOBase
+
+__all__ = ("JsonlLog", "StateTable", "read_document", "read_log", "write_document")
+
+log = logging.getLogger("rosterd.stores")
+
+T = TypeVar("T")
+_encoder = msgspec.json.Encoder()
+
+
+class JsonlLog(Generic[T]):
+    """An append-only JSONL file of one record type, one record per line.
+
+    Open it with ``await JsonlLog.open(path, type)``, which returns the log
+    and the records already in it. Appends are serialised by a lock, so
+    concurrent writers never interleave bytes.
+    """
+
+    def __init__(self, path: Path, handle: AsyncBufferedIOBase) -> None:
+        self.path = path
+        self._handle = handle
+        self._lock = anyio.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"JsonlLog({str(self.path)!r}{', closed' if self._closed else ''})"
+
+    @classmethod
+    async def open(cls, path: Path, record_type: type[T]) -> tuple[JsonlLog[T], list[T]]:
+        records = await read_log(path, record_type, repair=True)
+        await aiofiles.os.makedirs(path.parent, exist_ok=True)
+        handle = await aiofiles.open(path, "ab")
+        return cls(path, handle), records
+
+    async def append(self, record: T) -> None:
+        await self.extend((record,))
+
+    async def extend(self, records: Iterable[T]) -> None:
+        data = b"".join(_encoder.encode(record) + b"\n" for record in records)
+        async with self._lock:
+            await self._handle.write(data)
+            await self._handle.flush()
+            await anyio.to_thread.run_sync(os.fsync, self._handle.fileno())
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._handle.close()
+
+    async def __aenter__(self) -> JsonlLog[T]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+async def read_log(path: Path, record_type: type[T], *, repair: bool = False) -> list[T]:
+    """All whole records of a JSONL file; a torn last line is dropped.
+
+    With *repair*, the torn tail is also cut from the file so that the next
+    append starts on a fresh line. Readers that only look (the CLI) leave
+    the file alone.
+    """
+    try:
+        async with aiofiles.open(path, "rb") as handle:
+            data = await handle.read()
+    except FileNotFoundError:
+        return []
+    decoder = msgspec.json.Decoder(record_type)
+    records: list[T] = []
+    good_end = 0
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        if end < 0:
+            log.warning("%s: dropped a torn last line of %d bytes", path, len(data) - start)
+            break
+        try:
+            records.append(decoder.decode(data[start:end]))
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            if data.find(b"\n", end + 1) < 0:
+                log.warning("%s: dropped an unreadable last line: %s", path, exc)
+                break
+            # A middle line can only be damaged by hand; skip it, keep the rest.
+            log.error("%s: skipped an unreadable line at byte %d: %s", path, start, exc)
+        start = end + 1
+        good_end = start
+    if repair and good_end < len(data):
+        await anyio.to_thread.run_sync(_truncate, path, good_end)
+    return records
+
+
+def _truncate(path: Path, size: int) -> None:
+    with open(path, "r+b") as handle:
+        handle.truncate(size)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+async def write_document(path: Path, value: Any) -> None:
+    """Replace *path* atomically with *value* as JSON: old or new, never half."""
+    await anyio.to_thread.run_sync(_replace, path, _encoder.encode(value))
+
+
+def _replace(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+async def read_document(path: Path, document_type: type[T]) -> T | None:
+    """The document at *path*, or ``None`` when there is none yet."""
+    try:
+        async with aiofiles.open(path, "rb") as handle:
+            data = await handle.read()
+    except FileNotFoundError:
+        return None
+    return msgspec.json.decode(data, type=document_type)
+
+
+class _Keyed(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+K = TypeVar("K", bound=_Keyed)
+
+
+class StateTable(Generic[K]):
+    """Latest state per id, persisted as an append-only log of whole states.
+
+    Each change appends the record's new state; on recovery the last state of
+    each id wins. Small records, rare changes: simpler than events.
+    """
+
+    def __init__(self, log: JsonlLog[K], states: dict[str, K]) -> None:
+        self._log = log
+        self._states = states
+
+    def __repr__(self) -> str:
+        return f"StateTable({str(self._log.path)!r}, {len(self._states)} ids)"
+
+    @classmethod
+    async def open(cls, path: Path, record_type: type[K]) -> StateTable[K]:
+        log, records = await JsonlLog.open(path, record_type)
+        return cls(log, {record.id: record for record in records})
+
+    def get(self, key: str) -> K | None:
+        return self._states.get(key)
+
+    def values(self) -> list[K]:
+        return list(self._states.values())
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    async def put(self, record: K) -> None:
+        await self._log.append(record)
+        self._states[record.id] = record
+
+    async def aclose(self) -> None:
+        await self._log.aclose()

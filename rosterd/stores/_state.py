@@ -1,0 +1,58 @@
+"""The state directory as one resource: every store, opened and closed together."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+from pathlib import Path
+from types import TracebackType
+
+from ._channels import ChannelStore
+from ._gates import GateStore
+from ._memory import MemoryStore
+from ._tasks import TaskStore
+
+__all__ = ("StateStores",)
+
+
+class StateStores:
+    """Channels, memory, gates and tasks under one state directory.
+
+    ``async with StateStores(state_dir) as stores:`` recovers every store
+    (dropping torn last lines) before the daemon accepts a request.
+    """
+
+    channels: ChannelStore
+    memory: MemoryStore
+    gates: GateStore
+    tasks: TaskStore
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._stack = AsyncExitStack()
+
+    def __repr__(self) -> str:
+        return f"StateStores({str(self.root)!r})"
+
+    async def __aenter__(self) -> StateStores:
+        async with AsyncExitStack() as stack:
+            self.channels = ChannelStore(self.root / "channels")
+            stack.push_async_callback(self.channels.aclose)
+            self.memory = MemoryStore(self.root / "memory")
+            stack.push_async_callback(self.memory.aclose)
+            self.gates = await GateStore.open(self.root / "gates.jsonl")
+            stack.push_async_callback(self.gates.aclose)
+            self.tasks = await TaskStore.open(self.root / "tasks.jsonl")
+            stack.push_async_callback(self.tasks.aclose)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._stack.aclose()

@@ -1,0 +1,84 @@
+"""Queued tasks and their lifecycle: queued, running, paused, done, failed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from .._errors import NotFoundError
+from ..compiler import Continuation
+from ._files import StateTable
+
+__all__ = ("TaskState", "TaskStatus", "TaskStore")
+
+TaskStatus = Literal["queued", "running", "paused", "done", "failed"]
+
+
+class TaskState(msgspec.Struct, frozen=True):
+    """A task; ``runs`` lists its run ids, a continuation run after each gate."""
+
+    id: str
+    worker: str
+    channel: str
+    text: str
+    submitted_at: float
+    status: TaskStatus = "queued"
+    runs: tuple[str, ...] = ()
+    reply: str | None = None
+    error: str | None = None
+    continuation: Continuation | None = None
+    updated_at: float = 0.0
+
+
+class TaskStore:
+    """All tasks in ``tasks.jsonl``, each change appended as a whole state."""
+
+    def __init__(self, table: StateTable[TaskState]) -> None:
+        self._table = table
+
+    def __repr__(self) -> str:
+        return f"TaskStore({len(self._table)} tasks)"
+
+    @classmethod
+    async def open(cls, path: Path) -> TaskStore:
+        return cls(await StateTable.open(path, TaskState))
+
+    async def submit(self, worker: str, channel: str, text: str, at: float) -> TaskState:
+        task = TaskState(
+            id=f"task-{len(self._table) + 1}",
+            worker=worker,
+            channel=channel,
+            text=text,
+            submitted_at=at,
+            updated_at=at,
+        )
+        await self._table.put(task)
+        return task
+
+    async def update(self, task: TaskState) -> TaskState:
+        await self._table.put(task)
+        return task
+
+    def get(self, task_id: str) -> TaskState:
+        task = self._table.get(task_id)
+        if task is None:
+            raise NotFoundError("task", task_id)
+        return task
+
+    def by_run(self, run: str) -> TaskState | None:
+        for task in self._table.values():
+            if run in task.runs:
+                return task
+        return None
+
+    def all(self) -> list[TaskState]:
+        return sorted(self._table.values(), key=lambda t: (t.submitted_at, t.id))
+
+    def pending(self) -> list[TaskState]:
+        """Tasks to (re)start after a restart: queued, or cut off while running."""
+        return [t for t in self.all() if t.status in ("queued", "running")]
+
+    async def aclose(self) -> None:
+        await self._table.aclose()
