@@ -269,8 +269,8 @@ def _connections_block(org: Org, worker: str) -> BlockTrace:
         connection = org.connections[name]
         entry = {
             "connection": name,
-            "hosts": sorted(connection.hosts),
-            "methods": sorted(connection.methods),
+            "hosts": sorted(set(connection.hosts)),
+            "methods": sorted(set(connection.methods)),
             "env": f"${connection.env}" if connection.env else None,
             "note": connection.note,
         }

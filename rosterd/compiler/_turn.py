@@ -99,7 +99,9 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
     history = _fit_history(
         turn, min(budget.history, advisory - briefing.chars), budget.history_messages
     )
-    memory = _fit_memory(scope, turn, min(budget.memory, advisory - briefing.chars - history.chars))
+    memory = _fit_memory(
+        scope, turn, min(budget.memory, advisory - briefing.chars - history.chars), budget.memory
+    )
 
     blocks = (
         _block("memory", "store: memory", memory, budget.memory),
@@ -219,18 +221,23 @@ def _fit_history(turn: TurnInput, cap: int, max_messages: int) -> _Fitted:
     return _Fitted(lines, chars, len(lines), len(messages) - len(lines), raw)
 
 
-def _fit_memory(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
+def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, limit: int) -> _Fitted:
     eligible = [m for m in turn.memory if m.channel is None or m.channel == scope.channel]
     lines: list[str] = []
     chars = 0
-    # An item that does not fit is dropped; smaller, lower-ranked ones may follow.
+    # Under pressure the lowest-ranked items go first, so what is kept is
+    # always the top of the ranking. An item over the memory limit itself
+    # could never be shown; it is left out without starving the rest.
     for item in rank_memory(eligible, turn.text):
         if cap - chars < _MIN_ENVELOPE:
             break
         line = render_line(MemoryEnvelope(id=item.id, text=item.text))
-        if chars + len(line) <= cap:
-            lines.append(line)
-            chars += len(line)
+        if len(line) > limit:
+            continue
+        if chars + len(line) > cap:
+            break
+        lines.append(line)
+        chars += len(line)
     raw = sum(len(m.text) for m in eligible)
     return _Fitted(lines, chars, len(lines), len(eligible) - len(lines), raw)
 
