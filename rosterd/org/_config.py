@@ -88,6 +88,7 @@ class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     allow_gids: list[Annotated[int, msgspec.Meta(ge=0)]] = []
     task_workers: Positive = 4
     max_connections: Positive = 1024
+    drain_s: Seconds = 30.0
 
 
 class WorkerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -1,0 +1,18 @@
+"""The daemon: Unix-socket JSON-RPC server, file watching and systemd glue."""
+
+from ._daemon import default_socket_path, run_daemon
+from ._protocol import LINE_LIMIT, METHODS
+from ._systemd import Notifier, listen_fds, watchdog_interval
+from ._watch import OrgWatcher, validate_org
+
+__all__ = (
+    "LINE_LIMIT",
+    "METHODS",
+    "Notifier",
+    "OrgWatcher",
+    "default_socket_path",
+    "listen_fds",
+    "run_daemon",
+    "validate_org",
+    "watchdog_interval",
+)

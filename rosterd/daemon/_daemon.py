@@ -1,0 +1,172 @@
+"""``roster serve``: the daemon's lifetime from start to drained exit.
+
+Start-up order matters: load and validate the org, lock and recover the
+state directory, bind the socket, start the task pool, and only then tell
+systemd READY=1. SIGTERM stops accepting, lets in-flight turns finish
+(bounded by ``[daemon] drain_s``), then exits 0.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+import socket
+from collections.abc import MutableMapping
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+from anyio.abc import SocketListener
+
+from .._errors import ConfigError, RosterError
+from ..org import load_org
+from ..sessions import Host, SessionManager, TaskRunner
+from ..stores import StateStores
+from ._methods import Methods
+from ._server import RpcServer
+from ._systemd import Notifier, listen_fds, watchdog_interval
+from ._watch import OrgWatcher
+
+__all__ = ("default_socket_path", "run_daemon")
+
+log = logging.getLogger("rosterd.daemon")
+
+
+def default_socket_path(state: Path, environ: MutableMapping[str, str]) -> Path:
+    """``$RUNTIME_DIRECTORY/rosterd.sock`` under systemd, else ``<state>/rosterd.sock``."""
+    runtime = environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
+    return Path(runtime) / "rosterd.sock" if runtime else state / "rosterd.sock"
+
+
+async def run_daemon(
+    org_dir: Path, state: Path, socket_path: Path | None, environ: MutableMapping[str, str]
+) -> None:
+    """Serve until SIGTERM or SIGINT; raises ``RosterError`` if it cannot start."""
+    notifier = Notifier.from_env(environ)
+    inherited = listen_fds(environ)
+    watchdog_s = watchdog_interval(environ)
+    org = await anyio.to_thread.run_sync(load_org, org_dir)
+    state, lock = await anyio.to_thread.run_sync(_lock_state, state)
+    try:
+        async with (
+            notifier,
+            StateStores(state) as stores,
+            Host(org, state, stores, environ) as host,
+        ):
+            sessions = SessionManager(host)
+            try:
+                await _serve(host, sessions, org_dir, socket_path, inherited, notifier, watchdog_s)
+            finally:
+                await sessions.aclose()
+    finally:
+        os.close(lock)
+    log.info("stopped")
+
+
+async def _serve(
+    host: Host,
+    sessions: SessionManager,
+    org_dir: Path,
+    socket_path: Path | None,
+    inherited: list[socket.socket],
+    notifier: Notifier,
+    watchdog_s: float | None,
+) -> None:
+    daemon = host.org.daemon
+    tasks = TaskRunner(host, daemon.task_workers)
+    watcher = OrgWatcher(org_dir, host)
+    server = RpcServer(
+        Methods(host, sessions, tasks, watcher),
+        allow_uids=daemon.allow_uids,
+        allow_gids=daemon.allow_gids,
+        max_connections=daemon.max_connections,
+    )
+    path = socket_path or default_socket_path(host.state, os.environ)
+    listener = await _listener(inherited, path)
+    stop_watching = anyio.Event()
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(server.serve, listener)
+            await tg.start(tasks.serve)
+            tg.start_soon(watcher.run, stop_watching)
+            tg.start_soon(sessions.run_reaper)
+            if watchdog_s is not None:
+                tg.start_soon(_watchdog, notifier, watchdog_s / 2)
+            where = f"fd {inherited[0].fileno()}" if inherited else str(path)
+            log.info("ready on %s (org %s, state %s)", where, org_dir, host.state)
+            await notifier.ready(status=f"serving on {where}")
+            await _wait_for_stop(watcher)
+
+            log.info(
+                "draining: %d connections, %d tasks running", server.connections, tasks.running
+            )
+            await notifier.stopping(status="draining in-flight turns")
+            await server.drain()
+            tasks.drain()
+            stop_watching.set()
+            with anyio.move_on_after(host.org.daemon.drain_s) as deadline:
+                await server.stopped.wait()
+                await tasks.stopped.wait()
+            if deadline.cancelled_caught:
+                log.warning("drain deadline passed; cancelling what is left")
+            tg.cancel_scope.cancel()
+    finally:
+        if not inherited:
+            path.unlink(missing_ok=True)
+
+
+async def _listener(inherited: list[socket.socket], path: Path) -> SocketListener:
+    if inherited:
+        return await SocketListener.from_socket(inherited[0])
+    if await _someone_listening(path):
+        raise RosterError(f"{path}: another daemon is already listening on this socket")
+    await anyio.Path(path.parent).mkdir(parents=True, exist_ok=True)
+    try:
+        return await anyio.create_unix_listener(path, mode=0o660)
+    except OSError as exc:
+        raise RosterError(f"{path}: cannot listen: {exc.strerror}") from None
+
+
+async def _someone_listening(path: Path) -> bool:
+    if not await anyio.Path(path).exists():
+        return False
+    try:
+        stream = await anyio.connect_unix(path)
+    except OSError:
+        return False
+    await stream.aclose()
+    return True
+
+
+def _lock_state(state: Path) -> tuple[Path, int]:
+    """Create and lock the state directory: one daemon per state, ever."""
+    state = state.resolve()
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(state / "rosterd.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError(
+            f"{state}: another rosterd is using this state directory", path=str(state)
+        ) from None
+    return state, fd
+
+
+async def _wait_for_stop(watcher: OrgWatcher) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            if signum == signal.SIGHUP:
+                log.info("SIGHUP: reloading the org")
+                await watcher.reload()
+                continue
+            log.info("%s received", signal.Signals(signum).name)
+            return
+
+
+async def _watchdog(notifier: Notifier, every_s: float) -> None:
+    while True:
+        await notifier.watchdog()
+        await anyio.sleep(every_s)

@@ -1,0 +1,259 @@
+"""What each RPC method does: a thin shell over sessions, tasks and stores."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+
+import msgspec
+
+from .. import __version__
+from .._errors import NotFoundError, RosterError
+from ..compiler import ChannelMessage, ContextRecord, MemoryItem
+from ..engines import ChatMessage, Usage
+from ..org import Surface
+from ..sessions import (
+    Host,
+    RunInfo,
+    SessionManager,
+    TaskRunner,
+    TranscriptEntry,
+    TurnOutcome,
+    direct_run,
+    request_at_turn,
+)
+from ..stores import GateState
+from ._protocol import (
+    ChannelPost,
+    DaemonStatus,
+    GateFile,
+    GateList,
+    GateResolve,
+    MemoryAdd,
+    MemoryList,
+    Params,
+    RunDirect,
+    RunsContext,
+    RunsList,
+    RunsShow,
+    SessionClose,
+    SessionOpen,
+    SessionSend,
+    TaskGet,
+    TaskList,
+    TaskSubmit,
+)
+from ._watch import OrgWatcher
+
+__all__ = ("Methods", "Notify")
+
+Notify = Callable[[str, object], Awaitable[None]]
+
+
+class BlockSummary(msgspec.Struct, frozen=True):
+    block: str
+    status: str
+    chars: int
+    items: int
+    omitted: int
+
+
+class TurnResult(msgspec.Struct, frozen=True):
+    run: str
+    turn: int
+    text: str
+    usage: Usage
+    blocks: list[BlockSummary]
+    used: int
+    total: int
+
+
+class SessionOpened(msgspec.Struct, frozen=True):
+    session: str
+    worker: str
+    channel: str
+    turns: int
+    system_chars: int
+    route_key: str
+
+
+class StatusResult(msgspec.Struct, frozen=True):
+    version: str
+    pid: int
+    sessions: int
+    tasks_running: int
+    config_error: str | None
+    config_loaded_at: float
+    config_generation: int
+
+
+class RunShown(msgspec.Struct, frozen=True):
+    info: RunInfo
+    records: list[ContextRecord]
+    transcript: list[TranscriptEntry]
+
+
+class TurnRequest(msgspec.Struct, frozen=True):
+    turn: int
+    system: str
+    messages: list[ChatMessage]
+
+
+class Delta(msgspec.Struct, frozen=True):
+    run: str
+    text: str
+
+
+class Closed(msgspec.Struct, frozen=True):
+    closed: str
+
+
+class Methods:
+    """Dispatches decoded params to the daemon's parts."""
+
+    def __init__(
+        self, host: Host, sessions: SessionManager, tasks: TaskRunner, watcher: OrgWatcher
+    ) -> None:
+        self._host = host
+        self._sessions = sessions
+        self._tasks = tasks
+        self._watcher = watcher
+
+    def __repr__(self) -> str:
+        return f"Methods({self._host!r})"
+
+    async def call(self, params: Params, notify: Notify) -> object:
+        host = self._host
+        match params:
+            case DaemonStatus():
+                return StatusResult(
+                    version=__version__,
+                    pid=os.getpid(),
+                    sessions=len(self._sessions),
+                    tasks_running=self._tasks.running,
+                    config_error=self._watcher.error,
+                    config_loaded_at=self._watcher.loaded_at,
+                    config_generation=self._watcher.generation,
+                )
+            case SessionOpen(worker=worker, channel=channel):
+                await self._watcher.refresh()
+                session = await self._sessions.open(worker, channel)
+                return SessionOpened(
+                    session=session.id,
+                    worker=session.worker,
+                    channel=session.channel,
+                    turns=session.turns,
+                    system_chars=len(session.system.text),
+                    route_key=session.system.route_key,
+                )
+            case SessionSend(session=session_id, text=text, sender=sender):
+                session = self._sessions.get(session_id)
+                outcome = await session.send(text, sender, _deltas(notify, session_id))
+                return _turn_result(outcome)
+            case SessionClose(session=session_id):
+                await self._sessions.close(session_id)
+                return Closed(closed=session_id)
+            case RunDirect(worker=worker, text=text, sender=sender):
+                await self._watcher.refresh()
+                run_id = host.runs.new_id("d", host.clock())
+                outcome = await direct_run(
+                    host, run_id, worker, text, sender, _deltas(notify, run_id)
+                )
+                return _turn_result(outcome)
+            case TaskSubmit(worker=worker, channel=channel, text=text):
+                await self._watcher.refresh()
+                return await self._tasks.submit(worker, channel, text)
+            case TaskGet(task=task_id):
+                return host.stores.tasks.get(task_id)
+            case TaskList():
+                return host.stores.tasks.all()
+            case ChannelPost(channel=channel, sender=sender, text=text):
+                self._known_channel(channel)
+                message: ChannelMessage = await host.stores.channels.post(
+                    channel, sender, text, host.clock()
+                )
+                return message
+            case MemoryAdd(worker=worker, text=text, channel=channel):
+                self._check_scope(worker, channel)
+                item: MemoryItem = await host.stores.memory.add(worker, text, channel, host.clock())
+                return item
+            case MemoryList(worker=worker):
+                self._check_scope(worker, None)
+                return await host.stores.memory.items(worker)
+            case GateFile(worker=worker, summary=summary, channel=channel, run=run):
+                self._check_scope(worker, channel)
+                if run is not None:
+                    info = await host.runs.info(run)
+                    if info.worker != worker:
+                        raise RosterError(f"run {run!r} belongs to worker {info.worker!r}")
+                gate = await host.stores.gates.file(worker, summary, host.clock(), channel, run)
+                await self._tasks.gate_filed(gate)
+                return gate
+            case GateResolve(gate=gate_id, outcome=outcome, note=note):
+                resolved: GateState = await host.stores.gates.resolve(
+                    gate_id, outcome, note, host.clock()
+                )
+                await self._tasks.gate_resolved(resolved)
+                return resolved
+            case GateList(worker=worker):
+                return [g for g in host.stores.gates.all() if worker is None or g.worker == worker]
+            case RunsList():
+                return await host.runs.all()
+            case RunsShow(run=run):
+                return RunShown(
+                    info=await host.runs.info(run),
+                    records=await host.runs.context(run),
+                    transcript=await host.runs.transcript(run),
+                )
+            case RunsContext(run=run, all=every):
+                return await self._context(run, every)
+        raise AssertionError(f"unhandled params {params!r}")
+
+    async def _context(self, run: str, every: bool) -> list[TurnRequest]:
+        host = self._host
+        await host.runs.info(run)
+        records = await host.runs.context(run)
+        entries = await host.runs.transcript(run)
+        turns = sorted({e.turn for e in entries if e.role == "user"})
+        if not every:
+            turns = turns[-1:]
+        requests = []
+        for turn in turns:
+            system, messages = request_at_turn(records, entries, turn)
+            requests.append(TurnRequest(turn=turn, system=system, messages=messages))
+        return requests
+
+    def _known_channel(self, channel: str) -> None:
+        if channel not in self._host.org.channels:
+            raise NotFoundError("channel", channel)
+
+    def _check_scope(self, worker: str, channel: str | None) -> None:
+        org = self._host.org
+        if channel is None:
+            org.scope(Surface.DIRECT, worker, None)
+        else:
+            org.scope(Surface.SESSION, worker, channel)
+
+
+def _turn_result(outcome: TurnOutcome) -> TurnResult:
+    record = outcome.record
+    budget = record.budget
+    return TurnResult(
+        run=outcome.run,
+        turn=outcome.turn,
+        text=outcome.reply.text,
+        usage=outcome.reply.usage,
+        blocks=[
+            BlockSummary(b.block, b.status, b.rendered_chars, b.items, b.omitted)
+            for b in record.blocks
+        ],
+        used=budget.used if budget else 0,
+        total=budget.total if budget else 0,
+    )
+
+
+def _deltas(notify: Notify, run: str) -> Callable[[str], Awaitable[None]]:
+    async def on_delta(text: str) -> None:
+        await notify("turn.delta", Delta(run=run, text=text))
+
+    return on_delta

@@ -1,0 +1,212 @@
+"""The Unix-socket JSON-RPC server: framing, peer checks, dispatch, draining.
+
+One request is handled at a time per connection, in order; open more
+connections for concurrency. A bad line gets an error reply and the
+connection keeps working. A client that stops reading loses its stream
+(its connection is dropped), never the turn: the turn completes and is
+recorded for every other frontend of the session.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import struct
+from collections.abc import Iterable
+
+import anyio
+import msgspec
+from anyio.abc import SocketListener, SocketStream, TaskStatus
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from .._errors import RosterError
+from ._methods import Methods
+from ._protocol import (
+    BUSY,
+    FORBIDDEN,
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    LINE_LIMIT,
+    BadRequest,
+    ErrorObject,
+    decode_request,
+    encode_error,
+    encode_notification,
+    encode_result,
+    error_object,
+)
+
+__all__ = ("RpcServer", "peer_credentials")
+
+log = logging.getLogger("rosterd.server")
+
+# A client that does not take a reply within this long is dropped.
+_SEND_TIMEOUT_S = 10.0
+_CRED = struct.Struct("3i")
+
+
+def peer_credentials(stream: SocketStream) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end, from SO_PEERCRED."""
+    raw: socket.socket = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+    data = raw.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size)
+    pid, uid, gid = _CRED.unpack(data)
+    return pid, uid, gid
+
+
+class _Connection:
+    def __init__(self, stream: SocketStream, peer: tuple[int, int, int]) -> None:
+        self.stream = stream
+        self.peer = peer
+        self.idle_scope: anyio.CancelScope | None = None
+        self.dead = False
+
+    async def send(self, data: bytes) -> None:
+        if self.dead:
+            return
+        try:
+            with anyio.fail_after(_SEND_TIMEOUT_S):
+                await self.stream.send(data)
+        except (TimeoutError, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            log.info("dropping client pid %d: it stopped reading", self.peer[0])
+            self.dead = True
+
+
+class RpcServer:
+    """Serves ``Methods`` on a listener until ``drain()``."""
+
+    def __init__(
+        self,
+        methods: Methods,
+        *,
+        allow_uids: Iterable[int] | None,
+        allow_gids: Iterable[int],
+        max_connections: int,
+    ) -> None:
+        self._methods = methods
+        self._allow_uids = frozenset(allow_uids if allow_uids is not None else (os.getuid(),))
+        self._allow_gids = frozenset(allow_gids)
+        self._max_connections = max_connections
+        self._connections: set[_Connection] = set()
+        self._draining = False
+        self._accept_scope = anyio.CancelScope()
+        self.stopped = anyio.Event()
+
+    def __repr__(self) -> str:
+        return f"RpcServer({len(self._connections)} connections)"
+
+    @property
+    def connections(self) -> int:
+        return len(self._connections)
+
+    async def serve(
+        self, listener: SocketListener, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        try:
+            async with anyio.create_task_group() as handlers, listener:
+                with self._accept_scope:
+                    task_status.started()
+                    while True:
+                        stream = await listener.accept()
+                        handlers.start_soon(self._handle, stream)
+                # Draining: handlers finish their current request, then return.
+        finally:
+            self.stopped.set()
+
+    async def drain(self) -> None:
+        """Stop accepting; idle connections close, busy ones finish their request."""
+        self._draining = True
+        self._accept_scope.cancel()
+        for connection in list(self._connections):
+            if connection.idle_scope is not None:
+                connection.idle_scope.cancel()
+
+    async def _handle(self, stream: SocketStream) -> None:
+        async with stream:
+            try:
+                peer = peer_credentials(stream)
+            except OSError as exc:
+                log.warning("refusing a client whose credentials cannot be read: %s", exc)
+                return
+            connection = _Connection(stream, peer)
+            if not self._allowed(peer):
+                log.warning("refused client pid %d uid %d gid %d", *peer)
+                error = ErrorObject(FORBIDDEN, f"uid {peer[1]} is not allowed on this socket")
+                await connection.send(encode_error(None, error))
+                return
+            if len(self._connections) >= self._max_connections:
+                error = ErrorObject(BUSY, "too many connections; try again later")
+                await connection.send(encode_error(None, error))
+                return
+            self._connections.add(connection)
+            try:
+                await self._serve_connection(connection)
+            finally:
+                self._connections.discard(connection)
+
+    def _allowed(self, peer: tuple[int, int, int]) -> bool:
+        _, uid, gid = peer
+        return uid in self._allow_uids or gid in self._allow_gids
+
+    async def _serve_connection(self, connection: _Connection) -> None:
+        receive = BufferedByteReceiveStream(connection.stream)
+        while not self._draining and not connection.dead:
+            line: bytes | None = None
+            with anyio.CancelScope() as scope:
+                connection.idle_scope = scope
+                try:
+                    line = await receive.receive_until(b"\n", LINE_LIMIT)
+                except anyio.DelimiterNotFound:
+                    error = ErrorObject(INVALID_REQUEST, f"line exceeds {LINE_LIMIT} bytes")
+                    await connection.send(encode_error(None, error))
+                    if not await _skip_line(receive):
+                        return
+                    continue
+                except (anyio.IncompleteRead, anyio.EndOfStream, anyio.BrokenResourceError):
+                    return
+                finally:
+                    connection.idle_scope = None
+            if line is None:  # cancelled while idle: the daemon is draining
+                return
+            if line.strip():
+                await self._dispatch(connection, line)
+
+    async def _dispatch(self, connection: _Connection, line: bytes) -> None:
+        try:
+            request = decode_request(line)
+        except BadRequest as exc:
+            await connection.send(encode_error(exc.request_id, exc.error))
+            return
+
+        async def notify(method: str, params: object) -> None:
+            await connection.send(encode_notification(method, params))
+
+        reply_id = None if request.id is msgspec.UNSET else request.id
+        try:
+            result = await self._methods.call(request.params, notify)
+        except RosterError as exc:
+            reply = encode_error(reply_id, error_object(exc))
+        except Exception:
+            # A bug must not take the daemon down or leave the client hanging;
+            # cancellation is a BaseException and passes through.
+            log.exception("internal error in %s", request.method)
+            reply = encode_error(
+                reply_id, ErrorObject(INTERNAL_ERROR, "internal error; see daemon log")
+            )
+        else:
+            reply = encode_result(reply_id, result)
+        if request.id is not msgspec.UNSET:
+            await connection.send(reply)
+
+
+async def _skip_line(receive: BufferedByteReceiveStream) -> bool:
+    """Discard the rest of an over-long line; False if the client went away."""
+    while True:
+        try:
+            chunk = await receive.receive()
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            return False
+        end = chunk.find(b"\n")
+        if end >= 0:
+            receive.feed_data(chunk[end + 1 :])
+            return True
