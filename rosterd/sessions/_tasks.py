@@ -39,6 +39,8 @@ class TaskRunner:
         self._workers = workers
         self._send, self._receive = anyio.create_memory_object_stream[str](math.inf)
         self._running = 0
+        self._draining = False
+        self.stopped = anyio.Event()
 
     def __repr__(self) -> str:
         return f"TaskRunner({self._workers} workers, {self._running} running)"
@@ -49,23 +51,32 @@ class TaskRunner:
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run the pool until ``drain()``; queued tasks from disk go first."""
-        async with anyio.create_task_group() as tg:
-            for _ in range(self._workers):
-                tg.start_soon(self._work)
-            for task in self._host.stores.tasks.pending():
-                self._send.send_nowait(task.id)
-            task_status.started()
+        try:
+            async with anyio.create_task_group() as tg:
+                for _ in range(self._workers):
+                    tg.start_soon(self._work)
+                for task in self._host.stores.tasks.pending():
+                    self._send.send_nowait(task.id)
+                task_status.started()
+        finally:
+            self.stopped.set()
 
     def drain(self) -> None:
         """Start no new task; those running finish, queued ones stay queued."""
+        self._draining = True
         self._send.close()
 
     async def submit(self, worker: str, channel: str, text: str) -> TaskState:
         scope = self._host.org.scope(Surface.TASK, worker, channel)
         stores = self._host.stores
         task = await stores.tasks.submit(scope.worker, channel, text, self._host.clock())
-        self._send.send_nowait(task.id)
+        self._enqueue(task.id)
         return task
+
+    def _enqueue(self, task_id: str) -> None:
+        # While draining the task stays queued on disk for the next start.
+        if not self._draining:
+            self._send.send_nowait(task_id)
 
     async def gate_filed(self, gate: GateState) -> None:
         """A gate against a finished task run pauses its task."""
@@ -83,11 +94,13 @@ class TaskRunner:
             gate=gate.id, summary=gate.summary, outcome=gate.outcome or "", note=gate.note
         )
         await self._set(task, status="queued", continuation=continuation)
-        self._send.send_nowait(task.id)
+        self._enqueue(task.id)
 
     async def _work(self) -> None:
         async with self._receive.clone() as receive:
             async for task_id in receive:
+                if self._draining:
+                    break
                 self._running += 1
                 try:
                     await self._run(self._host.stores.tasks.get(task_id))
