@@ -1,16 +1,26 @@
 """Engines: the model providers a compiled request is sent to."""
 
+from ._anthropic import ANTHROPIC_VERSION, DEFAULT_ANTHROPIC_URL, MAX_BREAKPOINTS, AnthropicEngine
 from ._base import ChatMessage, DeltaSink, Engine, EngineReply, EngineRequest, Usage
 from ._echo import EchoEngine
 from ._factory import open_engine
+from ._http import Backoff
+from ._openai import DEFAULT_OPENAI_URL, OpenAIEngine
 
 __all__ = (
+    "ANTHROPIC_VERSION",
+    "DEFAULT_ANTHROPIC_URL",
+    "DEFAULT_OPENAI_URL",
+    "MAX_BREAKPOINTS",
+    "AnthropicEngine",
+    "Backoff",
     "ChatMessage",
     "DeltaSink",
     "EchoEngine",
     "Engine",
     "EngineReply",
     "EngineRequest",
+    "OpenAIEngine",
     "Usage",
     "open_engine",
 )

@@ -6,8 +6,10 @@ from collections.abc import Mapping
 
 from .._errors import ConfigError
 from ..org import EngineConfig
+from ._anthropic import AnthropicEngine
 from ._base import Engine
 from ._echo import EchoEngine
+from ._openai import OpenAIEngine
 
 __all__ = ("open_engine",)
 
@@ -16,10 +18,31 @@ def open_engine(config: EngineConfig, env: Mapping[str, str]) -> Engine:
     """An engine for *config*; the caller owns it and must ``aclose()`` it.
 
     API keys are read from *env* by the name in ``api_key_env``; the value is
-    never logged, traced or put in an error.
+    never logged, traced or put in an error. Without ``api_key_env`` no key
+    is sent, as local OpenAI-compatible servers (vLLM, llama.cpp, Ollama)
+    expect.
     """
     if config.kind == "echo":
         return EchoEngine()
+    if not config.model:
+        raise ConfigError(
+            f"engine kind {config.kind!r} needs engine.model to name a model",
+            path="org.toml",
+            key="engine.model",
+        )
+    api_key: str | None = None
+    if config.api_key_env is not None:
+        api_key = env.get(config.api_key_env)
+        if not api_key:
+            raise ConfigError(
+                f"engine.api_key_env names ${config.api_key_env}, which is not set or empty",
+                path="org.toml",
+                key="engine.api_key_env",
+            )
+    if config.kind == "openai":
+        return OpenAIEngine(config, api_key=api_key)
+    if config.kind == "anthropic":
+        return AnthropicEngine(config, api_key=api_key)
     raise ConfigError(
         f"engine kind {config.kind!r} is not available", path="org.toml", key="engine.kind"
     )

@@ -1,0 +1,234 @@
+"""The Anthropic Messages API engine, with explicit cache breakpoints.
+
+The system text is sent as text blocks cut at the compiler's cache
+boundaries (after connections, after purpose, end of system), each ending
+block marked ``cache_control``, and the newest user turn is marked too, so
+the whole conversation so far is cached for the next turn. The API allows at
+most four breakpoints: one is kept for the newest turn and, should there be
+more system boundaries than the rest, the earliest go first. A later
+breakpoint covers everything an earlier one does for this session; the
+earlier ones only let *other* sessions (other channels of the worker) share
+a shorter prefix, so they are the cheapest to lose.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from ..compiler import SystemPrompt
+from ..org import EngineConfig
+from ._base import DeltaSink, EngineReply, EngineRequest, Usage
+from ._http import Backoff, ProviderHttp, SseEvent
+
+__all__ = ("ANTHROPIC_VERSION", "DEFAULT_ANTHROPIC_URL", "MAX_BREAKPOINTS", "AnthropicEngine")
+
+DEFAULT_ANTHROPIC_URL = "https://api.anthropic.com"
+ANTHROPIC_VERSION = "2023-06-01"
+MAX_BREAKPOINTS = 4
+
+
+class _CacheControl(msgspec.Struct, frozen=True):
+    type: Literal["ephemeral"] = "ephemeral"
+
+
+_EPHEMERAL = _CacheControl()
+
+
+class _TextBlock(msgspec.Struct, frozen=True, omit_defaults=True):
+    type: Literal["text"]
+    text: str
+    cache_control: _CacheControl | None = None
+
+
+class _Message(msgspec.Struct, frozen=True):
+    role: Literal["user", "assistant"]
+    content: list[_TextBlock]
+
+
+class _MessagesRequest(msgspec.Struct, frozen=True):
+    model: str
+    max_tokens: int
+    system: list[_TextBlock]
+    messages: list[_Message]
+    stream: bool
+
+
+class _Usage(msgspec.Struct):
+    input_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+class _StartedMessage(msgspec.Struct):
+    usage: _Usage = msgspec.field(default_factory=_Usage)
+
+
+class _Delta(msgspec.Struct):
+    type: str = ""
+    text: str = ""
+
+
+class _ErrorDetail(msgspec.Struct):
+    type: str = ""
+    message: str = ""
+
+
+class _Event(msgspec.Struct):
+    # One shape for every event type: fields absent from a type stay None,
+    # and event types added to the API later are ignored, as it asks.
+    type: str
+    message: _StartedMessage | None = None
+    delta: _Delta | None = None
+    usage: _Usage | None = None
+    error: _ErrorDetail | None = None
+
+
+_encode = msgspec.json.Encoder().encode
+_decode_event = msgspec.json.Decoder(_Event).decode
+
+
+def system_blocks(system: SystemPrompt, breakpoints: int) -> list[_TextBlock]:
+    """The system text cut at its boundaries; the last *breakpoints* cuts marked.
+
+    Empty segments are skipped and coinciding boundaries merge, so a worker
+    without connections or a channel without purpose costs no breakpoint.
+    """
+    text = system.text
+    cuts = sorted({b.offset for b in system.boundaries if 0 < b.offset <= len(text)})
+    if not cuts or cuts[-1] != len(text):
+        cuts.append(len(text))
+    marked = set(cuts[-breakpoints:]) if breakpoints > 0 else set()
+    blocks: list[_TextBlock] = []
+    start = 0
+    for cut in cuts:
+        if cut > start:
+            control = _EPHEMERAL if cut in marked else None
+            blocks.append(_TextBlock(type="text", text=text[start:cut], cache_control=control))
+            start = cut
+    return blocks
+
+
+class AnthropicEngine:
+    """Streams from ``{base_url}/v1/messages``."""
+
+    kind = "anthropic"
+
+    def __init__(
+        self, config: EngineConfig, *, api_key: str | None, backoff: Backoff | None = None
+    ) -> None:
+        self._config = config
+        headers = {
+            "accept": "text/event-stream",
+            "content-type": "application/json",
+            "anthropic-version": ANTHROPIC_VERSION,
+        }
+        if api_key:
+            headers["x-api-key"] = api_key
+        self._http = ProviderHttp(
+            provider="anthropic",
+            base_url=config.base_url or DEFAULT_ANTHROPIC_URL,
+            headers=headers,
+            timeout_s=config.timeout_s,
+            max_retries=config.max_retries,
+            secret=api_key,
+            backoff=backoff or Backoff(),
+        )
+
+    def __repr__(self) -> str:
+        return f"AnthropicEngine(model={self._config.model!r}, http={self._http!r})"
+
+    def body(self, request: EngineRequest) -> bytes:
+        """The exact bytes ``complete`` posts for *request*."""
+        # Every message is a block list, marked or not, so a turn's bytes differ
+        # from the previous request's only by where the last marker sits.
+        messages = [
+            _Message(role=m.role, content=[_TextBlock(type="text", text=m.content)])
+            for m in request.messages
+        ]
+        system_budget = MAX_BREAKPOINTS
+        if messages:
+            last = messages[-1]
+            block = msgspec.structs.replace(last.content[0], cache_control=_EPHEMERAL)
+            messages[-1] = _Message(role=last.role, content=[block])
+            system_budget -= 1
+        chat = _MessagesRequest(
+            model=self._config.model,
+            max_tokens=self._config.max_tokens,
+            system=system_blocks(request.system, system_budget),
+            messages=messages,
+            stream=True,
+        )
+        return _encode(chat)
+
+    async def complete(self, request: EngineRequest, on_delta: DeltaSink) -> EngineReply:
+        stream = _Stream(self._http, on_delta)
+        await self._http.stream_events("/v1/messages", self.body(request), stream.feed)
+        return stream.reply()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+class _Stream:
+    """The state of one streamed message, fed one event at a time."""
+
+    def __init__(self, http: ProviderHttp, on_delta: DeltaSink) -> None:
+        self._http = http
+        self._on_delta = on_delta
+        self._parts: list[str] = []
+        self._usage = _Usage()
+        self._started = False
+        self._stopped = False
+
+    async def feed(self, event: SseEvent) -> None:
+        try:
+            parsed = _decode_event(event.data)
+        except msgspec.DecodeError as exc:
+            raise self._http.error(f"malformed {event.event} event: {exc}") from None
+        match parsed.type:
+            case "error":
+                detail = parsed.error or _ErrorDetail()
+                kind = f" ({detail.type})" if detail.type else ""
+                retryable = detail.type in {"overloaded_error", "api_error", "rate_limit_error"}
+                raise self._http.error(
+                    f"error mid-stream: {detail.message or 'no message'}{kind}",
+                    retryable=retryable,
+                )
+            case "message_start":
+                self._started = True
+                if parsed.message is not None:
+                    self._merge(parsed.message.usage)
+            case "content_block_delta":
+                delta = parsed.delta
+                if delta is not None and delta.type == "text_delta" and delta.text:
+                    self._parts.append(delta.text)
+                    await self._on_delta(delta.text)
+            case "message_delta":
+                if parsed.usage is not None:
+                    self._merge(parsed.usage)
+            case "message_stop":
+                self._stopped = True
+
+    def _merge(self, usage: _Usage) -> None:
+        # message_delta repeats the counts cumulatively; the latest ones win.
+        fields = {f: v for f in usage.__struct_fields__ if (v := getattr(usage, f)) is not None}
+        self._usage = msgspec.structs.replace(self._usage, **fields)
+
+    def reply(self) -> EngineReply:
+        if not (self._started and self._stopped):
+            raise self._http.error("the stream ended before message_stop", retryable=True)
+        u = self._usage
+        read = u.cache_read_input_tokens or 0
+        written = u.cache_creation_input_tokens or 0
+        usage = Usage(
+            # Anthropic's input_tokens counts only what came after the last
+            # cache hit or write; ours includes the cached part.
+            input_tokens=(u.input_tokens or 0) + read + written,
+            cached_input_tokens=read,
+            cache_write_tokens=written,
+            output_tokens=u.output_tokens or 0,
+        )
+        return EngineReply(text="".join(self._parts), usage=usage)

@@ -1,0 +1,249 @@
+"""HTTP for the provider engines: one client, retries, server-sent events, errors.
+
+This is the one boundary where httpx errors become ``EngineError``. Every
+error names the provider, the HTTP status (when there was one) and the
+provider's own message, and never the API key: the key is scrubbed from any
+text a provider echoes back (some quote the key they rejected).
+
+Retries only happen before the first byte of a reply body: a 429 or 5xx
+status, or a failed connection. Once events flow, deltas have reached the
+caller, so a failure mid-stream is raised instead of silently replayed.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+
+import anyio
+import httpx
+import msgspec
+
+from .._errors import EngineError
+
+__all__ = ("Backoff", "ProviderHttp", "SseEvent")
+
+logger = logging.getLogger("rosterd.engines")
+
+# Statuses a provider uses for "try again later": rate limits, overload
+# (Anthropic's 529 included) and transient gateway failures.
+_RETRY_STATUS = frozenset({408, 409, 429})
+_MESSAGE_CHARS = 500
+
+
+class Backoff(msgspec.Struct, frozen=True):
+    """Exponential backoff with seeded jitter; ``Retry-After`` wins when sent."""
+
+    base_s: float = 0.5
+    cap_s: float = 8.0
+    max_retry_after_s: float = 60.0
+    seed: int = 0
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        step = min(self.cap_s, self.base_s * 2.0**attempt)
+        # Jitter in [step/2, step] keeps retrying clients apart yet bounded.
+        return step / 2 + rng.random() * step / 2
+
+
+class SseEvent(msgspec.Struct, frozen=True):
+    """One server-sent event: its ``event:`` name (or "message") and data."""
+
+    event: str
+    data: str
+
+
+EventSink = Callable[[SseEvent], Awaitable[None]]
+
+
+class _ErrorDetail(msgspec.Struct):
+    message: str = ""
+    type: str = ""
+
+
+class _ErrorEnvelope(msgspec.Struct):
+    # OpenAI and Anthropic both put the error under "error" with a "message".
+    error: _ErrorDetail | str | None = None
+
+
+_decode_error = msgspec.json.Decoder(_ErrorEnvelope).decode
+
+
+class _Retry(msgspec.Struct, frozen=True):
+    """A failed attempt that may succeed later."""
+
+    message: str
+    status: int | None
+    retry_after: float | None
+
+
+class ProviderHttp:
+    """A pooled HTTP client for one provider endpoint and its retry policy."""
+
+    def __init__(
+        self,
+        *,
+        provider: str,
+        base_url: str,
+        headers: Mapping[str, str],
+        timeout_s: float,
+        max_retries: int,
+        secret: str | None,
+        backoff: Backoff,
+    ) -> None:
+        self.provider = provider
+        self._max_retries = max_retries
+        self._secret = secret or None
+        self._backoff = backoff
+        self._rng = random.Random(backoff.seed)
+        self._timeout_s = timeout_s
+        # timeout_s bounds connecting and every wait for the next bytes, so a
+        # long but live stream is fine while a stalled one fails.
+        self._client = httpx.AsyncClient(
+            base_url=base_url, headers=dict(headers), timeout=httpx.Timeout(timeout_s)
+        )
+
+    def __repr__(self) -> str:
+        return f"ProviderHttp(provider={self.provider!r}, base_url={str(self._client.base_url)!r})"
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def error(
+        self, message: str, *, status: int | None = None, retryable: bool = False
+    ) -> EngineError:
+        """An ``EngineError`` for this provider, with any echoed key removed."""
+        return EngineError(
+            f"{self.provider}: {self.scrub(message)}",
+            provider=self.provider,
+            status=status,
+            retryable=retryable,
+        )
+
+    def scrub(self, text: str) -> str:
+        if self._secret is not None:
+            text = text.replace(self._secret, "[redacted]")
+        return text
+
+    async def stream_events(self, path: str, body: bytes, on_event: EventSink) -> None:
+        """POST *body* and feed each server-sent event of the reply to *on_event*.
+
+        Retries 429/5xx and connection failures up to ``max_retries`` times;
+        raises ``EngineError`` when they run out or the stream breaks.
+        """
+        attempt = 0
+        while True:
+            retry = await self._attempt(path, body, on_event)
+            if retry is None:
+                return
+            if attempt >= self._max_retries:
+                tries = f" (gave up after {attempt + 1} attempts)" if attempt else ""
+                raise self.error(retry.message + tries, status=retry.status, retryable=True)
+            delay = self._backoff.delay(attempt, self._rng)
+            if retry.retry_after is not None:
+                delay = min(retry.retry_after, self._backoff.max_retry_after_s)
+            logger.warning(
+                "%s: attempt %d failed (%s); retrying in %.2fs",
+                self.provider,
+                attempt + 1,
+                self.scrub(retry.message),
+                delay,
+            )
+            attempt += 1
+            await anyio.sleep(delay)
+
+    async def _attempt(self, path: str, body: bytes, on_event: EventSink) -> _Retry | None:
+        try:
+            async with self._client.stream("POST", path, content=body) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    status = response.status_code
+                    message = f"HTTP {status}: {_provider_message(response.content)}"
+                    if status in _RETRY_STATUS or status >= 500:
+                        return _Retry(message, status, _retry_after(response.headers))
+                    raise self.error(message, status=status)
+                content_type = response.headers.get("content-type", "")
+                if not content_type.startswith("text/event-stream"):
+                    await response.aread()
+                    raise self.error(
+                        f"expected an event stream, got HTTP {response.status_code} "
+                        f"{content_type or 'without a content type'}: {_snippet(response.text)}",
+                        status=response.status_code,
+                    )
+                await _read_events(response, on_event)
+                return None
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            return _Retry(f"cannot connect to {self._client.base_url}: {exc}", None, None)
+        except httpx.TimeoutException:
+            raise self.error(
+                f"no data from {self._client.base_url} within {self._timeout_s:g}s",
+                retryable=True,
+            ) from None
+        except httpx.HTTPError as exc:
+            raise self.error(
+                f"connection failed mid-response ({type(exc).__name__}: {exc})", retryable=True
+            ) from None
+
+
+async def _read_events(response: httpx.Response, on_event: EventSink) -> None:
+    # The SSE framing: fields until a blank line; "data" lines join with \n.
+    event = ""
+    data: list[str] = []
+    async for line in response.aiter_lines():
+        if not line:
+            if data:
+                await on_event(SseEvent(event=event or "message", data="\n".join(data)))
+            event, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "event":
+            event = value
+        elif field == "data":
+            data.append(value)
+    if data:
+        await on_event(SseEvent(event=event or "message", data="\n".join(data)))
+
+
+def _provider_message(content: bytes) -> str:
+    try:
+        envelope = _decode_error(content)
+    except msgspec.DecodeError:
+        return _snippet(content.decode("utf-8", "replace")) or "no message"
+    match envelope.error:
+        case _ErrorDetail(message=message, type=kind) if message:
+            return f"{message} ({kind})" if kind else message
+        case str() as message if message:
+            return _snippet(message)
+    return _snippet(content.decode("utf-8", "replace")) or "no message"
+
+
+def _snippet(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MESSAGE_CHARS else text[:_MESSAGE_CHARS] + "..."
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds or a date)."""
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms is not None:
+        try:
+            return max(0.0, float(raw_ms) / 1000)
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())

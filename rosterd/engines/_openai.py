@@ -1,0 +1,173 @@
+"""The OpenAI-compatible Chat Completions engine (OpenAI, vLLM, llama.cpp, Ollama).
+
+The request is the frozen system text as the system message followed by the
+append-only transcript, so every turn's prompt extends the previous one and
+the provider's automatic prefix cache can reuse it. ``prompt_cache_key`` is
+the route key: requests that share a cached prefix are routed together.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+from urllib.parse import urlsplit
+
+import msgspec
+
+from ..org import EngineConfig
+from ._base import DeltaSink, EngineReply, EngineRequest, Usage
+from ._http import Backoff, ProviderHttp, SseEvent
+
+__all__ = ("DEFAULT_OPENAI_URL", "OpenAIEngine")
+
+DEFAULT_OPENAI_URL = "https://api.openai.com/v1"
+
+
+class _Message(msgspec.Struct, frozen=True):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class _StreamOptions(msgspec.Struct, frozen=True):
+    include_usage: bool = True
+
+
+class _ChatRequest(msgspec.Struct, frozen=True, omit_defaults=True):
+    model: str
+    messages: list[_Message]
+    stream: bool
+    stream_options: _StreamOptions
+    prompt_cache_key: str
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta = msgspec.field(default_factory=_Delta)
+    finish_reason: str | None = None
+
+
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_tokens_details: _PromptDetails | None = None
+
+
+class _ChunkError(msgspec.Struct):
+    message: str = ""
+    type: str | None = None
+
+
+class _Chunk(msgspec.Struct):
+    choices: list[_Choice] = []
+    usage: _Usage | None = None
+    error: _ChunkError | None = None
+
+
+_encode = msgspec.json.Encoder().encode
+_decode_chunk = msgspec.json.Decoder(_Chunk).decode
+
+
+class OpenAIEngine:
+    """Streams Chat Completions from ``{base_url}/chat/completions``."""
+
+    kind = "openai"
+
+    def __init__(
+        self, config: EngineConfig, *, api_key: str | None, backoff: Backoff | None = None
+    ) -> None:
+        self._config = config
+        base_url = config.base_url or DEFAULT_OPENAI_URL
+        headers = {"accept": "text/event-stream", "content-type": "application/json"}
+        if api_key:
+            headers["authorization"] = f"Bearer {api_key}"
+        # OpenAI's own API rejects max_tokens for its reasoning models; the
+        # compatible servers (vLLM, llama.cpp, Ollama) all understand max_tokens.
+        self._completion_field = urlsplit(base_url).hostname == "api.openai.com"
+        self._http = ProviderHttp(
+            provider="openai",
+            base_url=base_url,
+            headers=headers,
+            timeout_s=config.timeout_s,
+            max_retries=config.max_retries,
+            secret=api_key,
+            backoff=backoff or Backoff(),
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIEngine(model={self._config.model!r}, http={self._http!r})"
+
+    def body(self, request: EngineRequest) -> bytes:
+        """The exact bytes ``complete`` posts for *request*."""
+        limit = self._config.max_tokens
+        chat = _ChatRequest(
+            model=self._config.model,
+            messages=[
+                _Message(role="system", content=request.system.text),
+                *(_Message(role=m.role, content=m.content) for m in request.messages),
+            ],
+            stream=True,
+            stream_options=_StreamOptions(),
+            prompt_cache_key=request.system.route_key,
+            max_tokens=None if self._completion_field else limit,
+            max_completion_tokens=limit if self._completion_field else None,
+        )
+        return _encode(chat)
+
+    async def complete(self, request: EngineRequest, on_delta: DeltaSink) -> EngineReply:
+        stream = _Stream(self._http, on_delta)
+        await self._http.stream_events("/chat/completions", self.body(request), stream.feed)
+        return stream.reply()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+class _Stream:
+    """The state of one streamed completion, fed one event at a time."""
+
+    def __init__(self, http: ProviderHttp, on_delta: DeltaSink) -> None:
+        self._http = http
+        self._on_delta = on_delta
+        self._parts: list[str] = []
+        self._usage = Usage()
+        self._done = False
+
+    async def feed(self, event: SseEvent) -> None:
+        if self._done:
+            return
+        if event.data.strip() == "[DONE]":
+            self._done = True
+            return
+        try:
+            chunk = _decode_chunk(event.data)
+        except msgspec.DecodeError as exc:
+            raise self._http.error(f"malformed stream chunk: {exc}") from None
+        if chunk.error is not None:
+            kind = f" ({chunk.error.type})" if chunk.error.type else ""
+            raise self._http.error(
+                f"error mid-stream: {chunk.error.message or 'no message'}{kind}", retryable=True
+            )
+        if chunk.usage is not None:
+            details = chunk.usage.prompt_tokens_details
+            self._usage = Usage(
+                input_tokens=chunk.usage.prompt_tokens,
+                cached_input_tokens=(details.cached_tokens or 0) if details else 0,
+                output_tokens=chunk.usage.completion_tokens,
+            )
+        for choice in chunk.choices[:1]:
+            if choice.delta.content:
+                self._parts.append(choice.delta.content)
+                await self._on_delta(choice.delta.content)
+
+    def reply(self) -> EngineReply:
+        if not self._done:
+            raise self._http.error("the stream ended before [DONE]", retryable=True)
+        return EngineReply(text="".join(self._parts), usage=self._usage)
