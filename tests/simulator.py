@@ -1,0 +1,732 @@
+"""A provider simulator: a real HTTP/1.1 server on 127.0.0.1 speaking both APIs.
+
+It serves OpenAI Chat Completions (``/v1/chat/completions``) and Anthropic
+Messages (``/v1/messages``) as streamed server-sent events, and applies each
+provider's documented prompt-caching rules to report usage honestly:
+
+- Anthropic: a request reads the longest previously written prefix that ends
+  at a block boundary within ``lookback_blocks`` before one of its
+  ``cache_control`` breakpoints; it writes a cache entry at every breakpoint
+  whose prefix has at least ``min_cacheable_tokens``. ``cache_read`` is the
+  hit, ``cache_creation`` the newly written part, ``input_tokens`` the rest.
+- OpenAI: per ``prompt_cache_key``, a prompt of at least 1024 tokens reuses
+  the longest previously seen prefix, counted in steps of 128 tokens.
+
+Tokens are approximated as 4 characters of the serialised prompt. Requests
+are validated strictly (unknown fields are refused, as both APIs do) and
+every request is recorded with its exact body. Faults can be scripted: each
+request consumes the next scripted action, if any.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import deque
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+from types import TracebackType
+from typing import Literal, TypeVar
+
+import anyio
+import anyio.abc
+import msgspec
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from rosterd.compiler import (
+    ChannelMessage,
+    Gate,
+    MemoryItem,
+    RunMeta,
+    TurnInput,
+    compile_system,
+    compile_turn,
+)
+from rosterd.engines import ChatMessage, Engine, EngineReply, EngineRequest
+from rosterd.org import Org, Surface, load_org
+
+__all__ = (
+    "Conversation",
+    "Drop",
+    "ErrorEvent",
+    "Malformed",
+    "Recorded",
+    "Reply",
+    "Simulator",
+    "Stall",
+    "Status",
+    "filler",
+    "prompt_bytes",
+    "write_org",
+)
+
+_T = TypeVar("_T")
+_K = TypeVar("_K")
+
+CHARS_PER_TOKEN = 4
+_HEAD_LIMIT = 64 * 1024
+_STATUS_TEXT = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+    529: "Overloaded",
+}
+
+
+# Scripted actions -----------------------------------------------------------
+
+
+class Status(msgspec.Struct, frozen=True):
+    """Answer with an error status and the provider's error body."""
+
+    status: int
+    message: str = "simulated failure"
+    retry_after: float | None = None
+
+
+class Stall(msgspec.Struct, frozen=True):
+    """Send nothing for *seconds* (the simulator's exit ends it sooner)."""
+
+    seconds: float = 3600.0
+
+
+class Malformed(msgspec.Struct, frozen=True):
+    """A 200 event stream whose first event's data is not JSON."""
+
+
+class Drop(msgspec.Struct, frozen=True):
+    """Stream *after_deltas* text deltas, then close the connection mid-body."""
+
+    after_deltas: int = 1
+
+
+class ErrorEvent(msgspec.Struct, frozen=True):
+    """Stream *after_deltas* text deltas, then the provider's error event."""
+
+    after_deltas: int = 1
+    message: str = "Overloaded"
+
+
+class Reply(msgspec.Struct, frozen=True):
+    """Answer normally with this text instead of the generated one."""
+
+    text: str
+
+
+Action = Status | Stall | Malformed | Drop | ErrorEvent | Reply
+
+
+class Recorded(msgspec.Struct, frozen=True):
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+# Wire shapes, strict like the real APIs ---------------------------------------
+
+
+class _OpenAIMessage(msgspec.Struct, forbid_unknown_fields=True):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str
+
+
+class _StreamOptions(msgspec.Struct, forbid_unknown_fields=True):
+    include_usage: bool = False
+
+
+class _ChatRequest(msgspec.Struct, forbid_unknown_fields=True):
+    model: str
+    messages: list[_OpenAIMessage]
+    stream: bool = False
+    stream_options: _StreamOptions | None = None
+    prompt_cache_key: str | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+
+
+class _CacheControl(msgspec.Struct, forbid_unknown_fields=True):
+    type: Literal["ephemeral"]
+    ttl: Literal["5m", "1h"] | None = None
+
+
+class _TextBlock(msgspec.Struct, forbid_unknown_fields=True):
+    type: Literal["text"]
+    text: str
+    cache_control: _CacheControl | None = None
+
+
+class _AnthropicMessage(msgspec.Struct, forbid_unknown_fields=True):
+    role: Literal["user", "assistant"]
+    content: str | list[_TextBlock]
+
+
+class _MessagesRequest(msgspec.Struct, forbid_unknown_fields=True):
+    model: str
+    max_tokens: int
+    messages: list[_AnthropicMessage]
+    system: str | list[_TextBlock] | None = None
+    stream: bool = False
+
+
+class _Invalid(Exception):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+
+
+class _Usage(msgspec.Struct, frozen=True):
+    fresh: int
+    read: int
+    written: int
+
+    @property
+    def total(self) -> int:
+        return self.fresh + self.read + self.written
+
+
+def _tokens(chars: int) -> int:
+    # Floor everywhere, so a prefix never counts more tokens than the whole.
+    return chars // CHARS_PER_TOKEN
+
+
+def default_reply(number: int, prompt_chars: int) -> str:
+    return (
+        f"Reply {number}: I read {prompt_chars} characters and will act on the "
+        f"latest message. Noted for the next step."
+    )
+
+
+class Simulator:
+    """Both provider APIs on one loopback port; use ``async with``."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        min_cacheable_tokens: int = 1024,
+        lookback_blocks: int = 20,
+        openai_min_tokens: int = 1024,
+        openai_step_tokens: int = 128,
+        ttl_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        reply: Callable[[int, int], str] = default_reply,
+        delta_chars: int = 16,
+    ) -> None:
+        self.api_key = api_key
+        self.min_cacheable_tokens = min_cacheable_tokens
+        self.lookback_blocks = lookback_blocks
+        self.openai_min_tokens = openai_min_tokens
+        self.openai_step_tokens = openai_step_tokens
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._reply = reply
+        self._delta_chars = delta_chars
+        self.requests: list[Recorded] = []
+        self._script: deque[Action] = deque()
+        # Anthropic entries are global per model; OpenAI's per cache key.
+        self._anthropic: dict[bytes, float] = {}
+        self._openai: dict[tuple[str | None, bytes], float] = {}
+        self._stack = AsyncExitStack()
+        self.port = 0
+
+    def __repr__(self) -> str:
+        return f"Simulator(port={self.port}, requests={len(self.requests)})"
+
+    @property
+    def openai_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def anthropic_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def script(self, *actions: Action) -> None:
+        """Queue actions; each request takes the next one, then normal replies."""
+        self._script.extend(actions)
+
+    def clear_cache(self) -> None:
+        """Forget every cached prefix, as a provider-side eviction would."""
+        self._anthropic.clear()
+        self._openai.clear()
+
+    def bodies(self) -> list[bytes]:
+        return [r.body for r in self.requests]
+
+    async def __aenter__(self) -> Simulator:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        await self._stack.enter_async_context(listener)
+        self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        group = await self._stack.enter_async_context(anyio.create_task_group())
+        self._stack.callback(group.cancel_scope.cancel)
+        group.start_soon(listener.serve, self._connection)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._stack.aclose()
+
+    # HTTP ---------------------------------------------------------------------
+
+    async def _connection(self, stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            reader = BufferedByteReceiveStream(stream)
+            while True:
+                try:
+                    head = await reader.receive_until(b"\r\n\r\n", _HEAD_LIMIT)
+                    request_line, *header_lines = head.decode("latin-1").split("\r\n")
+                    method, path, _ = request_line.split(" ", 2)
+                    headers = {}
+                    for line in header_lines:
+                        name, _, value = line.partition(":")
+                        headers[name.strip().lower()] = value.strip()
+                    body = await reader.receive_exactly(int(headers.get("content-length", "0")))
+                except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError):
+                    return
+                self.requests.append(Recorded(method, path, headers, body))
+                if not await self._dispatch(stream, path, headers, body):
+                    return
+
+    async def _dispatch(
+        self, stream: anyio.abc.SocketStream, path: str, headers: dict[str, str], body: bytes
+    ) -> bool:
+        """Answer one request; False when the connection must close."""
+        api: Literal["openai", "anthropic"]
+        if path == "/v1/chat/completions":
+            api = "openai"
+        elif path == "/v1/messages":
+            api = "anthropic"
+        else:
+            await _send_json(stream, 404, _error_body("openai", "not_found", f"no route {path}"))
+            return True
+        action = self._script.popleft() if self._script else None
+        match action:
+            case Status(status=status, message=message, retry_after=retry_after):
+                extra = {} if retry_after is None else {"retry-after": f"{retry_after:g}"}
+                kind = "rate_limit_error" if status == 429 else "api_error"
+                await _send_json(stream, status, _error_body(api, kind, message), extra)
+                return True
+            case Stall(seconds=seconds):
+                await anyio.sleep(seconds)
+                return False
+        try:
+            self._authorize(api, headers)
+            if api == "openai":
+                text, usage, model = self._openai_turn(body)
+            else:
+                text, usage, model = self._anthropic_turn(body)
+        except _Invalid as exc:
+            await _send_json(stream, exc.status, _error_body(api, exc.kind, exc.message))
+            return True
+        if isinstance(action, Reply):
+            text = action.text
+        events = (
+            _openai_events(model, text, usage, self._delta_chars)
+            if api == "openai"
+            else _anthropic_events(model, text, usage, self._delta_chars)
+        )
+        await _start_stream(stream)
+        deltas = 0
+        for is_delta, frame in events:
+            if isinstance(action, Malformed):
+                await _send_chunk(stream, b'data: {"type": "message_start", "choices": [\n\n')
+                await _end_chunks(stream)
+                return True
+            if isinstance(action, Drop | ErrorEvent) and is_delta and deltas == action.after_deltas:
+                if isinstance(action, Drop):
+                    return False
+                await _send_chunk(stream, _error_event(api, action.message))
+                await _end_chunks(stream)
+                return True
+            await _send_chunk(stream, frame)
+            deltas += is_delta
+        await _end_chunks(stream)
+        return True
+
+    def _authorize(self, api: str, headers: dict[str, str]) -> None:
+        if api == "anthropic" and headers.get("anthropic-version") != "2023-06-01":
+            raise _Invalid(400, "anthropic-version header is required")
+        if self.api_key is None:
+            return
+        if api == "openai":
+            given = headers.get("authorization", "").removeprefix("Bearer ")
+            if given != self.api_key:
+                # OpenAI quotes the rejected key back; engines must scrub it.
+                raise _Invalid(401, f"Incorrect API key provided: {given}.", "invalid_api_key")
+        elif headers.get("x-api-key") != self.api_key:
+            given = headers.get("x-api-key", "")
+            raise _Invalid(401, f"invalid x-api-key {given}", "authentication_error")
+
+    # Caching rules --------------------------------------------------------------
+
+    def _live(self, table: dict[_K, float]) -> None:
+        """Drop entries unused for longer than the TTL; a hit refreshes one."""
+        if self.ttl_s is None:
+            return
+        now = self._clock()
+        for key in [k for k, used in table.items() if now - used > self.ttl_s]:
+            del table[key]
+
+    def _openai_turn(self, body: bytes) -> tuple[str, _Usage, str]:
+        request = _decode(body, _ChatRequest)
+        if not request.stream:
+            raise _Invalid(400, "this simulator only streams")
+        key = request.prompt_cache_key
+        if key is not None and len(key) > 64:
+            raise _Invalid(400, "prompt_cache_key: string too long, at most 64 characters")
+        if request.max_tokens is not None and request.max_completion_tokens is not None:
+            raise _Invalid(400, "max_tokens and max_completion_tokens are exclusive")
+        prompt = _openai_prompt(request)
+        total = _tokens(len(prompt))
+        self._live(self._openai)
+        hasher = hashlib.sha256(request.model.encode() + b"\0")
+        seen = 0
+        cached = 0
+        now = self._clock()
+        for point in range(self.openai_min_tokens, total + 1, self.openai_step_tokens):
+            hasher.update(prompt[seen * CHARS_PER_TOKEN : point * CHARS_PER_TOKEN])
+            seen = point
+            entry = (key, hasher.digest())
+            if entry in self._openai:
+                cached = point
+            self._openai[entry] = now
+        text = self._reply(len(self.requests), len(prompt))
+        return text, _Usage(fresh=total - cached, read=cached, written=0), request.model
+
+    def _anthropic_turn(self, body: bytes) -> tuple[str, _Usage, str]:
+        request = _decode(body, _MessagesRequest)
+        if not request.stream:
+            raise _Invalid(400, "this simulator only streams")
+        blocks = _anthropic_blocks(request)
+        marks = sum(marked for _, marked in blocks)
+        if marks > 4:
+            raise _Invalid(
+                400, f"A maximum of 4 blocks with cache_control may be provided. Found {marks}."
+            )
+        self._live(self._anthropic)
+        hasher = hashlib.sha256(request.model.encode() + b"\0")
+        ends: list[int] = []  # characters up to the end of each block
+        digests: list[bytes] = []
+        chars = 0
+        for data, _ in blocks:
+            hasher.update(data)
+            chars += len(data)
+            ends.append(chars)
+            digests.append(hasher.digest())
+        breakpoints = [i for i, (_, marked) in enumerate(blocks) if marked]
+        hit = -1
+        for point in breakpoints:
+            for j in range(point, max(-1, point - self.lookback_blocks), -1):
+                if digests[j] in self._anthropic:
+                    hit = max(hit, j)
+                    break
+        read = _tokens(ends[hit]) if hit >= 0 else 0
+        now = self._clock()
+        written_to = read
+        for point in breakpoints:
+            if _tokens(ends[point]) >= self.min_cacheable_tokens:
+                self._anthropic[digests[point]] = now
+                written_to = max(written_to, _tokens(ends[point]))
+        if hit >= 0:
+            self._anthropic[digests[hit]] = now
+        total = _tokens(chars)
+        usage = _Usage(fresh=total - written_to, read=read, written=written_to - read)
+        text = self._reply(len(self.requests), chars)
+        return text, usage, request.model
+
+
+def _anthropic_blocks(request: _MessagesRequest) -> list[tuple[bytes, bool]]:
+    """The prompt as (serialised block, has cache_control), in cache order."""
+    blocks: list[tuple[bytes, bool]] = []
+    system = request.system
+    if isinstance(system, str):
+        system = [_TextBlock(type="text", text=system)]
+    for block in system or []:
+        blocks.append((block.text.encode(), block.cache_control is not None))
+    for message in request.messages:
+        content = message.content
+        if isinstance(content, str):
+            content = [_TextBlock(type="text", text=content)]
+        for i, block in enumerate(content):
+            if not block.text:
+                raise _Invalid(400, "text content blocks must be non-empty")
+            marker = f"\n\n{message.role}: ".encode() if i == 0 else b""
+            blocks.append((marker + block.text.encode(), block.cache_control is not None))
+    return blocks
+
+
+def _openai_prompt(request: _ChatRequest) -> bytes:
+    return "".join(f"<|{m.role}|>{m.content}" for m in request.messages).encode()
+
+
+def prompt_bytes(recorded: Recorded) -> bytes:
+    """A recorded request's prompt as the simulator counts and caches it."""
+    if recorded.path == "/v1/chat/completions":
+        return _openai_prompt(_decode(recorded.body, _ChatRequest))
+    return b"".join(data for data, _ in _anthropic_blocks(_decode(recorded.body, _MessagesRequest)))
+
+
+def _decode(body: bytes, kind: type[_T]) -> _T:
+    try:
+        return msgspec.json.decode(body, type=kind)
+    except msgspec.DecodeError as exc:
+        raise _Invalid(400, f"invalid request body: {exc}") from None
+
+
+def _error_body(api: str, kind: str, message: str) -> bytes:
+    if api == "anthropic":
+        return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
+    return json.dumps({"error": {"message": message, "type": kind, "code": None}}).encode()
+
+
+def _error_event(api: str, message: str) -> bytes:
+    if api == "anthropic":
+        payload = {"type": "error", "error": {"type": "overloaded_error", "message": message}}
+        return b"event: error\ndata: " + json.dumps(payload).encode() + b"\n\n"
+    payload_oa = {"error": {"message": message, "type": "server_error"}}
+    return b"data: " + json.dumps(payload_oa).encode() + b"\n\n"
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _sse(data: object, event: str | None = None) -> bytes:
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {json.dumps(data)}\n\n".encode()
+
+
+def _openai_events(model: str, text: str, usage: _Usage, size: int) -> list[tuple[bool, bytes]]:
+    base = {"id": "chatcmpl-sim", "object": "chat.completion.chunk", "model": model}
+    role = {"role": "assistant", "content": ""}
+    frames = [(False, _sse({**base, "choices": [{"index": 0, "delta": role}]}))]
+    for piece in _pieces(text, size):
+        choice = {"index": 0, "delta": {"content": piece}, "finish_reason": None}
+        frames.append((True, _sse({**base, "choices": [choice]})))
+    stop = {"index": 0, "delta": {}, "finish_reason": "stop"}
+    frames.append((False, _sse({**base, "choices": [stop]})))
+    completion = _tokens(len(text)) + 1
+    counts = {
+        "prompt_tokens": usage.total,
+        "completion_tokens": completion,
+        "total_tokens": usage.total + completion,
+        "prompt_tokens_details": {"cached_tokens": usage.read},
+    }
+    frames.append((False, _sse({**base, "choices": [], "usage": counts})))
+    frames.append((False, b"data: [DONE]\n\n"))
+    return frames
+
+
+def _anthropic_events(model: str, text: str, usage: _Usage, size: int) -> list[tuple[bool, bytes]]:
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": "msg_sim",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [],
+            "stop_reason": None,
+            "usage": {
+                "input_tokens": usage.fresh,
+                "cache_creation_input_tokens": usage.written,
+                "cache_read_input_tokens": usage.read,
+                "output_tokens": 1,
+            },
+        },
+    }
+    frames = [
+        (False, _sse(start, "message_start")),
+        (
+            False,
+            _sse(
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+                "content_block_start",
+            ),
+        ),
+        (False, _sse({"type": "ping"}, "ping")),
+    ]
+    for piece in _pieces(text, size):
+        delta = {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "text_delta", "text": piece},
+        }
+        frames.append((True, _sse(delta, "content_block_delta")))
+    frames.append((False, _sse({"type": "content_block_stop", "index": 0}, "content_block_stop")))
+    end = {
+        "type": "message_delta",
+        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+        "usage": {"output_tokens": _tokens(len(text)) + 1},
+    }
+    frames.append((False, _sse(end, "message_delta")))
+    frames.append((False, _sse({"type": "message_stop"}, "message_stop")))
+    return frames
+
+
+async def _send_json(
+    stream: anyio.abc.SocketStream,
+    status: int,
+    body: bytes,
+    extra: dict[str, str] | None = None,
+) -> None:
+    headers = {
+        "content-type": "application/json",
+        "content-length": str(len(body)),
+        **(extra or {}),
+    }
+    await stream.send(_head(status, headers) + body)
+
+
+async def _start_stream(stream: anyio.abc.SocketStream) -> None:
+    headers = {"content-type": "text/event-stream", "transfer-encoding": "chunked"}
+    await stream.send(_head(200, headers))
+
+
+async def _send_chunk(stream: anyio.abc.SocketStream, data: bytes) -> None:
+    await stream.send(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+
+
+async def _end_chunks(stream: anyio.abc.SocketStream) -> None:
+    await stream.send(b"0\r\n\r\n")
+
+
+def _head(status: int, headers: dict[str, str]) -> bytes:
+    lines = [f"HTTP/1.1 {status} {_STATUS_TEXT.get(status, 'Status')}"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+# A realistic org to converse with ---------------------------------------------
+
+_WORDS = [
+    "release",
+    "review",
+    "schedule",
+    "customer",
+    "backlog",
+    "design",
+    "metric",
+    "incident",
+    "rollout",
+    "budget",
+    "contract",
+    "roadmap",
+    "quality",
+    "feedback",
+    "support",
+    "migration",
+    "audit",
+    "deploy",
+]
+
+
+def filler(seed: str, chars: int) -> str:
+    """Deterministic prose of about *chars* characters, different per *seed*."""
+    digest = hashlib.sha256(seed.encode()).digest()
+    sentences: list[str] = []
+    size = 0
+    i = 0
+    while size < chars:
+        pick = [_WORDS[(digest[(i + k) % len(digest)] + i * k) % len(_WORDS)] for k in range(9)]
+        sentence = f"{pick[0].capitalize()} {' '.join(pick[1:])}, always with care."
+        sentences.append(sentence)
+        size += len(sentence) + 1
+        i += 1
+    return "\n".join(sentences) + "\n"
+
+
+def write_org(
+    root: Path,
+    *,
+    workers: int,
+    channels: int,
+    identity_chars: int = 6000,
+    purpose_chars: int = 1500,
+    engine: str = 'kind = "echo"',
+) -> Org:
+    """Write and load an org: workers w0.., channels c0.. that all of them join.
+
+    Worker w0 has a connection, so both the "connections present" and the
+    "connections absent" (coinciding boundaries) shapes are exercised.
+    """
+    names = [f"w{i}" for i in range(workers)]
+    lines = ["[engine]", engine, ""]
+    for i, name in enumerate(names):
+        lines += [f"[workers.{name}]", 'connections = ["github"]' if i == 0 else "", ""]
+        identity = root / "workers" / name / "identity.md"
+        identity.parent.mkdir(parents=True, exist_ok=True)
+        identity.write_text(f"# {name}\n" + filler(f"identity {name}", identity_chars))
+    for c in range(channels):
+        channel = f"c{c}"
+        lines += [f"[channels.{channel}]", f"workers = {json.dumps(names)}", ""]
+        purpose = root / "channels" / channel / "purpose.md"
+        purpose.parent.mkdir(parents=True, exist_ok=True)
+        purpose.write_text(f"# {channel}\n" + filler(f"purpose {channel}", purpose_chars))
+    lines += [
+        "[connections.github]",
+        'hosts = ["api.github.com"]',
+        'methods = ["GET", "POST"]',
+        'env = "GITHUB_TOKEN"',
+    ]
+    (root / "org.toml").write_text("\n".join(lines) + "\n")
+    return load_org(root)
+
+
+class Conversation:
+    """One session's append-only transcript, driven the way a session does:
+    the system part compiled once, each turn's fresh input compiled alone."""
+
+    def __init__(self, org: Org, worker: str, channel: str | None, *, run: str = "r-sim") -> None:
+        surface = Surface.SESSION if channel is not None else Surface.DIRECT
+        self.run = run
+        self.system = compile_system(org, org.scope(surface, worker, channel), self._meta(0))
+        self.messages: list[ChatMessage] = []
+        self.deltas: list[list[str]] = []
+
+    def _meta(self, turn: int) -> RunMeta:
+        return RunMeta(run=self.run, turn=turn, now=1_700_000_000.0 + 60 * turn)
+
+    def request(self, turn: TurnInput) -> EngineRequest:
+        """Append the compiled user turn and return the request to send."""
+        number = len(self.messages) // 2 + 1
+        compiled = compile_turn(self.system, turn, self._meta(number))
+        self.messages.append(ChatMessage(role="user", content=compiled.input_text))
+        return EngineRequest(system=self.system, messages=tuple(self.messages))
+
+    async def say(
+        self,
+        engine: Engine,
+        text: str,
+        *,
+        memory: tuple[MemoryItem, ...] = (),
+        gates: tuple[Gate, ...] = (),
+        history: tuple[ChannelMessage, ...] | None = None,
+    ) -> EngineReply:
+        turn = TurnInput(text=text, memory=memory, gates=gates, history=history)
+        request = self.request(turn)
+        pieces: list[str] = []
+
+        async def sink(piece: str) -> None:
+            pieces.append(piece)
+
+        self.deltas.append(pieces)
+        reply = await engine.complete(request, sink)
+        self.messages.append(ChatMessage(role="assistant", content=reply.text))
+        return reply

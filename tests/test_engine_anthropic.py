@@ -1,0 +1,179 @@
+"""The Anthropic engine against the simulator: breakpoints, stream, usage, cache."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from simulator import Conversation, Reply, Simulator, write_org
+
+from rosterd.compiler import TurnInput
+from rosterd.engines import ANTHROPIC_VERSION, MAX_BREAKPOINTS, AnthropicEngine
+from rosterd.org import EngineConfig, Org
+
+pytestmark = pytest.mark.anyio
+
+KEY = "sk-ant-test-0123456789"
+EPHEMERAL = {"type": "ephemeral"}
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[Simulator]:
+    async with Simulator(api_key=KEY, delta_chars=5) as simulator:
+        yield simulator
+
+
+@pytest.fixture
+def org(tmp_path: Path) -> Org:
+    return write_org(tmp_path, workers=2, channels=2)
+
+
+def engine_for(sim: Simulator) -> AnthropicEngine:
+    config = EngineConfig(kind="anthropic", model="claude-sim", base_url=sim.anthropic_url)
+    return AnthropicEngine(config, api_key=KEY)
+
+
+def marked(blocks: list[dict[str, object]]) -> list[bool]:
+    return ["cache_control" in block for block in blocks]
+
+
+async def test_deltas_stream_in_order_and_join_to_the_reply(sim: Simulator, org: Org) -> None:
+    text = "Caching is a promise about prefixes, kept byte for byte."
+    sim.script(Reply(text))
+    engine = engine_for(sim)
+    conversation = Conversation(org, "w0", "c0")
+    reply = await conversation.say(engine, "hello")
+    await engine.aclose()
+    assert reply.text == text
+    assert conversation.deltas[0] == [text[i : i + 5] for i in range(0, len(text), 5)]
+
+
+async def test_system_is_cut_at_each_boundary_and_marked(sim: Simulator, org: Org) -> None:
+    engine = engine_for(sim)
+    conversation = Conversation(org, "w0", "c0")
+    await conversation.say(engine, "first")
+    request = conversation.request(TurnInput(text="second"))
+    await engine.complete(request, _ignore)
+    await engine.aclose()
+
+    recorded = sim.requests[-1]
+    assert recorded.path == "/v1/messages"
+    assert recorded.headers["x-api-key"] == KEY
+    assert recorded.headers["anthropic-version"] == ANTHROPIC_VERSION
+    assert recorded.body == engine.body(request)
+    body = json.loads(recorded.body)
+    assert body["model"] == "claude-sim"
+    assert body["stream"] is True
+    system = body["system"]
+    assert "".join(block["text"] for block in system) == conversation.system.text
+    ends = [len("".join(block["text"] for block in system[: i + 1])) for i in range(len(system))]
+    assert ends == [b.offset for b in conversation.system.boundaries]
+    assert all(block["cache_control"] == EPHEMERAL for block in system)
+    messages = body["messages"]
+    assert [m["content"][0]["text"] for m in messages] == [m.content for m in conversation.messages]
+    assert [marked(m["content"]) for m in messages] == [[False], [False], [True]]
+    total = sum(marked(system)) + sum(sum(marked(m["content"])) for m in messages)
+    assert total == MAX_BREAKPOINTS
+
+
+async def test_coinciding_boundaries_merge_into_one_breakpoint(
+    sim: Simulator, tmp_path: Path
+) -> None:
+    # w1 has no connections and a direct run has no purpose: all three
+    # boundaries but the end of system coincide.
+    org = write_org(tmp_path, workers=2, channels=1)
+    engine = engine_for(sim)
+    conversation = Conversation(org, "w1", None)
+    await conversation.say(engine, "hello")
+    await engine.aclose()
+    offsets = {b.offset for b in conversation.system.boundaries}
+    assert len(offsets) == 2
+    body = json.loads(sim.requests[0].body)
+    assert "".join(b["text"] for b in body["system"]) == conversation.system.text
+    assert all(b["text"] for b in body["system"])
+    assert marked(body["system"]) == [True, True]
+    assert marked(body["messages"][-1]["content"]) == [True]
+
+
+async def test_usage_counts_cached_tokens_inside_input(sim: Simulator, org: Org) -> None:
+    engine = engine_for(sim)
+    conversation = Conversation(org, "w1", "c1")
+    first = (await conversation.say(engine, "hello")).usage
+    second = (await conversation.say(engine, "and again")).usage
+    await engine.aclose()
+    # A fresh prompt is written whole; the next turn reads all of it back.
+    assert first.cached_input_tokens == 0
+    assert 1024 <= first.cache_write_tokens <= first.input_tokens
+    assert second.cached_input_tokens == first.cache_write_tokens
+    assert second.input_tokens > first.input_tokens
+    assert 0 < second.cache_write_tokens <= second.input_tokens - second.cached_input_tokens
+    assert first.output_tokens > 0
+
+
+async def test_cached_tokens_grow_across_an_append_only_conversation(
+    sim: Simulator, org: Org
+) -> None:
+    engine = engine_for(sim)
+    conversation = Conversation(org, "w0", "c1")
+    usages = [(await conversation.say(engine, f"step {i}")).usage for i in range(6)]
+    await engine.aclose()
+    cached = [u.cached_input_tokens for u in usages]
+    assert cached[0] == 0
+    assert all(b > a for a, b in itertools.pairwise(cached))
+    # Only the previous reply and the new turn are fresh.
+    for before, after in itertools.pairwise(usages):
+        assert after.cached_input_tokens == before.input_tokens
+
+
+async def test_another_channel_reads_the_worker_prefix(sim: Simulator, org: Org) -> None:
+    engine = engine_for(sim)
+    first = Conversation(org, "w0", "c0")
+    await first.say(engine, "hello")
+    other = Conversation(org, "w0", "c1")
+    usage = (await other.say(engine, "hello")).usage
+    await engine.aclose()
+    shared = other.system.boundaries[0].offset
+    assert shared == first.system.boundaries[0].offset
+    assert usage.cached_input_tokens == shared // 4
+
+
+async def test_nothing_is_read_after_the_cache_is_cleared(sim: Simulator, org: Org) -> None:
+    engine = engine_for(sim)
+    conversation = Conversation(org, "w1", "c0")
+    await conversation.say(engine, "hello")
+    sim.clear_cache()
+    usage = (await conversation.say(engine, "again")).usage
+    await engine.aclose()
+    assert usage.cached_input_tokens == 0
+    assert usage.cache_write_tokens == usage.input_tokens
+
+
+async def test_entries_expire_after_the_ttl(org: Org) -> None:
+    now = [0.0]
+    async with Simulator(ttl_s=300, clock=lambda: now[0]) as sim:
+        engine = engine_for(sim)
+        conversation = Conversation(org, "w1", "c0")
+        await conversation.say(engine, "hello")
+        now[0] = 200.0
+        kept = (await conversation.say(engine, "within the ttl")).usage
+        now[0] = 600.0
+        expired = (await conversation.say(engine, "after the ttl")).usage
+        await engine.aclose()
+    assert kept.cached_input_tokens > 0
+    assert expired.cached_input_tokens == 0
+
+
+async def test_prompts_under_the_minimum_are_not_cached(org: Org) -> None:
+    async with Simulator(min_cacheable_tokens=100_000) as sim:
+        engine = engine_for(sim)
+        conversation = Conversation(org, "w1", "c0")
+        usages = [(await conversation.say(engine, t)).usage for t in ["a", "b"]]
+        await engine.aclose()
+    assert [(u.cached_input_tokens, u.cache_write_tokens) for u in usages] == [(0, 0), (0, 0)]
+
+
+async def _ignore(piece: str) -> None:
+    pass

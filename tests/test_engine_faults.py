@@ -1,0 +1,172 @@
+"""Provider failures: retries, timeouts, broken streams, and keys kept secret."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+from simulator import Conversation, Drop, ErrorEvent, Malformed, Simulator, Stall, Status, write_org
+
+from rosterd import EngineError
+from rosterd.engines import AnthropicEngine, Backoff, Engine, OpenAIEngine
+from rosterd.org import EngineConfig, EngineKind, Org
+
+pytestmark = pytest.mark.anyio
+
+KEY = "sk-fault-test-secret-0123456789"
+FAST = Backoff(base_s=0.001, cap_s=0.01)
+
+
+@pytest.fixture(params=["openai", "anthropic"])
+def kind(request: pytest.FixtureRequest) -> EngineKind:
+    value: EngineKind = request.param
+    return value
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[Simulator]:
+    async with Simulator(api_key=KEY) as simulator:
+        yield simulator
+
+
+@pytest.fixture
+def org(tmp_path: Path) -> Org:
+    return write_org(tmp_path, workers=1, channels=1, identity_chars=800, purpose_chars=200)
+
+
+def make_engine(
+    kind: EngineKind,
+    base: str,
+    *,
+    key: str = KEY,
+    retries: int = 2,
+    timeout_s: float = 10.0,
+    backoff: Backoff = FAST,
+) -> Engine:
+    config = EngineConfig(
+        kind=kind, model="sim", base_url=base, max_retries=retries, timeout_s=timeout_s
+    )
+    if kind == "openai":
+        return OpenAIEngine(config, api_key=key, backoff=backoff)
+    return AnthropicEngine(config, api_key=key, backoff=backoff)
+
+
+def url(sim: Simulator, kind: EngineKind) -> str:
+    return sim.openai_url if kind == "openai" else sim.anthropic_url
+
+
+async def fail(engine: Engine, conversation: Conversation) -> EngineError:
+    with pytest.raises(EngineError) as caught:
+        await conversation.say(engine, "hello")
+    await engine.aclose()
+    assert KEY not in str(caught.value)
+    return caught.value
+
+
+async def test_a_429_then_success_is_retried(sim: Simulator, org: Org, kind: EngineKind) -> None:
+    sim.script(Status(429, "slow down", retry_after=0))
+    engine = make_engine(kind, url(sim, kind))
+    conversation = Conversation(org, "w0", "c0")
+    reply = await conversation.say(engine, "hello")
+    await engine.aclose()
+    assert reply.text
+    assert len(sim.requests) == 2
+    assert sim.requests[0].body == sim.requests[1].body
+    # The failed attempt streamed nothing, so the reply was streamed once.
+    assert "".join(conversation.deltas[0]) == reply.text
+
+
+async def test_retry_after_overrides_a_long_backoff(
+    sim: Simulator, org: Org, kind: EngineKind
+) -> None:
+    sim.script(Status(503, retry_after=0), Status(429, retry_after=0))
+    engine = make_engine(kind, url(sim, kind), backoff=Backoff(base_s=600, cap_s=600))
+    with anyio.fail_after(60):
+        reply = await Conversation(org, "w0", "c0").say(engine, "hello")
+    await engine.aclose()
+    assert reply.text
+    assert len(sim.requests) == 3
+
+
+async def test_three_500s_fail_naming_provider_and_status(
+    sim: Simulator, org: Org, kind: EngineKind
+) -> None:
+    sim.script(*[Status(500, "the backend fell over")] * 3)
+    error = await fail(make_engine(kind, url(sim, kind), retries=2), Conversation(org, "w0", "c0"))
+    assert error.provider == kind
+    assert error.status == 500
+    assert error.retryable
+    assert str(error).startswith(f"{kind}: HTTP 500")
+    assert "the backend fell over" in str(error)
+    assert "3 attempts" in str(error)
+    assert len(sim.requests) == 3
+
+
+async def test_a_client_error_is_not_retried(sim: Simulator, org: Org, kind: EngineKind) -> None:
+    sim.script(Status(400, "prompt is too long"))
+    error = await fail(make_engine(kind, url(sim, kind)), Conversation(org, "w0", "c0"))
+    assert (error.status, error.retryable) == (400, False)
+    assert "prompt is too long" in str(error)
+    assert len(sim.requests) == 1
+
+
+async def test_a_stalled_provider_times_out(sim: Simulator, org: Org, kind: EngineKind) -> None:
+    sim.script(Stall())
+    engine = make_engine(kind, url(sim, kind), timeout_s=0.2)
+    error = await fail(engine, Conversation(org, "w0", "c0"))
+    assert error.provider == kind
+    assert error.status is None
+    assert error.retryable
+    assert "within 0.2s" in str(error)
+
+
+async def test_a_malformed_body_is_an_error(sim: Simulator, org: Org, kind: EngineKind) -> None:
+    sim.script(Malformed())
+    conversation = Conversation(org, "w0", "c0")
+    error = await fail(make_engine(kind, url(sim, kind)), conversation)
+    assert "malformed" in str(error)
+    assert conversation.deltas[0] == []
+    assert len(sim.requests) == 1
+
+
+@pytest.mark.parametrize("fault", [Drop(after_deltas=2), ErrorEvent(after_deltas=2)])
+async def test_a_broken_stream_is_an_error_not_a_partial_reply(
+    sim: Simulator, org: Org, kind: EngineKind, fault: Drop | ErrorEvent
+) -> None:
+    sim.script(fault)
+    conversation = Conversation(org, "w0", "c0")
+    error = await fail(make_engine(kind, url(sim, kind)), conversation)
+    # What had arrived was streamed as it arrived; nothing was replayed.
+    assert len(conversation.deltas[0]) == 2
+    assert len(sim.requests) == 1
+    assert error.retryable
+    if isinstance(fault, ErrorEvent):
+        assert "Overloaded" in str(error)
+    else:
+        assert "mid-response" in str(error)
+
+
+async def test_a_refused_connection_is_retried_then_reported(org: Org, kind: EngineKind) -> None:
+    async with Simulator() as closed:
+        base = url(closed, kind)
+    error = await fail(make_engine(kind, base, retries=1), Conversation(org, "w0", "c0"))
+    assert error.status is None
+    assert "cannot connect" in str(error)
+    assert "2 attempts" in str(error)
+
+
+async def test_a_rejected_key_is_never_shown(org: Org, kind: EngineKind) -> None:
+    wrong = "sk-wrong-key-9876543210-secret"
+    async with Simulator(api_key=KEY) as sim:
+        engine = make_engine(kind, url(sim, kind), key=wrong)
+        with pytest.raises(EngineError) as caught:
+            await Conversation(org, "w0", "c0").say(engine, "hello")
+        assert wrong not in repr(engine)
+        await engine.aclose()
+    # The simulator quotes the rejected key back, as OpenAI does; it is scrubbed.
+    assert wrong not in str(caught.value)
+    assert "[redacted]" in str(caught.value)
+    assert (caught.value.status, caught.value.retryable) == (401, False)
+    assert len(sim.requests) == 1
