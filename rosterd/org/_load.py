@@ -7,6 +7,7 @@ may resolve outside the org directory (a symlink pointing out is refused).
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,6 +29,7 @@ from ._org import Org
 __all__ = ("identity_path", "load_org", "purpose_path")
 
 _T = TypeVar("_T")
+_UNKNOWN_FIELD = re.compile(r"Object contains unknown field `(.*)`")
 _TABLES: dict[str, type[Any]] = {
     "context": ContextBudget,
     "daemon": DaemonConfig,
@@ -116,11 +118,13 @@ def _convert(value: object, struct: type[_T], path: Path, where: str) -> _T:
         return msgspec.convert(value, type=struct)
     except msgspec.ValidationError as exc:
         # msgspec reports locations as `$.field`; name the TOML key instead.
-        message = str(exc).replace("`$.", f"`{where}.").replace("`$`", f"`{where}`")
-        key = where
-        if " - at `" in message:
-            key = message.rsplit(" - at `", 1)[1].rstrip("`")
-        raise ConfigError(f"{path}: [{where}] {message}", path=str(path), key=key) from None
+        message, _, at = str(exc).partition(" - at `$")
+        key = where + at.rstrip("`")
+        unknown = _UNKNOWN_FIELD.fullmatch(message)
+        if unknown is not None:
+            key = f"{key}.{unknown[1]}"
+            message = "unknown key"
+        raise ConfigError(f"{path}: `{key}`: {message}", path=str(path), key=key) from None
 
 
 def _checked_name(kind: str, name: str, path: Path, where: str) -> str:
