@@ -49,6 +49,7 @@ from rosterd.org import Org, Surface, load_org
 
 __all__ = (
     "Conversation",
+    "Cut",
     "Drop",
     "ErrorEvent",
     "Malformed",
@@ -106,6 +107,12 @@ class Drop(msgspec.Struct, frozen=True):
     after_deltas: int = 1
 
 
+class Cut(msgspec.Struct, frozen=True):
+    """Stream *after_deltas* text deltas, then end the body cleanly but early."""
+
+    after_deltas: int = 1
+
+
 class ErrorEvent(msgspec.Struct, frozen=True):
     """Stream *after_deltas* text deltas, then the provider's error event."""
 
@@ -119,7 +126,7 @@ class Reply(msgspec.Struct, frozen=True):
     text: str
 
 
-Action = Status | Stall | Malformed | Drop | ErrorEvent | Reply
+Action = Status | Stall | Malformed | Drop | Cut | ErrorEvent | Reply
 
 
 class Recorded(msgspec.Struct, frozen=True):
@@ -344,10 +351,15 @@ class Simulator:
                 await _send_chunk(stream, b'data: {"type": "message_start", "choices": [\n\n')
                 await _end_chunks(stream)
                 return True
-            if isinstance(action, Drop | ErrorEvent) and is_delta and deltas == action.after_deltas:
+            if (
+                isinstance(action, Drop | Cut | ErrorEvent)
+                and is_delta
+                and deltas == action.after_deltas
+            ):
                 if isinstance(action, Drop):
                     return False
-                await _send_chunk(stream, _error_event(api, action.message))
+                if isinstance(action, ErrorEvent):
+                    await _send_chunk(stream, _error_event(api, action.message))
                 await _end_chunks(stream)
                 return True
             await _send_chunk(stream, frame)

@@ -2,22 +2,33 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from simulator import Conversation, Reply, Simulator, write_org
 
-from rosterd.compiler import TurnInput
-from rosterd.engines import ANTHROPIC_VERSION, MAX_BREAKPOINTS, AnthropicEngine
-from rosterd.org import EngineConfig, Org
+from rosterd.compiler import Boundary, SystemPrompt, TurnInput
+from rosterd.engines import (
+    ANTHROPIC_VERSION,
+    MAX_BREAKPOINTS,
+    AnthropicEngine,
+    ChatMessage,
+    EngineRequest,
+)
+from rosterd.org import EngineConfig, Org, load_org
 
 pytestmark = pytest.mark.anyio
 
 KEY = "sk-ant-test-0123456789"
 EPHEMERAL = {"type": "ephemeral"}
+EXAMPLE_ORG = Path(__file__).resolve().parent.parent / "examples" / "org"
 
 
 @pytest.fixture
@@ -173,6 +184,49 @@ async def test_prompts_under_the_minimum_are_not_cached(org: Org) -> None:
         usages = [(await conversation.say(engine, t)).usage for t in ["a", "b"]]
         await engine.aclose()
     assert [(u.cached_input_tokens, u.cache_write_tokens) for u in usages] == [(0, 0), (0, 0)]
+
+
+@functools.cache
+def example_system() -> SystemPrompt:
+    return Conversation(load_org(EXAMPLE_ORG), "ada", "general").system
+
+
+@st.composite
+def system_shapes(draw: st.DrawFn) -> tuple[str, list[int], int]:
+    text = draw(st.text(min_size=1, max_size=60))
+    cuts = sorted(draw(st.lists(st.integers(0, len(text)), min_size=2, max_size=2)))
+    return text, [*cuts, len(text)], draw(st.integers(0, 5))
+
+
+@settings(max_examples=100, deadline=None)
+@given(shape=system_shapes())
+async def test_breakpoints_follow_the_boundaries_whatever_they_are(
+    shape: tuple[str, list[int], int],
+) -> None:
+    text, offsets, turns = shape
+    base = example_system()
+    marks = tuple(
+        Boundary(name=b.name, offset=o, sha256=b.sha256)
+        for b, o in zip(base.boundaries, offsets, strict=True)
+    )
+    system = msgspec.structs.replace(base, text=text, boundaries=marks)
+    messages = tuple(
+        ChatMessage(role="user" if i % 2 == 0 else "assistant", content=f"m{i}")
+        for i in range(turns)
+    )
+    engine = AnthropicEngine(EngineConfig(kind="anthropic", model="m"), api_key=None)
+    body = json.loads(engine.body(EngineRequest(system=system, messages=messages)))
+    await engine.aclose()
+
+    blocks = body["system"]
+    assert "".join(b["text"] for b in blocks) == text
+    assert all(b["text"] for b in blocks)
+    ends = [len("".join(b["text"] for b in blocks[: i + 1])) for i in range(len(blocks))]
+    assert ends == sorted({o for o in offsets if o > 0})
+    assert marked(blocks) == [True] * len(blocks)
+    message_marks = [marked(m["content"]) for m in body["messages"]]
+    assert message_marks == [[False]] * (turns - 1) + [[True]] * (turns > 0)
+    assert sum(marked(blocks)) + sum(sum(m) for m in message_marks) <= MAX_BREAKPOINTS
 
 
 async def _ignore(piece: str) -> None:

@@ -7,7 +7,17 @@ from pathlib import Path
 
 import anyio
 import pytest
-from simulator import Conversation, Drop, ErrorEvent, Malformed, Simulator, Stall, Status, write_org
+from simulator import (
+    Conversation,
+    Cut,
+    Drop,
+    ErrorEvent,
+    Malformed,
+    Simulator,
+    Stall,
+    Status,
+    write_org,
+)
 
 from rosterd import EngineError
 from rosterd.engines import AnthropicEngine, Backoff, Engine, OpenAIEngine
@@ -131,9 +141,11 @@ async def test_a_malformed_body_is_an_error(sim: Simulator, org: Org, kind: Engi
     assert len(sim.requests) == 1
 
 
-@pytest.mark.parametrize("fault", [Drop(after_deltas=2), ErrorEvent(after_deltas=2)])
+@pytest.mark.parametrize(
+    "fault", [Drop(after_deltas=2), Cut(after_deltas=2), ErrorEvent(after_deltas=2)]
+)
 async def test_a_broken_stream_is_an_error_not_a_partial_reply(
-    sim: Simulator, org: Org, kind: EngineKind, fault: Drop | ErrorEvent
+    sim: Simulator, org: Org, kind: EngineKind, fault: Drop | Cut | ErrorEvent
 ) -> None:
     sim.script(fault)
     conversation = Conversation(org, "w0", "c0")
@@ -142,10 +154,13 @@ async def test_a_broken_stream_is_an_error_not_a_partial_reply(
     assert len(conversation.deltas[0]) == 2
     assert len(sim.requests) == 1
     assert error.retryable
-    if isinstance(fault, ErrorEvent):
-        assert "Overloaded" in str(error)
-    else:
-        assert "mid-response" in str(error)
+    match fault:
+        case ErrorEvent():
+            assert "Overloaded" in str(error)
+        case Cut():
+            assert "the stream ended before" in str(error)
+        case Drop():
+            assert "mid-response" in str(error)
 
 
 async def test_a_refused_connection_is_retried_then_reported(org: Org, kind: EngineKind) -> None:
