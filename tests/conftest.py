@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from harness import DaemonProcess, copy_org
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_ORG = REPO / "examples" / "org"
@@ -19,3 +21,17 @@ def anyio_backend() -> str:
 @pytest.fixture
 def example_org() -> Path:
     return EXAMPLE_ORG
+
+
+@pytest.fixture
+def org_dir(tmp_path: Path) -> Path:
+    """A private copy of examples/org that a test may edit."""
+    return copy_org(tmp_path / "org")
+
+
+@pytest.fixture
+def daemon(org_dir: Path, tmp_path: Path) -> Iterator[DaemonProcess]:
+    """A running daemon on a copy of the example org (echo engine)."""
+    process = DaemonProcess(org_dir, tmp_path / "state").start()
+    yield process
+    process.stop()

@@ -80,7 +80,7 @@ class RosterClient:
             {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}
         )
         async with self._lock:
-            await self._stream.send(line + b"\n")
+            await self._send(line + b"\n")
             while True:
                 reply = await self._read()
                 if reply.method is not None and reply.id is None:
@@ -97,8 +97,14 @@ class RosterClient:
     async def send_raw(self, data: bytes) -> Any:
         """Send raw bytes and return the next reply decoded (for protocol tests)."""
         async with self._lock:
-            await self._stream.send(data)
+            await self._send(data)
             return msgspec.json.decode(await self._line())
+
+    async def _send(self, data: bytes) -> None:
+        try:
+            await self._stream.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            raise RosterError("the daemon closed the connection") from None
 
     async def _read(self) -> _Reply:
         try:

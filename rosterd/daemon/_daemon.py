@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import MutableMapping
+from collections.abc import AsyncIterator, MutableMapping
 from pathlib import Path
 
 import anyio
@@ -87,31 +87,33 @@ async def _serve(
     listener = await _listener(inherited, path)
     stop_watching = anyio.Event()
     try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(server.serve, listener)
-            await tg.start(tasks.serve)
-            tg.start_soon(watcher.run, stop_watching)
-            tg.start_soon(sessions.run_reaper)
-            if watchdog_s is not None:
-                tg.start_soon(_watchdog, notifier, watchdog_s / 2)
-            where = f"fd {inherited[0].fileno()}" if inherited else str(path)
-            log.info("ready on %s (org %s, state %s)", where, org_dir, host.state)
-            await notifier.ready(status=f"serving on {where}")
-            await _wait_for_stop(watcher)
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            async with anyio.create_task_group() as tg:
+                await tg.start(server.serve, listener)
+                await tg.start(tasks.serve)
+                tg.start_soon(watcher.run, stop_watching)
+                tg.start_soon(sessions.run_reaper)
+                if watchdog_s is not None:
+                    tg.start_soon(_watchdog, notifier, watchdog_s / 2)
+                where = f"fd {inherited[0].fileno()}" if inherited else str(path)
+                log.info("ready on %s (org %s, state %s)", where, org_dir, host.state)
+                await notifier.ready(status=f"serving on {where}")
+                await _wait_for_stop(signals, watcher)
 
-            log.info(
-                "draining: %d connections, %d tasks running", server.connections, tasks.running
-            )
-            await notifier.stopping(status="draining in-flight turns")
-            await server.drain()
-            tasks.drain()
-            stop_watching.set()
-            with anyio.move_on_after(host.org.daemon.drain_s) as deadline:
-                await server.stopped.wait()
-                await tasks.stopped.wait()
-            if deadline.cancelled_caught:
-                log.warning("drain deadline passed; cancelling what is left")
-            tg.cancel_scope.cancel()
+                log.info(
+                    "draining: %d connections, %d tasks running", server.connections, tasks.running
+                )
+                await notifier.stopping(status="draining in-flight turns")
+                await server.drain()
+                tasks.drain()
+                stop_watching.set()
+                with anyio.move_on_after(host.org.daemon.drain_s) as deadline:
+                    tg.start_soon(_cancel_on_second_signal, signals, deadline)
+                    await server.stopped.wait()
+                    await tasks.stopped.wait()
+                if deadline.cancel_called:
+                    log.warning("drain cut short; cancelling what is left")
+                tg.cancel_scope.cancel()
     finally:
         if not inherited:
             path.unlink(missing_ok=True)
@@ -155,14 +157,21 @@ def _lock_state(state: Path) -> tuple[Path, int]:
     return state, fd
 
 
-async def _wait_for_stop(watcher: OrgWatcher) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async for signum in signals:
-            if signum == signal.SIGHUP:
-                log.info("SIGHUP: reloading the org")
-                await watcher.reload()
-                continue
-            log.info("%s received", signal.Signals(signum).name)
+async def _wait_for_stop(signals: AsyncIterator[int], watcher: OrgWatcher) -> None:
+    async for signum in signals:
+        if signum == signal.SIGHUP:
+            log.info("SIGHUP: reloading the org")
+            await watcher.reload()
+            continue
+        log.info("%s received", signal.Signals(signum).name)
+        return
+
+
+async def _cancel_on_second_signal(signals: AsyncIterator[int], drain: anyio.CancelScope) -> None:
+    async for signum in signals:
+        if signum != signal.SIGHUP:
+            log.warning("%s again: stopping without waiting", signal.Signals(signum).name)
+            drain.cancel()
             return
 
 

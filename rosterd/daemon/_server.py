@@ -168,6 +168,11 @@ class RpcServer:
                     connection.idle_scope = None
             if line is None:  # cancelled while idle: the daemon is draining
                 return
+            if len(line) > LINE_LIMIT:
+                # receive_until may overshoot its limit by up to one read.
+                error = ErrorObject(INVALID_REQUEST, f"line exceeds {LINE_LIMIT} bytes")
+                await connection.send(encode_error(None, error))
+                continue
             if line.strip():
                 await self._dispatch(connection, line)
 

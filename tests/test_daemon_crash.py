@@ -1,0 +1,104 @@
+"""kill -9 in the middle of a stream of turns loses no acknowledged turn."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import anyio
+import msgspec
+import pytest
+from harness import DaemonProcess
+
+from rosterd import RosterError
+
+
+def transcript(state: Path, session: str) -> list[dict[str, object]]:
+    path = state / "runs" / session / "transcript.jsonl"
+    return [msgspec.json.decode(line) for line in path.read_bytes().splitlines() if line]
+
+
+def tear_last_line(path: Path) -> None:
+    """Leave half a record at the end, as a crash in the middle of a write does."""
+    with open(path, "ab") as torn:
+        torn.write(b'{"turn": 999, "role": "user", "cont')
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("seed", [1, 2])
+async def test_kill_9_mid_stream_keeps_every_acknowledged_turn(
+    org_dir: Path, tmp_path: Path, seed: int
+) -> None:
+    state = tmp_path / "state"
+    process = DaemonProcess(org_dir, state).start()
+    acknowledged: list[tuple[int, str]] = []
+    async with await process.client() as client:
+        session = (await client.call("session.open", {"worker": "ada", "channel": "general"}))[
+            "session"
+        ]
+        kill_after = random.Random(seed).uniform(0.2, 0.8)
+
+        async def stream_turns() -> None:
+            n = 0
+            while True:
+                n += 1
+                text = f"turn text {n}"
+                try:
+                    result = await client.call("session.send", {"session": session, "text": text})
+                except (RosterError, OSError):  # the daemon died under us: expected
+                    return
+                acknowledged.append((result["turn"], text))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stream_turns)
+            await anyio.sleep(kill_after)
+            process.kill9()
+    assert acknowledged, "no turn was acknowledged before the kill"
+
+    entries = transcript(state, session)
+    for turn, text in acknowledged:
+        user = [e for e in entries if e["turn"] == turn and e["role"] == "user"]
+        reply = [e for e in entries if e["turn"] == turn and e["role"] == "assistant"]
+        assert len(user) == 1 and text in str(user[0]["content"])
+        assert len(reply) == 1 and text in str(reply[0]["content"])
+
+    tear_last_line(state / "runs" / session / "transcript.jsonl")
+    process = DaemonProcess(org_dir, state).start()
+    try:
+        async with await process.client() as client:
+            opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
+            assert opened["session"] == session
+            assert opened["turns"] >= len(acknowledged)
+            result = await client.call(
+                "session.send", {"session": session, "text": "after restart"}
+            )
+    finally:
+        process.stop()
+    assert result["turn"] == opened["turns"] + 1
+    assert "dropped a torn last line" in process.log()
+    assert all(e["turn"] != 999 for e in transcript(state, session))
+
+
+@pytest.mark.anyio
+async def test_a_second_daemon_on_the_same_state_is_refused(daemon: DaemonProcess) -> None:
+    second = DaemonProcess(daemon.org, daemon.state, socket_path=daemon.state.parent / "other.sock")
+    second.start(wait=False)
+    assert second.process is not None
+    assert second.process.wait(20) == 1
+    assert "another rosterd is using this state directory" in second.log()
+    async with await daemon.client() as client:
+        status = await client.call("daemon.status")
+    assert daemon.process is not None
+    assert status["pid"] == daemon.process.pid
+
+
+@pytest.mark.anyio
+async def test_bad_org_fails_start_with_one_clear_line(org_dir: Path, tmp_path: Path) -> None:
+    (org_dir / "org.toml").write_text("[workers.ada\n")
+    process = DaemonProcess(org_dir, tmp_path / "state")
+    process.start(wait=False)
+    assert process.process is not None
+    assert process.process.wait(20) == 1
+    log = process.log()
+    assert "invalid TOML" in log and "org.toml" in log
+    assert "Traceback" not in log

@@ -1,0 +1,78 @@
+"""systemd integration of the real daemon: sd_notify, watchdog, socket activation."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from harness import DaemonProcess
+
+
+def datagrams(sock: socket.socket, until: bytes, timeout: float = 20.0) -> list[bytes]:
+    received: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    sock.settimeout(0.2)
+    while time.monotonic() < deadline:
+        try:
+            data = sock.recv(4096)
+        except TimeoutError:
+            continue
+        received.append(data)
+        if until in data:
+            return received
+    raise AssertionError(f"no {until!r} within {timeout} s; got {received}")
+
+
+@pytest.mark.anyio
+async def test_ready_after_the_socket_is_bound_then_watchdog_and_stopping(
+    org_dir: Path, tmp_path: Path
+) -> None:
+    notify_path = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+        notify.bind(str(notify_path))
+        env = {"NOTIFY_SOCKET": str(notify_path), "WATCHDOG_USEC": "200000"}
+        process = DaemonProcess(org_dir, tmp_path / "state", env=env).start(wait=False)
+        ready = datagrams(notify, b"READY=1")
+        # READY=1 is sent only once the socket accepts connections.
+        with socket.socket(socket.AF_UNIX) as probe:
+            probe.connect(str(process.socket))
+        watchdog = datagrams(notify, b"WATCHDOG=1")
+        assert process.process is not None
+        process.process.send_signal(signal.SIGTERM)
+        stopping = datagrams(notify, b"STOPPING=1")
+        assert process.process.wait(30) == 0
+    assert ready[-1].startswith(b"READY=1")
+    assert watchdog[-1].strip() == b"WATCHDOG=1"
+    assert stopping[-1].startswith(b"STOPPING=1")
+
+
+@pytest.mark.anyio
+async def test_socket_activation_serves_on_the_inherited_socket(
+    org_dir: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "activated.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen()
+    process = DaemonProcess(org_dir, tmp_path / "state", socket_path=path)
+    inner = shlex.join(process.command())
+    fd = listener.fileno()
+    wrapper = f"exec 3<&{fd}; export LISTEN_PID=$$ LISTEN_FDS=1; exec {inner}"
+    process.command = lambda: ["bash", "-c", wrapper]  # type: ignore[method-assign]
+    process.start(wait=False, pass_fds=(fd,))
+    listener.close()
+    try:
+        process.wait_ready()
+        async with await process.client() as client:
+            status = await client.call("daemon.status")
+        assert "ready on fd 3" in process.log()
+        assert process.process is not None
+        assert status["pid"] == process.process.pid
+    finally:
+        assert process.stop() == 0
+    # The socket belongs to systemd: the daemon must not remove it.
+    assert path.exists()

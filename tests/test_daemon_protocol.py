@@ -1,0 +1,149 @@
+"""The socket protocol: bad input gets a JSON-RPC error, the connection lives on."""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+from harness import DaemonProcess
+
+from rosterd.client import RosterClient, RpcError
+
+
+async def raw(client: RosterClient, data: bytes) -> dict[str, Any]:
+    reply: dict[str, Any] = await client.send_raw(data)
+    return reply
+
+
+@pytest.mark.anyio
+async def test_socket_is_mode_0660(daemon: DaemonProcess) -> None:
+    assert stat.S_IMODE(os.stat(daemon.socket).st_mode) == 0o660
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("line", "code"),
+    [
+        (b"{not json", -32700),
+        (b'"just a string"', -32600),
+        (b'{"jsonrpc":"2.0","id":1}', -32600),
+        (b'{"jsonrpc":"1.0","id":1,"method":"daemon.status"}', -32600),
+        (b'{"jsonrpc":"2.0","id":1,"method":"no.such"}', -32601),
+        (b'{"jsonrpc":"2.0","id":1,"method":"session.open","params":{"worker":"ada"}}', -32602),
+        (
+            b'{"jsonrpc":"2.0","id":1,"method":"session.open","params":{"worker":1,"channel":"x"}}',
+            -32602,
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":1,"method":"session.open",'
+            b'"params":{"worker":"../etc","channel":"general"}}',
+            -32602,
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":1,"method":"session.open",'
+            b'"params":{"worker":"ada","channel":"general","extra":1}}',
+            -32602,
+        ),
+        (b"\xff\xfe not utf-8", -32700),
+    ],
+)
+async def test_bad_lines_get_errors_and_the_connection_keeps_working(
+    daemon: DaemonProcess, line: bytes, code: int
+) -> None:
+    async with await daemon.client() as client:
+        reply = await raw(client, line + b"\n")
+        assert reply["jsonrpc"] == "2.0"
+        assert reply["error"]["code"] == code
+        assert reply["error"]["message"]
+        status = await client.call("daemon.status")
+    assert status["sessions"] == 0
+
+
+@pytest.mark.anyio
+async def test_unknown_worker_and_channel_are_named(daemon: DaemonProcess) -> None:
+    async with await daemon.client() as client:
+        with pytest.raises(RpcError) as unknown_worker:
+            await client.call("session.open", {"worker": "bob", "channel": "general"})
+        with pytest.raises(RpcError) as unknown_channel:
+            await client.call("session.open", {"worker": "ada", "channel": "random"})
+        with pytest.raises(RpcError) as not_member:
+            await client.call("session.open", {"worker": "grace", "channel": "releases"})
+    assert unknown_worker.value.code == 1003
+    assert unknown_worker.value.data == {"kind": "worker", "name": "bob"}
+    assert unknown_channel.value.data == {"kind": "channel", "name": "random"}
+    assert "not a member of channel 'releases'" in str(not_member.value)
+
+
+@pytest.mark.anyio
+async def test_a_line_over_1_mib_is_refused_and_the_next_line_works(daemon: DaemonProcess) -> None:
+    async with await daemon.client() as client:
+        huge = b'{"jsonrpc":"2.0","id":1,"method":"daemon.status","params":{"x":"' + b"a" * (
+            1 << 20
+        )
+        reply = await raw(client, huge + b'"}}\n')
+        assert reply["error"]["code"] == -32600
+        assert "exceeds" in reply["error"]["message"]
+        status = await client.call("daemon.status")
+    assert status["pid"] > 0
+
+
+@pytest.mark.anyio
+async def test_notifications_get_no_reply_but_take_effect(daemon: DaemonProcess) -> None:
+    async with await daemon.client() as client:
+        note = {"jsonrpc": "2.0", "method": "memory.add", "params": {"worker": "ada", "text": "n1"}}
+        status_call = {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "memory.list",
+            "params": {"worker": "ada"},
+        }
+        reply = await raw(
+            client, msgspec.json.encode(note) + b"\n" + msgspec.json.encode(status_call) + b"\n"
+        )
+    assert reply["id"] == 7
+    assert [item["text"] for item in reply["result"]] == ["n1"]
+
+
+@pytest.mark.anyio
+async def test_one_bad_client_does_not_disturb_another(daemon: DaemonProcess) -> None:
+    async with await daemon.client() as good, await daemon.client() as bad:
+        session = (await good.call("session.open", {"worker": "ada", "channel": "general"}))[
+            "session"
+        ]
+        for junk in (b"][\n", b"\x00\x01\x02\n", b'{"jsonrpc":"2.0","id":[],"method":"x"}\n'):
+            assert "error" in await raw(bad, junk)
+        await bad.aclose()
+        result = await good.call("session.send", {"session": session, "text": "still fine"})
+    assert result["turn"] == 1
+
+
+@pytest.mark.anyio
+async def test_a_client_that_disconnects_mid_turn_does_not_lose_the_turn(
+    daemon: DaemonProcess,
+) -> None:
+    async with await daemon.client() as client:
+        session = (await client.call("session.open", {"worker": "ada", "channel": "general"}))[
+            "session"
+        ]
+    stream = await anyio.connect_unix(daemon.socket)
+    request = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "session.send",
+        "params": {"session": session, "text": "bye"},
+    }
+    await stream.send(msgspec.json.encode(request) + b"\n")
+    await stream.aclose()
+    async with await daemon.client() as client:
+        with anyio.fail_after(10):
+            while True:
+                opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
+                if opened["turns"] == 1:
+                    break
+                await anyio.sleep(0.05)
+        result = await client.call("session.send", {"session": session, "text": "next"})
+    assert result["turn"] == 2

@@ -1,0 +1,206 @@
+"""Warm sessions through the real daemon over its real socket."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+from harness import DaemonProcess
+
+from rosterd.client import RosterClient, RpcError
+
+
+def context_records(state: Path, run: str) -> list[dict[str, Any]]:
+    path = state / "runs" / run / "context.jsonl"
+    return [msgspec.json.decode(line) for line in path.read_bytes().splitlines()]
+
+
+def input_lines(record: dict[str, Any]) -> list[dict[str, Any]]:
+    lines = []
+    for block in record["blocks"]:
+        lines += [msgspec.json.decode(line) for line in block["content"].splitlines()]
+    return lines
+
+
+async def open_session(client: RosterClient, worker: str = "ada", channel: str = "general") -> str:
+    opened = await client.call("session.open", {"worker": worker, "channel": channel})
+    return str(opened["session"])
+
+
+@pytest.mark.anyio
+async def test_turns_stream_deltas_and_are_traced_before_the_reply(daemon: DaemonProcess) -> None:
+    async with await daemon.client() as client:
+        session = await open_session(client)
+        deltas: list[str] = []
+
+        async def on_note(method: str, params: Any) -> None:
+            assert method == "turn.delta"
+            assert params["run"] == session
+            deltas.append(params["text"])
+
+        result = await client.call("session.send", {"session": session, "text": "hi ada"}, on_note)
+    assert "".join(deltas) == result["text"]
+    assert "You said: hi ada" in result["text"]
+    records = context_records(daemon.state, session)
+    assert [r["kind"] for r in records] == ["system", "turn"]
+    assert records[1]["status"] == "ok"
+    assert records[1]["system_sha256"] == records[0]["system_sha256"]
+
+
+@pytest.mark.anyio
+async def test_two_frontends_share_one_session(daemon: DaemonProcess) -> None:
+    async with await daemon.client() as first, await daemon.client() as second:
+        one = await open_session(first)
+        two = await open_session(second)
+        assert one == two
+        await first.call("session.send", {"session": one, "text": "from the first"})
+        result = await second.call("session.send", {"session": one, "text": "from the second"})
+    assert result["turn"] == 2
+
+
+@pytest.mark.anyio
+async def test_memory_added_after_turn_3_appears_in_turn_4_only(daemon: DaemonProcess) -> None:
+    async with await daemon.client() as client:
+        session = await open_session(client)
+        for n in range(1, 4):
+            await client.call("session.send", {"session": session, "text": f"turn {n}"})
+        await client.call(
+            "memory.add", {"worker": "ada", "text": "the deploy key rotates on Fridays"}
+        )
+        await client.call("session.send", {"session": session, "text": "turn 4"})
+    turns = [r for r in context_records(daemon.state, session) if r["kind"] == "turn"]
+    memory = [[line for line in input_lines(r) if line["block"] == "memory"] for r in turns]
+    assert memory[:3] == [[], [], []]
+    assert [m["text"] for m in memory[3]] == ["the deploy key rotates on Fridays"]
+
+
+@pytest.mark.anyio
+async def test_gate_filed_between_turns_is_in_the_next_briefing(daemon: DaemonProcess) -> None:
+    async with await daemon.client() as client:
+        session = await open_session(client)
+        await client.call("session.send", {"session": session, "text": "before"})
+        gate = await client.call(
+            "gate.file", {"worker": "ada", "channel": "general", "summary": "ship 1.4 today?"}
+        )
+        await client.call("session.send", {"session": session, "text": "after filing"})
+        await client.call("gate.resolve", {"gate": gate["id"], "outcome": "approved"})
+        await client.call("session.send", {"session": session, "text": "after resolving"})
+    turns = [r for r in context_records(daemon.state, session) if r["kind"] == "turn"]
+    briefings = [[x for x in input_lines(r) if x["block"] == "briefing"] for r in turns]
+    assert briefings[0] == []
+    assert briefings[1] == [
+        {"block": "briefing", "kind": "gate", "gate": gate["id"], "summary": "ship 1.4 today?"}
+    ]
+    assert briefings[2] == []
+
+
+@pytest.mark.anyio
+async def test_identity_edit_applies_to_the_next_session_only(
+    daemon: DaemonProcess, org_dir: Path
+) -> None:
+    identity = org_dir / "workers" / "ada" / "identity.md"
+    async with await daemon.client() as client:
+        session = await open_session(client)
+        await client.call("session.send", {"session": session, "text": "one"})
+        identity.write_text(identity.read_text() + "\nNew rule: answer in haiku.\n")
+        again = await open_session(client)
+        assert again == session
+        await client.call("session.send", {"session": session, "text": "two"})
+        records = context_records(daemon.state, session)
+        assert {r["system_sha256"] for r in records} == {records[0]["system_sha256"]}
+        await client.call("session.close", {"session": session})
+        fresh = await open_session(client)
+        assert fresh != session
+    system = context_records(daemon.state, fresh)[0]
+    identity_block = next(b for b in system["blocks"] if b["block"] == "identity")
+    assert "answer in haiku" in identity_block["content"]
+    assert system["system_sha256"] != records[0]["system_sha256"]
+
+
+@pytest.mark.anyio
+async def test_oversized_identity_fails_open_with_1001_and_a_failed_trace(
+    org_dir: Path, tmp_path: Path
+) -> None:
+    (org_dir / "workers" / "ada" / "identity.md").write_text("x" * 12001)
+    process = DaemonProcess(org_dir, tmp_path / "state").start()
+    try:
+        async with await process.client() as client:
+            with pytest.raises(RpcError) as failure:
+                await open_session(client)
+    finally:
+        process.stop()
+    error = failure.value
+    assert error.code == 1001
+    assert error.data["block"] == "identity"
+    assert error.data["size"] > 12000
+    assert error.data["limit"] == 12000
+    assert "identity" in str(error)
+    (record,) = context_records(process.state, error.data["run"])
+    assert record["status"] == "failed"
+    assert record["error"]["block"] == "identity"
+    transcript = process.state / "runs" / error.data["run"] / "transcript.jsonl"
+    assert not transcript.exists() or transcript.read_bytes() == b""
+
+
+@pytest.mark.anyio
+async def test_oversized_message_fails_the_turn_and_loses_nothing(daemon: DaemonProcess) -> None:
+    async with await daemon.client() as client:
+        session = await open_session(client)
+        await client.call("session.send", {"session": session, "text": "fine"})
+        with pytest.raises(RpcError) as failure:
+            await client.call("session.send", {"session": session, "text": "x" * 24001})
+        assert failure.value.code == 1001
+        assert failure.value.data["block"] == "message"
+        result = await client.call("session.send", {"session": session, "text": "still here"})
+    assert result["turn"] == 2
+    kinds = [(r["kind"], r["status"]) for r in context_records(daemon.state, session)]
+    assert kinds == [("system", "ok"), ("turn", "ok"), ("turn", "failed"), ("turn", "ok")]
+
+
+@pytest.mark.anyio
+async def test_restart_resumes_the_same_session_with_the_same_bytes(
+    org_dir: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    process = DaemonProcess(org_dir, state).start()
+    async with await process.client() as client:
+        session = await open_session(client)
+        await client.call("session.send", {"session": session, "text": "remember me"})
+    system_before = (state / "runs" / session / "system.json").read_bytes()
+    assert process.stop() == 0
+    process = DaemonProcess(org_dir, state).start()
+    try:
+        async with await process.client() as client:
+            opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
+            assert opened["session"] == session
+            assert opened["turns"] == 1
+            result = await client.call("session.send", {"session": session, "text": "again"})
+    finally:
+        process.stop()
+    assert result["turn"] == 2
+    assert "transcript 3 messages" in result["text"]
+    assert (state / "runs" / session / "system.json").read_bytes() == system_before
+
+
+@pytest.mark.anyio
+async def test_idle_sessions_expire(org_dir: Path, tmp_path: Path) -> None:
+    toml = org_dir / "org.toml"
+    toml.write_text(toml.read_text().replace("session_idle_s = 900", "session_idle_s = 0.3"))
+    process = DaemonProcess(org_dir, tmp_path / "state").start()
+    try:
+        async with await process.client() as client:
+            session = await open_session(client)
+            await client.call("session.send", {"session": session, "text": "hello"})
+            await anyio.sleep(0.6)
+            with pytest.raises(RpcError) as failure:
+                await client.call("session.send", {"session": session, "text": "too late"})
+            assert failure.value.code == 1004
+            fresh = await open_session(client)
+    finally:
+        process.stop()
+    assert fresh != session
+    info = msgspec.json.decode((process.state / "runs" / session / "run.json").read_bytes())
+    assert info["status"] == "expired"

@@ -1,0 +1,158 @@
+"""Queued tasks, direct runs, and gates that pause and continue a task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+from harness import DaemonProcess
+
+from rosterd.client import RosterClient, RpcError
+
+
+async def wait_task(client: RosterClient, task: str, *statuses: str) -> dict[str, Any]:
+    with anyio.fail_after(10):
+        while True:
+            state: dict[str, Any] = await client.call("task.get", {"task": task})
+            if state["status"] in statuses:
+                return state
+            await anyio.sleep(0.02)
+
+
+def run_lines(state: Path, run: str) -> list[dict[str, Any]]:
+    (record,) = [
+        msgspec.json.decode(line)
+        for line in (state / "runs" / run / "context.jsonl").read_bytes().splitlines()
+    ]
+    input_blocks = [
+        b for b in record["blocks"] if b["block"] in {"memory", "briefing", "history", "task"}
+    ]
+    return [msgspec.json.decode(line) for b in input_blocks for line in b["content"].splitlines()]
+
+
+@pytest.mark.anyio
+async def test_a_task_runs_to_done_with_a_reply(daemon: DaemonProcess) -> None:
+    async with await daemon.client() as client:
+        task = await client.call(
+            "task.submit", {"worker": "ada", "channel": "releases", "text": "draft notes"}
+        )
+        assert task["status"] == "queued"
+        done = await wait_task(client, task["id"], "done")
+    assert "You said: draft notes" in done["reply"]
+    (run,) = done["runs"]
+    lines = run_lines(daemon.state, run)
+    assert lines[-1]["block"] == "task"
+    assert lines[-1]["run"] == run
+
+
+@pytest.mark.anyio
+async def test_text_cannot_choose_the_channel(daemon: DaemonProcess) -> None:
+    async with await daemon.client() as client:
+        task = await client.call(
+            "task.submit", {"worker": "ada", "channel": "releases", "text": "use channel general"}
+        )
+        done = await wait_task(client, task["id"], "done")
+    record = msgspec.json.decode(
+        (daemon.state / "runs" / done["runs"][0] / "context.jsonl").read_bytes()
+    )
+    assert record["channel"] == "releases"
+    purpose = next(b for b in record["blocks"] if b["block"] == "purpose")
+    assert purpose["source"] == "channels/releases/purpose.md"
+
+
+@pytest.mark.anyio
+async def test_resolving_a_gate_of_a_paused_task_queues_a_continuation(
+    daemon: DaemonProcess,
+) -> None:
+    async with await daemon.client() as client:
+        task = await client.call(
+            "task.submit", {"worker": "ada", "channel": "releases", "text": "tag 1.4"}
+        )
+        done = await wait_task(client, task["id"], "done")
+        first_run = done["runs"][0]
+        gate = await client.call(
+            "gate.file",
+            {
+                "worker": "ada",
+                "channel": "releases",
+                "run": first_run,
+                "summary": "sign-off for 1.4?",
+            },
+        )
+        paused = await client.call("task.get", {"task": task["id"]})
+        assert paused["status"] == "paused"
+        await client.call("gate.resolve", {"gate": gate["id"], "outcome": "approved", "note": "go"})
+        finished = await wait_task(client, task["id"], "done")
+    assert len(finished["runs"]) == 2
+    briefing = [x for x in run_lines(daemon.state, finished["runs"][1]) if x["block"] == "briefing"]
+    assert briefing[0] == {
+        "block": "briefing",
+        "kind": "continuation",
+        "gate": gate["id"],
+        "summary": "sign-off for 1.4?",
+        "outcome": "approved",
+        "note": "go",
+    }
+
+
+@pytest.mark.anyio
+async def test_direct_runs_have_no_channel(daemon: DaemonProcess) -> None:
+    async with await daemon.client() as client:
+        deltas: list[str] = []
+
+        async def on_note(method: str, params: Any) -> None:
+            deltas.append(params["text"])
+
+        result = await client.call("run.direct", {"worker": "grace", "text": "status?"}, on_note)
+    assert "".join(deltas) == result["text"]
+    record = msgspec.json.decode(
+        (daemon.state / "runs" / result["run"] / "context.jsonl").read_bytes()
+    )
+    assert record["surface"] == "direct"
+    assert record["channel"] is None
+    assert next(b for b in record["blocks"] if b["block"] == "purpose")["status"] == "absent"
+
+
+@pytest.mark.anyio
+async def test_gate_and_memory_refuse_unknown_scopes(daemon: DaemonProcess) -> None:
+    async with await daemon.client() as client:
+        with pytest.raises(RpcError) as gate:
+            await client.call("gate.file", {"worker": "ada", "channel": "nope", "summary": "?"})
+        with pytest.raises(RpcError) as resolve:
+            await client.call("gate.resolve", {"gate": "g-99", "outcome": "no"})
+        with pytest.raises(RpcError) as memory:
+            await client.call("memory.add", {"worker": "zed", "text": "x"})
+        with pytest.raises(RpcError) as task:
+            await client.call("task.get", {"task": "task-42"})
+    assert gate.value.data == {"kind": "channel", "name": "nope"}
+    assert resolve.value.data == {"kind": "gate", "name": "g-99"}
+    assert memory.value.data == {"kind": "worker", "name": "zed"}
+    assert task.value.code == 1003
+
+
+@pytest.mark.anyio
+async def test_queued_tasks_survive_a_restart(org_dir: Path, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    task = {
+        "id": "task-1",
+        "worker": "ada",
+        "channel": "general",
+        "text": "left over",
+        "submitted_at": 1.0,
+        "status": "running",
+    }
+    (state / "tasks.jsonl").write_bytes(msgspec.json.encode(task) + b"\n" + b'{"id":"task-2","wor')
+    process = DaemonProcess(org_dir, state).start()
+    try:
+        async with await process.client() as client:
+            done = await wait_task(client, "task-1", "done")
+            listed = await client.call("task.list")
+    finally:
+        process.stop()
+    assert "You said: left over" in done["reply"]
+    assert [t["id"] for t in listed] == ["task-1"]
+    assert "dropped a torn last line" in process.log()
