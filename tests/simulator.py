@@ -52,6 +52,7 @@ __all__ = (
     "Cut",
     "Drop",
     "ErrorEvent",
+    "Hangup",
     "Malformed",
     "Recorded",
     "Reply",
@@ -97,6 +98,10 @@ class Stall(msgspec.Struct, frozen=True):
     seconds: float = 3600.0
 
 
+class Hangup(msgspec.Struct, frozen=True):
+    """Close the connection without answering, as a server dropping idle ones does."""
+
+
 class Malformed(msgspec.Struct, frozen=True):
     """A 200 event stream whose first event's data is not JSON."""
 
@@ -126,7 +131,7 @@ class Reply(msgspec.Struct, frozen=True):
     text: str
 
 
-Action = Status | Stall | Malformed | Drop | Cut | ErrorEvent | Reply
+Action = Status | Stall | Hangup | Malformed | Drop | Cut | ErrorEvent | Reply
 
 
 class Recorded(msgspec.Struct, frozen=True):
@@ -327,6 +332,8 @@ class Simulator:
                 return True
             case Stall(seconds=seconds):
                 await anyio.sleep(seconds)
+                return False
+            case Hangup():
                 return False
         try:
             self._authorize(api, headers)

@@ -12,6 +12,7 @@ from simulator import (
     Cut,
     Drop,
     ErrorEvent,
+    Hangup,
     Malformed,
     Simulator,
     Stall,
@@ -86,6 +87,17 @@ async def test_a_429_then_success_is_retried(sim: Simulator, org: Org, kind: Eng
     assert sim.requests[0].body == sim.requests[1].body
     # The failed attempt streamed nothing, so the reply was streamed once.
     assert "".join(conversation.deltas[0]) == reply.text
+
+
+async def test_a_hangup_before_any_response_is_retried(
+    sim: Simulator, org: Org, kind: EngineKind
+) -> None:
+    sim.script(Hangup())
+    engine = make_engine(kind, url(sim, kind))
+    reply = await Conversation(org, "w0", "c0").say(engine, "hello")
+    await engine.aclose()
+    assert reply.text
+    assert len(sim.requests) == 2
 
 
 async def test_retry_after_overrides_a_long_backoff(

@@ -155,8 +155,10 @@ class ProviderHttp:
             await anyio.sleep(delay)
 
     async def _attempt(self, path: str, body: bytes, on_event: EventSink) -> _Retry | None:
+        answered = False
         try:
             async with self._client.stream("POST", path, content=body) as response:
+                answered = True
                 if response.status_code >= 400:
                     await response.aread()
                     status = response.status_code
@@ -182,6 +184,10 @@ class ProviderHttp:
                 retryable=True,
             ) from None
         except httpx.HTTPError as exc:
+            if not answered:
+                # E.g. a pooled connection the server had closed: nothing was
+                # received, so sending again cannot duplicate anything.
+                return _Retry(f"connection closed before a response ({exc})", None, None)
             raise self.error(
                 f"connection failed mid-response ({type(exc).__name__}: {exc})", retryable=True
             ) from None
