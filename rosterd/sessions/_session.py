@@ -109,9 +109,9 @@ class Session:
                 raise
             self._turns = turn
             self.last_activity = host.clock()
-            await host.stores.channels.post(self.channel, sender, text, meta.now)
-            await host.stores.channels.post(
-                self.channel, self.worker, outcome.reply.text, self.last_activity
+            await host.stores.channels.post_many(
+                self.channel,
+                [(sender, text, meta.now), (self.worker, outcome.reply.text, self.last_activity)],
             )
             return outcome
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 
 from .._ids import check_id
@@ -33,12 +34,22 @@ class ChannelStore:
         return f"ChannelStore({str(self._root)!r}, {len(self._channels)} open)"
 
     async def post(self, channel: str, sender: str, text: str, at: float) -> ChannelMessage:
-        state = await self._open(channel)
-        message = ChannelMessage(seq=state.next_seq, sender=sender, text=text, at=at)
-        await state.log.append(message)
-        state.next_seq += 1
-        state.recent.append(message)
+        (message,) = await self.post_many(channel, [(sender, text, at)])
         return message
+
+    async def post_many(
+        self, channel: str, posts: Sequence[tuple[str, str, float]]
+    ) -> list[ChannelMessage]:
+        """Append (sender, text, at) messages in order, with one fsync."""
+        state = await self._open(channel)
+        messages = [
+            ChannelMessage(seq=state.next_seq + n, sender=sender, text=text, at=at)
+            for n, (sender, text, at) in enumerate(posts)
+        ]
+        await state.log.extend(messages)
+        state.next_seq += len(messages)
+        state.recent.extend(messages)
+        return messages
 
     async def recent(self, channel: str, limit: int) -> tuple[ChannelMessage, ...]:
         """The newest *limit* messages, oldest first: a history snapshot."""

@@ -1,0 +1,133 @@
+"""Daemon load benchmark: a real daemon, real socket, echo engine.
+
+Prints, measured side by side in one run:
+- turns per second and p50/p99 per-turn latency at 1, 10 and 200 concurrent
+  sessions (with the echo engine the latency is the daemon's own overhead:
+  compile, trace fsync, transcript fsync, socket round trip);
+- p50 latency early and late in one long session (should be about equal:
+  per-turn cost does not grow with the transcript);
+- resident memory per warm session.
+
+Usage: python bench/load.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+from rosterd.client import RosterClient
+
+CHANNELS = 200
+
+
+def write_org(root: Path) -> None:
+    (root / "workers" / "ada").mkdir(parents=True)
+    (root / "workers" / "ada" / "identity.md").write_text("You are Ada.\n" * 200)
+    lines = ['[engine]\nkind = "echo"\n', "[workers.ada]\n"]
+    for n in range(CHANNELS):
+        lines.append(f'[channels.c{n}]\nworkers = ["ada"]\n')
+        (root / "channels" / f"c{n}").mkdir(parents=True)
+        (root / "channels" / f"c{n}" / "purpose.md").write_text(f"Channel {n}.\n" * 20)
+    (root / "org.toml").write_text("\n".join(lines))
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+async def wait_socket(path: Path) -> None:
+    with anyio.fail_after(20):
+        while True:
+            try:
+                client = await RosterClient.connect(path)
+            except Exception:
+                await anyio.sleep(0.05)
+                continue
+            await client.aclose()
+            return
+
+
+async def session_turns(socket: Path, channel: str, turns: int, latencies: list[float]) -> None:
+    async with await RosterClient.connect(socket) as client:
+        opened = await client.call("session.open", {"worker": "ada", "channel": channel})
+        for n in range(turns):
+            start = time.perf_counter()
+            await client.call("session.send", {"session": opened["session"], "text": f"turn {n}"})
+            latencies.append(time.perf_counter() - start)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def run(quick: bool) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_org(root / "org")
+        socket = root / "rosterd.sock"
+        daemon = await anyio.open_process(
+            [sys.executable, "-m", "rosterd.cli", "serve", "--org", str(root / "org"),
+             "--state", str(root / "state"), "--socket", str(socket), "--log-level", "WARNING"],
+            stdout=None, stderr=None,
+        )  # fmt: skip
+        try:
+            await wait_socket(socket)
+            base_rss = rss_kib(daemon.pid)
+            print(f"{'sessions':>8} {'turns':>6} {'turns/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
+            used = 0
+            for concurrency, turns in ((1, 20), (10, 10), (200, 3 if quick else 5)):
+                latencies: list[float] = []
+                start = time.perf_counter()
+                async with anyio.create_task_group() as tg:
+                    for n in range(concurrency):
+                        channel = f"c{(used + n) % CHANNELS}"
+                        tg.start_soon(session_turns, socket, channel, turns, latencies)
+                wall = time.perf_counter() - start
+                used += concurrency
+                p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
+                print(
+                    f"{concurrency:>8} {len(latencies):>6} {len(latencies) / wall:>9.1f} "
+                    f"{p50 * 1000:>8.2f} {p99 * 1000:>8.2f}"
+                )
+            async with await RosterClient.connect(socket) as client:
+                status = await client.call("daemon.status")
+            warm = status["sessions"]
+            per_session = (rss_kib(daemon.pid) - base_rss) / max(warm, 1)
+            print(f"resident memory: {per_session:.1f} KiB per warm session ({warm} warm)")
+
+            long_turns = 100 if quick else 400
+            latencies = []
+            await session_turns(socket, f"c{CHANNELS - 1}", long_turns, latencies)
+            early = statistics.median(latencies[5:25])
+            late = statistics.median(latencies[-20:])
+            print(
+                f"one session, {long_turns} turns: p50 early {early * 1000:.2f} ms, "
+                f"late {late * 1000:.2f} ms, late/early ratio {late / early:.2f} (aim: about 1)"
+            )
+        finally:
+            daemon.terminate()
+            await daemon.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="fewer turns, for CI smoke runs")
+    args = parser.parse_args()
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    anyio.run(run, args.quick)
+
+
+if __name__ == "__main__":
+    main()
