@@ -96,11 +96,11 @@ class DaemonProcess:
         return await RosterClient.connect(self.socket)
 
 
-def make_org(root: Path, channels: int, *, extra_toml: str = "") -> Path:
+def make_org(root: Path, channels: int, *, engine: str = 'kind = "echo"') -> Path:
     """An org with one worker, ``ada``, member of channels c0 .. c<n-1>."""
     (root / "workers" / "ada").mkdir(parents=True)
     (root / "workers" / "ada" / "identity.md").write_text("You are Ada, a careful engineer.\n")
-    lines = [extra_toml, '[engine]\nkind = "echo"\n', "[workers.ada]\n"]
+    lines = [f"[engine]\n{engine}\n", "[workers.ada]\n"]
     for n in range(channels):
         lines.append(f'[channels.c{n}]\nworkers = ["ada"]\n')
         (root / "channels" / f"c{n}").mkdir(parents=True)

@@ -50,6 +50,7 @@ from rosterd.org import Org, Surface, load_org
 __all__ = (
     "Conversation",
     "Cut",
+    "Delay",
     "Drop",
     "ErrorEvent",
     "Hangup",
@@ -100,6 +101,12 @@ class Stall(msgspec.Struct, frozen=True):
 
 class Hangup(msgspec.Struct, frozen=True):
     """Close the connection without answering, as a server dropping idle ones does."""
+
+
+class Delay(msgspec.Struct, frozen=True):
+    """Wait *seconds*, then answer normally: a slow but healthy provider."""
+
+    seconds: float
 
 
 class Malformed(msgspec.Struct, frozen=True):
@@ -333,6 +340,8 @@ class Simulator:
             case Stall(seconds=seconds):
                 await anyio.sleep(seconds)
                 return False
+            case Delay(seconds=seconds):
+                await anyio.sleep(seconds)
             case Hangup():
                 return False
         try:

@@ -6,7 +6,17 @@ import importlib
 
 import pytest
 
-MODULES = ["rosterd", "rosterd.org", "rosterd.compiler"]
+MODULES = [
+    "rosterd",
+    "rosterd.org",
+    "rosterd.stores",
+    "rosterd.compiler",
+    "rosterd.engines",
+    "rosterd.sessions",
+    "rosterd.daemon",
+    "rosterd.client",
+    "rosterd.cli",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

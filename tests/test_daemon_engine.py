@@ -1,0 +1,171 @@
+"""The daemon against a real HTTP provider (the loopback simulator)."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import msgspec
+import pytest
+from harness import DaemonProcess, make_org
+from simulator import Delay, Simulator, Status
+
+from rosterd import RosterError
+from rosterd.client import RpcError
+
+
+def use_openai(org_dir: Path, simulator: Simulator) -> None:
+    toml = org_dir / "org.toml"
+    engine = (
+        f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"\nmax_retries = 1'
+    )
+    toml.write_text(toml.read_text().replace('kind = "echo"', engine))
+
+
+def chat_messages(body: bytes) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = msgspec.json.decode(body)["messages"]
+    return messages
+
+
+@pytest.fixture
+async def simulator() -> AsyncIterator[Simulator]:
+    async with Simulator() as simulator:
+        yield simulator
+
+
+@pytest.mark.anyio
+async def test_every_request_extends_the_previous_one_byte_for_byte(
+    org_dir: Path, tmp_path: Path, simulator: Simulator
+) -> None:
+    use_openai(org_dir, simulator)
+    process = DaemonProcess(org_dir, tmp_path / "state").start()
+    try:
+        async with await process.client() as client:
+            # History is snapshotted when the session wakes, so post first.
+            await client.call(
+                "channel.post", {"channel": "general", "from": "bo", "text": "hi all"}
+            )
+            opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
+            replies = []
+            for n in range(20):
+                if n == 5:
+                    await client.call(
+                        "memory.add", {"worker": "ada", "text": "prefers short answers"}
+                    )
+                result = await client.call(
+                    "session.send", {"session": opened["session"], "text": f"question {n}"}
+                )
+                replies.append(result["text"])
+    finally:
+        process.stop()
+    bodies = simulator.bodies()
+    assert len(bodies) == 20
+    requests = [chat_messages(body) for body in bodies]
+    system = requests[0][0]
+    assert system["role"] == "system"
+    for n in range(1, 20):
+        previous, current = requests[n - 1], requests[n]
+        assert current[: len(previous)] == previous
+        assert current[len(previous)] == {"role": "assistant", "content": replies[n - 1]}
+        assert current[len(previous) + 1]["role"] == "user"
+        assert len(current) == len(previous) + 2
+    keys = {msgspec.json.decode(body)["prompt_cache_key"] for body in bodies}
+    assert keys == {opened["route_key"]}
+    first_turn = requests[0][1]["content"]
+    assert '{"block":"history","from":"bo","text":"hi all"}' in first_turn
+    assert all('"block":"history"' not in r[-1]["content"] for r in requests[1:])
+    assert '"prefers short answers"' in requests[5][-1]["content"]
+    assert '"prefers short answers"' not in requests[4][-1]["content"]
+
+
+@pytest.mark.anyio
+async def test_oversized_identity_never_reaches_the_engine(
+    org_dir: Path, tmp_path: Path, simulator: Simulator
+) -> None:
+    use_openai(org_dir, simulator)
+    (org_dir / "workers" / "ada" / "identity.md").write_text("y" * 20000)
+    process = DaemonProcess(org_dir, tmp_path / "state").start()
+    try:
+        async with await process.client() as client:
+            with pytest.raises(RpcError) as failure:
+                await client.call("session.open", {"worker": "ada", "channel": "general"})
+            with pytest.raises(RpcError) as task_failure:
+                await client.call("run.direct", {"worker": "ada", "text": "anything"})
+    finally:
+        process.stop()
+    assert failure.value.code == task_failure.value.code == 1001
+    assert simulator.requests == []
+
+
+@pytest.mark.anyio
+async def test_a_provider_500_is_a_clear_error_and_the_user_turn_is_kept(
+    org_dir: Path, tmp_path: Path, simulator: Simulator
+) -> None:
+    use_openai(org_dir, simulator)
+    process = DaemonProcess(org_dir, tmp_path / "state").start()
+    try:
+        async with await process.client() as client:
+            opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
+            session = opened["session"]
+            await client.call("session.send", {"session": session, "text": "one"})
+            simulator.script(Status(500, "upstream exploded"), Status(500, "upstream exploded"))
+            with pytest.raises(RpcError) as failure:
+                await client.call("session.send", {"session": session, "text": "two"})
+            result = await client.call("session.send", {"session": session, "text": "three"})
+    finally:
+        process.stop()
+    assert failure.value.code == 1002
+    assert failure.value.data["provider"] == "openai"
+    assert failure.value.data["status"] == 500
+    assert "upstream exploded" in str(failure.value)
+    assert result["turn"] == 3
+    last = chat_messages(simulator.bodies()[-1])
+    users = [m["content"] for m in last if m["role"] == "user"]
+    assert ['"text":"two"' in u for u in users] == [False, True, False]
+    transcript = (process.state / "runs" / session / "transcript.jsonl").read_bytes().splitlines()
+    roles = [msgspec.json.decode(line)["role"] for line in transcript]
+    assert roles == ["user", "assistant", "user", "error", "user", "assistant"]
+
+
+@pytest.mark.anyio
+async def test_sigterm_drains_in_flight_turns(tmp_path: Path, simulator: Simulator) -> None:
+    engine = f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"'
+    org = make_org(tmp_path / "org", channels=5, engine=engine)
+    process = DaemonProcess(org, tmp_path / "state").start()
+    simulator.script(*[Delay(1.0)] * 5)
+    results: dict[int, dict[str, Any]] = {}
+
+    async def one_turn(n: int) -> None:
+        async with await process.client() as client:
+            opened = await client.call("session.open", {"worker": "ada", "channel": f"c{n}"})
+            results[n] = await client.call(
+                "session.send", {"session": opened["session"], "text": f"in flight {n}"}
+            )
+
+    async with anyio.create_task_group() as tg:
+        for n in range(5):
+            tg.start_soon(one_turn, n)
+        with anyio.fail_after(10):
+            while len(simulator.requests) < 5:  # noqa: ASYNC110 - polled, no event to wait on
+                await anyio.sleep(0.01)
+        assert process.process is not None
+        process.process.send_signal(signal.SIGTERM)
+        await anyio.sleep(0.2)
+        with pytest.raises(RosterError):
+            async with await process.client() as late:
+                await late.call("daemon.status")
+    assert await anyio.to_thread.run_sync(process.process.wait, 30) == 0
+    assert sorted(results) == [0, 1, 2, 3, 4]
+    assert all(r["turn"] == 1 for r in results.values())
+    for run in (r["run"] for r in results.values()):
+        roles = [
+            msgspec.json.decode(line)["role"]
+            for line in (process.state / "runs" / run / "transcript.jsonl")
+            .read_bytes()
+            .splitlines()
+        ]
+        assert roles == ["user", "assistant"]
