@@ -35,6 +35,8 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/compile.py
+	$(BIN)/python bench/cache.py
+	$(BIN)/python bench/load.py
 
 clean:
 	rm -rf $(VENV) $(STATE) build *.egg-info
