@@ -1,4 +1,10 @@
-"""``roster chat``: an interactive frontend with streamed replies."""
+"""``roster chat``: an interactive frontend with streamed replies.
+
+Replies stream to stdout; the prompt, the session line and the one-line
+compile summary of each turn go to stderr, so stdout holds only what the
+worker said. A failed turn (over budget, engine down) is reported and the
+chat goes on.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +17,10 @@ import anyio.to_thread
 
 from .._errors import RosterError
 from ..client import RosterClient, RpcError
+from ._output import convert
+from ._views import DeltaView, OpenedView, TurnView, summary_line
 
-__all__ = ("chat", "connect_waiting")
+__all__ = ("chat", "connect_waiting", "describe_rpc_error", "stream_deltas")
 
 
 async def connect_waiting(path: Path, wait_s: float) -> RosterClient:
@@ -26,31 +34,32 @@ async def connect_waiting(path: Path, wait_s: float) -> RosterClient:
     return await RosterClient.connect(path)
 
 
-def _summary(result: Any) -> str:
-    parts = [
-        f"{b['block']} {b['chars']}" + (f" (-{b['omitted']})" if b["omitted"] else "")
-        for b in result["blocks"]
-        if b["status"] != "absent"
-    ]
-    budget = f"{result['used']}/{result['total']} chars"
-    return f"[{result['run']} turn {result['turn']}: {' · '.join(parts)} · {budget}]"
+async def stream_deltas(method: str, params: Any) -> None:
+    """Write each ``turn.delta`` to stdout as it arrives."""
+    if method == "turn.delta":
+        delta = convert(params, DeltaView, "turn.delta notification")
+        sys.stdout.write(delta.text)
+        sys.stdout.flush()
+
+
+def describe_rpc_error(exc: RpcError) -> str:
+    """The daemon's message, plus where to look when a compilation failed."""
+    data = exc.data if isinstance(exc.data, dict) else {}
+    run = data.get("run")
+    if exc.code == 1001 and isinstance(run, str):
+        return f"{exc} (run {run}; see 'roster server runs show {run}')"
+    return str(exc)
 
 
 async def chat(path: Path, worker: str, channel: str, sender: str, wait_s: float) -> int:
     async with await connect_waiting(path, wait_s) as client:
-        opened = await client.call("session.open", {"worker": worker, "channel": channel})
-        session = opened["session"]
-        resumed = f", resumed at turn {opened['turns']}" if opened["turns"] else ""
+        reply = await client.call("session.open", {"worker": worker, "channel": channel})
+        opened = convert(reply, OpenedView, "session.open reply")
+        resumed = f", resumed after turn {opened.turns}" if opened.turns else ""
         print(
-            f"session {session} with {worker} in #{channel}{resumed}. Ctrl-D to leave.",
+            f"session {opened.session} with {worker} in #{channel}{resumed}. Ctrl-D to leave.",
             file=sys.stderr,
         )
-
-        async def on_delta(method: str, params: Any) -> None:
-            if method == "turn.delta":
-                sys.stdout.write(params["text"])
-                sys.stdout.flush()
-
         while True:
             sys.stderr.write(f"{sender}> ")
             sys.stderr.flush()
@@ -61,12 +70,12 @@ async def chat(path: Path, worker: str, channel: str, sender: str, wait_s: float
             text = line.rstrip("\n")
             if not text.strip():
                 continue
+            params = {"session": opened.session, "text": text, "from": sender}
             try:
-                result = await client.call(
-                    "session.send", {"session": session, "text": text, "from": sender}, on_delta
-                )
+                result = await client.call("session.send", params, stream_deltas)
             except RpcError as exc:
-                print(f"\nroster: {exc}", file=sys.stderr)
+                print(f"\nroster: {describe_rpc_error(exc)}", file=sys.stderr)
                 continue
+            turn = convert(result, TurnView, "session.send reply")
             print()
-            print(_summary(result), file=sys.stderr)
+            print(summary_line(turn), file=sys.stderr)

@@ -1,0 +1,192 @@
+"""``roster check``: validate an org and dry-run every compilation it allows.
+
+For every worker x channel it may run in x surface (session, task), and a
+direct run per worker, the real compiler runs with empty stores and a short
+placeholder message, so what is checked is exactly what the daemon would
+compile. The table shows each block's rendered size against its limit and
+the total. Problems (an unloadable org, a mandatory block over budget) are
+printed one per line on stderr and make the exit status 1, so the command
+can gate a deploy.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import msgspec
+
+from .._errors import CompileError, ConfigError
+from ..compiler import BlockTrace, RunMeta, TurnInput, compile_run, compile_system, compile_turn
+from ..org import Org, Surface, load_org
+from ._output import emit_json, table
+
+__all__ = ("CheckReport", "check", "check_org")
+
+PLACEHOLDER = "roster check: a short placeholder message."
+_COLUMNS = ("identity", "policy", "connections", "purpose", "scope")
+
+
+class CheckedBlock(msgspec.Struct, frozen=True):
+    block: str
+    status: str
+    chars: int
+    limit: int | None
+
+
+class CheckedRun(msgspec.Struct, frozen=True):
+    worker: str
+    channel: str | None
+    surface: str
+    ok: bool
+    blocks: list[CheckedBlock]
+    used: int | None
+    total: int
+    error: str | None = None
+
+
+class CheckReport(msgspec.Struct, frozen=True):
+    org: str
+    ok: bool
+    runs: list[CheckedRun]
+    problems: list[str]
+
+
+def check_org(root: Path) -> CheckReport:
+    try:
+        org = load_org(root)
+    except ConfigError as exc:
+        return CheckReport(org=str(root), ok=False, runs=[], problems=[str(exc)])
+    runs: list[CheckedRun] = []
+    # One line per distinct problem, naming every compilation it breaks.
+    problems: dict[str, list[str]] = {}
+    for worker in sorted(org.workers):
+        plan: list[tuple[Surface, str | None]] = [
+            (surface, channel)
+            for channel in sorted(org.channels)
+            if worker in org.channels[channel].workers
+            for surface in (Surface.SESSION, Surface.TASK)
+        ]
+        plan.append((Surface.DIRECT, None))
+        for surface, channel in plan:
+            checked, problem = _dry_run(org, surface, worker, channel)
+            runs.append(checked)
+            if problem is not None:
+                where = f"{worker} {surface.value}" + (f" #{channel}" if channel else "")
+                problems.setdefault(problem, []).append(where)
+    lines = [f"{problem} [{', '.join(where)}]" for problem, where in problems.items()]
+    return CheckReport(org=str(root), ok=not lines, runs=runs, problems=lines)
+
+
+def _dry_run(
+    org: Org, surface: Surface, worker: str, channel: str | None
+) -> tuple[CheckedRun, str | None]:
+    scope = org.scope(surface, worker, channel)
+    meta = RunMeta(run="check", turn=1, now=0.0)
+    # A fresh session's first turn carries history; an empty channel log is
+    # what a new deployment starts with.
+    turn = TurnInput(
+        text=PLACEHOLDER, sender="check", history=() if surface is Surface.SESSION else None
+    )
+    total = org.budget_for(worker).total
+    system_blocks: tuple[BlockTrace, ...] = ()
+    try:
+        if surface is Surface.SESSION:
+            system = compile_system(org, scope, meta)
+            system_blocks = system.blocks
+            record = compile_turn(system, turn, meta).record
+        else:
+            record = compile_run(org, scope, turn, meta).record
+    except CompileError as exc:
+        failed = exc.record.blocks if exc.record is not None else ()
+        source = next((b.source for b in failed if b.status == "failed"), exc.block)
+        checked = CheckedRun(
+            worker=worker,
+            channel=channel,
+            surface=surface.value,
+            ok=False,
+            blocks=_blocks((*system_blocks, *failed)),
+            used=None,
+            total=total,
+            error=str(exc),
+        )
+        return checked, f"{source}: {exc}"
+    used = record.budget.used if record.budget is not None else None
+    checked = CheckedRun(
+        worker=worker,
+        channel=channel,
+        surface=surface.value,
+        ok=True,
+        blocks=_blocks((*system_blocks, *record.blocks)),
+        used=used,
+        total=total,
+    )
+    return checked, None
+
+
+def _blocks(traces: tuple[BlockTrace, ...]) -> list[CheckedBlock]:
+    return [CheckedBlock(t.block, t.status, t.rendered_chars, t.limit) for t in traces]
+
+
+def _cell(blocks: dict[str, CheckedBlock], name: str) -> str:
+    block = blocks.get(name)
+    if block is None:
+        return "-"
+    if block.status == "absent":
+        return "absent"
+    size = f"{block.chars}/{block.limit}" if block.limit is not None else str(block.chars)
+    return f"{size} OVER" if block.status == "failed" else size
+
+
+def render(report: CheckReport) -> str:
+    rows = []
+    for run in report.runs:
+        blocks = {b.block: b for b in run.blocks}
+        request = blocks.get("task") or blocks.get("message")
+        used = f"{run.used}/{run.total}" if run.used is not None else f"-/{run.total}"
+        left = run.total - run.used if run.used is not None else None
+        rows.append(
+            (
+                run.worker,
+                f"#{run.channel}" if run.channel else "-",
+                run.surface,
+                *(_cell(blocks, name) for name in _COLUMNS),
+                _cell(blocks, request.block) if request is not None else "-",
+                used,
+                left,
+                "ok" if run.ok else "FAILED",
+            )
+        )
+    headers = (
+        "WORKER",
+        "CHANNEL",
+        "SURFACE",
+        *(name.upper() for name in _COLUMNS),
+        "REQUEST",
+        "USED/TOTAL",
+        "LEFT",
+        "RESULT",
+    )
+    if not rows:
+        return f"org {report.org}: cannot be loaded"
+    lines = [
+        f"org {report.org}: {len(report.runs)} compilations (chars, size/limit)",
+        table(headers, rows),
+    ]
+    lines.append(
+        "ok: every compilation fits its budgets"
+        if report.ok
+        else f"{len(report.problems)} problem(s)"
+    )
+    return "\n".join(lines)
+
+
+def check(root: Path, as_json: bool) -> int:
+    report = check_org(root)
+    if as_json:
+        emit_json(report)
+    else:
+        print(render(report))
+    for problem in report.problems:
+        print(f"roster: {problem}", file=sys.stderr)
+    return 0 if report.ok else 1

@@ -1,0 +1,227 @@
+"""The argument parser of ``roster``: every command, option and help text.
+
+Each leaf command sets ``handler``, the name ``_main`` dispatches on. A
+usage mistake is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import NoReturn
+
+__all__ = ("build_parser",)
+
+_CONTEXT_FORMAT = """\
+output format (without --json): for each turn, the system text and then every
+message, each as a header line, exactly the stated number of UTF-8 bytes of
+content, and one newline that is not part of the content:
+
+  === turn 2 system (4123 bytes) ===
+  <4123 bytes>
+  === turn 2 message 1/3 user (345 bytes) ===
+  <345 bytes>
+  ...
+  === end of turn 2 ===
+
+with --json: a list of {"turn", "system", "messages": [{"role", "content"}]}.
+"""
+
+_CHECK_EPILOG = """\
+every worker is compiled for each channel it belongs to (session and task
+surfaces) and for a direct run, with empty memory and a short placeholder
+message. exit status 1, with one line per problem on stderr, when the org
+cannot be loaded (bad TOML, unknown key, missing file) or a mandatory block
+is over its budget.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        where = self.prog.removeprefix("roster").strip()
+        prefix = f"roster: {where}: " if where else "roster: "
+        self.exit(2, f"{prefix}{message} (see '{self.prog} --help')\n")
+
+
+def _client_options() -> _Parser:
+    options = _Parser(add_help=False)
+    options.add_argument(
+        "--socket",
+        metavar="PATH",
+        help="daemon socket (default: $ROSTER_SOCKET, else $RUNTIME_DIRECTORY/rosterd.sock, "
+        "else $ROSTER_STATE/rosterd.sock)",
+    )
+    options.add_argument("--json", action="store_true", help="print the reply as JSON")
+    return options
+
+
+def _state_options() -> _Parser:
+    options = _Parser(add_help=False)
+    options.add_argument("--state", metavar="DIR", help="state directory (default: $ROSTER_STATE)")
+    options.add_argument("--json", action="store_true", help="print JSON for scripts")
+    return options
+
+
+def _text(parser: argparse.ArgumentParser, name: str, what: str) -> None:
+    parser.add_argument(name, nargs="+", help=f"{what}; several words are joined, '-' reads stdin")
+
+
+def _sender(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--from",
+        dest="sender",
+        default=os.environ.get("USER") or "operator",
+        metavar="NAME",
+        help="who is speaking (default: $USER)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="roster",
+        description="Run and talk to rosterd, the host daemon of Roster. "
+        "Exit status: 0 ok, 1 failure, 2 usage.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    client = _client_options()
+    state = _state_options()
+
+    serve = commands.add_parser("serve", help="run the daemon in the foreground")
+    serve.add_argument("--org", default=os.environ.get("ROSTER_ORG"), help="org dir ($ROSTER_ORG)")
+    serve.add_argument(
+        "--state", default=os.environ.get("ROSTER_STATE"), help="state directory ($ROSTER_STATE)"
+    )
+    serve.add_argument("--socket", default=None, help="socket path ($ROSTER_SOCKET)")
+    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    serve.set_defaults(handler="serve")
+
+    chat = commands.add_parser(
+        "chat",
+        help="chat with a worker in a channel",
+        description="Open (or resume) the warm session of a worker in a channel and chat; "
+        "replies stream to stdout, the run id and a compile summary per turn go to stderr.",
+    )
+    chat.add_argument("--worker", required=True, help="the worker to talk to")
+    chat.add_argument("--channel", required=True, help="the channel the session belongs to")
+    _sender(chat)
+    chat.add_argument("--socket", default=None, metavar="PATH", help="socket ($ROSTER_SOCKET)")
+    chat.add_argument(
+        "--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds for the daemon"
+    )
+    chat.set_defaults(handler="chat")
+
+    run = commands.add_parser(
+        "run",
+        parents=[client],
+        help="an ad-hoc run of a worker, outside any channel",
+        description="A direct run: one compilation, one engine call; the reply streams.",
+    )
+    run.add_argument("--worker", required=True, help="the worker to run")
+    _sender(run)
+    _text(run, "text", "the message")
+    run.set_defaults(handler="run")
+
+    task = commands.add_parser("task", help="queue tasks and follow them").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    submit = task.add_parser("submit", parents=[client], help="queue a task for a worker")
+    submit.add_argument("--worker", required=True, help="the worker to run the task")
+    submit.add_argument("--channel", required=True, help="the channel the task is for")
+    _text(submit, "text", "the task")
+    submit.set_defaults(handler="task submit")
+    get = task.add_parser("get", parents=[client], help="show one task: status, runs, reply")
+    get.add_argument("task", metavar="ID", help="the task id")
+    get.set_defaults(handler="task get")
+    task.add_parser("list", parents=[client], help="list every task").set_defaults(
+        handler="task list"
+    )
+
+    memory = commands.add_parser("memory", help="a worker's advisory notes").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    add = memory.add_parser(
+        "add", parents=[client], help="add a note, eligible from the next compilation on"
+    )
+    add.add_argument("--worker", required=True, help="whose memory")
+    add.add_argument("--channel", help="only for this channel (default: every channel)")
+    _text(add, "text", "the note")
+    add.set_defaults(handler="memory add")
+    listing = memory.add_parser("list", parents=[client], help="list a worker's notes")
+    listing.add_argument("--worker", required=True, help="whose memory")
+    listing.set_defaults(handler="memory list")
+
+    gate = commands.add_parser("gate", help="questions a worker waits on").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    file = gate.add_parser("file", parents=[client], help="file a gate; it shows in briefings")
+    file.add_argument("--worker", required=True, help="the worker waiting")
+    file.add_argument("--channel", help="the channel it concerns (default: every channel)")
+    file.add_argument("--run", help="the run that waits on it (a task pauses until resolved)")
+    _text(file, "summary", "what is being asked")
+    file.set_defaults(handler="gate file")
+    resolve = gate.add_parser("resolve", parents=[client], help="resolve a gate with an outcome")
+    resolve.add_argument("gate", metavar="ID", help="the gate id")
+    resolve.add_argument("--outcome", required=True, help="the decision")
+    resolve.add_argument("--note", default="", help="an optional note for the worker")
+    resolve.set_defaults(handler="gate resolve")
+    gates = gate.add_parser("list", parents=[client], help="list gates")
+    gates.add_argument("--worker", help="only this worker's gates")
+    gates.set_defaults(handler="gate list")
+
+    channel = commands.add_parser("channel", help="channel logs").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    post = channel.add_parser(
+        "post", parents=[client], help="post to a channel's log (history for new sessions)"
+    )
+    post.add_argument("--channel", required=True, help="the channel")
+    post.add_argument("--from", dest="sender", required=True, metavar="NAME", help="the sender")
+    _text(post, "text", "the message")
+    post.set_defaults(handler="channel post")
+
+    commands.add_parser(
+        "status", parents=[client], help="the daemon's version, load and config state"
+    ).set_defaults(handler="status")
+
+    check = commands.add_parser(
+        "check",
+        help="validate an org and dry-run every compilation (a pre-deploy gate)",
+        description="Validate an org directory and dry-run the compiler for every worker x "
+        "channel x surface, printing each block's size against its limit.",
+        epilog=_CHECK_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    check.add_argument("--org", metavar="DIR", help="org directory (default: $ROSTER_ORG)")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.set_defaults(handler="check")
+
+    server = commands.add_parser("server", help="inspect the daemon's state directory")
+    areas = server.add_subparsers(dest="area", required=True, metavar="AREA")
+    runs = areas.add_parser(
+        "runs",
+        help="runs and their traces: what did the worker see?",
+        description="Read runs from the state directory; works while the daemon is down.",
+    ).add_subparsers(dest="action", required=True, metavar="ACTION")
+    runs.add_parser("list", parents=[state], help="list every run").set_defaults(
+        handler="runs list"
+    )
+    show = runs.add_parser(
+        "show",
+        parents=[state],
+        help="blocks, budget arithmetic, cache boundaries and usage of a run",
+    )
+    show.add_argument("run", metavar="RUN", help="the run id (see 'runs list')")
+    show.set_defaults(handler="runs show")
+    context = runs.add_parser(
+        "context",
+        parents=[state],
+        help="the exact prompts the engine received",
+        description="Print the exact compiled prompts of a run, byte for byte what the "
+        "engine received: the latest turn, or every turn with --all.",
+        epilog=_CONTEXT_FORMAT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    context.add_argument("run", metavar="RUN", help="the run id (see 'runs list')")
+    context.add_argument("--all", action="store_true", help="every turn, not only the latest")
+    context.set_defaults(handler="runs context")
+    return parser

@@ -1,0 +1,150 @@
+"""``roster server runs list|show|context``: read straight from the state directory.
+
+Nothing here talks to the daemon, so every command works while it is down.
+The files are append-only and fsynced; a torn last line (a daemon killed
+mid-write) is skipped, never repaired from here.
+
+``runs context`` prints the exact prompts the engine received. Its text
+format, for people and for scripts that want the raw bytes::
+
+    === turn 2 system (4123 bytes) ===
+    <exactly 4123 bytes of UTF-8>
+    === turn 2 message 1/3 user (345 bytes) ===
+    <exactly 345 bytes>
+    ...
+    === end of turn 2 ===
+
+Every part is a header line, then exactly the stated number of bytes of
+content, then one newline that is not part of the content. With ``--json``
+it is a list of ``{turn, system, messages: [{role, content}]}`` instead.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import msgspec
+
+from .._errors import RosterError
+from ..compiler import ContextRecord
+from ..engines import ChatMessage
+from ..sessions import RunInfo, RunStore, TranscriptEntry, request_at_turn
+from ._output import emit_json, table, when
+from ._show import UsageSummary, render_show, summarise_usage
+
+__all__ = ("RunReport", "TurnRequest", "render_context", "runs_context", "runs_list", "runs_show")
+
+
+class RunReport(msgspec.Struct, frozen=True):
+    info: RunInfo
+    records: list[ContextRecord]
+    transcript: list[TranscriptEntry]
+    usage: UsageSummary
+
+
+class TurnRequest(msgspec.Struct, frozen=True):
+    turn: int
+    system: str
+    messages: list[ChatMessage]
+
+
+async def _report(state: Path, run: str) -> RunReport:
+    store = _store(state)
+    info = await store.info(run)
+    entries = await store.transcript(run)
+    return RunReport(
+        info=info,
+        records=await store.context(run),
+        transcript=entries,
+        usage=summarise_usage(entries),
+    )
+
+
+def _store(state: Path) -> RunStore:
+    if not state.is_dir():
+        raise RosterError(f"{state}: no such state directory")
+    return RunStore(state)
+
+
+async def runs_list(state: Path, as_json: bool) -> int:
+    infos = await _store(state).all()
+    if as_json:
+        emit_json(infos)
+        return 0
+    if not infos:
+        print(f"no runs in {state}")
+        return 0
+    rows = [
+        (
+            i.id,
+            i.surface,
+            i.worker,
+            f"#{i.channel}" if i.channel else "-",
+            i.status,
+            when(i.created_at),
+            when(i.ended_at),
+            i.task,
+        )
+        for i in infos
+    ]
+    headers = ("RUN", "SURFACE", "WORKER", "CHANNEL", "STATUS", "CREATED", "ENDED", "TASK")
+    print(table(headers, rows))
+    return 0
+
+
+async def runs_show(state: Path, run: str, as_json: bool) -> int:
+    report = await _report(state, run)
+    if as_json:
+        emit_json(report)
+    else:
+        print(render_show(report.info, report.records, report.transcript, report.usage))
+    return 0
+
+
+async def turn_requests(state: Path, run: str, every: bool) -> list[TurnRequest]:
+    """What the engine received, per turn: the latest one, or all of them."""
+    report = await _report(state, run)
+    turns = sorted({e.turn for e in report.transcript if e.role == "user"})
+    if not turns:
+        failed = next((r.error for r in report.records if r.error is not None), None)
+        if failed is not None:
+            raise RosterError(
+                f"run {run!r} sent nothing to the engine: its compilation failed "
+                f"(block {failed.block!r} is {failed.size} characters, over its limit of "
+                f"{failed.limit}); see 'roster server runs show {run}'"
+            )
+        raise RosterError(f"run {run!r} has no turns yet: nothing was sent to the engine")
+    requests = []
+    for turn in turns if every else turns[-1:]:
+        system, messages = request_at_turn(report.records, report.transcript, turn)
+        requests.append(TurnRequest(turn=turn, system=system, messages=messages))
+    return requests
+
+
+def render_context(requests: list[TurnRequest]) -> bytes:
+    out: list[bytes] = []
+
+    def part(header: str, content: str) -> None:
+        data = content.encode()
+        out.append(f"=== {header} ({len(data)} bytes) ===\n".encode())
+        out.append(data + b"\n")
+
+    for request in requests:
+        part(f"turn {request.turn} system", request.system)
+        count = len(request.messages)
+        for number, message in enumerate(request.messages, 1):
+            part(f"turn {request.turn} message {number}/{count} {message.role}", message.content)
+        out.append(f"=== end of turn {request.turn} ===\n".encode())
+    return b"".join(out)
+
+
+async def runs_context(state: Path, run: str, every: bool, as_json: bool) -> int:
+    requests = await turn_requests(state, run, every)
+    if as_json:
+        emit_json(requests)
+        return 0
+    sys.stdout.flush()
+    sys.stdout.buffer.write(render_context(requests))
+    sys.stdout.buffer.flush()
+    return 0

@@ -1,0 +1,247 @@
+"""``roster server runs show``: a run's trace, explained for people.
+
+Per compilation: every block with its status (included, shrunk, omitted,
+absent, failed), counts and the reason, the budget arithmetic, the cache
+boundaries with offsets and prefix hashes, and the route key. Then the
+provider-reported usage per turn and the run's cache-read ratio
+(cached input tokens over all input tokens, summed over the run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from ..compiler import BlockTrace, BudgetTrace, ContextRecord
+from ..sessions import RunInfo, TranscriptEntry
+from ._output import short, table, when
+
+__all__ = ("TurnUsage", "UsageSummary", "render_show", "summarise_usage")
+
+_HASH = 12
+_BOUNDARY_LABEL = {
+    "connections": "after connections",
+    "purpose": "after purpose",
+    "system": "end of system",
+}
+# What each advisory block gives up first when the budget is tight.
+_SHRINK = {
+    "memory": "lowest-ranked items dropped to fit",
+    "history": "oldest messages dropped to fit",
+    "briefing": "gates dropped to fit; the continuation is kept",
+}
+
+
+class TurnUsage(msgspec.Struct, frozen=True):
+    turn: int
+    input_tokens: int
+    cached_input_tokens: int
+    uncached_input_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+
+
+class UsageSummary(msgspec.Struct, frozen=True):
+    """Provider-reported token counts per turn and summed; ``cache_read_ratio``
+    is cached over all input tokens, ``None`` before any usage was reported."""
+
+    turns: list[TurnUsage]
+    input_tokens: int
+    cached_input_tokens: int
+    uncached_input_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    cache_read_ratio: float | None
+
+
+def summarise_usage(entries: Sequence[TranscriptEntry]) -> UsageSummary:
+    turns = [
+        TurnUsage(
+            turn=e.turn,
+            input_tokens=e.usage.input_tokens,
+            cached_input_tokens=e.usage.cached_input_tokens,
+            uncached_input_tokens=e.usage.input_tokens - e.usage.cached_input_tokens,
+            cache_write_tokens=e.usage.cache_write_tokens,
+            output_tokens=e.usage.output_tokens,
+        )
+        for e in entries
+        if e.role == "assistant" and e.usage is not None
+    ]
+    total_in = sum(t.input_tokens for t in turns)
+    cached = sum(t.cached_input_tokens for t in turns)
+    return UsageSummary(
+        turns=turns,
+        input_tokens=total_in,
+        cached_input_tokens=cached,
+        uncached_input_tokens=total_in - cached,
+        cache_write_tokens=sum(t.cache_write_tokens for t in turns),
+        output_tokens=sum(t.output_tokens for t in turns),
+        cache_read_ratio=cached / total_in if total_in else None,
+    )
+
+
+def render_show(
+    info: RunInfo,
+    records: Sequence[ContextRecord],
+    transcript: Sequence[TranscriptEntry],
+    usage: UsageSummary,
+) -> str:
+    lines = [f"run {info.id}"]
+    channel = f"#{info.channel}" if info.channel else "-"
+    lines.append(
+        f"  surface {info.surface} · worker {info.worker} · channel {channel} · "
+        f"status {info.status}"
+    )
+    lines.append(f"  created {when(info.created_at)} · ended {when(info.ended_at)}")
+    if info.task:
+        lines.append(f"  task {info.task}")
+    if info.error:
+        lines.append(f"  error: {info.error}")
+    turns = {e.turn for e in transcript if e.role == "user"}
+    lines.append(f"  {len(records)} compilation(s), {len(turns)} turn(s) sent to the engine")
+    for number, record in enumerate(records, 1):
+        lines.append("")
+        lines.extend(_compilation(number, len(records), record))
+    lines.append("")
+    lines.extend(_usage(usage))
+    failures = [e for e in transcript if e.role == "error"]
+    if failures:
+        lines.append("")
+        lines.append("engine failures")
+        lines.extend(f"  turn {e.turn} at {when(e.at)}: {e.content}" for e in failures)
+    return "\n".join(lines)
+
+
+def _compilation(number: int, count: int, record: ContextRecord) -> list[str]:
+    what = {
+        "system": "system part (frozen for the session)",
+        "turn": f"turn {record.turn} input",
+        "run": "system part and input",
+    }[record.kind]
+    status = "ok" if record.status == "ok" else "FAILED"
+    lines = [f"compilation {number}/{count}: {what}, {status}, at {when(record.at)}"]
+    if record.error is not None:
+        e = record.error
+        lines.append(
+            f"  failed: block {e.block!r} is {e.size} characters, over its limit of "
+            f"{e.limit}: {e.reason}"
+        )
+        lines.append("  no model input was produced; the engine received nothing")
+    lines.append(
+        f"  policy v{record.policy.version} ({record.policy.sha256[:_HASH]}) · "
+        f"engine {record.engine_fingerprint[:_HASH]}"
+    )
+    if record.kind != "turn" and record.route_key is not None:
+        lines.append(f"  route key {record.route_key}")
+    lines.append(_blocks(record.blocks))
+    if record.budget is not None:
+        lines.extend(_budget(record.budget, record.blocks))
+    if record.kind != "turn" and record.boundaries:
+        lines.append("  cache boundaries (offsets in characters of the system text)")
+        lines.append(
+            table(
+                ("BOUNDARY", "OFFSET", "PREFIX SHA256"),
+                ((_BOUNDARY_LABEL[b.name], b.offset, b.sha256) for b in record.boundaries),
+                indent="    ",
+            )
+        )
+    return lines
+
+
+def _blocks(blocks: Sequence[BlockTrace]) -> str:
+    rows = [
+        (
+            b.block,
+            b.status,
+            b.raw_chars,
+            b.rendered_chars,
+            b.limit,
+            b.items,
+            b.omitted,
+            b.sha256[:_HASH],
+            "-" if _source_is_reason(b) else short(b.source, 40),
+            _why(b),
+        )
+        for b in blocks
+    ]
+    headers = ("BLOCK", "STATUS", "RAW", "CHARS", "LIMIT", "ITEMS", "DROPPED", "SHA256")
+    return table((*headers, "SOURCE", "WHY"), rows, indent="  ")
+
+
+def _source_is_reason(block: BlockTrace) -> bool:
+    """An absent block's source says why it is absent, unless it is a store."""
+    return block.status == "absent" and not block.source.startswith("store:")
+
+
+def _why(block: BlockTrace) -> str:
+    match block.status:
+        case "included":
+            return ""
+        case "shrunk":
+            reason = _SHRINK.get(block.block, "dropped to fit")
+            return f"kept {block.items} of {block.items + block.omitted}: {reason}"
+        case "omitted":
+            return f"all {block.omitted} dropped: no room left in the budget"
+        case "absent":
+            if block.source.startswith("store:"):
+                return "nothing stored for this scope"
+            return block.source
+        case _:
+            return "over its limit; see failed above"
+
+
+def _budget(budget: BudgetTrace, blocks: Sequence[BlockTrace]) -> list[str]:
+    limits = {b.block: b.limit for b in blocks}
+
+    def capped(name: str, used: int) -> str:
+        limit = limits.get(name)
+        return f"{name} {used}" + (f"/{limit}" if limit is not None else "")
+
+    advisory = budget.memory + budget.history + budget.briefing
+    return [
+        f"  budget: total {budget.total} - system {budget.system} - request {budget.request}"
+        f" = advisory room {budget.advisory}",
+        f"          {capped('memory', budget.memory)} + {capped('history', budget.history)}"
+        f" + {capped('briefing', budget.briefing)} = {advisory} of {budget.advisory}",
+        f"          used {budget.used} of {budget.total} ({budget.total - budget.used} left)",
+    ]
+
+
+def _usage(usage: UsageSummary) -> list[str]:
+    if not usage.turns:
+        return ["usage: none reported yet"]
+    headers = ("TURN", "INPUT", "CACHED", "UNCACHED", "CACHE-WRITE", "OUTPUT")
+    rows: list[tuple[object, ...]] = [
+        (
+            t.turn,
+            t.input_tokens,
+            t.cached_input_tokens,
+            t.uncached_input_tokens,
+            t.cache_write_tokens,
+            t.output_tokens,
+        )
+        for t in usage.turns
+    ]
+    rows.append(
+        (
+            "all",
+            usage.input_tokens,
+            usage.cached_input_tokens,
+            usage.uncached_input_tokens,
+            usage.cache_write_tokens,
+            usage.output_tokens,
+        )
+    )
+    ratio = usage.cache_read_ratio
+    summary = (
+        f"cache-read ratio {ratio:.1%} ({usage.cached_input_tokens} cached of "
+        f"{usage.input_tokens} input tokens)"
+        if ratio is not None
+        else "cache-read ratio n/a (no input tokens reported)"
+    )
+    return [
+        "usage per turn (tokens, as the provider reported them)",
+        table(headers, rows, indent="  "),
+        f"  {summary}",
+    ]

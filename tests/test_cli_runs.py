@@ -1,0 +1,297 @@
+"""``roster server runs``: the trace tools, read from a real state directory.
+
+One test proves that ``runs context`` prints exactly what the engine
+received: the daemon talks to the provider simulator, which records every
+request body, and the CLI's output is compared with those bodies.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import pytest
+from harness import DaemonProcess, copy_org
+from simulator import Simulator
+
+from rosterd.cli import main
+
+
+class _Cli:
+    def __init__(self, capsys: pytest.CaptureFixture[bytes]) -> None:
+        self._capsys = capsys
+
+    def __call__(self, *argv: str) -> tuple[int, bytes, str]:
+        code = main(list(argv))
+        out, err = self._capsys.readouterr()
+        return code, out, err.decode()
+
+    def text(self, *argv: str) -> str:
+        code, out, err = self(*argv)
+        assert (code, err) == (0, ""), err
+        return out.decode()
+
+    def json(self, *argv: str) -> Any:
+        return json.loads(self.text(*argv, "--json"))
+
+
+@pytest.fixture
+def cli(capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch) -> _Cli:
+    for name in ("ROSTER_STATE", "ROSTER_SOCKET", "RUNTIME_DIRECTORY"):
+        monkeypatch.delenv(name, raising=False)
+    return _Cli(capsysbinary)
+
+
+def parse_context(data: bytes) -> list[tuple[str, bytes]]:
+    """Split ``runs context`` output into (header, exact content) parts."""
+    parts: list[tuple[str, bytes]] = []
+    pos = 0
+    while pos < len(data):
+        end = data.index(b"\n", pos)
+        header = data[pos:end].decode()
+        pos = end + 1
+        if re.fullmatch(r"=== end of turn \d+ ===", header):
+            continue
+        match = re.fullmatch(r"=== (.+) \((\d+) bytes\) ===", header)
+        assert match is not None, header
+        size = int(match[2])
+        parts.append((match[1], data[pos : pos + size]))
+        assert data[pos + size : pos + size + 1] == b"\n"
+        pos += size + 1
+    return parts
+
+
+def _chat(cli: _Cli, monkeypatch: pytest.MonkeyPatch, socket: Path, *lines: str) -> str:
+    """Chat in-process; returns the session id from the opening line."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO("".join(f"{line}\n" for line in lines)))
+    code, _, err = cli("chat", "--socket", str(socket), "--worker", "ada", "--channel", "general")
+    assert code == 0, err
+    return err.split()[1]
+
+
+def test_list_show_context_work_after_the_daemon_stopped(
+    daemon: DaemonProcess, cli: _Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = _chat(cli, monkeypatch, daemon.socket, "first", "second")
+    run = json.loads(
+        cli.text("run", "--socket", str(daemon.socket), "--worker", "grace", "hello", "--json")
+    )["run"]
+    daemon.stop()
+    state = str(daemon.state)
+
+    runs = cli.json("server", "runs", "list", "--state", state)
+    assert [(r["id"], r["surface"], r["status"]) for r in runs] == [
+        (session, "session", "open"),
+        (run, "direct", "done"),
+    ]
+    listing = cli.text("server", "runs", "list", "--state", state).splitlines()
+    assert listing[0].split()[:5] == ["RUN", "SURFACE", "WORKER", "CHANNEL", "STATUS"]
+    assert listing[1].split()[:5] == [session, "session", "ada", "#general", "open"]
+
+    shown = cli.text("server", "runs", "show", session, "--state", state)
+    assert shown.startswith(f"run {session}\n  surface session · worker ada · channel #general")
+    assert "3 compilation(s), 2 turn(s) sent to the engine" in shown
+    assert "compilation 1/3: system part (frozen for the session), ok" in shown
+    assert "compilation 3/3: turn 2 input, ok" in shown
+    assert re.search(r"^    after connections +\d+ +[0-9a-f]{64}$", shown, re.M)
+    assert re.search(r"^    end of system +\d+ +[0-9a-f]{64}$", shown, re.M)
+    assert re.search(r"^  route key rk-[0-9a-f]{48}$", shown, re.M)
+    assert re.search(r"^  history +absent .* not the first turn of a fresh session$", shown, re.M)
+    assert re.search(r"^  budget: total 48000 - system \d+ - request \d+ = advisory", shown, re.M)
+    assert re.search(r"^  cache-read ratio 0\.0% \(0 cached of \d+ input tokens\)$", shown, re.M)
+
+    report = cli.json("server", "runs", "show", session, "--state", state)
+    system = report["records"][0]
+    assert system["kind"] == "system"
+    assert [b["offset"] for b in system["boundaries"]][-1] == sum(
+        b["rendered_chars"] for b in system["blocks"]
+    )
+    assert [t["turn"] for t in report["usage"]["turns"]] == [1, 2]
+
+    # Default: the latest turn only; --all: every turn, each extending the last.
+    latest = cli.json("server", "runs", "context", session, "--state", state)
+    every = cli.json("server", "runs", "context", session, "--all", "--state", state)
+    assert [r["turn"] for r in latest] == [2]
+    assert [r["turn"] for r in every] == [1, 2]
+    assert every[1] == latest[0]
+    assert every[0]["system"] == every[1]["system"]
+    first, second = every[0]["messages"], every[1]["messages"]
+    assert second[: len(first)] == first
+    assert [m["role"] for m in second] == ["user", "assistant", "user"]
+    assert '"text":"second"' in second[2]["content"]
+
+    code, out, err = cli("server", "runs", "context", session, "--all", "--state", state)
+    assert (code, err) == (0, "")
+    parts = parse_context(out)
+    assert parts[0] == ("turn 1 system", every[0]["system"].encode())
+    assert [header for header, _ in parts] == [
+        "turn 1 system",
+        "turn 1 message 1/1 user",
+        "turn 2 system",
+        "turn 2 message 1/3 user",
+        "turn 2 message 2/3 assistant",
+        "turn 2 message 3/3 user",
+    ]
+    assert [content for _, content in parts[3:]] == [m["content"].encode() for m in second]
+
+    code, out, err = cli("server", "runs", "show", "nope", "--state", state)
+    assert (code, out, err) == (1, b"", "roster: unknown run 'nope'\n")
+
+
+def test_state_directory_mistakes(cli: _Cli, tmp_path: Path) -> None:
+    code, out, err = cli("server", "runs", "list")
+    assert (code, out) == (2, b"")
+    assert err == "roster: no state directory: pass --state DIR or set ROSTER_STATE\n"
+    code, _, err = cli("server", "runs", "list", "--state", str(tmp_path / "none"))
+    assert (code, err) == (1, f"roster: {tmp_path / 'none'}: no such state directory\n")
+    code, _, err = cli("server", "runs", "show", "../etc", "--state", str(tmp_path))
+    assert code == 2 and err.startswith("roster: invalid run id '../etc'")
+    assert (
+        cli.text("server", "runs", "list", "--state", str(tmp_path)) == f"no runs in {tmp_path}\n"
+    )
+
+
+def test_failed_compilation_names_block_size_and_limit(
+    tmp_path: Path, cli: _Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    org = copy_org(tmp_path / "org")
+    identity = "# Grace\n" + "g" * 13000 + "\n"
+    (org / "workers/grace/identity.md").write_text(identity)
+    size = len(f"<identity>\n{identity}</identity>\n")
+    daemon = DaemonProcess(org, tmp_path / "state").start()
+    try:
+        socket = str(daemon.socket)
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+        code, out, err = cli(
+            "chat", "--socket", socket, "--worker", "grace", "--channel", "general"
+        )
+        code_direct, _, err_direct = cli("run", "--socket", socket, "--worker", "grace", "hi")
+    finally:
+        daemon.stop()
+    assert (code, out) == (1, b"")
+    match = re.fullmatch(
+        rf"roster: block 'identity' is {size} characters, over its limit of 12000: "
+        r"identity.md is inserted whole or not at all "
+        r"\(run (s-[\w-]+); see 'roster server runs show (s-[\w-]+)'\)\n",
+        err,
+    )
+    assert match is not None, err
+    assert match[1] == match[2]
+    session = match[1]
+    assert code_direct == 1 and "(run d-" in err_direct
+
+    state = str(daemon.state)
+    shown = cli.text("server", "runs", "show", session, "--state", state)
+    assert "status failed" in shown
+    assert "compilation 1/1: system part (frozen for the session), FAILED" in shown
+    assert (
+        f"  failed: block 'identity' is {size} characters, over its limit of 12000: "
+        "identity.md is inserted whole or not at all"
+    ) in shown
+    assert "no model input was produced; the engine received nothing" in shown
+    assert re.search(rf"^  identity +failed +\d+ +{size} +12000 ", shown, re.M)
+    assert "usage: none reported yet" in shown
+
+    error = cli.json("server", "runs", "show", session, "--state", state)["records"][0]["error"]
+    assert (error["block"], error["size"], error["limit"]) == ("identity", size, 12000)
+
+    code, out, err = cli("server", "runs", "context", session, "--state", state)
+    assert (code, out) == (1, b"")
+    assert err == (
+        f"roster: run '{session}' sent nothing to the engine: its compilation failed "
+        f"(block 'identity' is {size} characters, over its limit of 12000); "
+        f"see 'roster server runs show {session}'\n"
+    )
+
+
+async def _roster(*argv: str, stdin: bytes = b"") -> bytes:
+    done = await anyio.run_process(
+        [sys.executable, "-m", "rosterd.cli", *argv], input=stdin, check=False
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout
+
+
+@pytest.mark.anyio
+async def test_runs_context_is_exactly_what_the_engine_received(tmp_path: Path) -> None:
+    async with Simulator(openai_min_tokens=64, openai_step_tokens=16) as sim:
+        org = copy_org(tmp_path / "org")
+        toml = org / "org.toml"
+        engine = f'kind = "openai"\nmodel = "sim-model"\nbase_url = "{sim.openai_url}"'
+        toml.write_text(toml.read_text().replace('kind = "echo"', engine))
+        daemon = DaemonProcess(org, tmp_path / "state")
+        await anyio.to_thread.run_sync(daemon.start)
+        try:
+            socket = str(daemon.socket)
+            lines = ["hello", 'naïve café — ✓ {"block":"x"}', "third"]
+            chat_in = "".join(f"{line}\n" for line in lines).encode()
+            await _roster(
+                "chat", "--socket", socket, "--worker", "ada", "--channel", "general",
+                stdin=chat_in,
+            )  # fmt: skip
+            direct = json.loads(
+                await _roster("run", "--socket", socket, "--worker", "grace", "ünïcode", "--json")
+            )
+        finally:
+            await anyio.to_thread.run_sync(daemon.stop)
+
+    state = str(daemon.state)
+    bodies = [json.loads(body) for body in sim.bodies()]
+    assert len(bodies) == 4
+    runs = json.loads(await _roster("server", "runs", "list", "--state", state, "--json"))
+    session = next(r["id"] for r in runs if r["surface"] == "session")
+
+    every = json.loads(
+        await _roster("server", "runs", "context", session, "--all", "--state", state, "--json")
+    )
+    assert [r["turn"] for r in every] == [1, 2, 3]
+    for request, body in zip(every, bodies[:3], strict=True):
+        sent = [{"role": "system", "content": request["system"]}, *request["messages"]]
+        assert body["messages"] == sent
+
+    # The text format carries the same bytes.
+    text = await _roster("server", "runs", "context", session, "--all", "--state", state)
+    parts = parse_context(text)
+    received = [m["content"].encode() for body in bodies[:3] for m in body["messages"]]
+    assert [content for _, content in parts] == received
+    assert "naïve café — ✓".encode() in parts[-3][1]
+
+    (only,) = json.loads(
+        await _roster("server", "runs", "context", direct["run"], "--state", state, "--json")
+    )
+    assert bodies[3]["messages"] == [
+        {"role": "system", "content": only["system"]},
+        *only["messages"],
+    ]
+
+    # Usage as the provider reported it; the cache-read ratio is summed over turns.
+    report = json.loads(
+        await _roster("server", "runs", "show", session, "--state", state, "--json")
+    )
+    assert bodies[0]["prompt_cache_key"] == report["records"][0]["route_key"]
+    usage = report["usage"]
+    turns = usage["turns"]
+    assert [t["turn"] for t in turns] == [1, 2, 3]
+    assert turns[0]["cached_input_tokens"] == 0
+    assert all(t["cached_input_tokens"] > 0 for t in turns[1:])
+    assert usage["input_tokens"] == sum(t["input_tokens"] for t in turns)
+    assert usage["cached_input_tokens"] == sum(t["cached_input_tokens"] for t in turns)
+    ratio = usage["cached_input_tokens"] / usage["input_tokens"]
+    assert usage["cache_read_ratio"] == pytest.approx(ratio)
+    shown = (await _roster("server", "runs", "show", session, "--state", state)).decode()
+    assert (
+        f"cache-read ratio {ratio:.1%} ({usage['cached_input_tokens']} cached of "
+        f"{usage['input_tokens']} input tokens)"
+    ) in shown
+    row = next(line.split() for line in shown.splitlines() if line.startswith("  2 "))
+    assert [int(v) for v in row[1:4]] == [
+        turns[1]["input_tokens"],
+        turns[1]["cached_input_tokens"],
+        turns[1]["input_tokens"] - turns[1]["cached_input_tokens"],
+    ]
