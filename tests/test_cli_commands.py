@@ -88,6 +88,21 @@ def test_chat_streams_replies_and_summarises_each_turn(daemon: DaemonProcess) ->
     )
 
 
+def test_chat_goes_on_after_a_failed_compilation(daemon: DaemonProcess) -> None:
+    too_long = "x" * 24001
+    code, out, err = _cli(
+        "chat", "--socket", str(daemon.socket), "--worker", "grace", "--channel", "general",
+        stdin=f"{too_long}\nstill here\n",
+    )  # fmt: skip
+    assert code == 0, err
+    assert out.splitlines()[-1].endswith("You said: still here")
+    session = err.split()[1]
+    failure = next(line for line in err.splitlines() if line.startswith("roster: "))
+    assert failure.startswith("roster: block 'message' is ")
+    assert "over its limit of 24000: a message is never truncated" in failure
+    assert failure.endswith(f"(run {session}; see 'roster server runs show {session}')")
+
+
 def test_chat_reports_a_scope_mistake_in_one_line(daemon: DaemonProcess) -> None:
     code, out, err = _cli(
         "chat", "--socket", str(daemon.socket), "--worker", "grace", "--channel", "releases"

@@ -295,3 +295,29 @@ async def test_runs_context_is_exactly_what_the_engine_received(tmp_path: Path) 
         turns[1]["cached_input_tokens"],
         turns[1]["input_tokens"] - turns[1]["cached_input_tokens"],
     ]
+
+
+def test_show_explains_a_block_shrunk_under_budget(
+    daemon: DaemonProcess, cli: _Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    socket = str(daemon.socket)
+    for number in range(10):
+        note = f"note {number}: " + "m" * 600
+        cli.text("memory", "add", "--socket", socket, "--worker", "ada", note)
+    run = cli.json("run", "--socket", socket, "--worker", "ada", "what", "now")["run"]
+    state = str(daemon.state)
+    record = cli.json("server", "runs", "show", run, "--state", state)["records"][0]
+    memory = next(b for b in record["blocks"] if b["block"] == "memory")
+    assert memory["status"] == "shrunk"
+    assert memory["items"] + memory["omitted"] == 10 and memory["omitted"] > 0
+    # ada's [workers.ada.context] memory = 4000 caps the block.
+    assert record["budget"]["memory"] == memory["rendered_chars"] <= memory["limit"] == 4000
+
+    shown = cli.text("server", "runs", "show", run, "--state", state)
+    kept, total = memory["items"], 10
+    assert re.search(
+        rf"^  memory +shrunk .* kept {kept} of {total}: lowest-ranked items dropped to fit$",
+        shown,
+        re.M,
+    )
+    assert f"memory {memory['rendered_chars']}/4000 + history 0" in shown
