@@ -225,7 +225,7 @@ def turn_inputs(draw: st.DrawFn) -> TurnInput:
                 created_at=_STAMP,
                 channel=_CHANNEL_OR_NONE,
             ),
-            max_size=12,
+            max_size=10,
         )
     )
     gates = draw(
@@ -252,7 +252,7 @@ def turn_inputs(draw: st.DrawFn) -> TurnInput:
             st.builds(
                 ChannelMessage, seq=st.integers(0, 10_000), sender=_SHORT, text=TEXT, at=_STAMP
             ),
-            max_size=12,
+            max_size=10,
             unique_by=lambda m: m.seq,
         ).map(tuple)
     )
@@ -516,7 +516,7 @@ def test_strategies_really_shrink_and_fail() -> None:
     statuses: set[tuple[str, str]] = set()
     failures: set[str] = set()
 
-    @settings(deadline=None, max_examples=200, database=None, derandomize=True)
+    @settings(deadline=None, max_examples=120, database=None, derandomize=True)
     @given(case=cases())
     def collect(case: Case) -> None:
         try:

@@ -9,22 +9,37 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from functools import lru_cache
+from operator import attrgetter, neg
 
 from ._inputs import MemoryItem
 
 __all__ = ("rank_memory",)
 
 _WORD = re.compile(r"[^\W_]{3,}")
+_text = attrgetter("text")
+_created_at = attrgetter("created_at")
+_id = attrgetter("id")
 
 
 @lru_cache(maxsize=4096)
 def _words(text: str) -> frozenset[str]:
-    return frozenset(match.lower() for match in _WORD.findall(text))
+    return frozenset(map(str.lower, _WORD.findall(text)))
 
 
 def rank_memory(items: Iterable[MemoryItem], message: str) -> list[MemoryItem]:
-    """Most relevant first: shared words with *message*, then newest, then id."""
+    """Most relevant first: shared words with *message*, then newest, then id.
+
+    Equal keys keep their input order, as a stable sort would.
+    """
+    items = list(items)
     query = _words(message)
-    return sorted(
-        items, key=lambda item: (-len(query & _words(item.text)), -item.created_at, item.id)
+    # Built from C-level maps: this runs over every memory item every turn.
+    shared = map(len, map(query.intersection, map(_words, map(_text, items))))
+    keys = zip(
+        map(neg, shared),
+        map(neg, map(_created_at, items)),
+        map(_id, items),
+        range(len(items)),
+        strict=True,
     )
+    return [items[key[3]] for key in sorted(keys)]

@@ -8,8 +8,10 @@ messages go), then briefing (gates go, with a count; the continuation stays).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import UTC, datetime
+import time
+from collections.abc import Callable, Sequence
+from operator import attrgetter
+from typing import TypeVar
 
 import msgspec
 
@@ -19,11 +21,13 @@ from ._envelopes import (
     BriefingContinuation,
     BriefingGate,
     BriefingOmitted,
+    Envelope,
     HistoryEnvelope,
     MemoryEnvelope,
     MessageEnvelope,
     TaskEnvelope,
     render_line,
+    render_lines,
 )
 from ._inputs import Gate, RunMeta, TurnInput
 from ._memory import rank_memory
@@ -39,6 +43,10 @@ from ._trace import BlockStatus, BlockTrace, BudgetTrace, ContextRecord, Failure
 
 __all__ = ("Compilation", "compile_run", "compile_turn", "iso_time")
 
+_T = TypeVar("_T")
+_text = attrgetter("text")
+_id = attrgetter("id")
+_sender = attrgetter("sender")
 # No envelope renders shorter than this, so a smaller remainder fits nothing.
 _MIN_ENVELOPE = 24
 
@@ -144,7 +152,8 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
 
 
 def iso_time(now: float) -> str:
-    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """*now* as UTC to the second it falls in, e.g. ``2023-11-14T22:13:20Z``."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
 
 
 def _request(scope: RunScope, turn: TurnInput, meta: RunMeta) -> tuple[str, str]:
@@ -183,7 +192,7 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
 
     gates = sorted(_open_gates(scope, turn.gates), key=lambda g: (g.filed_at, g.id))
     raw += sum(len(g.summary) for g in gates)
-    lines = [render_line(BriefingGate(kind="gate", gate=g.id, summary=g.summary)) for g in gates]
+    lines = render_lines([BriefingGate(kind="gate", gate=g.id, summary=g.summary) for g in gates])
     # Keep the oldest gates that fit together with the note counting the rest.
     kept, chars = len(lines), head_chars + sum(map(len, lines))
     omitted_line = ""
@@ -208,14 +217,13 @@ def _open_gates(scope: RunScope, gates: Sequence[Gate]) -> list[Gate]:
 def _fit_history(turn: TurnInput, cap: int, max_messages: int) -> _Fitted:
     messages = sorted(turn.history or (), key=lambda m: m.seq)
     newest = messages[-max_messages:] if max_messages else []
-    lines: list[str] = []
-    chars = 0
-    for message in reversed(newest):
-        line = render_line(HistoryEnvelope(sender=message.sender, text=message.text))
-        if chars + len(line) > cap:
-            break
-        lines.append(line)
-        chars += len(line)
+    # Newest first, so the oldest are the ones that do not fit.
+    lines, chars = _take_lines(
+        newest[::-1],
+        lambda batch: list(map(HistoryEnvelope, map(_sender, batch), map(_text, batch))),
+        lambda m: len(m.sender) + len(m.text),
+        cap,
+    )
     lines.reverse()
     raw = sum(len(m.text) for m in messages)
     return _Fitted(lines, chars, len(lines), len(messages) - len(lines), raw)
@@ -223,23 +231,53 @@ def _fit_history(turn: TurnInput, cap: int, max_messages: int) -> _Fitted:
 
 def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, limit: int) -> _Fitted:
     eligible = [m for m in turn.memory if m.channel is None or m.channel == scope.channel]
-    lines: list[str] = []
-    chars = 0
     # Under pressure the lowest-ranked items go first, so what is kept is
     # always the top of the ranking. An item over the memory limit itself
     # could never be shown; it is left out without starving the rest.
-    for item in rank_memory(eligible, turn.text):
-        if cap - chars < _MIN_ENVELOPE:
-            break
-        line = render_line(MemoryEnvelope(id=item.id, text=item.text))
-        if len(line) > limit:
-            continue
-        if chars + len(line) > cap:
-            break
-        lines.append(line)
-        chars += len(line)
-    raw = sum(len(m.text) for m in eligible)
+    lines, chars = _take_lines(
+        rank_memory(eligible, turn.text),
+        lambda batch: list(map(MemoryEnvelope, map(_id, batch), map(_text, batch))),
+        lambda m: len(m.id) + len(m.text),
+        cap,
+        skip_over=limit,
+    )
+    raw = sum(map(len, map(_text, eligible)))
     return _Fitted(lines, chars, len(lines), len(eligible) - len(lines), raw)
+
+
+def _take_lines(
+    items: Sequence[_T],
+    envelopes: Callable[[Sequence[_T]], list[Envelope]],
+    size_hint: Callable[[_T], int],
+    cap: int,
+    *,
+    skip_over: int | None = None,
+) -> tuple[list[str], int]:
+    """The lines of the leading *items* that fit in *cap* characters.
+
+    Stops at the first line that does not fit; with *skip_over*, a line
+    longer than that is passed over instead. Items are rendered in batches
+    of about what the room left could hold, so a long tail that cannot fit
+    is never rendered.
+    """
+    lines: list[str] = []
+    chars = 0
+    start = 0
+    while start < len(items) and cap - chars >= _MIN_ENVELOPE:
+        room = cap - chars
+        end, estimate = start, 0
+        while end < len(items) and estimate <= room:
+            estimate += _MIN_ENVELOPE + size_hint(items[end])
+            end += 1
+        for line in render_lines(envelopes(items[start:end])):
+            if skip_over is not None and len(line) > skip_over:
+                continue
+            if chars + len(line) > cap:
+                return lines, chars
+            lines.append(line)
+            chars += len(line)
+        start = end
+    return lines, chars
 
 
 def _block(name: str, source: str, fitted: _Fitted, limit: int) -> BlockTrace:
