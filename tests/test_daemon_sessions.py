@@ -155,9 +155,15 @@ async def test_oversized_message_fails_the_turn_and_loses_nothing(daemon: Daemon
         assert failure.value.code == 1001
         assert failure.value.data["block"] == "message"
         result = await client.call("session.send", {"session": session, "text": "still here"})
-    assert result["turn"] == 2
-    kinds = [(r["kind"], r["status"]) for r in context_records(daemon.state, session)]
-    assert kinds == [("system", "ok"), ("turn", "ok"), ("turn", "failed"), ("turn", "ok")]
+    assert result["turn"] == 3
+    records = context_records(daemon.state, session)
+    kinds = [(r["kind"], r["turn"], r["status"]) for r in records]
+    assert kinds == [
+        ("system", 0, "ok"),
+        ("turn", 1, "ok"),
+        ("turn", 2, "failed"),
+        ("turn", 3, "ok"),
+    ]
 
 
 @pytest.mark.anyio

@@ -102,8 +102,10 @@ class Session:
                     self._transcript,
                     on_delta,
                 )
-            except EngineError:
-                # The user turn is in the transcript; the next turn follows it.
+            except (CompileError, EngineError):
+                # The failure is traced under this turn number (and for an
+                # engine failure the user turn is in the transcript): the next
+                # turn gets the next number.
                 self._turns = turn
                 self.last_activity = host.clock()
                 raise
