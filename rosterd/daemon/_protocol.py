@@ -236,12 +236,24 @@ _encoder = msgspec.json.Encoder()
 
 def decode_request(line: bytes) -> Request:
     """Decode one line, or raise ``BadRequest`` with the JSON-RPC error."""
+    if not line.isascii():
+        # msgspec does not check the bytes of fields it skips; the whole line must be UTF-8.
+        try:
+            line.decode()
+        except UnicodeDecodeError as exc:
+            raise BadRequest(
+                None, ErrorObject(PARSE_ERROR, f"parse error: invalid UTF-8 at byte {exc.start}")
+            ) from None
     try:
         envelope = _envelope_decoder.decode(line)
     except msgspec.ValidationError as exc:
         raise BadRequest(None, ErrorObject(INVALID_REQUEST, f"invalid request: {exc}")) from None
     except msgspec.DecodeError as exc:
         raise BadRequest(None, ErrorObject(PARSE_ERROR, f"parse error: {exc}")) from None
+    except RecursionError:
+        # msgspec recurses per nesting level (params too, when it skips them as
+        # Raw): a line of 100k '[' must get an error, not kill the daemon.
+        raise BadRequest(None, ErrorObject(PARSE_ERROR, "parse error: nested too deeply")) from None
     request_id = None if envelope.id is msgspec.UNSET else envelope.id
     if envelope.jsonrpc != "2.0":
         raise BadRequest(
