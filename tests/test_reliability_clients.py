@@ -1,0 +1,212 @@
+"""Slow and abusive clients: none of them stalls, starves or bloats the daemon."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import msgspec
+import pytest
+from anyio.abc import SocketStream
+from anyio.streams.buffered import BufferedByteReceiveStream
+from harness import DaemonProcess
+
+from rosterd import RosterError
+from rosterd.client import RosterClient
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS line")
+
+
+def open_fds(pid: int) -> int:
+    return len(list(Path(f"/proc/{pid}/fd").iterdir()))
+
+
+def pid_of(process: DaemonProcess) -> int:
+    assert process.process is not None
+    return process.process.pid
+
+
+def request(request_id: int | str, method: str, **params: object) -> bytes:
+    line = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    return msgspec.json.encode(line) + b"\n"
+
+
+async def read_line(stream: SocketStream) -> dict[str, object]:
+    reply: dict[str, object] = msgspec.json.decode(
+        await BufferedByteReceiveStream(stream).receive_until(b"\n", 1 << 20)
+    )
+    return reply
+
+
+async def chat(client: RosterClient, worker: str, channel: str, turns: int) -> list[str]:
+    opened = await client.call("session.open", {"worker": worker, "channel": channel})
+    texts = []
+    for n in range(turns):
+        result = await client.call("session.send", {"session": opened["session"], "text": f"t{n}"})
+        texts.append(result["text"])
+    return texts
+
+
+@pytest.mark.anyio
+async def test_a_client_that_never_reads_is_dropped_and_others_carry_on(
+    daemon: DaemonProcess,
+) -> None:
+    async with await daemon.client() as client:
+        for n in range(4):
+            await client.call("memory.add", {"worker": "ada", "text": f"{n}" * 250_000})
+    rss_before = rss_kib(pid_of(daemon))
+    # Eight pipelined 1 MB replies, never read: the daemon's send blocks.
+    deaf = await anyio.connect_unix(daemon.socket)
+    await deaf.send(b"".join(request(n, "memory.list", worker="ada") for n in range(8)))
+    served = 0
+    async with await daemon.client() as good:
+        opened = await good.call("session.open", {"worker": "grace", "channel": "general"})
+        with anyio.fail_after(40):
+            while "it stopped reading" not in daemon.log():
+                result = await good.call(
+                    "session.send", {"session": opened["session"], "text": f"turn {served}"}
+                )
+                assert result["text"].endswith(f"You said: turn {served}")
+                served += 1
+                await anyio.sleep(0.05)  # pacing, not waiting: a steady, light load
+        # The drop closed the connection: what was buffered, then end of stream.
+        received = 0
+        with anyio.fail_after(10):
+            try:
+                while True:
+                    received += len(await deaf.receive())
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                pass
+        await deaf.aclose()
+        status = await good.call("daemon.status")
+    rss_after = rss_kib(pid_of(daemon))
+    print(
+        f"\nnever-reading client: {served} turns served to another client while it was stuck; "
+        f"it got {received} of 8 MB; RSS {rss_before} -> {rss_after} KiB"
+    )
+    assert served >= 10
+    assert 0 < received < 2 * 1_000_000
+    assert status["sessions"] == 1
+    assert rss_after - rss_before < 32 * 1024
+
+
+@pytest.mark.anyio
+async def test_a_line_sent_byte_by_byte_blocks_nobody(daemon: DaemonProcess) -> None:
+    line = request("slow", "memory.add", worker="ada", text="dribbled in slowly")
+    others_done = anyio.Event()
+    slow_finished_sending_first = False
+    reply: dict[str, object] = {}
+
+    async def dribble() -> None:
+        nonlocal slow_finished_sending_first
+        async with await anyio.connect_unix(daemon.socket) as slow:
+            for byte in line:  # ~3 s for the whole line
+                await slow.send(bytes([byte]))
+                await anyio.sleep(3 / len(line))
+            slow_finished_sending_first = not others_done.is_set()
+            reply.update(await read_line(slow))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(dribble)
+        async with await daemon.client() as other:
+            texts = await chat(other, "ada", "general", 20)
+            memory = await other.call("memory.list", {"worker": "ada"})
+        others_done.set()
+    assert not slow_finished_sending_first
+    assert texts[-1].endswith("You said: t19")
+    assert memory == []  # nothing half-received was acted on
+    assert reply["id"] == "slow"
+    assert reply["result"]["text"] == "dribbled in slowly"  # type: ignore[index]
+
+
+@pytest.mark.anyio
+async def test_a_half_sent_line_does_not_hold_up_sigterm(daemon: DaemonProcess) -> None:
+    stream = await anyio.connect_unix(daemon.socket)
+    await stream.send(request(1, "daemon.status")[:20])
+    async with await daemon.client() as client:  # the partial line is being waited on
+        await client.call("daemon.status")
+    assert daemon.process is not None
+    daemon.process.send_signal(signal.SIGTERM)
+    code = await anyio.to_thread.run_sync(daemon.process.wait, 10)
+    await stream.aclose()
+    assert code == 0
+
+
+@pytest.mark.anyio
+async def test_500_idle_connections_do_not_starve_a_working_client(
+    daemon: DaemonProcess,
+) -> None:
+    pid = pid_of(daemon)
+    async with await daemon.client() as warmup:
+        await chat(warmup, "grace", "general", 2)
+    rss_before, fds_before = rss_kib(pid), open_fds(pid)
+    idle: list[SocketStream] = []
+    try:
+        for n in range(500):
+            stream = await anyio.connect_unix(daemon.socket)
+            idle.append(stream)
+            if n % 2:  # half of them also leave a partial line behind
+                await stream.send(b'{"jsonrpc":"2.0","id":1,"met')
+        async with await daemon.client() as worker:
+            texts = await chat(worker, "ada", "general", 20)
+            fds_busy = open_fds(pid)
+            rss_busy = rss_kib(pid)
+    finally:
+        for stream in idle:
+            await stream.aclose()
+    assert texts[-1].endswith("You said: t19")
+    assert fds_busy >= fds_before + 500  # they really were all accepted and held
+    async with await daemon.client() as client:
+        with anyio.fail_after(10):
+            while open_fds(pid) > fds_before + 5:  # noqa: ASYNC110 - /proc, no event
+                await anyio.sleep(0.05)
+        await client.call("daemon.status")
+    rss_after = rss_kib(pid)
+    print(
+        f"\n500 idle connections: fds {fds_before} -> {fds_busy} -> {open_fds(pid)}; "
+        f"RSS {rss_before} -> {rss_busy} -> {rss_after} KiB"
+    )
+    assert rss_busy - rss_before < 64 * 1024
+
+
+@pytest.mark.anyio
+async def test_connections_over_max_connections_get_an_error_and_are_closed(
+    org_dir: Path, tmp_path: Path
+) -> None:
+    toml = org_dir / "org.toml"
+    toml.write_text(toml.read_text().replace("[daemon]\n", "[daemon]\nmax_connections = 3\n"))
+    process = DaemonProcess(org_dir, tmp_path / "state").start()
+    try:
+        clients = [await process.client() for _ in range(3)]
+        for client in clients:
+            await client.call("daemon.status")  # each one is registered, not just queued
+        async with await anyio.connect_unix(process.socket) as extra:
+            await extra.send(request(1, "memory.add", worker="ada", text="must not land"))
+            refusal = await read_line(extra)
+            with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+                await extra.receive()
+        await clients.pop().aclose()
+        with anyio.fail_after(10):
+            while True:  # the freed slot is reusable once the daemon sees the close
+                async with await process.client() as again:
+                    try:
+                        memory = await again.call("memory.list", {"worker": "ada"})
+                        break
+                    except RosterError:
+                        await anyio.sleep(0.05)
+        for client in clients:
+            assert await client.call("daemon.status")
+            await client.aclose()
+    finally:
+        process.stop()
+    assert refusal["id"] is None
+    assert refusal["error"]["code"] == 1007  # type: ignore[index]
+    assert "too many connections" in refusal["error"]["message"]  # type: ignore[index]
+    assert memory == []
