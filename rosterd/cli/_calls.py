@@ -14,10 +14,11 @@ from typing import Any
 
 from ..client import RosterClient
 from ..compiler import ChannelMessage, MemoryItem
+from ..daemon import StatusResult, TurnResult
 from ..stores import GateState, TaskState
 from ._chat import stream_deltas
 from ._output import convert, emit_json, read_text, short, table, when
-from ._views import StatusView, TurnView, summary_line
+from ._views import summary_line
 
 __all__ = ("COMMANDS",)
 
@@ -39,7 +40,7 @@ async def run(args: argparse.Namespace, socket: Path) -> int:
     if args.json:
         emit_json(result)
         return 0
-    turn = convert(result, TurnView, "run.direct reply")
+    turn = convert(result, TurnResult, "run.direct reply")
     print()
     print(summary_line(turn), file=sys.stderr)
     return 0
@@ -203,7 +204,7 @@ async def status(args: argparse.Namespace, socket: Path) -> int:
     if args.json:
         emit_json(result)
         return 0
-    info = convert(result, StatusView, "daemon.status reply")
+    info = convert(result, StatusResult, "daemon.status reply")
     print(f"rosterd {info.version} · pid {info.pid} · socket {socket}")
     print(f"sessions {info.sessions} warm · tasks {info.tasks_running} running")
     print(f"config generation {info.config_generation}, loaded {when(info.config_loaded_at)}")

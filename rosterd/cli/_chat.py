@@ -17,8 +17,9 @@ import anyio.to_thread
 
 from .._errors import RosterError
 from ..client import RosterClient, RpcError
+from ..daemon import Delta, SessionOpened, TurnResult
 from ._output import convert
-from ._views import DeltaView, OpenedView, TurnView, summary_line
+from ._views import summary_line
 
 __all__ = ("chat", "connect_waiting", "describe_rpc_error", "stream_deltas")
 
@@ -37,7 +38,7 @@ async def connect_waiting(path: Path, wait_s: float) -> RosterClient:
 async def stream_deltas(method: str, params: Any) -> None:
     """Write each ``turn.delta`` to stdout as it arrives."""
     if method == "turn.delta":
-        delta = convert(params, DeltaView, "turn.delta notification")
+        delta = convert(params, Delta, "turn.delta notification")
         sys.stdout.write(delta.text)
         sys.stdout.flush()
 
@@ -54,7 +55,7 @@ def describe_rpc_error(exc: RpcError) -> str:
 async def chat(path: Path, worker: str, channel: str, sender: str, wait_s: float) -> int:
     async with await connect_waiting(path, wait_s) as client:
         reply = await client.call("session.open", {"worker": worker, "channel": channel})
-        opened = convert(reply, OpenedView, "session.open reply")
+        opened = convert(reply, SessionOpened, "session.open reply")
         resumed = f", resumed after turn {opened.turns}" if opened.turns else ""
         print(
             f"session {opened.session} with {worker} in #{channel}{resumed}. Ctrl-D to leave.",
@@ -76,6 +77,6 @@ async def chat(path: Path, worker: str, channel: str, sender: str, wait_s: float
             except RpcError as exc:
                 print(f"\nroster: {describe_rpc_error(exc)}", file=sys.stderr)
                 continue
-            turn = convert(result, TurnView, "session.send reply")
+            turn = convert(result, TurnResult, "session.send reply")
             print()
             print(summary_line(turn), file=sys.stderr)

@@ -25,6 +25,7 @@ from ._check import check
 from ._output import UsageError
 from ._parser import build_parser
 from ._runs import runs_context, runs_list, runs_show
+from ._stats import stats_cache
 
 __all__ = ("main",)
 
@@ -112,6 +113,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return anyio.run(runs_show, _state(args), args.run, args.json)
         case "runs context":
             return anyio.run(runs_context, _state(args), args.run, args.all, args.json)
+        case "stats cache":
+            return anyio.run(stats_cache, _state(args), args.worker, args.channel, args.json)
     raise AssertionError(f"no handler for {handler!r}")
 
 

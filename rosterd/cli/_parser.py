@@ -224,4 +224,20 @@ def build_parser() -> argparse.ArgumentParser:
     context.add_argument("run", metavar="RUN", help="the run id (see 'runs list')")
     context.add_argument("--all", action="store_true", help="every turn, not only the latest")
     context.set_defaults(handler="runs context")
+
+    stats = areas.add_parser(
+        "stats",
+        help="aggregates over every run",
+        description="Aggregates over the state directory.",
+    ).add_subparsers(dest="action", required=True, metavar="ACTION")
+    cache = stats.add_parser(
+        "cache",
+        parents=[state],
+        help="cache-read share and cache misses by cause",
+        description="Cache-read share of input tokens, per-turn verdicts and misses by cause, "
+        "from the usage each provider reported.",
+    )
+    cache.add_argument("--worker", help="only runs of this worker")
+    cache.add_argument("--channel", help="only runs in this channel")
+    cache.set_defaults(handler="stats cache")
     return parser

@@ -28,12 +28,18 @@ import msgspec
 
 from .._errors import RosterError
 from ..compiler import ContextRecord
-from ..engines import ChatMessage
-from ..sessions import RunInfo, RunStore, TranscriptEntry, request_at_turn
+from ..sessions import RunInfo, RunStore, TranscriptEntry, TurnRequest, turn_requests
 from ._output import emit_json, table, when
 from ._show import UsageSummary, render_show, summarise_usage
 
-__all__ = ("RunReport", "TurnRequest", "render_context", "runs_context", "runs_list", "runs_show")
+__all__ = (
+    "RunReport",
+    "render_context",
+    "runs_context",
+    "runs_list",
+    "runs_show",
+    "state_store",
+)
 
 
 class RunReport(msgspec.Struct, frozen=True):
@@ -43,14 +49,8 @@ class RunReport(msgspec.Struct, frozen=True):
     usage: UsageSummary
 
 
-class TurnRequest(msgspec.Struct, frozen=True):
-    turn: int
-    system: str
-    messages: list[ChatMessage]
-
-
 async def _report(state: Path, run: str) -> RunReport:
-    store = _store(state)
+    store = state_store(state)
     info = await store.info(run)
     entries = await store.transcript(run)
     return RunReport(
@@ -61,14 +61,14 @@ async def _report(state: Path, run: str) -> RunReport:
     )
 
 
-def _store(state: Path) -> RunStore:
+def state_store(state: Path) -> RunStore:
     if not state.is_dir():
         raise RosterError(f"{state}: no such state directory")
     return RunStore(state)
 
 
 async def runs_list(state: Path, as_json: bool) -> int:
-    infos = await _store(state).all()
+    infos = await state_store(state).all()
     if as_json:
         emit_json(infos)
         return 0
@@ -102,24 +102,9 @@ async def runs_show(state: Path, run: str, as_json: bool) -> int:
     return 0
 
 
-async def turn_requests(state: Path, run: str, every: bool) -> list[TurnRequest]:
-    """What the engine received, per turn: the latest one, or all of them."""
+async def turn_requests_of(state: Path, run: str, every: bool) -> list[TurnRequest]:
     report = await _report(state, run)
-    turns = sorted({e.turn for e in report.transcript if e.role == "user"})
-    if not turns:
-        failed = next((r.error for r in report.records if r.error is not None), None)
-        if failed is not None:
-            raise RosterError(
-                f"run {run!r} sent nothing to the engine: its compilation failed "
-                f"(block {failed.block!r} is {failed.size} characters, over its limit of "
-                f"{failed.limit}); see 'roster server runs show {run}'"
-            )
-        raise RosterError(f"run {run!r} has no turns yet: nothing was sent to the engine")
-    requests = []
-    for turn in turns if every else turns[-1:]:
-        system, messages = request_at_turn(report.records, report.transcript, turn)
-        requests.append(TurnRequest(turn=turn, system=system, messages=messages))
-    return requests
+    return turn_requests(run, report.records, report.transcript, every=every)
 
 
 def render_context(requests: list[TurnRequest]) -> bytes:
@@ -140,7 +125,7 @@ def render_context(requests: list[TurnRequest]) -> bytes:
 
 
 async def runs_context(state: Path, run: str, every: bool, as_json: bool) -> int:
-    requests = await turn_requests(state, run, every)
+    requests = await turn_requests_of(state, run, every)
     if as_json:
         emit_json(requests)
         return 0

@@ -3,8 +3,9 @@
 Per compilation: every block with its status (included, shrunk, omitted,
 absent, failed), counts and the reason, the budget arithmetic, the cache
 boundaries with offsets and prefix hashes, and the route key. Then the
-provider-reported usage per turn and the run's cache-read ratio
-(cached input tokens over all input tokens, summed over the run).
+provider-reported usage per turn with the daemon's cache verdict (the reuse
+the compiler made possible against what the provider reported), and the
+run's cache-read ratio (cached input tokens over all input tokens).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from collections.abc import Sequence
 
 import msgspec
 
-from ..compiler import BlockTrace, BudgetTrace, ContextRecord
-from ..sessions import RunInfo, TranscriptEntry
+from ..compiler import BlockTrace, BoundaryCheck, BudgetTrace, ContextRecord
+from ..sessions import CacheCheck, RunInfo, TranscriptEntry
 from ._output import short, table, when
 
 __all__ = ("TurnUsage", "UsageSummary", "render_show", "summarise_usage")
@@ -34,12 +35,15 @@ _SHRINK = {
 
 
 class TurnUsage(msgspec.Struct, frozen=True):
+    """One turn's usage; ``cache`` is the daemon's verdict on its reuse."""
+
     turn: int
     input_tokens: int
     cached_input_tokens: int
     uncached_input_tokens: int
     cache_write_tokens: int
     output_tokens: int
+    cache: CacheCheck | None = None
 
 
 class UsageSummary(msgspec.Struct, frozen=True):
@@ -64,6 +68,7 @@ def summarise_usage(entries: Sequence[TranscriptEntry]) -> UsageSummary:
             uncached_input_tokens=e.usage.input_tokens - e.usage.cached_input_tokens,
             cache_write_tokens=e.usage.cache_write_tokens,
             output_tokens=e.usage.output_tokens,
+            cache=e.cache,
         )
         for e in entries
         if e.role == "assistant" and e.usage is not None
@@ -134,6 +139,8 @@ def _compilation(number: int, count: int, record: ContextRecord) -> list[str]:
     )
     if record.kind != "turn" and record.route_key is not None:
         lines.append(f"  route key {record.route_key}")
+    if record.cache:
+        lines.append(_stability(record.cache))
     lines.append(_blocks(record.blocks))
     if record.budget is not None:
         lines.extend(_budget(record.budget, record.blocks))
@@ -211,7 +218,9 @@ def _budget(budget: BudgetTrace, blocks: Sequence[BlockTrace]) -> list[str]:
 def _usage(usage: UsageSummary) -> list[str]:
     if not usage.turns:
         return ["usage: none reported yet"]
-    headers = ("TURN", "INPUT", "CACHED", "UNCACHED", "CACHE-WRITE", "OUTPUT")
+    headers = (
+        "TURN", "INPUT", "CACHED", "UNCACHED", "CACHE-WRITE", "OUTPUT", "EXPECTED", "VERDICT",
+    )  # fmt: skip
     rows: list[tuple[object, ...]] = [
         (
             t.turn,
@@ -220,6 +229,8 @@ def _usage(usage: UsageSummary) -> list[str]:
             t.uncached_input_tokens,
             t.cache_write_tokens,
             t.output_tokens,
+            t.cache.expected_tokens if t.cache else "-",
+            t.cache.verdict if t.cache else "-",
         )
         for t in usage.turns
     ]
@@ -231,6 +242,8 @@ def _usage(usage: UsageSummary) -> list[str]:
             usage.uncached_input_tokens,
             usage.cache_write_tokens,
             usage.output_tokens,
+            "",
+            "",
         )
     )
     ratio = usage.cache_read_ratio
@@ -240,8 +253,27 @@ def _usage(usage: UsageSummary) -> list[str]:
         if ratio is not None
         else "cache-read ratio n/a (no input tokens reported)"
     )
+    explained = [
+        f"  turn {t.turn}: {t.cache.verdict}: {t.cache.cause}"
+        for t in usage.turns
+        if t.cache is not None and t.cache.verdict not in ("hit", "unmeasured") and t.cache.cause
+    ]
     return [
-        "usage per turn (tokens, as the provider reported them)",
+        "usage per turn (tokens, as the provider reported them; EXPECTED is the reuse the "
+        "compiler made possible)",
         table(headers, rows, indent="  "),
         f"  {summary}",
+        *explained,
     ]
+
+
+def _stability(checks: Sequence[BoundaryCheck]) -> str:
+    previous = next((c.previous_run for c in checks if c.previous_run), None)
+    parts = []
+    for check in checks:
+        text = f"{_BOUNDARY_LABEL[check.name]} {check.status}"
+        if check.status == "changed":
+            text += f" ({check.cause}: block {check.block})"
+        parts.append(text)
+    against = f"run {previous}" if previous else "nothing (first compilation)"
+    return f"  prefix against {against}: " + " · ".join(parts)

@@ -1,61 +1,13 @@
-"""Typed views of the daemon's replies, and the one-line compile summary.
-
-The views list only what the CLI shows and ignore fields they do not know,
-so a daemon that adds fields keeps working with an older CLI.
-"""
+"""The one-line compile summary a frontend prints after each turn."""
 
 from __future__ import annotations
 
-import msgspec
+from ..daemon import TurnResult
 
-from ..engines import Usage
-
-__all__ = ("BlockView", "DeltaView", "OpenedView", "StatusView", "TurnView", "summary_line")
+__all__ = ("summary_line",)
 
 
-class BlockView(msgspec.Struct, frozen=True):
-    block: str
-    status: str
-    chars: int
-    items: int = 0
-    omitted: int = 0
-
-
-class TurnView(msgspec.Struct, frozen=True):
-    run: str
-    turn: int
-    text: str
-    usage: Usage
-    blocks: list[BlockView]
-    used: int
-    total: int
-
-
-class OpenedView(msgspec.Struct, frozen=True):
-    session: str
-    worker: str
-    channel: str
-    turns: int
-    system_chars: int
-    route_key: str
-
-
-class StatusView(msgspec.Struct, frozen=True):
-    version: str
-    pid: int
-    sessions: int
-    tasks_running: int
-    config_error: str | None
-    config_loaded_at: float
-    config_generation: int
-
-
-class DeltaView(msgspec.Struct, frozen=True):
-    run: str
-    text: str
-
-
-def summary_line(turn: TurnView) -> str:
+def summary_line(turn: TurnResult) -> str:
     """``[run turn N: identity 812 · ... · 3371/48000 chars · tokens 900 in (0 cached), 40 out]``.
 
     A block dropped under budget pressure shows how many items it lost.

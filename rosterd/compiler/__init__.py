@@ -9,11 +9,13 @@ from ._envelopes import BLOCK_TYPES, render_line
 from ._inputs import ChannelMessage, Continuation, Gate, MemoryItem, RunMeta, TurnInput
 from ._memory import rank_memory
 from ._policy import POLICY_SHA256, POLICY_TEXT, POLICY_VERSION
+from ._stability import PrefixState, check_prefix, prefix_state
 from ._system import SystemPrompt, compile_system, route_key
 from ._trace import (
     BlockStatus,
     BlockTrace,
     Boundary,
+    BoundaryCheck,
     BoundaryName,
     BudgetTrace,
     ContextRecord,
@@ -31,6 +33,7 @@ __all__ = (
     "BlockStatus",
     "BlockTrace",
     "Boundary",
+    "BoundaryCheck",
     "BoundaryName",
     "BudgetTrace",
     "ChannelMessage",
@@ -41,14 +44,17 @@ __all__ = (
     "Gate",
     "MemoryItem",
     "PolicyTrace",
+    "PrefixState",
     "RecordKind",
     "RunMeta",
     "SystemPrompt",
     "TurnInput",
+    "check_prefix",
     "compile_run",
     "compile_system",
     "compile_turn",
     "iso_time",
+    "prefix_state",
     "rank_memory",
     "render_line",
     "route_key",

@@ -15,6 +15,7 @@ __all__ = (
     "BlockStatus",
     "BlockTrace",
     "Boundary",
+    "BoundaryCheck",
     "BoundaryName",
     "BudgetTrace",
     "ContextRecord",
@@ -54,6 +55,18 @@ class Boundary(msgspec.Struct, frozen=True):
     name: BoundaryName
     offset: int
     sha256: str
+
+
+class BoundaryCheck(msgspec.Struct, frozen=True):
+    """One boundary against the previous compilation of the same worker and
+    channel: ``stable``, ``changed`` (with the first differing block and its
+    cause) or ``new`` when there was nothing to compare with."""
+
+    name: BoundaryName
+    status: Literal["stable", "changed", "new"]
+    block: str | None = None
+    cause: str | None = None
+    previous_run: str | None = None
 
 
 class BudgetTrace(msgspec.Struct, frozen=True):
@@ -109,3 +122,4 @@ class ContextRecord(msgspec.Struct, frozen=True):
     budget: BudgetTrace | None
     blocks: tuple[BlockTrace, ...]
     error: FailureTrace | None = None
+    cache: tuple[BoundaryCheck, ...] = ()

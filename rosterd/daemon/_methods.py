@@ -5,22 +5,18 @@ from __future__ import annotations
 import os
 from collections.abc import Awaitable, Callable
 
-import msgspec
-
 from .. import __version__
 from .._errors import NotFoundError, RosterError
-from ..compiler import ChannelMessage, ContextRecord, MemoryItem
-from ..engines import ChatMessage, Usage
+from ..compiler import ChannelMessage, MemoryItem
 from ..org import Surface
 from ..sessions import (
     Host,
-    RunInfo,
     SessionManager,
     TaskRunner,
-    TranscriptEntry,
     TurnOutcome,
+    TurnRequest,
     direct_run,
-    request_at_turn,
+    turn_requests,
 )
 from ..stores import GateState
 from ._protocol import (
@@ -43,69 +39,20 @@ from ._protocol import (
     TaskList,
     TaskSubmit,
 )
+from ._results import (
+    BlockSummary,
+    Closed,
+    Delta,
+    RunShown,
+    SessionOpened,
+    StatusResult,
+    TurnResult,
+)
 from ._watch import OrgWatcher
 
 __all__ = ("Methods", "Notify")
 
 Notify = Callable[[str, object], Awaitable[None]]
-
-
-class BlockSummary(msgspec.Struct, frozen=True):
-    block: str
-    status: str
-    chars: int
-    items: int
-    omitted: int
-
-
-class TurnResult(msgspec.Struct, frozen=True):
-    run: str
-    turn: int
-    text: str
-    usage: Usage
-    blocks: list[BlockSummary]
-    used: int
-    total: int
-
-
-class SessionOpened(msgspec.Struct, frozen=True):
-    session: str
-    worker: str
-    channel: str
-    turns: int
-    system_chars: int
-    route_key: str
-
-
-class StatusResult(msgspec.Struct, frozen=True):
-    version: str
-    pid: int
-    sessions: int
-    tasks_running: int
-    config_error: str | None
-    config_loaded_at: float
-    config_generation: int
-
-
-class RunShown(msgspec.Struct, frozen=True):
-    info: RunInfo
-    records: list[ContextRecord]
-    transcript: list[TranscriptEntry]
-
-
-class TurnRequest(msgspec.Struct, frozen=True):
-    turn: int
-    system: str
-    messages: list[ChatMessage]
-
-
-class Delta(msgspec.Struct, frozen=True):
-    run: str
-    text: str
-
-
-class Closed(msgspec.Struct, frozen=True):
-    closed: str
 
 
 class Methods:
@@ -210,18 +157,9 @@ class Methods:
         raise AssertionError(f"unhandled params {params!r}")
 
     async def _context(self, run: str, every: bool) -> list[TurnRequest]:
-        host = self._host
-        await host.runs.info(run)
-        records = await host.runs.context(run)
-        entries = await host.runs.transcript(run)
-        turns = sorted({e.turn for e in entries if e.role == "user"})
-        if not every:
-            turns = turns[-1:]
-        requests = []
-        for turn in turns:
-            system, messages = request_at_turn(records, entries, turn)
-            requests.append(TurnRequest(turn=turn, system=system, messages=messages))
-        return requests
+        runs = self._host.runs
+        await runs.info(run)
+        return turn_requests(run, await runs.context(run), await runs.transcript(run), every=every)
 
     def _known_channel(self, channel: str) -> None:
         if channel not in self._host.org.channels:

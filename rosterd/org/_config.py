@@ -66,6 +66,7 @@ class EngineConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_tokens: Positive = 1024
     timeout_s: Seconds = 60.0
     max_retries: Chars = 3
+    cache_min_tokens: Chars = 1024
 
 
 class EngineOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -78,6 +79,7 @@ class EngineOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_tokens: Positive | None = None
     timeout_s: Seconds | None = None
     max_retries: Chars | None = None
+    cache_min_tokens: Chars | None = None
 
 
 class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

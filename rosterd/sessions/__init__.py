@@ -1,5 +1,6 @@
 """Sessions and runs: the one path from compiled input to engine and back."""
 
+from ._cache import CacheCheck, PrefixRegistry, Verdict, judge_cache
 from ._host import Host, TurnOutcome
 from ._runs import (
     ActiveRun,
@@ -8,15 +9,19 @@ from ._runs import (
     RunStore,
     SessionState,
     TranscriptEntry,
+    TurnRequest,
     chat_messages,
     request_at_turn,
+    turn_requests,
 )
 from ._session import Session, SessionManager
 from ._tasks import TaskRunner, direct_run
 
 __all__ = (
     "ActiveRun",
+    "CacheCheck",
     "Host",
+    "PrefixRegistry",
     "RunInfo",
     "RunStatus",
     "RunStore",
@@ -26,7 +31,11 @@ __all__ = (
     "TaskRunner",
     "TranscriptEntry",
     "TurnOutcome",
+    "TurnRequest",
+    "Verdict",
     "chat_messages",
     "direct_run",
+    "judge_cache",
     "request_at_turn",
+    "turn_requests",
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -17,10 +17,19 @@ import anyio
 import msgspec
 
 from .._errors import CompileError, EngineError
-from ..compiler import Compilation, ContextRecord
-from ..engines import ChatMessage, DeltaSink, Engine, EngineReply, EngineRequest, open_engine
+from ..compiler import BoundaryCheck, Compilation, ContextRecord, check_prefix, prefix_state
+from ..engines import (
+    ChatMessage,
+    DeltaSink,
+    Engine,
+    EngineReply,
+    EngineRequest,
+    Usage,
+    open_engine,
+)
 from ..org import EngineConfig, Org
 from ..stores import StateStores
+from ._cache import PrefixRegistry, judge_cache
 from ._runs import ActiveRun, RunStore, TranscriptEntry
 
 __all__ = ("Host", "TurnOutcome")
@@ -56,6 +65,7 @@ class Host:
         self.state = state
         self.stores = stores
         self.runs = RunStore(state)
+        self.prefixes = PrefixRegistry(state)
         self.clock = clock
         self._env = env
         self._engines: dict[EngineConfig, Engine] = {}
@@ -76,12 +86,16 @@ class Host:
         compile_fn: Callable[[], Compilation],
         transcript: list[ChatMessage],
         on_delta: DeltaSink,
+        *,
+        previous_input_tokens: int | None = None,
     ) -> TurnOutcome:
         """Compile, trace, send and record one turn of *run*.
 
         *transcript* is the run's append-only message list; the new user
         turn is appended to it and stays there even when the engine fails,
-        so the next turn's request extends this one's.
+        so the next turn's request extends this one's. A session's later
+        turns pass *previous_input_tokens*, the size of the request before:
+        all of it is a reusable prefix.
         """
         try:
             compilation = compile_fn()
@@ -89,7 +103,14 @@ class Host:
             if exc.record is not None:
                 await run.trace(exc.record)
             raise
-        record = compilation.record
+        system = compilation.system
+        worker, channel = run.info.worker, run.info.channel
+        previous = await self.prefixes.get(worker, channel)
+        own = prefix_state(system, run.info.id, self.clock())
+        # A session's later turns reuse its own frozen system part, whatever
+        # other runs of the channel did in between.
+        checks = check_prefix(own if previous_input_tokens is not None else previous, system)
+        record = msgspec.structs.replace(compilation.record, cache=checks)
         user = TranscriptEntry(
             turn=record.turn, role="user", content=compilation.input_text, at=self.clock()
         )
@@ -98,17 +119,30 @@ class Host:
         async with anyio.create_task_group() as tg:
             tg.start_soon(run.trace, record)
             tg.start_soon(run.record, user)
+            tg.start_soon(self.prefixes.put, worker, channel, own)
         transcript.append(ChatMessage(role="user", content=compilation.input_text))
         engine = self.engine(engine_config)
         try:
             reply = await engine.complete(
-                EngineRequest(system=compilation.system, messages=transcript), on_delta
+                EngineRequest(system=system, messages=transcript), on_delta
             )
         except EngineError as exc:
             await run.record(
                 TranscriptEntry(turn=record.turn, role="error", content=str(exc), at=self.clock())
             )
             raise
+        if previous_input_tokens is None:
+            reusable = _prefix_tokens(checks, compilation, reply.usage)
+        else:
+            reusable = previous_input_tokens
+        cache = judge_cache(
+            checks,
+            reply.usage,
+            reusable_tokens=reusable,
+            min_tokens=engine_config.cache_min_tokens,
+            measured=engine.kind != "echo",
+            idle_s=own.at - previous.at if previous is not None else None,
+        )
         await run.record(
             TranscriptEntry(
                 turn=record.turn,
@@ -116,6 +150,7 @@ class Host:
                 content=reply.text,
                 at=self.clock(),
                 usage=reply.usage,
+                cache=cache,
             )
         )
         transcript.append(ChatMessage(role="assistant", content=reply.text))
@@ -136,3 +171,20 @@ class Host:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _prefix_tokens(checks: Sequence[BoundaryCheck], compilation: Compilation, usage: Usage) -> int:
+    """Tokens before the last stable boundary, in the provider's own count.
+
+    The provider reports only the request's total, so the prefix gets its
+    share by characters: the request is the system part and this input.
+    """
+    stable = [
+        boundary.offset
+        for boundary, check in zip(compilation.system.boundaries, checks, strict=True)
+        if check.status == "stable"
+    ]
+    if not stable:
+        return 0
+    prompt_chars = len(compilation.system.text) + len(compilation.input_text)
+    return usage.input_tokens * stable[-1] // max(prompt_chars, 1)

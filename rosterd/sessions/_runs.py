@@ -19,12 +19,13 @@ from typing import Literal
 import aiofiles.os
 import msgspec
 
-from .._errors import NotFoundError
+from .._errors import NotFoundError, RosterError
 from .._ids import check_id
 from ..compiler import ContextRecord, SystemPrompt
 from ..engines import ChatMessage, Usage
 from ..org import EngineConfig
 from ..stores import JsonlLog, read_document, read_log, write_document
+from ._cache import CacheCheck
 
 __all__ = (
     "ActiveRun",
@@ -33,8 +34,10 @@ __all__ = (
     "RunStore",
     "SessionState",
     "TranscriptEntry",
+    "TurnRequest",
     "chat_messages",
     "request_at_turn",
+    "turn_requests",
 )
 
 RunStatus = Literal["open", "closed", "expired", "done", "failed"]
@@ -60,6 +63,7 @@ class TranscriptEntry(msgspec.Struct, frozen=True):
     content: str
     at: float
     usage: Usage | None = None
+    cache: CacheCheck | None = None
 
 
 class SessionState(msgspec.Struct, frozen=True):
@@ -97,6 +101,39 @@ def request_at_turn(
 
 
 _SYSTEM_BLOCKS = frozenset({"identity", "policy", "connections", "purpose", "scope"})
+
+
+class TurnRequest(msgspec.Struct, frozen=True):
+    """The exact request of one turn: system text and messages, as sent."""
+
+    turn: int
+    system: str
+    messages: list[ChatMessage]
+
+
+def turn_requests(
+    run: str,
+    records: Sequence[ContextRecord],
+    entries: Sequence[TranscriptEntry],
+    *,
+    every: bool,
+) -> list[TurnRequest]:
+    """What the engine received: at the latest turn, or at every turn."""
+    turns = sorted({e.turn for e in entries if e.role == "user"})
+    if not turns:
+        failed = next((r.error for r in records if r.error is not None), None)
+        if failed is not None:
+            raise RosterError(
+                f"run {run!r} sent nothing to the engine: its compilation failed "
+                f"(block {failed.block!r} is {failed.size} characters, over its limit of "
+                f"{failed.limit}); see 'roster server runs show {run}'"
+            )
+        raise RosterError(f"run {run!r} has no turns yet: nothing was sent to the engine")
+    requests = []
+    for turn in turns if every else turns[-1:]:
+        system, messages = request_at_turn(records, entries, turn)
+        requests.append(TurnRequest(turn=turn, system=system, messages=messages))
+    return requests
 
 
 class ActiveRun:

@@ -47,6 +47,9 @@ class Session:
         self._state = state
         self._transcript = chat_messages(entries)
         self._turns = max((entry.turn for entry in entries), default=0)
+        self._last_input_tokens = next(
+            (e.usage.input_tokens for e in reversed(entries) if e.usage is not None), None
+        )
         self._history = history
         self._lock = anyio.Lock()
         self.last_activity = entries[-1].at if entries else run.info.created_at
@@ -101,6 +104,7 @@ class Session:
                     lambda: compile_turn(self._state.system, turn_input, meta),
                     self._transcript,
                     on_delta,
+                    previous_input_tokens=self._last_input_tokens,
                 )
             except (CompileError, EngineError):
                 # The failure is traced under this turn number (and for an
@@ -110,6 +114,7 @@ class Session:
                 self.last_activity = host.clock()
                 raise
             self._turns = turn
+            self._last_input_tokens = outcome.reply.usage.input_tokens
             self.last_activity = host.clock()
             await host.stores.channels.post_many(
                 self.channel,

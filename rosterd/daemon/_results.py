@@ -1,0 +1,75 @@
+"""The daemon's replies: result and notification shapes of the socket protocol.
+
+Clients decode with these too; msgspec ignores fields it does not know, so
+an older client keeps working with a daemon that adds fields.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from ..compiler import ContextRecord
+from ..engines import Usage
+from ..sessions import RunInfo, TranscriptEntry
+
+__all__ = (
+    "BlockSummary",
+    "Closed",
+    "Delta",
+    "RunShown",
+    "SessionOpened",
+    "StatusResult",
+    "TurnResult",
+)
+
+
+class BlockSummary(msgspec.Struct, frozen=True):
+    block: str
+    status: str
+    chars: int
+    items: int
+    omitted: int
+
+
+class TurnResult(msgspec.Struct, frozen=True):
+    run: str
+    turn: int
+    text: str
+    usage: Usage
+    blocks: list[BlockSummary]
+    used: int
+    total: int
+
+
+class SessionOpened(msgspec.Struct, frozen=True):
+    session: str
+    worker: str
+    channel: str
+    turns: int
+    system_chars: int
+    route_key: str
+
+
+class StatusResult(msgspec.Struct, frozen=True):
+    version: str
+    pid: int
+    sessions: int
+    tasks_running: int
+    config_error: str | None
+    config_loaded_at: float
+    config_generation: int
+
+
+class RunShown(msgspec.Struct, frozen=True):
+    info: RunInfo
+    records: list[ContextRecord]
+    transcript: list[TranscriptEntry]
+
+
+class Delta(msgspec.Struct, frozen=True):
+    run: str
+    text: str
+
+
+class Closed(msgspec.Struct, frozen=True):
+    closed: str

@@ -1,0 +1,99 @@
+"""Cache misses explained: what could be reused, what the provider reused.
+
+After the engine answers, the tokens the compiler made reusable (the prompt
+before the last stable boundary, or for a session's later turns the whole
+previous request) are compared with the cached tokens the provider reported.
+A shortfall on a stable prefix is the provider's (TTL expiry, eviction,
+routing, or a prefix below the model's minimum) and is labelled so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from .._ids import check_id
+from ..compiler import BoundaryCheck, PrefixState
+from ..engines import Usage
+from ..stores import read_document, write_document
+
+__all__ = ("CacheCheck", "PrefixRegistry", "Verdict", "judge_cache")
+
+Verdict = Literal["hit", "cold", "prefix-changed", "provider-miss", "below-minimum", "unmeasured"]
+
+
+class CacheCheck(msgspec.Struct, frozen=True):
+    """Per turn: expected and reported reuse, and why they differ."""
+
+    expected_tokens: int
+    reported_tokens: int
+    verdict: Verdict
+    cause: str | None = None
+
+
+def judge_cache(
+    checks: Sequence[BoundaryCheck],
+    usage: Usage,
+    *,
+    reusable_tokens: int,
+    min_tokens: int,
+    measured: bool,
+    idle_s: float | None,
+) -> CacheCheck:
+    """The verdict for one answered turn; see the module docstring."""
+    reported = usage.cached_input_tokens
+    changed = next((c for c in checks if c.status == "changed"), None)
+
+    def verdict(kind: Verdict, cause: str | None = None) -> CacheCheck:
+        return CacheCheck(reusable_tokens, reported, kind, cause)
+
+    if not measured:
+        return verdict("unmeasured", "the engine reports no cache usage")
+    if changed is not None:
+        return verdict("prefix-changed", f"{changed.cause} (block {changed.block or 'all'})")
+    if reusable_tokens == 0:
+        return verdict("cold", "first compilation for this worker and channel")
+    if reusable_tokens < min_tokens:
+        return verdict(
+            "below-minimum",
+            f"reusable prefix of {reusable_tokens} tokens is below the minimum of {min_tokens}",
+        )
+    if reported >= reusable_tokens - max(128, reusable_tokens // 10):
+        return verdict("hit")
+    idle = f"; {idle_s:.0f} s since the prefix was last used" if idle_s is not None else ""
+    return verdict(
+        "provider-miss",
+        f"provider reused {reported} of {reusable_tokens} tokens "
+        f"(TTL expiry, eviction or routing){idle}",
+    )
+
+
+class PrefixRegistry:
+    """The last compiled prefix of each (worker, channel), kept across restarts."""
+
+    def __init__(self, state: Path) -> None:
+        self._root = state / "prefixes"
+        self._states: dict[tuple[str, str | None], PrefixState | None] = {}
+
+    def __repr__(self) -> str:
+        return f"PrefixRegistry({str(self._root)!r})"
+
+    async def get(self, worker: str, channel: str | None) -> PrefixState | None:
+        key = (worker, channel)
+        if key not in self._states:
+            self._states[key] = await read_document(self._path(worker, channel), PrefixState)
+        return self._states[key]
+
+    async def put(self, worker: str, channel: str | None, state: PrefixState) -> None:
+        previous = await self.get(worker, channel)
+        self._states[(worker, channel)] = state
+        # Within a session only the time moves on: not worth an fsync a turn.
+        if previous is None or previous.run != state.run or previous.boundaries != state.boundaries:
+            await write_document(self._path(worker, channel), state)
+
+    def _path(self, worker: str, channel: str | None) -> Path:
+        name = f"{check_id('channel', channel)}.json" if channel is not None else "_direct.json"
+        return self._root / check_id("worker", worker) / name

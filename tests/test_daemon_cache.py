@@ -1,0 +1,154 @@
+"""Cache misses explained, against the provider simulator's caching rules."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import msgspec
+import pytest
+from harness import DaemonProcess, copy_org
+from simulator import Simulator, write_org
+
+from rosterd.cli import main
+from rosterd.client import RosterClient
+
+
+@pytest.fixture
+async def simulator() -> AsyncIterator[Simulator]:
+    async with Simulator() as simulator:
+        yield simulator
+
+
+def anthropic(simulator: Simulator) -> str:
+    return f'kind = "anthropic"\nmodel = "sim-1"\nbase_url = "{simulator.anthropic_url}"'
+
+
+async def chat(client: RosterClient, channel: str, turns: int, worker: str = "w0") -> str:
+    opened = await client.call("session.open", {"worker": worker, "channel": channel})
+    for n in range(turns):
+        await client.call("session.send", {"session": opened["session"], "text": f"question {n}"})
+    return str(opened["session"])
+
+
+async def shown(client: RosterClient, run: str) -> dict[str, Any]:
+    result: dict[str, Any] = await client.call("runs.show", {"run": run})
+    return result
+
+
+async def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    # The CLI runs its own event loop, so it gets a thread of its own.
+    assert await anyio.to_thread.run_sync(main, list(argv)) == 0
+    return capsys.readouterr().out
+
+
+def verdicts(run: dict[str, Any]) -> list[str]:
+    return [e["cache"]["verdict"] for e in run["transcript"] if e["role"] == "assistant"]
+
+
+@pytest.mark.anyio
+async def test_a_stable_session_has_no_prefix_misses(
+    tmp_path: Path, simulator: Simulator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_org(tmp_path / "org", workers=1, channels=1, engine=anthropic(simulator))
+    process = DaemonProcess(tmp_path / "org", tmp_path / "state").start()
+    try:
+        async with await process.client() as client:
+            session = await chat(client, "c0", 20)
+            run = await shown(client, session)
+    finally:
+        process.stop()
+    assert verdicts(run) == ["cold"] + ["hit"] * 19
+    turns = [r for r in run["records"] if r["kind"] == "turn"]
+    assert all(c["status"] == "stable" for r in turns[1:] for c in r["cache"])
+    hits = [e["cache"] for e in run["transcript"] if e["role"] == "assistant"][1:]
+    assert all(h["reported_tokens"] >= h["expected_tokens"] - 128 for h in hits)
+    stats = msgspec.json.decode(
+        await cli(capsys, "server", "stats", "cache", "--state", str(process.state), "--json")
+    )
+    assert stats["compiler_caused_misses"] == 0
+    assert stats["verdicts"] == {"cold": 1, "hit": 19}
+    assert stats["cache_read_share"] > 0.8
+
+
+@pytest.mark.anyio
+async def test_an_identity_edit_between_sessions_is_attributed_to_identity(
+    tmp_path: Path, simulator: Simulator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    org = tmp_path / "org"
+    write_org(org, workers=1, channels=1, engine=anthropic(simulator))
+    process = DaemonProcess(org, tmp_path / "state").start()
+    try:
+        async with await process.client() as client:
+            first = await chat(client, "c0", 2)
+            await client.call("session.close", {"session": first})
+            identity = org / "workers" / "w0" / "identity.md"
+            identity.write_text(identity.read_text() + "\nA new rule.\n")
+            second = await chat(client, "c0", 1)
+            run = await shown(client, second)
+    finally:
+        process.stop()
+    (turn,) = [r for r in run["records"] if r["kind"] == "turn"]
+    assert [(c["name"], c["status"], c["block"], c["cause"]) for c in turn["cache"]] == [
+        ("connections", "changed", "identity", "identity edited"),
+        ("purpose", "changed", "identity", "identity edited"),
+        ("system", "changed", "identity", "identity edited"),
+    ]
+    assert turn["cache"][0]["previous_run"] == first
+    (entry,) = [e for e in run["transcript"] if e["role"] == "assistant"]
+    assert entry["cache"]["verdict"] == "prefix-changed"
+    assert "identity edited" in entry["cache"]["cause"]
+    state = str(process.state)
+    shown_text = await cli(capsys, "server", "runs", "show", second, "--state", state)
+    assert "turn 1: prefix-changed: identity edited (block identity)" in shown_text
+    assert f"prefix against run {first}: after connections changed" in shown_text
+    stats = msgspec.json.decode(
+        await cli(capsys, "server", "stats", "cache", "--state", state, "--worker", "w0", "--json")
+    )
+    assert stats["misses_by_cause"] == {"identity edited": 1}
+    assert stats["compiler_caused_misses"] == 1
+    assert "compiler-caused misses (the prefix changed): 1" in await cli(
+        capsys, "server", "stats", "cache", "--state", state
+    )
+
+
+@pytest.mark.anyio
+async def test_a_provider_side_expiry_is_blamed_on_the_provider(
+    tmp_path: Path, simulator: Simulator
+) -> None:
+    write_org(tmp_path / "org", workers=1, channels=1, engine=anthropic(simulator))
+    process = DaemonProcess(tmp_path / "org", tmp_path / "state").start()
+    try:
+        async with await process.client() as client:
+            opened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
+            for n in range(3):
+                await client.call("session.send", {"session": opened["session"], "text": f"q{n}"})
+            simulator.clear_cache()  # as a TTL expiry or eviction would
+            await client.call("session.send", {"session": opened["session"], "text": "q3"})
+            run = await shown(client, opened["session"])
+    finally:
+        process.stop()
+    assert verdicts(run) == ["cold", "hit", "hit", "provider-miss"]
+    last = [r for r in run["records"] if r["kind"] == "turn"][-1]
+    assert all(c["status"] == "stable" for c in last["cache"])
+
+
+@pytest.mark.anyio
+async def test_a_prompt_below_the_minimum_is_labelled(tmp_path: Path, simulator: Simulator) -> None:
+    org = copy_org(tmp_path / "org")
+    toml = org / "org.toml"
+    engine = f'kind = "anthropic"\nmodel = "sim-1"\nbase_url = "{simulator.anthropic_url}"'
+    toml.write_text(toml.read_text().replace('kind = "echo"', engine))
+    process = DaemonProcess(org, tmp_path / "state").start()
+    try:
+        async with await process.client() as client:
+            session = await chat(client, "general", 2, worker="ada")
+            run = await shown(client, session)
+    finally:
+        process.stop()
+    assert verdicts(run) == ["cold", "below-minimum"]
+    entry = [e for e in run["transcript"] if e["role"] == "assistant"][-1]
+    assert "below the minimum of 1024" in entry["cache"]["cause"]
