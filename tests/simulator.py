@@ -138,7 +138,7 @@ class Reply(msgspec.Struct, frozen=True):
     text: str
 
 
-Action = Status | Stall | Hangup | Malformed | Drop | Cut | ErrorEvent | Reply
+Action = Status | Stall | Delay | Hangup | Malformed | Drop | Cut | ErrorEvent | Reply
 
 
 class Recorded(msgspec.Struct, frozen=True):

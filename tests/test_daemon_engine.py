@@ -158,7 +158,9 @@ async def test_sigterm_drains_in_flight_turns(tmp_path: Path, simulator: Simulat
         with pytest.raises(RosterError):
             async with await process.client() as late:
                 await late.call("daemon.status")
-    assert await anyio.to_thread.run_sync(process.process.wait, 30) == 0
+    child = process.process
+    assert child is not None
+    assert await anyio.to_thread.run_sync(child.wait, 30) == 0
     assert sorted(results) == [0, 1, 2, 3, 4]
     assert all(r["turn"] == 1 for r in results.values())
     for run in (r["run"] for r in results.values()):
