@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -124,12 +125,18 @@ async def write_document(path: Path, value: Any) -> None:
 
 def _replace(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    # One temporary name per write: two writers of one document must not
+    # rename each other's file away (the loser's os.replace would fail).
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     directory = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(directory)
@@ -184,8 +191,19 @@ class StateTable(Generic[K]):
         return len(self._states)
 
     async def put(self, record: K) -> None:
-        await self._log.append(record)
+        # The state is taken before the first await: stores derive new ids
+        # from len(), and a concurrent put must already count this one.
+        previous = self._states.get(record.id)
         self._states[record.id] = record
+        try:
+            await self._log.append(record)
+        except Exception:
+            if self._states.get(record.id) is record:
+                if previous is None:
+                    del self._states[record.id]
+                else:
+                    self._states[record.id] = previous
+            raise
 
     async def aclose(self) -> None:
         await self._log.aclose()
