@@ -159,8 +159,8 @@ async def test_500_idle_connections_do_not_starve_a_working_client(
             fds_busy = open_fds(pid)
             rss_busy = rss_kib(pid)
     finally:
-        for stream in idle:
-            await stream.aclose()
+        for held in idle:
+            await held.aclose()
     assert texts[-1].endswith("You said: t19")
     assert fds_busy >= fds_before + 500  # they really were all accepted and held
     async with await daemon.client() as client:
