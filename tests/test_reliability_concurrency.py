@@ -108,3 +108,18 @@ async def test_racing_memory_adds_each_get_their_own_id(daemon: DaemonProcess) -
         listed = await client.call("memory.list", {"worker": "ada"})
     assert sorted(i["text"] for i in listed) == sorted(f"note {n}" for n in range(CLIENTS))
     assert len({i["id"] for i in items}) == CLIENTS
+
+
+@pytest.mark.anyio
+@pytest.mark.xfail(
+    strict=True,
+    reason="ChannelStore.post_many numbers messages from next_seq and advances it only "
+    "after the fsync, so racing posts (and racing sessions of one channel) share seqs",
+)
+async def test_racing_channel_posts_each_get_their_own_seq(daemon: DaemonProcess) -> None:
+    posts = await race(
+        daemon,
+        lambda c, n: c.call("channel.post", {"channel": "general", "from": "bo", "text": f"{n}"}),
+    )
+    assert sorted(p["text"] for p in posts) == sorted(str(n) for n in range(CLIENTS))
+    assert len({p["seq"] for p in posts}) == CLIENTS
