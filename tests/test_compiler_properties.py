@@ -516,7 +516,9 @@ def test_strategies_really_shrink_and_fail() -> None:
     statuses: set[tuple[str, str]] = set()
     failures: set[str] = set()
 
-    @settings(deadline=None, max_examples=120, database=None, derandomize=True)
+    # Hypothesis draws constants from every loaded module, so the examples
+    # depend on what else the run imports: draw enough that this stays true.
+    @settings(deadline=None, max_examples=400, database=None, derandomize=True)
     @given(case=cases())
     def collect(case: Case) -> None:
         try:
