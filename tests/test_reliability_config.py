@@ -1,0 +1,109 @@
+"""Config faults, beyond test_daemon_config.py: byte-exact frozen prompts, and cold starts.
+
+test_daemon_config.py shows that each broken edit is reported and that the
+warm session and a new session keep working. Here: the warm session's
+system bytes do not move by one byte, a new session gets the last good
+identity and purpose (not the broken file), and a daemon started on a
+broken org refuses with one clear line instead of a traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import pytest
+from harness import DaemonProcess
+from test_daemon_config import (
+    break_toml,
+    delete_identity,
+    huge_purpose,
+    status_until,
+    symlink_outside,
+)
+
+from rosterd.client import RosterClient, RpcError
+
+BREAKAGES = [break_toml, delete_identity, huge_purpose, symlink_outside]
+
+
+async def last_request(client: RosterClient, run: str) -> dict[str, Any]:
+    (request,) = await client.call("runs.context", {"run": run})
+    return dict(request)
+
+
+async def turn(client: RosterClient, worker: str, channel: str, text: str) -> dict[str, Any]:
+    opened = await client.call("session.open", {"worker": worker, "channel": channel})
+    await client.call("session.send", {"session": opened["session"], "text": text})
+    return await last_request(client, opened["session"])
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("breakage", BREAKAGES)
+async def test_frozen_prompts_do_not_move_and_new_sessions_get_the_last_good_files(
+    daemon: DaemonProcess, org_dir: Path, breakage: Callable[[Path], None]
+) -> None:
+    identity = (org_dir / "workers" / "ada" / "identity.md").read_text()
+    purpose = (org_dir / "channels" / "general" / "purpose.md").read_text()
+    async with await daemon.client() as client:
+        before = await turn(client, "ada", "general", "before the edit")
+        breakage(org_dir)
+        await status_until(client, lambda s: s["config_error"] is not None)
+        after = await turn(client, "ada", "general", "after the edit")
+        fresh_ada = await turn(client, "ada", "releases", "new session, same worker")
+        fresh_general = await turn(client, "grace", "general", "new session, same channel")
+    assert after["system"] == before["system"]
+    assert after["messages"][: len(before["messages"])] == before["messages"]
+    assert identity in fresh_ada["system"]
+    assert purpose in fresh_general["system"]
+    assert "not part of the org" not in fresh_ada["system"]
+    assert len(fresh_general["system"]) < 20_000
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("breakage", "reported"),
+    [
+        (break_toml, "invalid TOML"),
+        (delete_identity, "identity.md: file is missing"),
+        (symlink_outside, "outside the org directory"),
+    ],
+)
+async def test_a_daemon_started_on_a_broken_org_refuses_with_one_clear_line(
+    org_dir: Path, tmp_path: Path, breakage: Callable[[Path], None], reported: str
+) -> None:
+    breakage(org_dir)
+    process = DaemonProcess(org_dir, tmp_path / "state")
+    process.start(wait=False)
+    assert process.process is not None
+    try:
+        code = await anyio.to_thread.run_sync(process.process.wait, 20)
+    finally:
+        process.kill9()
+    log = process.log()
+    assert code == 1, log
+    assert reported in log
+    assert "Traceback" not in log
+
+
+@pytest.mark.anyio
+async def test_a_daemon_started_with_an_oversized_purpose_fails_only_that_channel(
+    org_dir: Path, tmp_path: Path
+) -> None:
+    # Budgets are a compile-time matter: the org loads, the one channel fails clearly.
+    huge_purpose(org_dir)
+    process = DaemonProcess(org_dir, tmp_path / "state").start()
+    try:
+        async with await process.client() as client:
+            with pytest.raises(RpcError) as failure:
+                await client.call("session.open", {"worker": "ada", "channel": "general"})
+            elsewhere = await turn(client, "ada", "releases", "other channels work")
+    finally:
+        process.stop()
+    assert failure.value.code == 1001
+    assert failure.value.data["block"] == "purpose"
+    assert failure.value.data["size"] > failure.value.data["limit"]
+    assert "You are Ada" in elsewhere["system"]
