@@ -30,8 +30,8 @@ __all__ = (
     "POLICY",
     "SystemPrompt",
     "absent_block",
+    "compile_failure",
     "compile_system",
-    "failure_record",
     "route_key",
     "sha256_text",
 )
@@ -128,15 +128,8 @@ def compile_system(org: Org, scope: RunScope, meta: RunMeta) -> SystemPrompt:
     blocks: list[BlockTrace] = []
 
     def fail(trace: BlockTrace, limit: int, reason: str) -> CompileError:
-        failed = msgspec.structs.replace(trace, status="failed")
-        error = FailureTrace(
-            block=trace.block, size=trace.rendered_chars, limit=limit, reason=reason
-        )
         kind: RecordKind = "system" if scope.surface is Surface.SESSION else "run"
-        record = failure_record(fingerprint, scope, meta, kind, (*blocks, failed), error)
-        return CompileError(
-            block=trace.block, size=trace.rendered_chars, limit=limit, reason=reason, record=record
-        )
+        return compile_failure(fingerprint, scope, meta, kind, tuple(blocks), trace, limit, reason)
 
     identity = _trusted_block(
         "identity", org.identities[scope.worker], f"workers/{scope.worker}/identity.md"
@@ -189,16 +182,20 @@ def compile_system(org: Org, scope: RunScope, meta: RunMeta) -> SystemPrompt:
     )
 
 
-def failure_record(
+def compile_failure(
     engine_fingerprint: str,
     scope: RunScope,
     meta: RunMeta,
     kind: RecordKind,
-    blocks: tuple[BlockTrace, ...],
-    error: FailureTrace,
-) -> ContextRecord:
-    """The trace of a compilation that produced no model input."""
-    return ContextRecord(
+    prior: tuple[BlockTrace, ...],
+    block: BlockTrace,
+    limit: int,
+    reason: str,
+) -> CompileError:
+    """The error of a compilation that produced no model input, with its trace:
+    every block rendered before *block*, then *block* marked failed."""
+    error = FailureTrace(block=block.block, size=block.rendered_chars, limit=limit, reason=reason)
+    record = ContextRecord(
         kind=kind,
         status="failed",
         run=meta.run,
@@ -214,8 +211,11 @@ def failure_record(
         input_sha256=None,
         boundaries=(),
         budget=None,
-        blocks=blocks,
+        blocks=(*prior, msgspec.structs.replace(block, status="failed")),
         error=error,
+    )
+    return CompileError(
+        block=block.block, size=block.rendered_chars, limit=limit, reason=reason, record=record
     )
 
 

@@ -35,11 +35,11 @@ from ._system import (
     POLICY,
     SystemPrompt,
     absent_block,
+    compile_failure,
     compile_system,
-    failure_record,
     sha256_text,
 )
-from ._trace import BlockStatus, BlockTrace, BudgetTrace, ContextRecord, FailureTrace, RecordKind
+from ._trace import BlockStatus, BlockTrace, BudgetTrace, ContextRecord, RecordKind
 
 __all__ = ("Compilation", "compile_run", "compile_turn", "iso_time")
 
@@ -314,12 +314,7 @@ def _failure(
     limit: int,
     reason: str,
 ) -> CompileError:
-    failed = msgspec.structs.replace(block, status="failed")
     kind: RecordKind = "turn" if system.scope.surface is Surface.SESSION else "run"
-    error = FailureTrace(block=block.block, size=block.rendered_chars, limit=limit, reason=reason)
-    record = failure_record(
-        system.engine_fingerprint, system.scope, meta, kind, (*prior, failed), error
-    )
-    return CompileError(
-        block=block.block, size=block.rendered_chars, limit=limit, reason=reason, record=record
+    return compile_failure(
+        system.engine_fingerprint, system.scope, meta, kind, prior, block, limit, reason
     )
