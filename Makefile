@@ -23,7 +23,9 @@ $(STAMP): $(BIN)/python pyproject.toml
 run: $(STAMP)
 	@mkdir -p $(STATE)
 	@$(BIN)/roster check --org $(ORG)
-	@$(BIN)/roster serve --org $(ORG) --state $(STATE) --socket $(STATE)/rosterd.sock & \
+	@echo "daemon log: $(STATE)/rosterd.log"
+	@$(BIN)/roster serve --org $(ORG) --state $(STATE) --socket $(STATE)/rosterd.sock \
+	  2>>$(STATE)/rosterd.log & \
 	  daemon=$$!; trap 'kill $$daemon 2>/dev/null; wait $$daemon 2>/dev/null' EXIT INT TERM; \
 	  $(BIN)/roster chat --socket $(STATE)/rosterd.sock --wait 10 --worker $(WORKER) --channel $(CHANNEL)
 
