@@ -318,6 +318,31 @@ def test_briefing_keeps_the_continuation_and_counts_omitted_gates(tmp_path: Path
     assert record.rendered_chars <= 400
 
 
+def test_resolved_gates_come_before_open_ones_and_go_last(tmp_path: Path) -> None:
+    toml = ORG_TOML.replace("total = 48000", "total = 48000\nbriefing = 300")
+    org = write_org(tmp_path / "org", toml)
+    resolved = Gate(
+        id="g-old", worker="marvin", summary="tag it?", filed_at=1.0, outcome="yes", note="now"
+    )
+    still_open = tuple(
+        Gate(id=f"g{i}", worker="marvin", summary=f"open question {i}", filed_at=float(i))
+        for i in range(2, 9)
+    )
+    turn = TurnInput(text="hi", gates=(*still_open, resolved))
+    briefing = lines(run(org, Surface.SESSION, "marvin", "general", turn), "briefing")
+    assert briefing[0] == {
+        "block": "briefing",
+        "kind": "resolved",
+        "gate": "g-old",
+        "summary": "tag it?",
+        "outcome": "yes",
+        "note": "now",
+    }
+    kept = [b["gate"] for b in briefing if b["kind"] == "gate"]
+    assert kept == [f"g{i}" for i in range(2, 2 + len(kept))]
+    assert briefing[-1] == {"block": "briefing", "kind": "omitted", "gates": 7 - len(kept)}
+
+
 def test_oversized_continuation_fails_rather_than_being_cut(tmp_path: Path) -> None:
     toml = ORG_TOML.replace("total = 48000", "total = 48000\nbriefing = 100")
     org = write_org(tmp_path / "org", toml)

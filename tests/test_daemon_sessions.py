@@ -78,7 +78,9 @@ async def test_memory_added_after_turn_3_appears_in_turn_4_only(daemon: DaemonPr
 
 
 @pytest.mark.anyio
-async def test_gate_filed_between_turns_is_in_the_next_briefing(daemon: DaemonProcess) -> None:
+async def test_gates_filed_or_resolved_between_turns_are_in_the_next_briefing(
+    daemon: DaemonProcess,
+) -> None:
     async with await daemon.client() as client:
         session = await open_session(client)
         await client.call("session.send", {"session": session, "text": "before"})
@@ -88,13 +90,24 @@ async def test_gate_filed_between_turns_is_in_the_next_briefing(daemon: DaemonPr
         await client.call("session.send", {"session": session, "text": "after filing"})
         await client.call("gate.resolve", {"gate": gate["id"], "outcome": "approved"})
         await client.call("session.send", {"session": session, "text": "after resolving"})
+        await client.call("session.send", {"session": session, "text": "and later"})
     turns = [r for r in context_records(daemon.state, session) if r["kind"] == "turn"]
     briefings = [[x for x in input_lines(r) if x["block"] == "briefing"] for r in turns]
     assert briefings[0] == []
     assert briefings[1] == [
         {"block": "briefing", "kind": "gate", "gate": gate["id"], "summary": "ship 1.4 today?"}
     ]
-    assert briefings[2] == []
+    assert briefings[2] == [
+        {
+            "block": "briefing",
+            "kind": "resolved",
+            "gate": gate["id"],
+            "summary": "ship 1.4 today?",
+            "outcome": "approved",
+            "note": "",
+        }
+    ]
+    assert briefings[3] == []
 
 
 @pytest.mark.anyio

@@ -37,7 +37,10 @@ class MemoryEnvelope(msgspec.Struct, frozen=True, tag_field="block", tag="memory
 
 
 class BriefingContinuation(msgspec.Struct, frozen=True, tag_field="block", tag="briefing"):
-    kind: Literal["continuation"]
+    """The gate a continuation run picks up from, or one resolved since the
+    session's last turn (``kind="resolved"``)."""
+
+    kind: Literal["continuation", "resolved"]
     gate: str
     summary: str
     outcome: str

@@ -21,7 +21,11 @@ class MemoryItem(msgspec.Struct, frozen=True):
 
 
 class Gate(msgspec.Struct, frozen=True):
-    """An open question a worker waits on, filed for a channel or worker-wide."""
+    """A question a worker waits on, filed for a channel or worker-wide.
+
+    Open gates have no ``outcome``; a gate resolved since a session's last
+    turn is passed with its outcome, so the next briefing shows it once.
+    """
 
     id: str
     worker: str
@@ -29,6 +33,8 @@ class Gate(msgspec.Struct, frozen=True):
     filed_at: float
     channel: str | None = None
     run: str | None = None
+    outcome: str | None = None
+    note: str = ""
 
 
 class Continuation(msgspec.Struct, frozen=True):

@@ -190,10 +190,24 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
     if head_chars > cap:
         raise _ContinuationTooLarge(_Fitted(head, head_chars, 1, 0, raw), cap)
 
-    gates = sorted(_open_gates(scope, turn.gates), key=lambda g: (g.filed_at, g.id))
-    raw += sum(len(g.summary) for g in gates)
-    lines = render_lines([BriefingGate(kind="gate", gate=g.id, summary=g.summary) for g in gates])
-    # Keep the oldest gates that fit together with the note counting the rest.
+    gates = sorted(_scoped_gates(scope, turn.gates), key=lambda g: (g.filed_at, g.id))
+    raw += sum(len(g.summary) + len(g.outcome or "") + len(g.note) for g in gates)
+    resolved = [g for g in gates if g.outcome is not None]
+    still_open = [g for g in gates if g.outcome is None]
+    lines = render_lines(
+        [
+            *(
+                BriefingContinuation(
+                    kind="resolved", gate=g.id, summary=g.summary, outcome=g.outcome, note=g.note
+                )
+                for g in resolved
+                if g.outcome is not None
+            ),
+            *(BriefingGate(kind="gate", gate=g.id, summary=g.summary) for g in still_open),
+        ]
+    )
+    # Keep the first gates (resolved, then oldest open) that fit together
+    # with the note counting the rest.
     kept, chars = len(lines), head_chars + sum(map(len, lines))
     omitted_line = ""
     while chars + len(omitted_line) > cap and kept > 0:
@@ -206,7 +220,7 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
     return _Fitted(body, sum(map(len, body)), len(head) + kept, len(lines) - kept, raw)
 
 
-def _open_gates(scope: RunScope, gates: Sequence[Gate]) -> list[Gate]:
+def _scoped_gates(scope: RunScope, gates: Sequence[Gate]) -> list[Gate]:
     return [
         g
         for g in gates

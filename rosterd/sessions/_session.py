@@ -53,6 +53,10 @@ class Session:
         self._history = history
         self._lock = anyio.Lock()
         self.last_activity = entries[-1].at if entries else run.info.created_at
+        # Gates resolved after this show their outcome in the next briefing.
+        self._briefed_at = next(
+            (e.at for e in reversed(entries) if e.role == "user"), run.info.created_at
+        )
         self.closed = False
 
     def __repr__(self) -> str:
@@ -93,7 +97,7 @@ class Session:
                 text=text,
                 sender=sender,
                 memory=await host.stores.memory.items(self.worker),
-                gates=host.stores.gates.open_for(self.worker),
+                gates=host.stores.gates.briefing_for(self.worker, self._briefed_at),
                 history=self._history if turn == 1 else None,
             )
             meta = RunMeta(run=self.id, turn=turn, now=host.clock())
@@ -106,14 +110,17 @@ class Session:
                     on_delta,
                     previous_input_tokens=self._last_input_tokens,
                 )
-            except (CompileError, EngineError):
-                # The failure is traced under this turn number (and for an
-                # engine failure the user turn is in the transcript): the next
-                # turn gets the next number.
+            except (CompileError, EngineError) as exc:
+                # The failure is traced under this turn number: the next turn
+                # gets the next one. After an engine failure the user turn,
+                # briefing included, is in the transcript and will be sent.
                 self._turns = turn
                 self.last_activity = host.clock()
+                if isinstance(exc, EngineError):
+                    self._briefed_at = meta.now
                 raise
             self._turns = turn
+            self._briefed_at = meta.now
             self._last_input_tokens = outcome.reply.usage.input_tokens
             self.last_activity = host.clock()
             await host.stores.channels.post_many(

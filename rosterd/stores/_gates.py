@@ -34,6 +34,8 @@ class GateState(msgspec.Struct, frozen=True):
             filed_at=self.filed_at,
             channel=self.channel,
             run=self.run,
+            outcome=self.outcome,
+            note=self.note,
         )
 
 
@@ -85,7 +87,23 @@ class GateStore:
 
     def open_for(self, worker: str) -> tuple[Gate, ...]:
         """Open gates of *worker*; the compiler narrows them to the run's channel."""
-        return tuple(g.as_gate() for g in self.all() if g.worker == worker and g.status == "open")
+        return self.briefing_for(worker, resolved_since=None)
+
+    def briefing_for(self, worker: str, resolved_since: float | None) -> tuple[Gate, ...]:
+        """Open gates of *worker*, and those resolved after *resolved_since*."""
+        return tuple(
+            g.as_gate()
+            for g in self.all()
+            if g.worker == worker
+            and (
+                g.status == "open"
+                or (
+                    resolved_since is not None
+                    and g.resolved_at is not None
+                    and g.resolved_at > resolved_since
+                )
+            )
+        )
 
     async def aclose(self) -> None:
         await self._table.aclose()
