@@ -6,6 +6,8 @@ from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
+import anyio
+
 from .._ids import check_id
 from ..compiler import ChannelMessage
 from ._files import JsonlLog
@@ -20,7 +22,10 @@ class _Channel:
     def __init__(self, log: JsonlLog[ChannelMessage], messages: list[ChannelMessage]) -> None:
         self.log = log
         self.recent: deque[ChannelMessage] = deque(messages, maxlen=_KEEP_IN_MEMORY)
-        self.next_seq = messages[-1].seq + 1 if messages else 1
+        self.next_seq = max((m.seq for m in messages), default=0) + 1
+        # Numbering and appending happen under one lock, so the file is in
+        # seq order and racing posts never share a number.
+        self.lock = anyio.Lock()
 
 
 class ChannelStore:
@@ -42,13 +47,14 @@ class ChannelStore:
     ) -> list[ChannelMessage]:
         """Append (sender, text, at) messages in order, with one fsync."""
         state = await self._open(channel)
-        messages = [
-            ChannelMessage(seq=state.next_seq + n, sender=sender, text=text, at=at)
-            for n, (sender, text, at) in enumerate(posts)
-        ]
-        await state.log.extend(messages)
-        state.next_seq += len(messages)
-        state.recent.extend(messages)
+        async with state.lock:
+            messages = [
+                ChannelMessage(seq=state.next_seq + n, sender=sender, text=text, at=at)
+                for n, (sender, text, at) in enumerate(posts)
+            ]
+            await state.log.extend(messages)
+            state.next_seq += len(messages)
+            state.recent.extend(messages)
         return messages
 
     async def recent(self, channel: str, limit: int) -> tuple[ChannelMessage, ...]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
+
 from .._ids import check_id
 from ..compiler import MemoryItem
 from ._files import JsonlLog
@@ -18,15 +20,18 @@ class MemoryStore:
         self._root = root
         self._logs: dict[str, JsonlLog[MemoryItem]] = {}
         self._items: dict[str, list[MemoryItem]] = {}
+        self._locks: dict[str, anyio.Lock] = {}
 
     def __repr__(self) -> str:
         return f"MemoryStore({str(self._root)!r})"
 
     async def add(self, worker: str, text: str, channel: str | None, at: float) -> MemoryItem:
         items = await self._load(worker)
-        item = MemoryItem(id=f"m-{len(items) + 1}", text=text, created_at=at, channel=channel)
-        await self._logs[worker].append(item)
-        items.append(item)
+        # Numbering and appending under one lock: racing adds get distinct ids.
+        async with self._locks.setdefault(worker, anyio.Lock()):
+            item = MemoryItem(id=f"m-{len(items) + 1}", text=text, created_at=at, channel=channel)
+            await self._logs[worker].append(item)
+            items.append(item)
         return item
 
     async def items(self, worker: str) -> tuple[MemoryItem, ...]:
