@@ -95,11 +95,6 @@ async def test_racing_resolves_of_one_gate_are_resolved_once(daemon: DaemonProce
 
 
 @pytest.mark.anyio
-@pytest.mark.xfail(
-    strict=True,
-    reason="MemoryStore.add derives the id from len() and appends the item only after "
-    "the fsync, so racing adds share one id; the items themselves are all kept",
-)
 async def test_racing_memory_adds_each_get_their_own_id(daemon: DaemonProcess) -> None:
     items = await race(
         daemon, lambda c, n: c.call("memory.add", {"worker": "ada", "text": f"note {n}"})
@@ -111,11 +106,6 @@ async def test_racing_memory_adds_each_get_their_own_id(daemon: DaemonProcess) -
 
 
 @pytest.mark.anyio
-@pytest.mark.xfail(
-    strict=True,
-    reason="ChannelStore.post_many numbers messages from next_seq and advances it only "
-    "after the fsync, so racing posts (and racing sessions of one channel) share seqs",
-)
 async def test_racing_channel_posts_each_get_their_own_seq(daemon: DaemonProcess) -> None:
     posts = await race(
         daemon,
