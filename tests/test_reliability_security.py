@@ -32,8 +32,11 @@ import json, socket, sys
 sock = socket.socket(socket.AF_UNIX)
 sock.settimeout(10)
 sock.connect(sys.argv[1])
-sock.sendall(b"".join(line.encode() + b"\\n" for line in sys.argv[2:]))
 data, closed = b"", False
+try:
+    sock.sendall(b"".join(line.encode() + b"\\n" for line in sys.argv[2:]))
+except (BrokenPipeError, ConnectionResetError):
+    pass  # a refusing daemon may close before our request is all written
 try:
     while data.count(b"\\n") < len(sys.argv) - 2:
         chunk = sock.recv(65536)
