@@ -1,0 +1,28 @@
+"""The load benchmark runs against a real daemon and reports its figures."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_bench_load_quick_reports_throughput_latency_and_memory() -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "load.py"), "--quick"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    rows = re.findall(r"^\s+(\d+)\s+(\d+)\s+(\d+\.\d)\s+(\d+\.\d+)\s+(\d+\.\d+)$", out, re.M)
+    assert [int(sessions) for sessions, *_ in rows] == [1, 10, 200], out
+    assert all(float(rate) > 0 for _, _, rate, _, _ in rows)
+    assert re.search(r"resident memory: \d+\.\d KiB per warm session \(200 warm\)", out), out
+    assert re.search(r"late/early ratio \d+\.\d\d", out), out
