@@ -8,6 +8,7 @@ N's request is turn N-1's request plus new messages, byte for byte.
 from __future__ import annotations
 
 import logging
+from typing import Literal
 
 import anyio
 import msgspec
@@ -129,16 +130,14 @@ class Session:
             )
             return outcome
 
-    async def close(self, status: str) -> None:
+    async def close(self, status: Literal["closed", "expired"]) -> None:
         """End the session for good (``closed`` or ``expired``)."""
         async with self._lock:
             if self.closed:
                 return
             self.closed = True
             await self._host.runs.clear_session(self.worker, self.channel)
-            await self._run.finish(
-                "expired" if status == "expired" else "closed", self._host.clock()
-            )
+            await self._run.finish(status, self._host.clock())
 
     async def detach(self) -> None:
         """Release files on daemon shutdown; the session stays resumable."""
@@ -185,9 +184,9 @@ class SessionManager:
             self._by_id[session.id] = session
             return session
 
-    async def close(self, session_id: str, status: str = "closed") -> None:
+    async def close(self, session_id: str) -> None:
         session = self.get(session_id)
-        await session.close(status)
+        await session.close("closed")
         self._forget(session)
 
     async def expire_idle(self) -> None:
