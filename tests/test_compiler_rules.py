@@ -27,6 +27,7 @@ from rosterd.compiler import (
     compile_system,
     compile_turn,
     iso_time,
+    rank_memory,
 )
 from rosterd.org import Org, Surface, load_org
 
@@ -593,3 +594,14 @@ def test_same_identity_different_workers_get_different_keys(tmp_path: Path) -> N
     trillian = system(org, Surface.SESSION, "trillian", "general")
     assert marvin.boundaries[0] == trillian.boundaries[0]
     assert marvin.route_key != trillian.route_key
+
+
+def test_ranking_sees_words_it_has_never_met_before() -> None:
+    # Words new to the ranker's cache count like any other, whatever was
+    # ranked before and in whichever item they first appear.
+    first = MemoryItem(id="m-1", text="nothing relevant here at all", created_at=2.0)
+    second = MemoryItem(id="m-2", text="the quuxfrobnicator daemon", created_at=1.0)
+    ranked = rank_memory([first, second], "restart the quuxfrobnicator please")
+    assert [m.id for m in ranked] == ["m-2", "m-1"]
+    again = rank_memory([first, second], "anything else entirely")
+    assert [m.id for m in again] == ["m-1", "m-2"]

@@ -17,22 +17,34 @@ from ._inputs import MemoryItem
 __all__ = ("rank_memory",)
 
 _WORD = re.compile(r"[^\W_]{3,}")
-# Each word seen gets one bit, so "shared words" is an AND and a popcount:
-# this runs over every memory item every turn. Which bit a word gets never
-# changes a count, so the cache cannot change an answer; it is reset at the
-# start of a call once it grows past this many words.
-_MAX_WORDS = 1 << 16
+# Every word of a memory item gets one bit, so "shared words" is an AND and a
+# popcount: this runs over every memory item every turn. Which bit a word gets
+# never changes a count, so this cache cannot change an answer. Only item
+# words get bits (a message word no item has cannot be shared), which bounds
+# the vocabulary by what memory holds; past the limit it starts afresh.
+_MAX_WORDS = 1 << 15
 _bits: dict[str, int] = {}
 
 
-@lru_cache(maxsize=8192)
-def _mask(text: str) -> int:
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(text.lower()))
+
+
+@lru_cache(maxsize=4096)
+def _item_mask(text: str) -> int:
     mask = 0
-    for word in set(_WORD.findall(text.lower())):
+    for word in _words(text):
         bit = _bits.get(word)
         if bit is None:
             bit = _bits[word] = 1 << len(_bits)
         mask |= bit
+    return mask
+
+
+def _message_mask(text: str) -> int:
+    mask = 0
+    for word in _words(text):
+        mask |= _bits.get(word, 0)
     return mask
 
 
@@ -43,10 +55,13 @@ def rank_memory(items: Iterable[MemoryItem], message: str) -> list[MemoryItem]:
     """
     if len(_bits) > _MAX_WORDS:
         _bits.clear()
-        _mask.cache_clear()
-    query = _mask(message)
+        _item_mask.cache_clear()
+    items = list(items)
+    # Item masks first: they may add bits the message's mask must see.
+    masks = [_item_mask(item.text) for item in items]
+    query = _message_mask(message)
     ranked = sorted(
-        (-(query & _mask(item.text)).bit_count(), -item.created_at, item.id, index, item)
-        for index, item in enumerate(items)
+        (-(query & mask).bit_count(), -item.created_at, item.id, index)
+        for index, (item, mask) in enumerate(zip(items, masks, strict=True))
     )
-    return [entry[4] for entry in ranked]
+    return [items[entry[3]] for entry in ranked]

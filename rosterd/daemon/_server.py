@@ -141,6 +141,10 @@ class RpcServer:
             self._connections.add(connection)
             try:
                 await self._serve_connection(connection)
+            except Exception:
+                # A bug in one connection must not take the daemon down;
+                # cancellation is a BaseException and passes through.
+                log.exception("dropping client pid %d after an internal error", peer[0])
             finally:
                 self._connections.discard(connection)
 
