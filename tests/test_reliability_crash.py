@@ -252,6 +252,10 @@ async def test_sigterm_drains_50_in_flight_turns(tmp_path: Path, simulator: Simu
                 await anyio.sleep(0.01)
         assert process.process is not None
         process.process.send_signal(signal.SIGTERM)
+        await anyio.sleep(0.2)
+        with pytest.raises(RosterError):  # draining: no new connections
+            async with await process.client() as late:
+                await late.call("daemon.status")
     daemon = process.process
     assert daemon is not None
     assert await anyio.to_thread.run_sync(daemon.wait, 30) == 0
