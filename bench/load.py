@@ -16,46 +16,16 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import anyio
+from _daemon import percentile, rss_kib, serve, write_org
 
 from rosterd.client import RosterClient
 
 CHANNELS = 200
-
-
-def write_org(root: Path) -> None:
-    (root / "workers" / "ada").mkdir(parents=True)
-    (root / "workers" / "ada" / "identity.md").write_text("You are Ada.\n" * 200)
-    lines = ['[engine]\nkind = "echo"\n', "[workers.ada]\n"]
-    for n in range(CHANNELS):
-        lines.append(f'[channels.c{n}]\nworkers = ["ada"]\n')
-        (root / "channels" / f"c{n}").mkdir(parents=True)
-        (root / "channels" / f"c{n}" / "purpose.md").write_text(f"Channel {n}.\n" * 20)
-    (root / "org.toml").write_text("\n".join(lines))
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
-
-async def wait_socket(path: Path) -> None:
-    with anyio.fail_after(20):
-        while True:
-            try:
-                client = await RosterClient.connect(path)
-            except Exception:
-                await anyio.sleep(0.05)
-                continue
-            await client.aclose()
-            return
 
 
 async def session_turns(socket: Path, channel: str, turns: int, latencies: list[float]) -> None:
@@ -67,23 +37,12 @@ async def session_turns(socket: Path, channel: str, turns: int, latencies: list[
             latencies.append(time.perf_counter() - start)
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 async def run(quick: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        write_org(root / "org")
+        write_org(root / "org", ("ada",), CHANNELS, identity_lines=200)
         socket = root / "rosterd.sock"
-        daemon = await anyio.open_process(
-            [sys.executable, "-m", "rosterd.cli", "serve", "--org", str(root / "org"),
-             "--state", str(root / "state"), "--socket", str(socket), "--log-level", "WARNING"],
-            stdout=None, stderr=None,
-        )  # fmt: skip
-        try:
-            await wait_socket(socket)
+        async with serve(root / "org", root / "state", socket) as daemon:
             base_rss = rss_kib(daemon.pid)
             print(f"{'sessions':>8} {'turns':>6} {'turns/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
             used = 0
@@ -116,9 +75,6 @@ async def run(quick: bool) -> None:
                 f"one session, {long_turns} turns: p50 early {early * 1000:.2f} ms, "
                 f"late {late * 1000:.2f} ms, late/early ratio {late / early:.2f} (aim: about 1)"
             )
-        finally:
-            daemon.terminate()
-            await daemon.wait()
 
 
 def main() -> None:

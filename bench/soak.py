@@ -26,54 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from _daemon import open_fds, percentile, rss_kib, serve, write_org
 
-from rosterd import RosterError
 from rosterd.client import RosterClient, RpcError
 
 CLIENTS = 8
 TURNS_PER_SESSION = 50
 OPS = ["turn", "memory", "gate", "resolve", "task", "read"]
 WEIGHTS = [50, 12, 10, 6, 10, 12]
-
-
-def write_org(root: Path) -> None:
-    for worker in ("ada", "grace"):
-        (root / "workers" / worker).mkdir(parents=True)
-        (root / "workers" / worker / "identity.md").write_text(f"You are {worker}.\n" * 50)
-    lines = ['[engine]\nkind = "echo"\n', "[workers.ada]\n", "[workers.grace]\n"]
-    for n in range(CLIENTS):
-        lines.append(f'[channels.c{n}]\nworkers = ["ada", "grace"]\n')
-        (root / "channels" / f"c{n}").mkdir(parents=True)
-        (root / "channels" / f"c{n}" / "purpose.md").write_text(f"Channel {n}.\n" * 10)
-    (root / "org.toml").write_text("\n".join(lines))
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError("no VmRSS line")
-
-
-def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-async def wait_socket(path: Path) -> None:
-    with anyio.fail_after(20):
-        while True:
-            try:
-                client = await RosterClient.connect(path)
-            except RosterError:
-                await anyio.sleep(0.05)
-                continue
-            await client.aclose()
-            return
 
 
 class _BudgetSpent(Exception):
@@ -176,15 +136,9 @@ async def warm_up(socket: Path) -> None:
 async def run(seconds: float, rate: float, max_requests: int) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        write_org(root / "org")
+        write_org(root / "org", ("ada", "grace"), CLIENTS)
         socket = root / "rosterd.sock"
-        daemon = await anyio.open_process(
-            [sys.executable, "-m", "rosterd.cli", "serve", "--org", str(root / "org"),
-             "--state", str(root / "state"), "--socket", str(socket), "--log-level", "WARNING"],
-            stdout=None, stderr=None,
-        )  # fmt: skip
-        try:
-            await wait_socket(socket)
+        async with serve(root / "org", root / "state", socket) as daemon:
             await warm_up(socket)
             fds_start, rss_start = open_fds(daemon.pid), rss_kib(daemon.pid)
             soak = Soak(socket, seconds, rate, max_requests)
@@ -200,9 +154,7 @@ async def run(seconds: float, rate: float, max_requests: int) -> int:
             # Let queued tasks finish, so their run files are closed before the count.
             await anyio.sleep(1.0)
             fds_end, rss_end = open_fds(daemon.pid), rss_kib(daemon.pid)
-        finally:
-            daemon.terminate()
-            code = await daemon.wait()
+        code = daemon.returncode
     every = [s for values in soak.latency.values() for s in values]
     turns = soak.latency.get("session.send", [0.0])
     errors = sum(soak.errors.values())
