@@ -9,7 +9,7 @@ daemon's own overhead (compile, fsyncs, socket round trip).
 Prints throughput, p50/p99 overhead, and the daemon's open file descriptors
 (/proc/<pid>/fd) and resident memory at start and end, with the growth.
 
-Usage: python bench/soak.py [--minutes 10] [--quick] [--rate 40] [--max-requests N]
+Usage: python bench/soak.py [--minutes 10] [--quick] [--rate 40] [--max-requests N] [--steady]
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ CLIENTS = 8
 TURNS_PER_SESSION = 50
 OPS = ["turn", "memory", "gate", "resolve", "task", "read"]
 WEIGHTS = [50, 12, 10, 6, 10, 12]
+# Turns and reads only: stored state stays bounded (transcripts are on disk,
+# channel tails are capped), so RSS growth here would be a leak.
+STEADY_WEIGHTS = [80, 0, 0, 0, 0, 20]
 
 
 class _BudgetSpent(Exception):
@@ -43,8 +46,11 @@ class _BudgetSpent(Exception):
 class Soak:
     """The shared budget, pacing and measurements of one run."""
 
-    def __init__(self, socket: Path, seconds: float, rate: float, max_requests: int) -> None:
+    def __init__(
+        self, socket: Path, seconds: float, rate: float, max_requests: int, weights: list[int]
+    ) -> None:
         self.socket = socket
+        self.weights = weights
         self.seconds = seconds
         self.interval = CLIENTS / rate  # per client
         self.max_requests = max_requests
@@ -81,7 +87,7 @@ class Soak:
             while time.monotonic() < deadline and self.sent < self.max_requests:
                 next_at += self.interval
                 await anyio.sleep(max(0.0, next_at - time.monotonic()))
-                match rng.choices(OPS, WEIGHTS)[0]:
+                match rng.choices(OPS, self.weights)[0]:
                     case "turn":
                         if session is None or turns >= TURNS_PER_SESSION:
                             if session is not None:
@@ -133,7 +139,7 @@ async def warm_up(socket: Path) -> None:
         await client.call("runs.list")
 
 
-async def run(seconds: float, rate: float, max_requests: int) -> int:
+async def run(seconds: float, rate: float, max_requests: int, steady: bool) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_org(root / "org", ("ada", "grace"), CLIENTS)
@@ -141,13 +147,22 @@ async def run(seconds: float, rate: float, max_requests: int) -> int:
         async with serve(root / "org", root / "state", socket) as daemon:
             await warm_up(socket)
             fds_start, rss_start = open_fds(daemon.pid), rss_kib(daemon.pid)
-            soak = Soak(socket, seconds, rate, max_requests)
+            soak = Soak(socket, seconds, rate, max_requests, STEADY_WEIGHTS if steady else WEIGHTS)
+            mix = "steady mix (turns and reads)" if steady else "mixed traffic"
             print(
-                f"soak: {seconds:.0f} s, {CLIENTS} clients, at most {max_requests} requests "
-                f"at {rate:g}/s, echo engine"
+                f"soak: {seconds:.0f} s, {CLIENTS} clients, {mix}, at most {max_requests} "
+                f"requests at {rate:g}/s, echo engine"
             )
             start = time.monotonic()
+            rss_mid = 0
+
+            async def sample_halfway() -> None:
+                nonlocal rss_mid
+                await anyio.sleep(seconds / 2)
+                rss_mid = rss_kib(daemon.pid)
+
             async with anyio.create_task_group() as tg:
+                tg.start_soon(sample_halfway)
                 for k in range(CLIENTS):
                     tg.start_soon(soak.client, k, start + seconds)
             wall = time.monotonic() - start
@@ -172,7 +187,7 @@ async def run(seconds: float, rate: float, max_requests: int) -> int:
     growth = rss_end - rss_start
     print(
         f"rss KiB: start {rss_start} end {rss_end} growth {growth} "
-        f"({100 * growth / rss_start:.1f}%)"
+        f"({100 * growth / rss_start:.1f}%); second half {rss_end - rss_mid:+d}"
     )
     for what, count in sorted(soak.errors.items()):
         print(f"error: {what} x{count}")
@@ -186,11 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="20 seconds, for tests")
     parser.add_argument("--rate", type=float, default=40.0, help="requests per second, all clients")
     parser.add_argument("--max-requests", type=int, help="request budget (default: rate x time)")
+    parser.add_argument(
+        "--steady", action="store_true", help="turns and reads only: stored state stays bounded"
+    )
     args = parser.parse_args(argv)
     seconds = 20.0 if args.quick else args.minutes * 60
     budget = args.max_requests or int(args.rate * seconds)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    return anyio.run(run, seconds, args.rate, budget)
+    return anyio.run(run, seconds, args.rate, budget, args.steady)
 
 
 if __name__ == "__main__":
