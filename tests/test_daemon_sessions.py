@@ -223,3 +223,27 @@ async def test_idle_sessions_expire(org_dir: Path, tmp_path: Path) -> None:
     assert fresh != session
     info = msgspec.json.decode((process.state / "runs" / session / "run.json").read_bytes())
     assert info["status"] == "expired"
+
+
+@pytest.mark.anyio
+async def test_a_failed_last_turn_keeps_its_number_across_a_restart(
+    org_dir: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    process = DaemonProcess(org_dir, state).start()
+    async with await process.client() as client:
+        session = await open_session(client)
+        await client.call("session.send", {"session": session, "text": "fine"})
+        with pytest.raises(RpcError):
+            await client.call("session.send", {"session": session, "text": "x" * 24001})
+    assert process.stop() == 0
+    process = DaemonProcess(org_dir, state).start()
+    try:
+        async with await process.client() as client:
+            await open_session(client)
+            result = await client.call("session.send", {"session": session, "text": "again"})
+    finally:
+        process.stop()
+    assert result["turn"] == 3
+    turns = [r["turn"] for r in context_records(state, session) if r["kind"] == "turn"]
+    assert turns == [1, 2, 3]

@@ -145,9 +145,12 @@ class ActiveRun:
         info: RunInfo,
         context: JsonlLog[ContextRecord],
         transcript: JsonlLog[TranscriptEntry],
+        last_turn: int = 0,
     ) -> None:
         self.store = store
         self.info = info
+        # The highest turn traced so far, failed compilations included.
+        self.last_turn = last_turn
         self._context = context
         self._transcript = transcript
 
@@ -193,9 +196,10 @@ class RunStore:
 
     async def reopen(self, info: RunInfo) -> ActiveRun:
         directory = self.path(info.id)
-        context, _ = await JsonlLog.open(directory / "context.jsonl", ContextRecord)
+        context, records = await JsonlLog.open(directory / "context.jsonl", ContextRecord)
         transcript, _ = await JsonlLog.open(directory / "transcript.jsonl", TranscriptEntry)
-        return ActiveRun(self, info, context, transcript)
+        last_turn = max((record.turn for record in records), default=0)
+        return ActiveRun(self, info, context, transcript, last_turn)
 
     async def write_info(self, info: RunInfo) -> None:
         await write_document(self.path(info.id) / "run.json", info)

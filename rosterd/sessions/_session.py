@@ -47,7 +47,7 @@ class Session:
         self._run = run
         self._state = state
         self._transcript = chat_messages(entries)
-        self._turns = max((entry.turn for entry in entries), default=0)
+        self._turns = max(run.last_turn, *(entry.turn for entry in entries), 0)
         self._last_input_tokens = next(
             (e.usage.input_tokens for e in reversed(entries) if e.usage is not None), None
         )
