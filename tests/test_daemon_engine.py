@@ -125,3 +125,35 @@ async def test_a_provider_500_is_a_clear_error_and_the_user_turn_is_kept(
     transcript = (process.state / "runs" / session / "transcript.jsonl").read_bytes().splitlines()
     roles = [msgspec.json.decode(line)["role"] for line in transcript]
     assert roles == ["user", "assistant", "user", "error", "user", "assistant"]
+
+
+@pytest.mark.anyio
+async def test_a_missing_api_key_fails_the_turn_before_anything_is_recorded(
+    org_dir: Path, tmp_path: Path, simulator: Simulator
+) -> None:
+    toml = org_dir / "org.toml"
+    engine = (
+        f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"\n'
+        'api_key_env = "ROSTERD_TEST_UNSET_KEY"'
+    )
+    toml.write_text(toml.read_text().replace('kind = "echo"', engine))
+    process = DaemonProcess(org_dir, tmp_path / "state").start()
+    try:
+        async with await process.client() as client:
+            opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
+            for _ in range(2):
+                with pytest.raises(RpcError) as failure:
+                    await client.call("session.send", {"session": opened["session"], "text": "hi"})
+                assert failure.value.code == 1005
+                assert "ROSTERD_TEST_UNSET_KEY" in str(failure.value)
+    finally:
+        process.stop()
+    assert simulator.requests == []
+    run = process.state / "runs" / opened["session"]
+    transcript = run / "transcript.jsonl"
+    assert not transcript.exists() or transcript.read_bytes() == b""
+    kinds = [
+        msgspec.json.decode(line)["kind"]
+        for line in (run / "context.jsonl").read_bytes().splitlines()
+    ]
+    assert kinds == ["system"]

@@ -97,6 +97,9 @@ class Host:
         turns pass *previous_input_tokens*, the size of the request before:
         all of it is a reusable prefix.
         """
+        # A provider that cannot be set up (no key, no model) fails the turn
+        # before anything is traced or recorded.
+        engine = self.engine(engine_config)
         try:
             compilation = compile_fn()
         except CompileError as exc:
@@ -121,7 +124,6 @@ class Host:
             tg.start_soon(run.record, user)
             tg.start_soon(self.prefixes.put, worker, channel, own)
         transcript.append(ChatMessage(role="user", content=compilation.input_text))
-        engine = self.engine(engine_config)
         try:
             reply = await engine.complete(
                 EngineRequest(system=system, messages=transcript), on_delta
