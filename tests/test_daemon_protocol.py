@@ -147,3 +147,16 @@ async def test_a_client_that_disconnects_mid_turn_does_not_lose_the_turn(
                 await anyio.sleep(0.05)
         result = await client.call("session.send", {"session": session, "text": "next"})
     assert result["turn"] == 2
+
+
+@pytest.mark.anyio
+async def test_a_hand_damaged_state_file_is_a_clear_error(daemon: DaemonProcess) -> None:
+    async with await daemon.client() as client:
+        run = (await client.call("run.direct", {"worker": "ada", "text": "hi"}))["run"]
+        (daemon.state / "runs" / run / "run.json").write_text('{"id": ')
+        with pytest.raises(RpcError) as failure:
+            await client.call("runs.show", {"run": run})
+        status = await client.call("daemon.status")
+    assert failure.value.code == 1000
+    assert "run.json: unreadable state file" in str(failure.value)
+    assert status["pid"] > 0

@@ -21,6 +21,8 @@ import anyio.to_thread
 import msgspec
 from aiofiles.threadpool.binary import AsyncBufferedIOBase
 
+from .._errors import RosterError
+
 __all__ = ("JsonlLog", "StateTable", "read_document", "read_log", "write_document")
 
 log = logging.getLogger("rosterd.stores")
@@ -151,7 +153,11 @@ async def read_document(path: Path, document_type: type[T]) -> T | None:
             data = await handle.read()
     except FileNotFoundError:
         return None
-    return msgspec.json.decode(data, type=document_type)
+    try:
+        return msgspec.json.decode(data, type=document_type)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        # Written atomically, so only a hand edit or a foreign file gets here.
+        raise RosterError(f"{path}: unreadable state file: {exc}") from None
 
 
 class _Keyed(Protocol):
