@@ -56,8 +56,18 @@ async def chat(client: RosterClient, worker: str, channel: str, turns: int) -> l
 
 @pytest.mark.anyio
 async def test_a_client_that_never_reads_is_dropped_and_others_carry_on(
-    daemon: DaemonProcess,
+    org_dir: Path, tmp_path: Path
 ) -> None:
+    toml = org_dir / "org.toml"
+    toml.write_text(toml.read_text().replace("session_idle_s = 900", "send_timeout_s = 2"))
+    daemon = DaemonProcess(org_dir, tmp_path / "state").start()
+    try:
+        await _never_reading_client(daemon)
+    finally:
+        daemon.stop()
+
+
+async def _never_reading_client(daemon: DaemonProcess) -> None:
     async with await daemon.client() as client:
         for n in range(4):
             await client.call("memory.add", {"worker": "ada", "text": f"{n}" * 250_000})

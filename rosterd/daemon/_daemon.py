@@ -82,6 +82,7 @@ async def _serve(
         allow_uids=daemon.allow_uids,
         allow_gids=daemon.allow_gids,
         max_connections=daemon.max_connections,
+        send_timeout_s=daemon.send_timeout_s,
     )
     path = socket_path or default_socket_path(host.state, os.environ)
     listener = await _listener(inherited, path)

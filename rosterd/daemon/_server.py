@@ -41,8 +41,6 @@ __all__ = ("RpcServer", "peer_credentials")
 
 log = logging.getLogger("rosterd.server")
 
-# A client that does not take a reply within this long is dropped.
-_SEND_TIMEOUT_S = 10.0
 _CRED = struct.Struct("3i")
 
 
@@ -55,9 +53,13 @@ def peer_credentials(stream: SocketStream) -> tuple[int, int, int]:
 
 
 class _Connection:
-    def __init__(self, stream: SocketStream, peer: tuple[int, int, int]) -> None:
+    def __init__(
+        self, stream: SocketStream, peer: tuple[int, int, int], send_timeout_s: float
+    ) -> None:
         self.stream = stream
         self.peer = peer
+        # A client that does not take a reply within this long is dropped.
+        self.send_timeout_s = send_timeout_s
         self.idle_scope: anyio.CancelScope | None = None
         self.dead = False
 
@@ -65,7 +67,7 @@ class _Connection:
         if self.dead:
             return
         try:
-            with anyio.fail_after(_SEND_TIMEOUT_S):
+            with anyio.fail_after(self.send_timeout_s):
                 await self.stream.send(data)
         except (TimeoutError, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             log.info("dropping client pid %d: it stopped reading", self.peer[0])
@@ -82,11 +84,13 @@ class RpcServer:
         allow_uids: Iterable[int] | None,
         allow_gids: Iterable[int],
         max_connections: int,
+        send_timeout_s: float,
     ) -> None:
         self._methods = methods
         self._allow_uids = frozenset(allow_uids if allow_uids is not None else (os.getuid(),))
         self._allow_gids = frozenset(allow_gids)
         self._max_connections = max_connections
+        self._send_timeout_s = send_timeout_s
         self._connections: set[_Connection] = set()
         self._draining = False
         self._accept_scope = anyio.CancelScope()
@@ -128,7 +132,7 @@ class RpcServer:
             except OSError as exc:
                 log.warning("refusing a client whose credentials cannot be read: %s", exc)
                 return
-            connection = _Connection(stream, peer)
+            connection = _Connection(stream, peer, self._send_timeout_s)
             if not self._allowed(peer):
                 log.warning("refused client pid %d uid %d gid %d", *peer)
                 error = ErrorObject(FORBIDDEN, f"uid {peer[1]} is not allowed on this socket")

@@ -91,6 +91,7 @@ class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     task_workers: Positive = 4
     max_connections: Positive = 1024
     drain_s: Seconds = 30.0
+    send_timeout_s: Seconds = 10.0
 
 
 class WorkerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
