@@ -44,6 +44,14 @@ class GateStore:
 
     def __init__(self, table: StateTable[GateState]) -> None:
         self._table = table
+        # Every turn reads the open gates and those resolved since the
+        # session's last turn: indexes keep that independent of how many
+        # gates were ever filed.
+        gates = self.all()
+        self._open = {g.id: g for g in gates if g.status == "open"}
+        self._resolved = sorted(
+            (g for g in gates if g.resolved_at is not None), key=lambda g: g.resolved_at or 0.0
+        )
 
     def __repr__(self) -> str:
         return f"GateStore({len(self._table)} gates)"
@@ -64,6 +72,7 @@ class GateStore:
             run=run,
         )
         await self._table.put(gate)
+        self._open[gate.id] = gate
         return gate
 
     async def resolve(self, gate_id: str, outcome: str, note: str, at: float) -> GateState:
@@ -74,6 +83,8 @@ class GateStore:
             gate, status="resolved", outcome=outcome, note=note, resolved_at=at
         )
         await self._table.put(resolved)
+        self._open.pop(gate_id, None)
+        self._resolved.append(resolved)
         return resolved
 
     def get(self, gate_id: str) -> GateState:
@@ -91,19 +102,16 @@ class GateStore:
 
     def briefing_for(self, worker: str, resolved_since: float | None) -> tuple[Gate, ...]:
         """Open gates of *worker*, and those resolved after *resolved_since*."""
-        return tuple(
-            g.as_gate()
-            for g in self.all()
-            if g.worker == worker
-            and (
-                g.status == "open"
-                or (
-                    resolved_since is not None
-                    and g.resolved_at is not None
-                    and g.resolved_at > resolved_since
-                )
-            )
-        )
+        gates = [g for g in self._open.values() if g.worker == worker]
+        if resolved_since is not None:
+            recent = []
+            for gate in reversed(self._resolved):
+                if gate.resolved_at is None or gate.resolved_at <= resolved_since:
+                    break
+                if gate.worker == worker:
+                    recent.append(gate)
+            gates.extend(reversed(recent))
+        return tuple(g.as_gate() for g in gates)
 
     async def aclose(self) -> None:
         await self._table.aclose()
