@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from harness import DaemonProcess, copy_org
+from simulator import Simulator
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_ORG = REPO / "examples" / "org"
@@ -35,3 +36,10 @@ def daemon(org_dir: Path, tmp_path: Path) -> Iterator[DaemonProcess]:
     process = DaemonProcess(org_dir, tmp_path / "state").start()
     yield process
     process.stop()
+
+
+@pytest.fixture
+async def simulator() -> AsyncIterator[Simulator]:
+    """The provider simulator on a loopback port, with default caching rules."""
+    async with Simulator() as simulator:
+        yield simulator

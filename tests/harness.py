@@ -24,6 +24,14 @@ def copy_org(destination: Path) -> Path:
     return destination
 
 
+def set_engine(org: Path, engine: str) -> None:
+    """Replace the example org's ``kind = "echo"`` engine with *engine* (TOML lines)."""
+    toml = org / "org.toml"
+    text = toml.read_text()
+    assert 'kind = "echo"' in text, "set_engine expects the example org's echo engine"
+    toml.write_text(text.replace('kind = "echo"', engine))
+
+
 class DaemonProcess:
     """``roster serve`` as a child process with its log in a file."""
 

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
-from harness import DaemonProcess, copy_org
+from harness import DaemonProcess, copy_org, set_engine
 from simulator import Simulator
 
 from rosterd.cli import main
@@ -222,9 +222,7 @@ async def _roster(*argv: str, stdin: bytes = b"") -> bytes:
 async def test_runs_context_is_exactly_what_the_engine_received(tmp_path: Path) -> None:
     async with Simulator(openai_min_tokens=64, openai_step_tokens=16) as sim:
         org = copy_org(tmp_path / "org")
-        toml = org / "org.toml"
-        engine = f'kind = "openai"\nmodel = "sim-model"\nbase_url = "{sim.openai_url}"'
-        toml.write_text(toml.read_text().replace('kind = "echo"', engine))
+        set_engine(org, f'kind = "openai"\nmodel = "sim-model"\nbase_url = "{sim.openai_url}"')
         daemon = DaemonProcess(org, tmp_path / "state")
         await anyio.to_thread.run_sync(daemon.start)
         try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -10,17 +9,11 @@ import anyio
 import anyio.to_thread
 import msgspec
 import pytest
-from harness import DaemonProcess, copy_org
+from harness import DaemonProcess, copy_org, set_engine
 from simulator import Simulator, write_org
 
 from rosterd.cli import main
 from rosterd.client import RosterClient
-
-
-@pytest.fixture
-async def simulator() -> AsyncIterator[Simulator]:
-    async with Simulator() as simulator:
-        yield simulator
 
 
 def anthropic(simulator: Simulator) -> str:
@@ -139,9 +132,7 @@ async def test_a_provider_side_expiry_is_blamed_on_the_provider(
 @pytest.mark.anyio
 async def test_a_prompt_below_the_minimum_is_labelled(tmp_path: Path, simulator: Simulator) -> None:
     org = copy_org(tmp_path / "org")
-    toml = org / "org.toml"
-    engine = f'kind = "anthropic"\nmodel = "sim-1"\nbase_url = "{simulator.anthropic_url}"'
-    toml.write_text(toml.read_text().replace('kind = "echo"', engine))
+    set_engine(org, anthropic(simulator))
     process = DaemonProcess(org, tmp_path / "state").start()
     try:
         async with await process.client() as client:

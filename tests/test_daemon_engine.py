@@ -2,35 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-from harness import DaemonProcess
+from harness import DaemonProcess, set_engine
 from simulator import Simulator, Status
 
 from rosterd.client import RpcError
 
 
 def use_openai(org_dir: Path, simulator: Simulator) -> None:
-    toml = org_dir / "org.toml"
-    engine = (
-        f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"\nmax_retries = 1'
+    set_engine(
+        org_dir,
+        f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"\nmax_retries = 1',
     )
-    toml.write_text(toml.read_text().replace('kind = "echo"', engine))
 
 
 def chat_messages(body: bytes) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = msgspec.json.decode(body)["messages"]
     return messages
-
-
-@pytest.fixture
-async def simulator() -> AsyncIterator[Simulator]:
-    async with Simulator() as simulator:
-        yield simulator
 
 
 @pytest.mark.anyio
@@ -131,12 +123,11 @@ async def test_a_provider_500_is_a_clear_error_and_the_user_turn_is_kept(
 async def test_a_missing_api_key_fails_the_turn_before_anything_is_recorded(
     org_dir: Path, tmp_path: Path, simulator: Simulator
 ) -> None:
-    toml = org_dir / "org.toml"
-    engine = (
+    set_engine(
+        org_dir,
         f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"\n'
-        'api_key_env = "ROSTERD_TEST_UNSET_KEY"'
+        'api_key_env = "ROSTERD_TEST_UNSET_KEY"',
     )
-    toml.write_text(toml.read_text().replace('kind = "echo"', engine))
     process = DaemonProcess(org_dir, tmp_path / "state").start()
     try:
         async with await process.client() as client:

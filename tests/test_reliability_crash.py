@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -221,12 +220,6 @@ async def test_kill_9_at_random_points_loses_no_acknowledged_write(
     assert code == 0
     assert rounds >= 5
     assert process.log().count("dropped a torn last line") >= rounds
-
-
-@pytest.fixture
-async def simulator() -> AsyncIterator[Simulator]:
-    async with Simulator() as simulator:
-        yield simulator
 
 
 @pytest.mark.anyio

@@ -12,14 +12,14 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import msgspec
 import pytest
-from harness import DaemonProcess
+from harness import DaemonProcess, set_engine
 from simulator import Simulator, Status
 
 from rosterd.client import RosterClient, RpcError
@@ -150,12 +150,6 @@ async def test_a_client_of_an_allowed_uid_or_gid_is_served(
 # Secrets --------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def simulator() -> AsyncIterator[Simulator]:
-    async with Simulator() as simulator:
-        yield simulator
-
-
 def everything_under(root: Path) -> Iterator[tuple[Path, bytes]]:
     for path in root.rglob("*"):
         if path.is_file() and not path.is_socket():
@@ -169,12 +163,11 @@ async def test_secret_values_never_reach_a_prompt_trace_log_reply_or_error(
     github_token = f"ghp_SECRET{secrets.token_hex(12)}"
     api_key = f"sk-SECRET{secrets.token_hex(12)}"
     simulator.api_key = api_key
-    toml = org_dir / "org.toml"
-    engine = (
+    set_engine(
+        org_dir,
         f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"\n'
-        'api_key_env = "ROSTER_TEST_KEY"\nmax_retries = 1'
+        'api_key_env = "ROSTER_TEST_KEY"\nmax_retries = 1',
     )
-    toml.write_text(toml.read_text().replace('kind = "echo"', engine))
     env = {"GITHUB_TOKEN": github_token, "ROSTER_TEST_KEY": api_key}
     process = DaemonProcess(org_dir, tmp_path / "state", env=env).start()
     replies: list[bytes] = []
