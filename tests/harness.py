@@ -19,6 +19,20 @@ EXAMPLE_ORG = REPO / "examples" / "org"
 _START = "import sys; from rosterd.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
+def run_bench(script: str, *args: str, timeout: float = 110.0) -> str:
+    """Run ``bench/<script>`` as its own process; its stdout, once it exited 0."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / script), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
 def copy_org(destination: Path) -> Path:
     shutil.copytree(EXAMPLE_ORG, destination)
     return destination

@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "cache.py"
+from harness import run_bench
 
 
 def test_quick_bench_puts_rosterd_at_the_bound_and_above_naive_prompts() -> None:
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--json", "--max-gap", "0.03"],
-        capture_output=True,
-        text=True,
-        timeout=100,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    results = json.loads(done.stdout)["results"]
+    out = run_bench("cache.py", "--quick", "--json", "--max-gap", "0.03", timeout=100)
+    results = json.loads(out)["results"]
     assert sorted(results) == ["anthropic", "openai"]
     for kind, row in results.items():
         assert row["requests"] == 2 * 2 * 8

@@ -3,24 +3,12 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from harness import run_bench
 
 
 def test_bench_compile_quick_prints_its_ratios() -> None:
-    done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "compile.py"), "--quick"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=100,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
+    out = run_bench("compile.py", "--quick", timeout=100)
     transcript = re.search(r"^ratio transcript 1000 / 10: (\d+\.\d+) \(min\)", out, re.M)
     floor = re.search(r"^ratio compile_turn / floor: (\d+\.\d+)x \(min\)", out, re.M)
     assert transcript is not None and floor is not None, out

@@ -3,24 +3,12 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from harness import run_bench
 
 
 def test_bench_load_quick_reports_throughput_latency_and_memory() -> None:
-    done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "load.py"), "--quick"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=110,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
+    out = run_bench("load.py", "--quick")
     rows = re.findall(r"^\s+(\d+)\s+(\d+)\s+(\d+\.\d)\s+(\d+\.\d+)\s+(\d+\.\d+)$", out, re.M)
     assert [int(sessions) for sessions, *_ in rows] == [1, 10, 200], out
     assert all(float(rate) > 0 for _, _, rate, _, _ in rows)

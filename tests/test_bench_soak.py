@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "soak.py"
+from harness import run_bench
 
 
 def test_quick_soak_reports_throughput_overhead_fds_and_rss() -> None:
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--rate", "30"],
-        capture_output=True,
-        text=True,
-        timeout=100,
-        check=False,
-    )
-    print(done.stdout)
-    assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
+    out = run_bench("soak.py", "--quick", "--rate", "30", timeout=100)
+    print(out)
     requests = re.search(r"^requests: (\d+) in [\d.]+ s, ([\d.]+)/s, errors 0$", out, re.M)
     overhead = re.search(r"^overhead ms: p50 ([\d.]+) p99 ([\d.]+); session.send", out, re.M)
     fds = re.search(r"^fds: start (\d+) end (\d+) growth (-?\d+)$", out, re.M)
