@@ -60,20 +60,13 @@ def check_org(root: Path) -> CheckReport:
     runs: list[CheckedRun] = []
     # One line per distinct problem, naming every compilation it breaks.
     problems: dict[str, list[str]] = {}
-    for worker in sorted(org.workers):
-        plan: list[tuple[Surface, str | None]] = [
-            (surface, channel)
-            for channel in sorted(org.channels)
-            if worker in org.channels[channel].workers
-            for surface in (Surface.SESSION, Surface.TASK)
-        ]
-        plan.append((Surface.DIRECT, None))
-        for surface, channel in plan:
-            checked, problem = _dry_run(org, surface, worker, channel)
-            runs.append(checked)
-            if problem is not None:
-                where = f"{worker} {surface.value}" + (f" #{channel}" if channel else "")
-                problems.setdefault(problem, []).append(where)
+    for scope in org.scopes():
+        checked, problem = _dry_run(org, scope.surface, scope.worker, scope.channel)
+        runs.append(checked)
+        if problem is not None:
+            where = f"{scope.worker} {scope.surface.value}"
+            where += f" #{scope.channel}" if scope.channel else ""
+            problems.setdefault(problem, []).append(where)
     lines = [f"{problem} [{', '.join(where)}]" for problem, where in problems.items()]
     return CheckReport(org=str(root), ok=not lines, runs=runs, problems=lines)
 

@@ -18,7 +18,7 @@ from watchfiles import Change, awatch
 
 from .._errors import RosterError
 from ..compiler import RunMeta, compile_system
-from ..org import Org, Surface, identity_path, load_org, purpose_path
+from ..org import Org, identity_path, load_org, purpose_path
 from ..sessions import Host
 
 __all__ = ("OrgWatcher", "validate_org")
@@ -29,14 +29,10 @@ _Stamps = dict[str, tuple[int, int]]
 
 
 def validate_org(org: Org) -> None:
-    """Dry-run the system part of every worker on every surface it can use."""
+    """Dry-run the system part of every scope the org allows."""
     meta = RunMeta(run="validate", turn=0, now=0.0)
-    for worker in sorted(org.workers):
-        compile_system(org, org.scope(Surface.DIRECT, worker, None), meta)
-        for channel in sorted(org.channels):
-            if worker in org.channels[channel].workers:
-                for surface in (Surface.SESSION, Surface.TASK):
-                    compile_system(org, org.scope(surface, worker, channel), meta)
+    for scope in org.scopes():
+        compile_system(org, scope, meta)
 
 
 class OrgWatcher:

@@ -99,6 +99,20 @@ class Org(msgspec.Struct, frozen=True):
             )
         return RunScope(surface=surface, worker=worker, channel=channel)
 
+    def scopes(self) -> list[RunScope]:
+        """Every scope the org allows: each worker in each of its channels, as a
+        session and as a task, then its direct runs."""
+        scopes: list[RunScope] = []
+        for worker in sorted(self.workers):
+            for channel in sorted(self.channels):
+                if worker in self.channels[channel].workers:
+                    scopes += [
+                        RunScope(surface=surface, worker=worker, channel=channel)
+                        for surface in (Surface.SESSION, Surface.TASK)
+                    ]
+            scopes.append(RunScope(surface=Surface.DIRECT, worker=worker, channel=None))
+        return scopes
+
     def _worker(self, worker: str) -> WorkerConfig:
         config = self.workers.get(worker)
         if config is None:
