@@ -247,3 +247,28 @@ async def test_a_failed_last_turn_keeps_its_number_across_a_restart(
     assert result["turn"] == 3
     turns = [r["turn"] for r in context_records(state, session) if r["kind"] == "turn"]
     assert turns == [1, 2, 3]
+
+
+@pytest.mark.anyio
+async def test_a_session_that_expired_while_the_daemon_was_down_is_not_resumed(
+    org_dir: Path, tmp_path: Path
+) -> None:
+    toml = org_dir / "org.toml"
+    toml.write_text(toml.read_text().replace("session_idle_s = 900", "session_idle_s = 2"))
+    state = tmp_path / "state"
+    process = DaemonProcess(org_dir, state).start()
+    async with await process.client() as client:
+        session = await open_session(client)
+        await client.call("session.send", {"session": session, "text": "hello"})
+    assert process.stop() == 0
+    await anyio.sleep(2.3)
+    process = DaemonProcess(org_dir, state).start()
+    try:
+        async with await process.client() as client:
+            fresh = await open_session(client)
+    finally:
+        process.stop()
+    assert fresh != session
+    info = msgspec.json.decode((state / "runs" / session / "run.json").read_bytes())
+    assert info["status"] == "expired"
+    assert "had expired while the daemon was down" in process.log()

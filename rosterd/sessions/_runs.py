@@ -192,14 +192,16 @@ class RunStore:
 
     async def create(self, info: RunInfo) -> ActiveRun:
         await self.write_info(info)
-        return await self.reopen(info)
+        run, _ = await self.reopen(info)
+        return run
 
-    async def reopen(self, info: RunInfo) -> ActiveRun:
+    async def reopen(self, info: RunInfo) -> tuple[ActiveRun, list[TranscriptEntry]]:
+        """Open a run's logs for appending (torn tails repaired), with its transcript."""
         directory = self.path(info.id)
         context, records = await JsonlLog.open(directory / "context.jsonl", ContextRecord)
-        transcript, _ = await JsonlLog.open(directory / "transcript.jsonl", TranscriptEntry)
+        transcript, entries = await JsonlLog.open(directory / "transcript.jsonl", TranscriptEntry)
         last_turn = max((record.turn for record in records), default=0)
-        return ActiveRun(self, info, context, transcript, last_turn)
+        return ActiveRun(self, info, context, transcript, last_turn), entries
 
     async def write_info(self, info: RunInfo) -> None:
         await write_document(self.path(info.id) / "run.json", info)
@@ -225,8 +227,8 @@ class RunStore:
     async def context(self, run: str) -> list[ContextRecord]:
         return await read_log(self.path(run) / "context.jsonl", ContextRecord)
 
-    async def transcript(self, run: str, *, repair: bool = False) -> list[TranscriptEntry]:
-        return await read_log(self.path(run) / "transcript.jsonl", TranscriptEntry, repair=repair)
+    async def transcript(self, run: str) -> list[TranscriptEntry]:
+        return await read_log(self.path(run) / "transcript.jsonl", TranscriptEntry)
 
     async def save_session(self, run: str, state: SessionState) -> None:
         await write_document(self.path(run) / "system.json", state)

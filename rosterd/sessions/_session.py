@@ -11,7 +11,6 @@ import logging
 from typing import Literal
 
 import anyio
-import msgspec
 
 from .._errors import CompileError, EngineError, SessionError
 from ..compiler import (
@@ -221,19 +220,16 @@ class SessionManager:
             return None
         info = await host.runs.info(session_id)
         state = await host.runs.load_session(session_id)
-        entries = await host.runs.transcript(session_id, repair=True)
-        last = entries[-1].at if entries else info.created_at
         if info.status != "open" or state is None:
             await host.runs.clear_session(worker, channel)
             return None
+        run, entries = await host.runs.reopen(info)
+        last = entries[-1].at if entries else info.created_at
         if host.clock() - last >= host.org.daemon.session_idle_s:
             log.info("session %s had expired while the daemon was down", session_id)
             await host.runs.clear_session(worker, channel)
-            await host.runs.write_info(
-                msgspec.structs.replace(info, status="expired", ended_at=host.clock())
-            )
+            await run.finish("expired", host.clock())
             return None
-        run = await host.runs.reopen(info)
         history = await self._history(channel, state.system) if not entries else ()
         log.info("session %s resumed with %d transcript entries", session_id, len(entries))
         return Session(host, run, state, entries, history)
