@@ -9,6 +9,7 @@ from ._errors import (
     ProtocolError,
     RosterError,
     SessionError,
+    StorageError,
 )
 from ._ids import check_id, is_id
 
@@ -23,6 +24,7 @@ __all__ = (
     "ProtocolError",
     "RosterError",
     "SessionError",
+    "StorageError",
     "__version__",
     "check_id",
     "is_id",

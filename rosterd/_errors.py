@@ -20,6 +20,7 @@ __all__ = (
     "ProtocolError",
     "RosterError",
     "SessionError",
+    "StorageError",
 )
 
 
@@ -90,6 +91,20 @@ class ProtocolError(RosterError):
         self.code = code
 
 
+class StorageError(RosterError):
+    """A write or read of persisted state that failed (disk full, permission).
+
+    Fail-stop: nothing that raised this was acknowledged, and the store
+    that raised it has cut back anything half-written before it returns.
+    """
+
+    def __init__(self, message: str, *, path: str, op: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.op = op
+        self.errno = errno
+
+
 class SessionError(RosterError):
     """A session that cannot do what was asked: closed, expired, unknown."""
 
@@ -98,9 +113,18 @@ class EngineError(RosterError):
     """A model provider that failed after retries, or answered nonsense."""
 
     def __init__(
-        self, message: str, *, provider: str, status: int | None = None, retryable: bool = False
+        self,
+        message: str,
+        *,
+        provider: str,
+        status: int | None = None,
+        retryable: bool = False,
+        context_exceeded: bool = False,
     ) -> None:
         super().__init__(message)
         self.provider = provider
         self.status = status
         self.retryable = retryable
+        # The provider refused the request as longer than its context window:
+        # the same request can never succeed, but a rolled-over session can.
+        self.context_exceeded = context_exceeded

@@ -20,6 +20,7 @@ from .._errors import (
     ProtocolError,
     RosterError,
     SessionError,
+    StorageError,
 )
 
 __all__ = (
@@ -65,6 +66,7 @@ SESSION_ERROR = 1004
 CONFIG_ERROR = 1005
 FORBIDDEN = 1006
 BUSY = 1007
+STORAGE_FAILED = 1008
 
 Id = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
 Sender = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
@@ -323,6 +325,8 @@ def error_object(exc: RosterError) -> ErrorObject:
             return ErrorObject(SESSION_ERROR, str(exc))
         case ConfigError():
             return ErrorObject(CONFIG_ERROR, str(exc), {"path": exc.path, "key": exc.key})
+        case StorageError():
+            return ErrorObject(STORAGE_FAILED, str(exc), {"op": exc.op, "errno": exc.errno})
         case ProtocolError():
             return ErrorObject(exc.code, str(exc))
         case _:
