@@ -48,6 +48,7 @@ async def test_socket_is_mode_0660(daemon: DaemonProcess) -> None:
             b'"params":{"worker":"ada","channel":"general","extra":1}}',
             -32602,
         ),
+        (b'{"jsonrpc":"2.0","id":1,"method":"task.get","params":{"task":"ada\\n"}}', -32602),
         (b"\xff\xfe not utf-8", -32700),
     ],
 )
