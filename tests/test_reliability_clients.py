@@ -220,3 +220,42 @@ async def test_connections_over_max_connections_get_an_error_and_are_closed(
     assert refusal["error"]["code"] == 1007  # type: ignore[index]
     assert "too many connections" in refusal["error"]["message"]  # type: ignore[index]
     assert memory == []
+
+
+@pytest.mark.anyio
+async def test_running_out_of_descriptors_backs_off_and_keeps_serving(
+    daemon: DaemonProcess,
+) -> None:
+    pid = pid_of(daemon)
+    await anyio.run_process(["prlimit", f"--pid={pid}", "--nofile=64:64"])
+    hogs = [await anyio.connect_unix(daemon.socket) for _ in range(80)]
+    try:
+        with anyio.fail_after(20):
+            while "backing off" not in daemon.log():  # noqa: ASYNC110 - a log file, no event
+                await anyio.sleep(0.05)
+    finally:
+        for hog in hogs:
+            await hog.aclose()
+    with anyio.fail_after(20):
+        async with await daemon.client() as client:
+            status = await client.call("daemon.status")
+    assert daemon.process is not None and daemon.process.poll() is None
+    assert status["sessions"] == 0
+
+
+@pytest.mark.anyio
+async def test_max_connections_is_fitted_to_the_open_file_limit(
+    org_dir: Path, tmp_path: Path
+) -> None:
+    daemon = _LowFdLimitDaemon(org_dir, tmp_path / "state").start()
+    try:
+        assert "max_connections 1024 lowered to 136" in daemon.log()
+        async with await daemon.client() as client:
+            assert (await client.call("daemon.status"))["sessions"] == 0
+    finally:
+        daemon.stop()
+
+
+class _LowFdLimitDaemon(DaemonProcess):
+    def command(self) -> list[str]:
+        return ["prlimit", "--nofile=200:200", *super().command()]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import resource
 import signal
 import socket
 from collections.abc import AsyncIterator, MutableMapping
@@ -81,7 +82,7 @@ async def _serve(
         Methods(host, sessions, tasks, watcher),
         allow_uids=daemon.allow_uids,
         allow_gids=daemon.allow_gids,
-        max_connections=daemon.max_connections,
+        max_connections=_fit_to_fd_limit(daemon.max_connections),
         send_timeout_s=daemon.send_timeout_s,
     )
     path = socket_path or default_socket_path(host.state, os.environ)
@@ -180,3 +181,25 @@ async def _watchdog(notifier: Notifier, every_s: float) -> None:
     while True:
         await notifier.watchdog()
         await anyio.sleep(every_s)
+
+
+# Descriptors kept free for state files, the listener, provider connections and
+# a spawned editor or engine: a connection never takes the last of them.
+_FDS_RESERVED = 64
+
+
+def _fit_to_fd_limit(max_connections: int) -> int:
+    """Clamp max_connections so every admitted connection can get a descriptor."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return max_connections
+    fitted = max(1, soft - _FDS_RESERVED)
+    if fitted < max_connections:
+        log.warning(
+            "max_connections %d lowered to %d: the open-file limit is %d (raise LimitNOFILE)",
+            max_connections,
+            fitted,
+            soft,
+        )
+        return fitted
+    return max_connections

@@ -9,6 +9,7 @@ recorded for every other frontend of the session.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import socket
@@ -40,6 +41,11 @@ from ._protocol import (
 __all__ = ("RpcServer", "peer_credentials")
 
 log = logging.getLogger("rosterd.server")
+
+# accept() errors that mean "no descriptor or buffer free right now".
+_FD_EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_ACCEPT_BACKOFF_MIN_S = 0.05
+_ACCEPT_BACKOFF_MAX_S = 1.0
 
 _CRED = struct.Struct("3i")
 
@@ -110,8 +116,22 @@ class RpcServer:
             async with anyio.create_task_group() as handlers, listener:
                 with self._accept_scope:
                     task_status.started()
+                    backoff = _ACCEPT_BACKOFF_MIN_S
                     while True:
-                        stream = await listener.accept()
+                        try:
+                            stream = await listener.accept()
+                        except anyio.BrokenResourceError as exc:
+                            # Out of descriptors is a state of the host, not of the
+                            # listener: wait for connections to close, keep serving.
+                            cause = exc.__cause__
+                            if not isinstance(cause, OSError) or cause.errno not in _FD_EXHAUSTED:
+                                raise
+                            if backoff == _ACCEPT_BACKOFF_MIN_S:
+                                log.warning("accept failed (%s); backing off", cause.strerror)
+                            await anyio.sleep(backoff)
+                            backoff = min(backoff * 2, _ACCEPT_BACKOFF_MAX_S)
+                            continue
+                        backoff = _ACCEPT_BACKOFF_MIN_S
                         handlers.start_soon(self._handle, stream)
                 # Draining: handlers finish their current request, then return.
         finally:
