@@ -194,7 +194,8 @@ async def test_connections_over_max_connections_get_an_error_and_are_closed(
     toml.write_text(toml.read_text().replace("[daemon]\n", "[daemon]\nmax_connections = 3\n"))
     process = DaemonProcess(org_dir, tmp_path / "state").start()
     try:
-        clients = [await process.client() for _ in range(3)]
+        # The daemon's own uid may take 8 reserved slots beyond max_connections.
+        clients = [await process.client() for _ in range(3 + 8)]
         for client in clients:
             await client.call("daemon.status")  # each one is registered, not just queued
         async with await anyio.connect_unix(process.socket) as extra:
@@ -259,3 +260,46 @@ async def test_max_connections_is_fitted_to_the_open_file_limit(
 class _LowFdLimitDaemon(DaemonProcess):
     def command(self) -> list[str]:
         return ["prlimit", "--nofile=200:200", *super().command()]
+
+
+@pytest.mark.anyio
+async def test_idle_connections_cannot_lock_out_status(org_dir: Path, tmp_path: Path) -> None:
+    toml = org_dir / "org.toml"
+    toml.write_text(toml.read_text().replace("session_idle_s = 900", "max_connections = 8"))
+    daemon = DaemonProcess(org_dir, tmp_path / "state").start()
+    # Eight idle connections fill max_connections; the owner's reserved slots remain.
+    hogs = [await anyio.connect_unix(daemon.socket) for _ in range(8)]
+    try:
+        with anyio.fail_after(20):
+            async with await daemon.client() as client:
+                assert (await client.call("daemon.status"))["sessions"] == 0
+            # Past the reserve, a new connection is told why, then closed.
+            while True:
+                extra = await anyio.connect_unix(daemon.socket)
+                hogs.append(extra)
+                await extra.send(request(1, "daemon.status"))
+                reply = await read_line(extra)
+                if "error" in reply:
+                    break
+        assert reply["error"]["code"] == 1007  # type: ignore[index]
+        assert len(hogs) <= 8 + 8 + 1
+    finally:
+        for hog in hogs:
+            await hog.aclose()
+        daemon.stop()
+
+
+@pytest.mark.anyio
+async def test_a_connection_that_sends_no_line_is_closed(org_dir: Path, tmp_path: Path) -> None:
+    toml = org_dir / "org.toml"
+    toml.write_text(toml.read_text().replace("session_idle_s = 900", "idle_timeout_s = 1"))
+    daemon = DaemonProcess(org_dir, tmp_path / "state").start()
+    try:
+        idle = await anyio.connect_unix(daemon.socket)
+        await idle.send(b'{"jsonrpc":"2.0"')  # never finished
+        with anyio.fail_after(10), pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+            await idle.receive()
+        await idle.aclose()
+        assert "idle" in daemon.log()
+    finally:
+        daemon.stop()

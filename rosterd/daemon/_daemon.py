@@ -83,7 +83,9 @@ async def _serve(
         allow_uids=daemon.allow_uids,
         allow_gids=daemon.allow_gids,
         max_connections=_fit_to_fd_limit(daemon.max_connections),
+        max_connections_per_uid=daemon.max_connections_per_uid,
         send_timeout_s=daemon.send_timeout_s,
+        idle_timeout_s=daemon.idle_timeout_s,
     )
     path = socket_path or default_socket_path(host.state, os.environ)
     listener = await _listener(inherited, path)

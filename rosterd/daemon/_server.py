@@ -46,6 +46,9 @@ log = logging.getLogger("rosterd.server")
 _FD_EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _ACCEPT_BACKOFF_MIN_S = 0.05
 _ACCEPT_BACKOFF_MAX_S = 1.0
+# Slots beyond max_connections and the per-uid cap that only the daemon's own uid
+# and root may take, so `roster status` answers while every ordinary slot is held.
+OWNER_RESERVED_SLOTS = 8
 
 _CRED = struct.Struct("3i")
 
@@ -91,12 +94,17 @@ class RpcServer:
         allow_gids: Iterable[int],
         max_connections: int,
         send_timeout_s: float,
+        max_connections_per_uid: int | None = None,
+        idle_timeout_s: float = 60.0,
     ) -> None:
         self._methods = methods
         self._allow_uids = frozenset(allow_uids if allow_uids is not None else (os.getuid(),))
         self._allow_gids = frozenset(allow_gids)
         self._max_connections = max_connections
+        self._per_uid = max_connections_per_uid or max(1, max_connections // 4)
         self._send_timeout_s = send_timeout_s
+        self._idle_timeout_s = idle_timeout_s
+        self._per_uid_count: dict[int, int] = {}
         self._connections: set[_Connection] = set()
         self._draining = False
         self._accept_scope = anyio.CancelScope()
@@ -158,11 +166,13 @@ class RpcServer:
                 error = ErrorObject(FORBIDDEN, f"uid {peer[1]} is not allowed on this socket")
                 await connection.send(encode_error(None, error))
                 return
-            if len(self._connections) >= self._max_connections:
-                error = ErrorObject(BUSY, "too many connections; try again later")
-                await connection.send(encode_error(None, error))
+            busy = self._busy(peer[1])
+            if busy is not None:
+                await connection.send(encode_error(None, ErrorObject(BUSY, busy)))
                 return
             self._connections.add(connection)
+            uid = peer[1]
+            self._per_uid_count[uid] = self._per_uid_count.get(uid, 0) + 1
             try:
                 await self._serve_connection(connection)
             except Exception:
@@ -171,6 +181,21 @@ class RpcServer:
                 log.exception("dropping client pid %d after an internal error", peer[0])
             finally:
                 self._connections.discard(connection)
+                left = self._per_uid_count.pop(uid) - 1
+                if left:
+                    self._per_uid_count[uid] = left
+
+    def _busy(self, uid: int) -> str | None:
+        """Why a new connection from uid is refused, or None to admit it."""
+        held = self._per_uid_count.get(uid, 0)
+        total = len(self._connections)
+        if held < self._per_uid and total < self._max_connections:
+            return None
+        if uid in (0, os.getuid()) and total < self._max_connections + OWNER_RESERVED_SLOTS:
+            return None
+        if total < self._max_connections:
+            return f"uid {uid} holds {self._per_uid} connections; try again later"
+        return "too many connections; try again later"
 
     def _allowed(self, peer: tuple[int, int, int]) -> bool:
         _, uid, gid = peer
@@ -180,7 +205,8 @@ class RpcServer:
         receive = BufferedByteReceiveStream(connection.stream)
         while not self._draining and not connection.dead:
             line: bytes | None = None
-            with anyio.CancelScope() as scope:
+            # Waiting for a whole line is idling; running the request it carries is not.
+            with anyio.CancelScope(deadline=anyio.current_time() + self._idle_timeout_s) as scope:
                 connection.idle_scope = scope
                 try:
                     line = await receive.receive_until(b"\n", LINE_LIMIT)
@@ -194,7 +220,9 @@ class RpcServer:
                     return
                 finally:
                     connection.idle_scope = None
-            if line is None:  # cancelled while idle: the daemon is draining
+            if line is None:  # draining, or no complete line within idle_timeout_s
+                if not self._draining:
+                    log.info("closing client pid %d: idle", connection.peer[0])
                 return
             if len(line) > LINE_LIMIT:
                 # receive_until may overshoot its limit by up to one read.

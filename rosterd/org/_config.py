@@ -92,6 +92,10 @@ class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_connections: Positive = 1024
     drain_s: Seconds = 30.0
     send_timeout_s: Seconds = 10.0
+    # A connection that has not sent a complete line for this long is closed.
+    idle_timeout_s: Seconds = 60.0
+    # None: a quarter of max_connections, so one uid cannot take every slot.
+    max_connections_per_uid: Positive | None = None
 
 
 class WorkerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
