@@ -6,7 +6,10 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
 
+import anyio.to_thread
+
 from ._channels import ChannelStore
+from ._files import make_private_dir
 from ._gates import GateStore
 from ._memory import MemoryStore
 from ._tasks import TaskStore
@@ -34,6 +37,8 @@ class StateStores:
         return f"StateStores({str(self.root)!r})"
 
     async def __aenter__(self) -> StateStores:
+        # A directory made by hand (`mkdir -p .state`) starts 0755: tighten it.
+        await anyio.to_thread.run_sync(make_private_dir, self.root)
         async with AsyncExitStack() as stack:
             self.channels = ChannelStore(self.root / "channels")
             stack.push_async_callback(self.channels.aclose)
