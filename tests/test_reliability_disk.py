@@ -16,6 +16,7 @@ import pytest
 from harness import DaemonProcess
 
 from rosterd.client import RpcError
+from rosterd.stores import ChannelStore
 
 
 @pytest.fixture
@@ -102,3 +103,61 @@ async def test_state_is_private_whatever_the_umask_even_in_a_loose_existing_dir(
         if mode != (0o700 if path.is_dir() else 0o600):
             loose.append(f"{path.relative_to(tmp_path)}: {oct(mode)}")
     assert loose == []
+
+
+LIMITS = [
+    ("memory.add", {"worker": "ada"}, "text", 64 * 1024),
+    ("channel.post", {"channel": "general", "from": "bo"}, "text", 256 * 1024),
+    ("gate.file", {"worker": "ada"}, "summary", 64 * 1024),
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("method", "params", "field", "limit"), LIMITS)
+async def test_an_input_over_its_size_limit_gets_32602_naming_the_limit_and_is_not_stored(
+    daemon: DaemonProcess, method: str, params: dict[str, str], field: str, limit: int
+) -> None:
+    async with await daemon.client() as client:
+        with pytest.raises(RpcError) as over:
+            await client.call(method, {**params, field: "w" * (limit + 1)})
+        assert over.value.code == -32602
+        assert str(limit) in over.value.message
+        await client.call(method, {**params, field: "w" * limit})
+    for path in daemon.state.rglob("*.jsonl"):
+        assert b"w" * (limit + 1) not in path.read_bytes()
+
+
+@pytest.mark.anyio
+async def test_a_gate_note_over_its_limit_gets_32602(daemon: DaemonProcess) -> None:
+    async with await daemon.client() as client:
+        gate = await client.call("gate.file", {"worker": "ada", "summary": "ok?"})
+        with pytest.raises(RpcError) as over:
+            await client.call(
+                "gate.resolve", {"gate": gate["id"], "outcome": "approved", "note": "n" * 65537}
+            )
+        assert over.value.code == -32602
+        assert "65536" in over.value.message
+        (listed,) = await client.call("gate.list", {})
+    assert listed["id"] == gate["id"]
+    assert listed.get("outcome") is None
+
+
+@pytest.mark.anyio
+async def test_the_channel_tail_in_memory_is_bounded_in_characters(tmp_path: Path) -> None:
+    big = "z" * 256 * 1024
+    store = ChannelStore(tmp_path / "channels")
+    try:
+        for n in range(40):
+            await store.post("general", "bo", big, float(n))
+        kept = await store.recent("general", 1000)
+    finally:
+        await store.aclose()
+    assert sum(len(m.text) for m in kept) <= 4 * 1024 * 1024
+    assert kept[-1].seq == 40
+    reopened = ChannelStore(tmp_path / "channels")
+    try:
+        after = await reopened.recent("general", 1000)
+    finally:
+        await reopened.aclose()
+    assert sum(len(m.text) for m in after) <= 4 * 1024 * 1024
+    assert [m.seq for m in after] == [m.seq for m in kept]
