@@ -34,6 +34,8 @@ __all__ = (
     "make_private_dir",
     "read_document",
     "read_log",
+    "remove_leftover_tmp",
+    "repair_tail",
     "write_document",
 )
 
@@ -173,6 +175,43 @@ def _write_all(fd: int, data: bytes) -> None:
 def _cut_back(fd: int, size: int) -> None:
     os.ftruncate(fd, size)
     os.fsync(fd)
+
+
+async def repair_tail(path: Path, record_type: type[T]) -> None:
+    """Cut a torn last line from a log nobody appends to any more.
+
+    Only the last byte is read unless the tail is torn: recovery visits
+    every run, and most end cleanly.
+    """
+    if not await anyio.to_thread.run_sync(_ends_torn, path):
+        return
+    await read_log(path, record_type, repair=True)
+
+
+def _ends_torn(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            if handle.seek(0, os.SEEK_END) == 0:
+                return False
+            handle.seek(-1, os.SEEK_END)
+            return handle.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
+
+
+def remove_leftover_tmp(root: Path) -> int:
+    """Remove write_document temporaries a kill left under *root*; their count.
+
+    Run before anything writes: a live writer's temporary looks the same.
+    """
+    removed = 0
+    for tmp in root.rglob(".*.tmp"):
+        if tmp.is_file():
+            tmp.unlink(missing_ok=True)
+            removed += 1
+    if removed:
+        log.warning("%s: removed %d temporary files left by an interrupted write", root, removed)
+    return removed
 
 
 def _truncate(path: Path, size: int) -> None:
