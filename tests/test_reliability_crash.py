@@ -263,3 +263,32 @@ async def test_sigterm_drains_50_in_flight_turns(tmp_path: Path, simulator: Simu
         ]
         assert roles == ["user", "assistant"], n
     assert "drain cut short" not in process.log()
+
+
+@pytest.mark.anyio
+async def test_recovery_marks_cut_off_runs_interrupted_trims_torn_tails_and_removes_tmp_files(
+    daemon: DaemonProcess,
+) -> None:
+    async with await daemon.client() as client:
+        direct = (await client.call("run.direct", {"worker": "ada", "text": "hi"}))["run"]
+        finished = (await client.call("run.direct", {"worker": "ada", "text": "bye"}))["run"]
+        opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
+        await client.call("session.send", {"session": opened["session"], "text": "hello"})
+    daemon.kill9()
+    runs = daemon.state / "runs"
+    # What kill -9 leaves: a run still `open`, a torn last line, an orphan temporary.
+    info = msgspec.json.decode((runs / direct / "run.json").read_bytes())
+    (runs / direct / "run.json").write_bytes(msgspec.json.encode({**info, "status": "open"}))
+    transcript = runs / finished / "transcript.jsonl"
+    transcript.write_bytes(transcript.read_bytes() + b'{"turn": 2, "role": "user", "cont')
+    orphan = runs / finished / ".run.json.0badf00d.tmp"
+    orphan.write_bytes(b'{"id": "half')
+    daemon.start()
+    async with await daemon.client() as client:
+        listed = {r["id"]: r["status"] for r in await client.call("runs.list", {})}
+    assert listed[direct] == "interrupted"
+    assert listed[finished] == "done"
+    assert listed[opened["session"]] == "open"
+    assert (runs / finished / "transcript.jsonl").read_bytes().endswith(b"\n")
+    assert not orphan.exists()
+    assert jsonl_problems(daemon.state, killed=False) == []

@@ -56,6 +56,7 @@ async def run_daemon(
             StateStores(state) as stores,
             Host(org, state, stores, environ) as host,
         ):
+            await host.runs.recover(host.clock())
             sessions = SessionManager(host)
             try:
                 await _serve(host, sessions, org_dir, socket_path, inherited, notifier, watchdog_s)

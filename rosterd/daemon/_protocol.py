@@ -71,6 +71,14 @@ STORAGE_FAILED = 1008
 Id = Annotated[str, msgspec.Meta(pattern=r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")]
 Sender = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 Text = Annotated[str, msgspec.Meta(min_length=1)]
+# Input size limits, in characters (the README's reliability section).
+MEMORY_NOTE_MAX = 64 * 1024
+CHANNEL_MESSAGE_MAX = 256 * 1024
+GATE_TEXT_MAX = 64 * 1024
+MemoryText = Annotated[str, msgspec.Meta(min_length=1, max_length=MEMORY_NOTE_MAX)]
+MessageText = Annotated[str, msgspec.Meta(min_length=1, max_length=CHANNEL_MESSAGE_MAX)]
+GateText = Annotated[str, msgspec.Meta(min_length=1, max_length=GATE_TEXT_MAX)]
+GateNote = Annotated[str, msgspec.Meta(max_length=GATE_TEXT_MAX)]
 
 
 class DaemonStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -84,7 +92,7 @@ class SessionOpen(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 class SessionSend(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     session: Id
-    text: Text
+    text: MessageText
     sender: Sender = msgspec.field(default="operator", name="from")
 
 
@@ -94,14 +102,14 @@ class SessionClose(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 class RunDirect(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     worker: Id
-    text: Text
+    text: MessageText
     sender: Sender = msgspec.field(default="operator", name="from")
 
 
 class TaskSubmit(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     worker: Id
     channel: Id
-    text: Text
+    text: MessageText
 
 
 class TaskGet(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -115,12 +123,12 @@ class TaskList(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 class ChannelPost(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     channel: Id
     sender: Sender = msgspec.field(name="from")
-    text: Text = ""
+    text: MessageText = ""
 
 
 class MemoryAdd(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     worker: Id
-    text: Text
+    text: MemoryText
     channel: Id | None = None
 
 
@@ -130,7 +138,7 @@ class MemoryList(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 class GateFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     worker: Id
-    summary: Text
+    summary: GateText
     channel: Id | None = None
     run: Id | None = None
 
@@ -138,7 +146,7 @@ class GateFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 class GateResolve(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     gate: Id
     outcome: Text
-    note: str = ""
+    note: GateNote = ""
 
 
 class GateList(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -23,8 +24,8 @@ from .._errors import NotFoundError, RosterError
 from .._ids import check_id
 from ..compiler import ContextRecord, SystemPrompt
 from ..engines import ChatMessage, Usage
-from ..org import EngineConfig
-from ..stores import JsonlLog, read_document, read_log, write_document
+from ..org import EngineConfig, Surface
+from ..stores import JsonlLog, read_document, read_log, repair_tail, write_document
 from ._cache import CacheCheck
 
 __all__ = (
@@ -40,7 +41,9 @@ __all__ = (
     "turn_requests",
 )
 
-RunStatus = Literal["open", "closed", "expired", "done", "failed"]
+log = logging.getLogger("rosterd.sessions")
+
+RunStatus = Literal["open", "closed", "expired", "done", "failed", "interrupted"]
 
 
 class RunInfo(msgspec.Struct, frozen=True):
@@ -202,6 +205,34 @@ class RunStore:
         transcript, entries = await JsonlLog.open(directory / "transcript.jsonl", TranscriptEntry)
         last_turn = max((record.turn for record in records), default=0)
         return ActiveRun(self, info, context, transcript, last_turn), entries
+
+    async def recover(self, now: float) -> int:
+        """After a kill: mark cut-off task/direct runs interrupted; their count.
+
+        Sessions stay ``open``: they resume from their transcript. Every run
+        no longer open gets its torn last lines cut, since nothing will
+        reopen its logs to do it.
+        """
+        interrupted = 0
+        for info in await self.all():
+            if info.status == "open" and info.surface == Surface.SESSION.value:
+                continue
+            if info.status == "open":
+                await self.write_info(
+                    msgspec.structs.replace(
+                        info,
+                        status="interrupted",
+                        ended_at=now,
+                        error="the daemon stopped before this run finished",
+                    )
+                )
+                interrupted += 1
+            directory = self.path(info.id)
+            await repair_tail(directory / "context.jsonl", ContextRecord)
+            await repair_tail(directory / "transcript.jsonl", TranscriptEntry)
+        if interrupted:
+            log.warning("marked %d runs cut off by a stop as interrupted", interrupted)
+        return interrupted
 
     async def write_info(self, info: RunInfo) -> None:
         await write_document(self.path(info.id) / "run.json", info)

@@ -1,7 +1,14 @@
 """Stores: the durable state the compiler reads and the daemon writes."""
 
 from ._channels import ChannelStore
-from ._files import JsonlLog, StateTable, read_document, read_log, write_document
+from ._files import (
+    JsonlLog,
+    StateTable,
+    read_document,
+    read_log,
+    repair_tail,
+    write_document,
+)
 from ._gates import GateState, GateStore
 from ._memory import MemoryStore
 from ._state import StateStores
@@ -20,5 +27,6 @@ __all__ = (
     "TaskStore",
     "read_document",
     "read_log",
+    "repair_tail",
     "write_document",
 )

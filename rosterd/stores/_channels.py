@@ -15,17 +15,31 @@ from ._files import JsonlLog
 __all__ = ("ChannelStore",)
 
 # More than any history budget needs; older messages stay on disk only.
+# Bounded in characters too: a few huge posts must not pin gigabytes.
 _KEEP_IN_MEMORY = 1000
+_KEEP_CHARS = 4 * 1024 * 1024
 
 
 class _Channel:
     def __init__(self, log: JsonlLog[ChannelMessage], messages: list[ChannelMessage]) -> None:
         self.log = log
-        self.recent: deque[ChannelMessage] = deque(messages, maxlen=_KEEP_IN_MEMORY)
+        self.recent: deque[ChannelMessage] = deque()
+        self._chars = 0
+        self.remember(messages)
         self.next_seq = max((m.seq for m in messages), default=0) + 1
         # Numbering and appending happen under one lock, so the file is in
         # seq order and racing posts never share a number.
         self.lock = anyio.Lock()
+
+    def remember(self, messages: Sequence[ChannelMessage]) -> None:
+        for message in messages:
+            self.recent.append(message)
+            self._chars += len(message.text)
+        # The newest message always stays, however long.
+        while len(self.recent) > 1 and (
+            len(self.recent) > _KEEP_IN_MEMORY or self._chars > _KEEP_CHARS
+        ):
+            self._chars -= len(self.recent.popleft().text)
 
 
 class ChannelStore:
@@ -54,7 +68,7 @@ class ChannelStore:
             ]
             await state.log.extend(messages)
             state.next_seq += len(messages)
-            state.recent.extend(messages)
+            state.remember(messages)
         return messages
 
     async def recent(self, channel: str, limit: int) -> tuple[ChannelMessage, ...]:

@@ -3,6 +3,13 @@
 Every append is written and fsynced before it returns, so an acknowledged
 write survives kill -9. A crash can tear only the last line; recovery drops
 that line (with a log line), truncates it away and carries on.
+
+A failed write or fsync (disk full, I/O error) is cut back to the last good
+offset before the lock is released, so the next append never lands glued
+to half a record; if even that cut fails the log stops taking appends
+(fail-stop: after a failed fsync the page cache cannot be trusted). Every
+OSError leaves this module as StorageError. Files are created 0600 and
+directories 0700 whatever the umask.
 """
 
 from __future__ import annotations
@@ -15,15 +22,22 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 import aiofiles
-import aiofiles.os
 import anyio
 import anyio.to_thread
 import msgspec
-from aiofiles.threadpool.binary import AsyncBufferedIOBase
 
-from .._errors import RosterError
+from .._errors import RosterError, StorageError
 
-__all__ = ("JsonlLog", "StateTable", "read_document", "read_log", "write_document")
+__all__ = (
+    "JsonlLog",
+    "StateTable",
+    "make_private_dir",
+    "read_document",
+    "read_log",
+    "remove_leftover_tmp",
+    "repair_tail",
+    "write_document",
+)
 
 log = logging.getLogger("rosterd.stores")
 
@@ -39,11 +53,13 @@ class JsonlLog(Generic[T]):
     concurrent writers never interleave bytes.
     """
 
-    def __init__(self, path: Path, handle: AsyncBufferedIOBase) -> None:
+    def __init__(self, path: Path, fd: int, size: int) -> None:
         self.path = path
-        self._handle = handle
+        self._fd = fd
+        self._size = size  # end of the last acknowledged record
         self._lock = anyio.Lock()
         self._closed = False
+        self._broken: StorageError | None = None
 
     def __repr__(self) -> str:
         return f"JsonlLog({str(self.path)!r}{', closed' if self._closed else ''})"
@@ -51,9 +67,8 @@ class JsonlLog(Generic[T]):
     @classmethod
     async def open(cls, path: Path, record_type: type[T]) -> tuple[JsonlLog[T], list[T]]:
         records = await read_log(path, record_type, repair=True)
-        await aiofiles.os.makedirs(path.parent, exist_ok=True)
-        handle = await aiofiles.open(path, "ab")
-        return cls(path, handle), records
+        fd, size = await anyio.to_thread.run_sync(_open_append, path)
+        return cls(path, fd, size), records
 
     async def append(self, record: T) -> None:
         await self.extend((record,))
@@ -61,14 +76,24 @@ class JsonlLog(Generic[T]):
     async def extend(self, records: Iterable[T]) -> None:
         data = b"".join(_encoder.encode(record) + b"\n" for record in records)
         async with self._lock:
-            await self._handle.write(data)
-            await self._handle.flush()
-            await anyio.to_thread.run_sync(os.fsync, self._handle.fileno())
+            if self._broken is not None:
+                raise self._broken
+            try:
+                await anyio.to_thread.run_sync(_write_all, self._fd, data)
+            except OSError as exc:
+                error = _storage_error(self.path, "append", exc)
+                try:
+                    await anyio.to_thread.run_sync(_cut_back, self._fd, self._size)
+                except OSError as cut:
+                    self._broken = _storage_error(self.path, "truncate after failed append", cut)
+                    log.error("%s: stopped taking appends: %s", self.path, self._broken)
+                raise error from None
+            self._size += len(data)
 
     async def aclose(self) -> None:
         if not self._closed:
             self._closed = True
-            await self._handle.close()
+            await anyio.to_thread.run_sync(os.close, self._fd)
 
     async def __aenter__(self) -> JsonlLog[T]:
         return self
@@ -113,6 +138,82 @@ async def read_log(path: Path, record_type: type[T], *, repair: bool = False) ->
     return records
 
 
+def _storage_error(path: Path, op: str, exc: OSError) -> StorageError:
+    return StorageError(
+        f"{path}: {op} failed: {exc.strerror or exc}", path=str(path), op=op, errno=exc.errno
+    )
+
+
+def make_private_dir(path: Path) -> None:
+    """Create *path* (and missing parents) 0700; tighten it if it already exists."""
+    try:
+        path.mkdir(mode=0o700, exist_ok=True)
+    except FileNotFoundError:
+        # mkdir(parents=True) would make the parents umask-wide.
+        make_private_dir(path.parent)
+        path.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(path, 0o700)
+
+
+def _open_append(path: Path) -> tuple[int, int]:
+    try:
+        make_private_dir(path.parent)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        os.fchmod(fd, 0o600)
+        return fd, os.fstat(fd).st_size
+    except OSError as exc:
+        raise _storage_error(path, "open", exc) from None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fsync(fd)
+
+
+def _cut_back(fd: int, size: int) -> None:
+    os.ftruncate(fd, size)
+    os.fsync(fd)
+
+
+async def repair_tail(path: Path, record_type: type[T]) -> None:
+    """Cut a torn last line from a log nobody appends to any more.
+
+    Only the last byte is read unless the tail is torn: recovery visits
+    every run, and most end cleanly.
+    """
+    if not await anyio.to_thread.run_sync(_ends_torn, path):
+        return
+    await read_log(path, record_type, repair=True)
+
+
+def _ends_torn(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            if handle.seek(0, os.SEEK_END) == 0:
+                return False
+            handle.seek(-1, os.SEEK_END)
+            return handle.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
+
+
+def remove_leftover_tmp(root: Path) -> int:
+    """Remove write_document temporaries a kill left under *root*; their count.
+
+    Run before anything writes: a live writer's temporary looks the same.
+    """
+    removed = 0
+    for tmp in root.rglob(".*.tmp"):
+        if tmp.is_file():
+            tmp.unlink(missing_ok=True)
+            removed += 1
+    if removed:
+        log.warning("%s: removed %d temporary files left by an interrupted write", root, removed)
+    return removed
+
+
 def _truncate(path: Path, size: int) -> None:
     with open(path, "r+b") as handle:
         handle.truncate(size)
@@ -122,19 +223,24 @@ def _truncate(path: Path, size: int) -> None:
 
 async def write_document(path: Path, value: Any) -> None:
     """Replace *path* atomically with *value* as JSON: old or new, never half."""
-    await anyio.to_thread.run_sync(_replace, path, _encoder.encode(value))
+    try:
+        await anyio.to_thread.run_sync(_replace, path, _encoder.encode(value))
+    except OSError as exc:
+        raise _storage_error(path, "write", exc) from None
 
 
 def _replace(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dir(path.parent)
     # One temporary name per write: two writers of one document must not
     # rename each other's file away (the loser's os.replace would fail).
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -6,7 +6,10 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
 
+import anyio.to_thread
+
 from ._channels import ChannelStore
+from ._files import make_private_dir, remove_leftover_tmp
 from ._gates import GateStore
 from ._memory import MemoryStore
 from ._tasks import TaskStore
@@ -34,6 +37,10 @@ class StateStores:
         return f"StateStores({str(self.root)!r})"
 
     async def __aenter__(self) -> StateStores:
+        # A directory made by hand (`mkdir -p .state`) starts 0755: tighten it.
+        await anyio.to_thread.run_sync(make_private_dir, self.root)
+        # The state lock is held and nothing writes yet: any .tmp is a kill's.
+        await anyio.to_thread.run_sync(remove_leftover_tmp, self.root)
         async with AsyncExitStack() as stack:
             self.channels = ChannelStore(self.root / "channels")
             stack.push_async_callback(self.channels.aclose)

@@ -1,0 +1,163 @@
+"""A full disk and a loose umask, on a real filesystem.
+
+The ENOSPC case runs the daemon with its state on a 4 MiB tmpfs (tests run
+as root); where mounting is not permitted it is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness import DaemonProcess
+
+from rosterd.client import RpcError
+from rosterd.stores import ChannelStore
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(mount: Path, leave: int) -> Path:
+    """Fill *mount* until about *leave* bytes are free; returns the filler file."""
+    filler = mount / "filler"
+    free = os.statvfs(mount).f_bavail * os.statvfs(mount).f_frsize
+    with open(filler, "wb") as handle:
+        handle.write(b"\0" * max(free - leave, 0))
+    return filler
+
+
+@pytest.mark.anyio
+async def test_a_gate_that_hits_a_full_disk_fails_1008_and_the_next_one_survives_a_restart(
+    org_dir: Path, tmp_path: Path, tmpfs: Path
+) -> None:
+    daemon = DaemonProcess(org_dir, tmpfs / "state", socket_path=tmp_path / "rosterd.sock")
+    daemon.start()
+    try:
+        async with await daemon.client() as client:
+            first = await client.call("gate.file", {"worker": "ada", "summary": "first"})
+            filler = fill(tmpfs, 40_000)
+            with pytest.raises(RpcError) as failed:
+                # Under the summary limit, over the free space.
+                await client.call("gate.file", {"worker": "ada", "summary": "y" * 60_000})
+            assert failed.value.code == 1008
+            filler.unlink()
+            acked = await client.call("gate.file", {"worker": "ada", "summary": "x"})
+        daemon.stop()
+        daemon.start()
+        async with await daemon.client() as client:
+            listed = {g["id"]: g["summary"] for g in await client.call("gate.list", {})}
+            after = await client.call("gate.file", {"worker": "ada", "summary": "after"})
+    finally:
+        daemon.stop()
+    assert listed == {first["id"]: "first", acked["id"]: "x"}
+    assert after["id"] not in listed
+    lines = (tmpfs / "state" / "gates.jsonl").read_bytes().split(b"\n")
+    assert all(b"yyyy" not in line for line in lines)
+
+
+@pytest.mark.anyio
+async def test_state_is_private_whatever_the_umask_even_in_a_loose_existing_dir(
+    org_dir: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    os.chmod(state, 0o755)  # as `mkdir -p .state` leaves it
+    old = os.umask(0)  # the daemon inherits it
+    try:
+        daemon = DaemonProcess(org_dir, state, socket_path=tmp_path / "rosterd.sock").start()
+    finally:
+        os.umask(old)
+    try:
+        async with await daemon.client() as client:
+            await client.call("gate.file", {"worker": "ada", "summary": "s"})
+            await client.call("memory.add", {"worker": "ada", "text": "note"})
+            opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
+            await client.call("session.send", {"session": opened["session"], "text": "hi"})
+    finally:
+        daemon.stop()
+    loose = []
+    for path in [state, *state.rglob("*")]:
+        if path.is_socket() or path.is_symlink():
+            continue
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        if mode != (0o700 if path.is_dir() else 0o600):
+            loose.append(f"{path.relative_to(tmp_path)}: {oct(mode)}")
+    assert loose == []
+
+
+LIMITS = [
+    ("memory.add", {"worker": "ada"}, "text", 64 * 1024),
+    ("channel.post", {"channel": "general", "from": "bo"}, "text", 256 * 1024),
+    ("gate.file", {"worker": "ada"}, "summary", 64 * 1024),
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("method", "params", "field", "limit"), LIMITS)
+async def test_an_input_over_its_size_limit_gets_32602_naming_the_limit_and_is_not_stored(
+    daemon: DaemonProcess, method: str, params: dict[str, str], field: str, limit: int
+) -> None:
+    async with await daemon.client() as client:
+        with pytest.raises(RpcError) as over:
+            await client.call(method, {**params, field: "w" * (limit + 1)})
+        assert over.value.code == -32602
+        assert str(limit) in over.value.message
+        await client.call(method, {**params, field: "w" * limit})
+    for path in daemon.state.rglob("*.jsonl"):
+        assert b"w" * (limit + 1) not in path.read_bytes()
+
+
+@pytest.mark.anyio
+async def test_a_gate_note_over_its_limit_gets_32602(daemon: DaemonProcess) -> None:
+    async with await daemon.client() as client:
+        gate = await client.call("gate.file", {"worker": "ada", "summary": "ok?"})
+        with pytest.raises(RpcError) as over:
+            await client.call(
+                "gate.resolve", {"gate": gate["id"], "outcome": "approved", "note": "n" * 65537}
+            )
+        assert over.value.code == -32602
+        assert "65536" in over.value.message
+        (listed,) = await client.call("gate.list", {})
+    assert listed["id"] == gate["id"]
+    assert listed.get("outcome") is None
+
+
+@pytest.mark.anyio
+async def test_the_channel_tail_in_memory_is_bounded_in_characters(tmp_path: Path) -> None:
+    big = "z" * 256 * 1024
+    store = ChannelStore(tmp_path / "channels")
+    try:
+        for n in range(40):
+            await store.post("general", "bo", big, float(n))
+        kept = await store.recent("general", 1000)
+    finally:
+        await store.aclose()
+    assert sum(len(m.text) for m in kept) <= 4 * 1024 * 1024
+    assert kept[-1].seq == 40
+    reopened = ChannelStore(tmp_path / "channels")
+    try:
+        after = await reopened.recent("general", 1000)
+    finally:
+        await reopened.aclose()
+    assert sum(len(m.text) for m in after) <= 4 * 1024 * 1024
+    assert [m.seq for m in after] == [m.seq for m in kept]
