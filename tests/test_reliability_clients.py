@@ -69,8 +69,9 @@ async def test_a_client_that_never_reads_is_dropped_and_others_carry_on(
 
 async def _never_reading_client(daemon: DaemonProcess) -> None:
     async with await daemon.client() as client:
-        for n in range(4):
-            await client.call("memory.add", {"worker": "ada", "text": f"{n}" * 250_000})
+        # Notes are capped in size, so many of them make the 1 MB reply.
+        for n in range(20):
+            await client.call("memory.add", {"worker": "ada", "text": f"{n % 10}" * 50_000})
     rss_before = rss_kib(pid_of(daemon))
     # Eight pipelined 1 MB replies, never read: the daemon's send blocks.
     deaf = await anyio.connect_unix(daemon.socket)
