@@ -266,6 +266,11 @@ async def read_document(path: Path, document_type: type[T]) -> T | None:
         raise RosterError(f"{path}: unreadable state file: {exc}") from None
 
 
+def _number(key: str, prefix: str) -> int:
+    head, _, tail = key.rpartition("-")
+    return int(tail) if head == prefix and tail.isdigit() else 0
+
+
 class _Keyed(Protocol):
     @property
     def id(self) -> str: ...
@@ -284,6 +289,7 @@ class StateTable(Generic[K]):
     def __init__(self, log: JsonlLog[K], states: dict[str, K]) -> None:
         self._log = log
         self._states = states
+        self._last_number: int | None = None
 
     def __repr__(self) -> str:
         return f"StateTable({str(self._log.path)!r}, {len(self._states)} ids)"
@@ -292,6 +298,17 @@ class StateTable(Generic[K]):
     async def open(cls, path: Path, record_type: type[K]) -> StateTable[K]:
         log, records = await JsonlLog.open(path, record_type)
         return cls(log, {record.id: record for record in records})
+
+    def new_id(self, prefix: str) -> str:
+        """The next ``<prefix>-<n>``, never handed out before.
+
+        Counted, not derived from len(): a put that failed while another
+        was in flight must not give its successor's id out a second time.
+        """
+        if self._last_number is None:
+            self._last_number = max((_number(key, prefix) for key in self._states), default=0)
+        self._last_number += 1
+        return f"{prefix}-{self._last_number}"
 
     def get(self, key: str) -> K | None:
         return self._states.get(key)
@@ -303,8 +320,8 @@ class StateTable(Generic[K]):
         return len(self._states)
 
     async def put(self, record: K) -> None:
-        # The state is taken before the first await: stores derive new ids
-        # from len(), and a concurrent put must already count this one.
+        # The state is taken before the first await: a concurrent reader
+        # sees it, and a failed append puts the previous one back.
         previous = self._states.get(record.id)
         self._states[record.id] = record
         try:

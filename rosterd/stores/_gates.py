@@ -64,7 +64,7 @@ class GateStore:
         self, worker: str, summary: str, at: float, channel: str | None, run: str | None
     ) -> GateState:
         gate = GateState(
-            id=f"g-{len(self._table) + 1}",
+            id=self._table.new_id("g"),
             worker=worker,
             summary=summary,
             filed_at=at,

@@ -47,7 +47,7 @@ class TaskStore:
 
     async def submit(self, worker: str, channel: str, text: str, at: float) -> TaskState:
         task = TaskState(
-            id=f"task-{len(self._table) + 1}",
+            id=self._table.new_id("task"),
             worker=worker,
             channel=channel,
             text=text,
