@@ -6,8 +6,9 @@ trace record (or ``CompileError.record``) and only then calls an engine.
 """
 
 from ._envelopes import BLOCK_TYPES, render_line
+from ._gates import GateIndex, GateView
 from ._inputs import ChannelMessage, Continuation, Gate, MemoryItem, RunMeta, TurnInput
-from ._memory import rank_memory
+from ._memory import MemoryIndex, MemoryView, rank_memory
 from ._policy import POLICY_SHA256, POLICY_TEXT, POLICY_VERSION
 from ._stability import PrefixState, check_prefix, prefix_state
 from ._system import SystemPrompt, compile_system, route_key
@@ -42,7 +43,11 @@ __all__ = (
     "Continuation",
     "FailureTrace",
     "Gate",
+    "GateIndex",
+    "GateView",
+    "MemoryIndex",
     "MemoryItem",
+    "MemoryView",
     "PolicyTrace",
     "PrefixState",
     "RecordKind",

@@ -6,7 +6,13 @@ run's scope itself, so selection never depends on text inside a message.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import msgspec
+
+if TYPE_CHECKING:
+    from ._gates import GateView
+    from ._memory import MemoryView
 
 __all__ = ("ChannelMessage", "Continuation", "Gate", "MemoryItem", "RunMeta", "TurnInput")
 
@@ -67,12 +73,14 @@ class TurnInput(msgspec.Struct, frozen=True):
     """The fresh input of one run or turn.
 
     ``history`` is ``None`` except on the first turn of a fresh session, when
-    it holds the channel's recent messages snapshotted at wake.
+    it holds the channel's recent messages snapshotted at wake. ``memory``
+    and ``gates`` are plain items or the stores' indexed snapshots, which
+    let a compilation read only what it can show.
     """
 
     text: str
     sender: str = "operator"
-    memory: tuple[MemoryItem, ...] = ()
-    gates: tuple[Gate, ...] = ()
+    memory: tuple[MemoryItem, ...] | MemoryView = ()
+    gates: tuple[Gate, ...] | GateView = ()
     continuation: Continuation | None = None
     history: tuple[ChannelMessage, ...] | None = None

@@ -4,48 +4,191 @@ Relevance is the number of distinct words (three letters or more, any case)
 an item shares with the message. Integer scores and an id tie-break keep the
 order total and deterministic: the same items and message always rank the
 same way.
+
+A ``MemoryIndex`` holds one worker's notes with an inverted index (word to
+the notes holding it) and, per channel, the notes in recency order. Ranking
+a message then touches only the notes that share one of its words, plus as
+many of the newest others as the caller takes: the ranking is a lazy
+iterator, and the compiler stops taking once the memory block is full.
+
+The index is append-only: a ``MemoryView`` is a snapshot of its first *n*
+notes, so later additions never change a compilation under way, and a view
+may be read from a worker thread while the event loop adds notes (every
+structure a view reads is either only appended to, with the view reading
+below its snapshot length, or replaced whole, never edited in place).
 """
 
 from __future__ import annotations
 
+import heapq
 import re
-from collections.abc import Iterable
-from functools import lru_cache
+from bisect import bisect_left
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
 
 from ._inputs import MemoryItem
 
-__all__ = ("rank_memory",)
+__all__ = ("MemoryIndex", "MemoryView", "memory_view", "rank_memory", "words")
 
 _WORD = re.compile(r"[^\W_]{3,}")
-# Every word of a memory item gets one bit, so "shared words" is an AND and a
-# popcount: this runs over every memory item every turn. Which bit a word gets
-# never changes a count, so this cache cannot change an answer. Only item
-# words get bits (a message word no item has cannot be shared), which bounds
-# the vocabulary by what memory holds; past the limit it starts afresh.
-_MAX_WORDS = 1 << 15
-_bits: dict[str, int] = {}
+# Walk order of equally relevant notes: newest first, then id, then age.
+_Key = tuple[float, str, int]
 
 
-def _words(text: str) -> set[str]:
+def words(text: str) -> set[str]:
+    """The words ranking compares: three letters or more, lower-cased."""
     return set(_WORD.findall(text.lower()))
 
 
-@lru_cache(maxsize=4096)
-def _item_mask(text: str) -> int:
-    mask = 0
-    for word in _words(text):
-        bit = _bits.get(word)
-        if bit is None:
-            bit = _bits[word] = 1 << len(_bits)
-        mask |= bit
-    return mask
+class MemoryIndex:
+    """One worker's notes, indexed by word and by recency per channel."""
+
+    def __init__(self, items: Iterable[MemoryItem] = ()) -> None:
+        self._items: list[MemoryItem] = []
+        self._postings: dict[str, list[int]] = {}
+        # Per channel (None: worker-wide), ordinals in reverse walk order,
+        # so the newest note, the usual addition, is an append.
+        self._recent: dict[str | None, list[int]] = {}
+        self._totals: dict[str | None, tuple[int, int]] = {}
+        for item in items:
+            self._enter(item)
+        for ordinals in self._recent.values():
+            ordinals.sort(key=self._key, reverse=True)
+
+    def __repr__(self) -> str:
+        return f"MemoryIndex({len(self._items)} notes, {len(self._postings)} words)"
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def items(self) -> tuple[MemoryItem, ...]:
+        """Every note, oldest first."""
+        return tuple(self._items)
+
+    def add(self, item: MemoryItem) -> None:
+        ordinal = self._enter(item)
+        ordinals = self._recent[item.channel]
+        if len(ordinals) > 1 and self._key(ordinals[-2]) < self._key(ordinal):
+            # Out of recency order (a clock that went back, equal times):
+            # a new list, since views may be reading the old one.
+            ordinals.pop()
+            at = _insertion_point(ordinals, self._key(ordinal), self._key)
+            self._recent[item.channel] = [*ordinals[:at], ordinal, *ordinals[at:]]
+
+    def snapshot(self) -> MemoryView:
+        """The notes added so far, unaffected by later additions."""
+        return MemoryView(
+            self,
+            len(self._items),
+            {channel: (ordinals, len(ordinals)) for channel, ordinals in self._recent.items()},
+            dict(self._totals),
+        )
+
+    def _enter(self, item: MemoryItem) -> int:
+        ordinal = len(self._items)
+        self._items.append(item)
+        for word in words(item.text):
+            postings = self._postings.get(word)
+            if postings is None:
+                self._postings[word] = [ordinal]
+            else:
+                postings.append(ordinal)
+        channel = item.channel
+        self._recent.setdefault(channel, []).append(ordinal)
+        count, chars = self._totals.get(channel, (0, 0))
+        self._totals[channel] = (count + 1, chars + len(item.text))
+        return ordinal
+
+    def _key(self, ordinal: int) -> _Key:
+        item = self._items[ordinal]
+        return (-item.created_at, item.id, ordinal)
 
 
-def _message_mask(text: str) -> int:
-    mask = 0
-    for word in _words(text):
-        mask |= _bits.get(word, 0)
-    return mask
+def _insertion_point(ordinals: list[int], key: _Key, key_of: Callable[[int], _Key]) -> int:
+    """Where *key* goes in *ordinals*, which are sorted by descending key."""
+    low, high = 0, len(ordinals)
+    while low < high:
+        middle = (low + high) // 2
+        if key_of(ordinals[middle]) > key:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+class MemoryView:
+    """A snapshot of a ``MemoryIndex``: what one compilation may rank."""
+
+    __slots__ = ("_index", "_recent", "_size", "_totals")
+
+    def __init__(
+        self,
+        index: MemoryIndex,
+        size: int,
+        recent: dict[str | None, tuple[list[int], int]],
+        totals: dict[str | None, tuple[int, int]],
+    ) -> None:
+        self._index = index
+        self._size = size
+        self._recent = recent
+        self._totals = totals
+
+    def __repr__(self) -> str:
+        return f"MemoryView({self._size} notes)"
+
+    def __len__(self) -> int:
+        return self._size
+
+    def totals(self, channel: str | None) -> tuple[int, int]:
+        """Count and characters of the notes a run in *channel* may see."""
+        count, chars = self._totals.get(None, (0, 0))
+        if channel is not None:
+            more, more_chars = self._totals.get(channel, (0, 0))
+            count, chars = count + more, chars + more_chars
+        return count, chars
+
+    def ranked(self, message: str, channel: str | None) -> Iterator[MemoryItem]:
+        """The notes a run in *channel* may see, most relevant to *message* first."""
+        return self._ranked(message, (None,) if channel is None else (None, channel))
+
+    def ranked_all(self, message: str) -> Iterator[MemoryItem]:
+        """Every note, whatever its channel, most relevant to *message* first."""
+        return self._ranked(message, tuple(self._recent))
+
+    def _ranked(self, message: str, channels: Sequence[str | None]) -> Iterator[MemoryItem]:
+        index = self._index
+        items = index._items
+        size = self._size
+        shared: Counter[int] = Counter()
+        for word in words(message):
+            postings = index._postings.get(word)
+            if postings is not None:
+                shared.update(islice(postings, bisect_left(postings, size)))
+        heap = [
+            (-count, -item.created_at, item.id, ordinal)
+            for ordinal, count in shared.items()
+            if (item := items[ordinal]).channel in channels
+        ]
+        heapq.heapify(heap)
+        while heap:
+            yield items[heapq.heappop(heap)[3]]
+        # Then the rest, sharing nothing: newest first.
+        newest = [_newest_first(*self._recent[c]) for c in channels if c in self._recent]
+        for ordinal in heapq.merge(*newest, key=index._key):
+            if ordinal not in shared:
+                yield items[ordinal]
+
+
+def _newest_first(ordinals: list[int], size: int) -> Iterator[int]:
+    return (ordinals[at] for at in range(size - 1, -1, -1))
+
+
+def memory_view(memory: MemoryView | Iterable[MemoryItem]) -> MemoryView:
+    """*memory* as a view; plain items (tests, ``roster check``) are indexed here."""
+    if isinstance(memory, MemoryView):
+        return memory
+    return MemoryIndex(memory).snapshot()
 
 
 def rank_memory(items: Iterable[MemoryItem], message: str) -> list[MemoryItem]:
@@ -53,15 +196,4 @@ def rank_memory(items: Iterable[MemoryItem], message: str) -> list[MemoryItem]:
 
     Equal keys keep their input order, as a stable sort would.
     """
-    if len(_bits) > _MAX_WORDS:
-        _bits.clear()
-        _item_mask.cache_clear()
-    items = list(items)
-    # Item masks first: they may add bits the message's mask must see.
-    masks = [_item_mask(item.text) for item in items]
-    query = _message_mask(message)
-    ranked = sorted(
-        (-(query & mask).bit_count(), -item.created_at, item.id, index)
-        for index, (item, mask) in enumerate(zip(items, masks, strict=True))
-    )
-    return [items[entry[3]] for entry in ranked]
+    return list(memory_view(items).ranked_all(message))

@@ -9,7 +9,8 @@ messages go), then briefing (gates go, with a count; the continuation stays).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from itertools import chain
 from operator import attrgetter
 from typing import TypeVar
 
@@ -29,8 +30,9 @@ from ._envelopes import (
     render_line,
     render_lines,
 )
-from ._inputs import Gate, RunMeta, TurnInput
-from ._memory import rank_memory
+from ._gates import gate_view
+from ._inputs import RunMeta, TurnInput
+from ._memory import memory_view
 from ._system import (
     POLICY,
     SystemPrompt,
@@ -47,6 +49,7 @@ _T = TypeVar("_T")
 _text = attrgetter("text")
 _id = attrgetter("id")
 _sender = attrgetter("sender")
+_filed = attrgetter("filed_at", "id")
 # No envelope renders shorter than this, so a smaller remainder fits nothing.
 _MIN_ENVELOPE = 24
 
@@ -190,42 +193,49 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
     if head_chars > cap:
         raise _ContinuationTooLarge(_Fitted(head, head_chars, 1, 0, raw), cap)
 
-    gates = sorted(_scoped_gates(scope, turn.gates), key=lambda g: (g.filed_at, g.id))
-    raw += sum(len(g.summary) + len(g.outcome or "") + len(g.note) for g in gates)
-    resolved = [g for g in gates if g.outcome is not None]
-    still_open = [g for g in gates if g.outcome is None]
-    lines = render_lines(
-        [
-            *(
-                BriefingContinuation(
-                    kind="resolved", gate=g.id, summary=g.summary, outcome=g.outcome, note=g.note
-                )
-                for g in resolved
-                if g.outcome is not None
-            ),
-            *(BriefingGate(kind="gate", gate=g.id, summary=g.summary) for g in still_open),
-        ]
+    gates = gate_view(turn.gates, scope.worker)
+    resolved = sorted(
+        (g for g in gates.resolved if g.channel is None or g.channel == scope.channel),
+        key=_filed,
+    )
+    open_count, open_raw = gates.totals(scope.channel)
+    total = len(resolved) + open_count
+    raw += open_raw + sum(len(g.summary) + len(g.outcome or "") + len(g.note) for g in resolved)
+    envelopes: Iterable[Envelope] = chain(
+        (
+            BriefingContinuation(
+                kind="resolved", gate=g.id, summary=g.summary, outcome=g.outcome or "", note=g.note
+            )
+            for g in resolved
+        ),
+        (
+            BriefingGate(kind="gate", gate=g.id, summary=g.summary)
+            for g in gates.open(scope.channel)
+        ),
     )
     # Keep the first gates (resolved, then oldest open) that fit together
-    # with the note counting the rest.
-    kept, chars = len(lines), head_chars + sum(map(len, lines))
+    # with the note counting the rest. Every gate line is longer than that
+    # note, so keeping one more never takes less room: the first that does
+    # not fit ends it, and the gates after it are never rendered.
+    lines: list[str] = []
+    chars = head_chars
+    if chars + _omitted_chars(total) <= cap:
+        for envelope in envelopes:
+            line = render_line(envelope)
+            if chars + len(line) + _omitted_chars(total - len(lines) - 1) > cap:
+                break
+            lines.append(line)
+            chars += len(line)
+    kept = len(lines)
     omitted_line = ""
-    while chars + len(omitted_line) > cap and kept > 0:
-        kept -= 1
-        chars -= len(lines[kept])
-        omitted_line = render_line(BriefingOmitted(kind="omitted", gates=len(lines) - kept))
-    if chars + len(omitted_line) > cap:
-        omitted_line = ""
-    body = [*head, *lines[:kept], *([omitted_line] if omitted_line else [])]
-    return _Fitted(body, sum(map(len, body)), len(head) + kept, len(lines) - kept, raw)
+    if kept < total and chars + _omitted_chars(total - kept) <= cap:
+        omitted_line = render_line(BriefingOmitted(kind="omitted", gates=total - kept))
+    body = [*head, *lines, *([omitted_line] if omitted_line else [])]
+    return _Fitted(body, sum(map(len, body)), len(head) + kept, total - kept, raw)
 
 
-def _scoped_gates(scope: RunScope, gates: Sequence[Gate]) -> list[Gate]:
-    return [
-        g
-        for g in gates
-        if g.worker == scope.worker and (g.channel is None or g.channel == scope.channel)
-    ]
+def _omitted_chars(gates: int) -> int:
+    return len(render_line(BriefingOmitted(kind="omitted", gates=gates))) if gates > 0 else 0
 
 
 def _fit_history(turn: TurnInput, cap: int, max_messages: int) -> _Fitted:
@@ -244,23 +254,23 @@ def _fit_history(turn: TurnInput, cap: int, max_messages: int) -> _Fitted:
 
 
 def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, limit: int) -> _Fitted:
-    eligible = [m for m in turn.memory if m.channel is None or m.channel == scope.channel]
+    memory = memory_view(turn.memory)
+    eligible, raw = memory.totals(scope.channel)
     # Under pressure the lowest-ranked items go first, so what is kept is
     # always the top of the ranking. An item over the memory limit itself
     # could never be shown; it is left out without starving the rest.
     lines, chars = _take_lines(
-        rank_memory(eligible, turn.text),
+        memory.ranked(turn.text, scope.channel),
         lambda batch: list(map(MemoryEnvelope, map(_id, batch), map(_text, batch))),
         lambda m: len(m.id) + len(m.text),
         cap,
         skip_over=limit,
     )
-    raw = sum(map(len, map(_text, eligible)))
-    return _Fitted(lines, chars, len(lines), len(eligible) - len(lines), raw)
+    return _Fitted(lines, chars, len(lines), eligible - len(lines), raw)
 
 
 def _take_lines(
-    items: Sequence[_T],
+    items: Iterable[_T],
     envelopes: Callable[[Sequence[_T]], list[Envelope]],
     size_hint: Callable[[_T], int],
     cap: int,
@@ -270,27 +280,31 @@ def _take_lines(
     """The lines of the leading *items* that fit in *cap* characters.
 
     Stops at the first line that does not fit; with *skip_over*, a line
-    longer than that is passed over instead. Items are rendered in batches
-    of about what the room left could hold, so a long tail that cannot fit
-    is never rendered.
+    longer than that is passed over instead. Items are taken and rendered
+    in batches of about what the room left could hold, so a long tail that
+    cannot fit is never taken from *items* (a lazy ranking stops there).
     """
+    pending = iter(items)
     lines: list[str] = []
     chars = 0
-    start = 0
-    while start < len(items) and cap - chars >= _MIN_ENVELOPE:
+    while cap - chars >= _MIN_ENVELOPE:
         room = cap - chars
-        end, estimate = start, 0
-        while end < len(items) and estimate <= room:
-            estimate += _MIN_ENVELOPE + size_hint(items[end])
-            end += 1
-        for line in render_lines(envelopes(items[start:end])):
+        batch: list[_T] = []
+        estimate = 0
+        for item in pending:
+            batch.append(item)
+            estimate += _MIN_ENVELOPE + size_hint(item)
+            if estimate > room:
+                break
+        if not batch:
+            break
+        for line in render_lines(envelopes(batch)):
             if skip_over is not None and len(line) > skip_over:
                 continue
             if chars + len(line) > cap:
                 return lines, chars
             lines.append(line)
             chars += len(line)
-        start = end
     return lines, chars
 
 

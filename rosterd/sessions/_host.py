@@ -14,6 +14,7 @@ from pathlib import Path
 from types import TracebackType
 
 import anyio
+import anyio.to_thread
 import msgspec
 
 from .._errors import CompileError, EngineError
@@ -101,7 +102,11 @@ class Host:
         # before anything is traced or recorded.
         engine = self.engine(engine_config)
         try:
-            compilation = compile_fn()
+            # Pure, but ranking a message whose words many notes share can
+            # take more than a few ms: off the loop, so no other client
+            # waits through it. The stores hand over snapshots a thread may
+            # read while the loop keeps writing.
+            compilation = await anyio.to_thread.run_sync(compile_fn)
         except CompileError as exc:
             if exc.record is not None:
                 await run.trace(exc.record)

@@ -96,7 +96,7 @@ class Session:
             turn_input = TurnInput(
                 text=text,
                 sender=sender,
-                memory=await host.stores.memory.items(self.worker),
+                memory=await host.stores.memory.view(self.worker),
                 gates=host.stores.gates.briefing_for(self.worker, self._briefed_at),
                 history=self._history if turn == 1 else None,
             )

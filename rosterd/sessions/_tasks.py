@@ -128,7 +128,7 @@ class TaskRunner:
             turn = TurnInput(
                 text=task.text,
                 sender="task",
-                memory=await host.stores.memory.items(task.worker),
+                memory=await host.stores.memory.view(task.worker),
                 gates=host.stores.gates.open_for(task.worker),
                 continuation=task.continuation,
             )
@@ -146,7 +146,7 @@ class TaskRunner:
             await self._set(task, status="failed", error=str(exc))
             return
         await run.finish("done", host.clock())
-        waiting = any(g.run == run_id for g in host.stores.gates.open_for(task.worker))
+        waiting = host.stores.gates.waiting_on(run_id)
         await self._set(task, status="paused" if waiting else "done", reply=outcome.reply.text)
 
     async def _set(self, task: TaskState, **changes: object) -> TaskState:
@@ -169,7 +169,7 @@ async def direct_run(
     turn = TurnInput(
         text=text,
         sender=sender,
-        memory=await host.stores.memory.items(worker),
+        memory=await host.stores.memory.view(worker),
         gates=host.stores.gates.open_for(worker),
     )
     meta = RunMeta(run=run_id, turn=1, now=now)

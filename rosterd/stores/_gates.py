@@ -8,7 +8,7 @@ from typing import Literal
 import msgspec
 
 from .._errors import NotFoundError, RosterError
-from ..compiler import Gate
+from ..compiler import Gate, GateIndex, GateView
 from ._files import StateTable
 
 __all__ = ("GateState", "GateStore")
@@ -44,11 +44,15 @@ class GateStore:
 
     def __init__(self, table: StateTable[GateState]) -> None:
         self._table = table
-        # Every turn reads the open gates and those resolved since the
-        # session's last turn: indexes keep that independent of how many
-        # gates were ever filed.
+        # Every turn reads the open gates it can show and those resolved
+        # since the session's last turn: indexes keep that independent of
+        # how many gates were ever filed.
         gates = self.all()
-        self._open = {g.id: g for g in gates if g.status == "open"}
+        self._open: dict[str, GateIndex] = {}
+        self._waiting: dict[str, int] = {}  # open gates per run
+        for gate in gates:
+            if gate.status == "open":
+                self._opened(gate)
         self._resolved = sorted(
             (g for g in gates if g.resolved_at is not None), key=lambda g: g.resolved_at or 0.0
         )
@@ -72,7 +76,7 @@ class GateStore:
             run=run,
         )
         await self._table.put(gate)
-        self._open[gate.id] = gate
+        self._opened(gate)
         return gate
 
     async def resolve(self, gate_id: str, outcome: str, note: str, at: float) -> GateState:
@@ -83,7 +87,11 @@ class GateStore:
             gate, status="resolved", outcome=outcome, note=note, resolved_at=at
         )
         await self._table.put(resolved)
-        self._open.pop(gate_id, None)
+        self._open[gate.worker].remove(gate_id)
+        if gate.run is not None:
+            self._waiting[gate.run] -= 1
+            if not self._waiting[gate.run]:
+                del self._waiting[gate.run]
         self._resolved.append(resolved)
         return resolved
 
@@ -96,22 +104,33 @@ class GateStore:
     def all(self) -> list[GateState]:
         return sorted(self._table.values(), key=lambda g: (g.filed_at, g.id))
 
-    def open_for(self, worker: str) -> tuple[Gate, ...]:
+    def open_for(self, worker: str) -> GateView:
         """Open gates of *worker*; the compiler narrows them to the run's channel."""
         return self.briefing_for(worker, resolved_since=None)
 
-    def briefing_for(self, worker: str, resolved_since: float | None) -> tuple[Gate, ...]:
+    def briefing_for(self, worker: str, resolved_since: float | None) -> GateView:
         """Open gates of *worker*, and those resolved after *resolved_since*."""
-        gates = [g for g in self._open.values() if g.worker == worker]
+        recent = []
         if resolved_since is not None:
-            recent = []
             for gate in reversed(self._resolved):
                 if gate.resolved_at is None or gate.resolved_at <= resolved_since:
                     break
                 if gate.worker == worker:
-                    recent.append(gate)
-            gates.extend(reversed(recent))
-        return tuple(g.as_gate() for g in gates)
+                    recent.append(gate.as_gate())
+        index = self._open.get(worker) or GateIndex(worker)
+        return index.snapshot(reversed(recent))
+
+    def waiting_on(self, run: str) -> bool:
+        """Whether an open gate was filed against *run*."""
+        return run in self._waiting
+
+    def _opened(self, gate: GateState) -> None:
+        index = self._open.get(gate.worker)
+        if index is None:
+            index = self._open[gate.worker] = GateIndex(gate.worker)
+        index.add(gate.as_gate())
+        if gate.run is not None:
+            self._waiting[gate.run] = self._waiting.get(gate.run, 0) + 1
 
     async def aclose(self) -> None:
         await self._table.aclose()

@@ -5,53 +5,65 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 
 from .._ids import check_id
-from ..compiler import MemoryItem
+from ..compiler import MemoryIndex, MemoryItem, MemoryView
 from ._files import JsonlLog
 
 __all__ = ("MemoryStore",)
 
 
 class MemoryStore:
-    """One append-only log per worker under ``memory/<worker>.jsonl``."""
+    """One append-only log per worker under ``memory/<worker>.jsonl``.
+
+    Each worker's notes are held in a ``MemoryIndex`` (by word, by recency),
+    kept up to date on every add, so a turn ranks only the notes that share
+    its message's words.
+    """
 
     def __init__(self, root: Path) -> None:
         self._root = root
         self._logs: dict[str, JsonlLog[MemoryItem]] = {}
-        self._items: dict[str, list[MemoryItem]] = {}
+        self._indexes: dict[str, MemoryIndex] = {}
         self._locks: dict[str, anyio.Lock] = {}
 
     def __repr__(self) -> str:
         return f"MemoryStore({str(self._root)!r})"
 
     async def add(self, worker: str, text: str, channel: str | None, at: float) -> MemoryItem:
-        items = await self._load(worker)
+        index = await self._load(worker)
         # Numbering and appending under one lock: racing adds get distinct ids.
         async with self._locks.setdefault(worker, anyio.Lock()):
-            item = MemoryItem(id=f"m-{len(items) + 1}", text=text, created_at=at, channel=channel)
+            item = MemoryItem(id=f"m-{len(index) + 1}", text=text, created_at=at, channel=channel)
             await self._logs[worker].append(item)
-            items.append(item)
+            index.add(item)
         return item
 
     async def items(self, worker: str) -> tuple[MemoryItem, ...]:
-        """A snapshot: later additions do not change a compilation under way."""
-        return tuple(await self._load(worker))
+        """Every note of *worker*, oldest first."""
+        return (await self._load(worker)).items()
 
-    async def _load(self, worker: str) -> list[MemoryItem]:
-        items = self._items.get(worker)
-        if items is None:
+    async def view(self, worker: str) -> MemoryView:
+        """A snapshot: later additions do not change a compilation under way."""
+        return (await self._load(worker)).snapshot()
+
+    async def _load(self, worker: str) -> MemoryIndex:
+        index = self._indexes.get(worker)
+        if index is None:
             path = self._root / f"{check_id('worker', worker)}.jsonl"
             log, loaded = await JsonlLog.open(path, MemoryItem)
-            if worker in self._items:  # another task loaded it meanwhile
+            # Indexing months of notes takes a while: not on the event loop.
+            built = await anyio.to_thread.run_sync(MemoryIndex, loaded)
+            if worker in self._indexes:  # another task loaded it meanwhile
                 await log.aclose()
-                return self._items[worker]
+                return self._indexes[worker]
             self._logs[worker] = log
-            items = self._items[worker] = loaded
-        return items
+            index = self._indexes[worker] = built
+        return index
 
     async def aclose(self) -> None:
         for log in self._logs.values():
             await log.aclose()
         self._logs.clear()
-        self._items.clear()
+        self._indexes.clear()

@@ -37,6 +37,8 @@ class TaskStore:
 
     def __init__(self, table: StateTable[TaskState]) -> None:
         self._table = table
+        # Gates find their task by run: an index, not a scan of every task.
+        self._by_run = {run: task.id for task in table.values() for run in task.runs}
 
     def __repr__(self) -> str:
         return f"TaskStore({len(self._table)} tasks)"
@@ -59,6 +61,8 @@ class TaskStore:
 
     async def update(self, task: TaskState) -> TaskState:
         await self._table.put(task)
+        for run in task.runs:
+            self._by_run[run] = task.id
         return task
 
     def get(self, task_id: str) -> TaskState:
@@ -68,10 +72,8 @@ class TaskStore:
         return task
 
     def by_run(self, run: str) -> TaskState | None:
-        for task in self._table.values():
-            if run in task.runs:
-                return task
-        return None
+        task_id = self._by_run.get(run)
+        return None if task_id is None else self._table.get(task_id)
 
     def all(self) -> list[TaskState]:
         return sorted(self._table.values(), key=lambda t: (t.submitted_at, t.id))

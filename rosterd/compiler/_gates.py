@@ -1,0 +1,125 @@
+"""Open gates of one worker, per channel, in briefing order.
+
+The briefing shows the oldest open gates that fit and counts the rest, so a
+``GateIndex`` keeps them sorted (filed, then id) with running totals: a
+compilation reads only the gates it shows. A ``GateView`` is a snapshot that
+a worker thread may read while the event loop files and resolves gates: a
+list is appended to in place only past every view's end, and otherwise
+replaced whole.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+from collections.abc import Iterable, Iterator
+from itertools import islice
+
+from ._inputs import Gate
+
+__all__ = ("GateIndex", "GateView", "gate_view")
+
+# Briefing order; the ordinal keeps equal (filed, id) pairs in arrival order.
+_Entry = tuple[float, str, int, Gate]
+
+
+class GateIndex:
+    """The open gates of *worker*, filed for a channel or worker-wide (``None``)."""
+
+    def __init__(self, worker: str, gates: Iterable[Gate] = ()) -> None:
+        self.worker = worker
+        self._open: dict[str | None, list[_Entry]] = {}
+        self._totals: dict[str | None, tuple[int, int]] = {}
+        self._entries: dict[str, _Entry] = {}
+        self._added = 0
+        for gate in gates:
+            self.add(gate)
+
+    def __repr__(self) -> str:
+        return f"GateIndex({self.worker!r}, {len(self._entries)} open)"
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def add(self, gate: Gate) -> None:
+        entry = (gate.filed_at, gate.id, self._added, gate)
+        self._added += 1
+        self._entries[gate.id] = entry
+        entries = self._open.setdefault(gate.channel, [])
+        if not entries or entries[-1] < entry:
+            entries.append(entry)
+        else:
+            copy = list(entries)
+            insort(copy, entry)
+            self._open[gate.channel] = copy
+        self._count(gate, 1)
+
+    def remove(self, gate_id: str) -> None:
+        entry = self._entries.pop(gate_id)
+        gate = entry[3]
+        entries = self._open[gate.channel]
+        at = bisect_left(entries, entry)
+        self._open[gate.channel] = [*entries[:at], *entries[at + 1 :]]
+        self._count(gate, -1)
+
+    def snapshot(self, resolved: Iterable[Gate] = ()) -> GateView:
+        """Open gates now, plus *resolved* ones to show once with their outcome."""
+        return GateView(
+            self.worker,
+            {channel: (entries, len(entries)) for channel, entries in self._open.items()},
+            dict(self._totals),
+            tuple(resolved),
+        )
+
+    def _count(self, gate: Gate, sign: int) -> None:
+        count, chars = self._totals.get(gate.channel, (0, 0))
+        self._totals[gate.channel] = (count + sign, chars + sign * _raw_chars(gate))
+
+
+def _raw_chars(gate: Gate) -> int:
+    return len(gate.summary) + len(gate.outcome or "") + len(gate.note)
+
+
+class GateView:
+    """What one compilation may brief: a snapshot of a ``GateIndex``."""
+
+    __slots__ = ("_open", "_totals", "resolved", "worker")
+
+    def __init__(
+        self,
+        worker: str,
+        open_gates: dict[str | None, tuple[list[_Entry], int]],
+        totals: dict[str | None, tuple[int, int]],
+        resolved: tuple[Gate, ...],
+    ) -> None:
+        self.worker = worker
+        self._open = open_gates
+        self._totals = totals
+        self.resolved = resolved
+
+    def __repr__(self) -> str:
+        return f"GateView({self.worker!r}, {len(self.resolved)} resolved)"
+
+    def totals(self, channel: str | None) -> tuple[int, int]:
+        """Count and raw characters of the open gates a run in *channel* sees."""
+        count, chars = self._totals.get(None, (0, 0))
+        if channel is not None:
+            more, more_chars = self._totals.get(channel, (0, 0))
+            count, chars = count + more, chars + more_chars
+        return count, chars
+
+    def open(self, channel: str | None) -> Iterator[Gate]:
+        """Open gates a run in *channel* sees, oldest first."""
+        channels = (None,) if channel is None else (None, channel)
+        lists = [self._open[c] for c in channels if c in self._open]
+        for entry in heapq.merge(*(islice(entries, size) for entries, size in lists)):
+            yield entry[3]
+
+
+def gate_view(gates: GateView | Iterable[Gate], worker: str) -> GateView:
+    """*gates* as a view for *worker*; plain gates (tests, ``roster check``) are indexed here."""
+    if isinstance(gates, GateView):
+        return gates if gates.worker == worker else GateIndex(worker).snapshot()
+    mine = [g for g in gates if g.worker == worker]
+    index = GateIndex(worker, (g for g in mine if g.outcome is None))
+    return index.snapshot(g for g in mine if g.outcome is not None)
