@@ -8,7 +8,10 @@ compilations really happen; dynamic text covers every Unicode category
 
 from __future__ import annotations
 
+import dataclasses
 import random
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +27,8 @@ from rosterd.compiler import (
     Compilation,
     Continuation,
     Gate,
+    GateIndex,
+    MemoryIndex,
     MemoryItem,
     RunMeta,
     TurnInput,
@@ -92,8 +97,33 @@ _SHORT = st.lists(st.one_of(st.text(_ANY_CHAR, max_size=12), _TRICKY), max_size=
 _HUGE = st.lists(_TRICKY, min_size=1, max_size=4).map(
     lambda parts: ("".join(parts) * 100_000)[:100_000]
 )
+# Words that memory and messages share, in every case and script, with
+# near-words (too short, joined by "_") that must not count.
+_VOCAB = st.sampled_from(
+    [
+        "deploy",
+        "Deploy",
+        "DEPLOY",
+        "restart",
+        "the",
+        "db",
+        "ok",
+        "naïve",
+        "NAÏVE",
+        "日本語",
+        "x1y",
+        "abc_def",
+        "ßtraße",
+        "İstanbul",
+        "release",
+        "1.4",
+        "2026",
+    ]
+)
+_SEPARATOR = st.sampled_from([" ", ", ", "\n", "_", "-", "", "\u2028"])
+WORDY = st.lists(st.tuples(_VOCAB, _SEPARATOR).map("".join), max_size=10).map("".join)
 # Mostly short texts so that most compilations succeed; some 100k ones.
-TEXT = st.one_of(_SHORT, _SHORT, _SHORT, _SHORT, _SHORT, _HUGE)
+TEXT = st.one_of(_SHORT, _SHORT, _SHORT, WORDY, WORDY, _HUGE)
 # Trusted files come from disk as UTF-8, so they hold no lone surrogates.
 _FILE_CHAR = st.characters(categories=["L", "M", "N", "P", "S", "Z", "Cc", "Cf", "Co"])
 FILE_TEXT = st.text(_FILE_CHAR, max_size=400)
@@ -396,7 +426,7 @@ def test_every_input_line_is_one_envelope(case: Case) -> None:
     eligible = [m for m in case.turn.memory if m.channel in (None, case.channel)]
     showable = [
         m
-        for m in rank_memory(eligible, case.turn.text)
+        for m in reference_ranking(eligible, case.turn.text)
         if line_chars({"block": "memory", "id": repaired(m.id), "text": repaired(m.text)}) <= limit
     ]
     assert [(o["id"], o["text"]) for o in memory] == [
@@ -556,3 +586,200 @@ def test_degenerate_texts_still_render_one_line(text: str) -> None:
     result = compile_case(case)
     assert len(result.input_text.splitlines()) == 2
     assert msgspec.json.decode(result.input_text.splitlines()[1])["text"] == repaired(text)
+
+
+# --- ranking and briefing against slow references --------------------------------
+
+
+def reference_words(text: str) -> frozenset[str]:
+    return frozenset(re.findall(r"[^\W_]{3,}", text.lower()))
+
+
+def reference_ranking(items: Sequence[MemoryItem], message: str) -> list[MemoryItem]:
+    """The ranking rules stated plainly: shared words, newest, id, input order."""
+    query = reference_words(message)
+    return [
+        items[i]
+        for i in sorted(
+            range(len(items)),
+            key=lambda i: (
+                -len(reference_words(items[i].text) & query),
+                -items[i].created_at,
+                items[i].id,
+                i,
+            ),
+        )
+    ]
+
+
+def reference_briefing(gates: Sequence[Gate], worker: str, channel: str | None, cap: int) -> str:
+    """Every gate rendered, then dropped from the end until the rest and a count fit."""
+    scoped = sorted(
+        (g for g in gates if g.worker == worker and g.channel in (None, channel)),
+        key=lambda g: (g.filed_at, g.id),
+    )
+    lines = [
+        line_chars_text(
+            {"block": "briefing", "kind": "resolved", "gate": g.id, "summary": g.summary}
+            | {"outcome": g.outcome, "note": g.note}
+        )
+        for g in scoped
+        if g.outcome is not None
+    ] + [
+        line_chars_text({"block": "briefing", "kind": "gate", "gate": g.id, "summary": g.summary})
+        for g in scoped
+        if g.outcome is None
+    ]
+    kept, omitted = len(lines), ""
+    while sum(map(len, lines[:kept])) + len(omitted) > cap and kept > 0:
+        kept -= 1
+        omitted = line_chars_text(
+            {"block": "briefing", "kind": "omitted", "gates": len(lines) - kept}  # type: ignore[dict-item]
+        )
+    if sum(map(len, lines[:kept])) + len(omitted) > cap:
+        omitted = ""
+    return "".join(lines[:kept]) + omitted
+
+
+def line_chars_text(envelope: dict[str, str]) -> str:
+    """An envelope as the compiler renders it: JSON, NEL/LS/PS escaped, newline."""
+    data = msgspec.json.encode(
+        {k: repaired(v) if isinstance(v, str) else v for k, v in envelope.items()}
+    ).decode()
+    for char, escape in (("\x85", "\\u0085"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        data = data.replace(char, escape)
+    return data + "\n"
+
+
+_STAMPS = st.one_of(st.sampled_from([0.0, 1.0, 2.0, 1e9]), _STAMP)
+_IDS = st.one_of(st.sampled_from(["m-1", "m-2", "m-10", "m-11", "", "a"]), _SHORT)
+NOTES = st.lists(
+    st.builds(MemoryItem, id=_IDS, text=TEXT, created_at=_STAMPS, channel=_CHANNEL_OR_NONE),
+    max_size=25,
+)
+
+
+@SETTINGS
+@given(
+    notes=NOTES,
+    later=NOTES,
+    bulk=st.integers(0, 25),
+    message=TEXT,
+    channel=st.sampled_from([None, *CHANNELS]),
+)
+def test_indexed_ranking_matches_the_reference(
+    notes: list[MemoryItem], later: list[MemoryItem], bulk: int, message: str, channel: str | None
+) -> None:
+    # Notes loaded at once (a restart) and added one by one, in any time order.
+    index = MemoryIndex(notes[:bulk])
+    for item in notes[bulk:]:
+        index.add(item)
+    view = index.snapshot()
+    for item in later:
+        index.add(item)
+    # What was added after the snapshot is not part of it.
+    eligible = [m for m in notes if m.channel in (None, channel)]
+    expected = reference_ranking(eligible, message)
+    assert [id(m) for m in view.ranked(message, channel)] == [id(m) for m in expected]
+    assert view.totals(channel) == (len(eligible), sum(len(m.text) for m in eligible))
+    everything = [*notes, *later]
+    assert [id(m) for m in rank_memory(everything, message)] == [
+        id(m) for m in reference_ranking(everything, message)
+    ]
+    assert [id(m) for m in index.snapshot().ranked(message, channel)] == [
+        id(m)
+        for m in reference_ranking([m for m in everything if m.channel in (None, channel)], message)
+    ]
+
+
+_MANY_GATES = st.lists(
+    st.builds(
+        Gate,
+        id=_IDS,
+        worker=st.sampled_from([*WORKERS, "eve"]),
+        summary=st.one_of(_SHORT, WORDY),
+        filed_at=_STAMPS,
+        channel=_CHANNEL_OR_NONE,
+        outcome=st.none() | st.none() | _SHORT,
+        note=_SHORT,
+    ),
+    min_size=3,
+    max_size=40,
+)
+
+
+@SETTINGS
+@given(case=cases(), gates=_MANY_GATES, cap=st.integers(0, 1000))
+def test_the_briefing_keeps_what_the_reference_keeps(
+    case: Case, gates: list[Gate], cap: int
+) -> None:
+    # Room for everything but the briefing, so that it shrinks often.
+    spec = dataclasses.replace(
+        case.spec,
+        budget=ContextBudget(total=10**6, identity=10**6, purpose=10**6, task=10**6, briefing=cap),
+        overlays={w: ContextOverlay() for w in WORKERS},
+    )
+    # Most gates are the worker's own, so that there is something to fit.
+    gates = [
+        g if g.worker == "eve" else msgspec.structs.replace(g, worker=case.worker) for g in gates
+    ]
+    turn = msgspec.structs.replace(case.turn, gates=tuple(gates))
+    case = dataclasses.replace(case, spec=spec, turn=turn)
+    try:
+        result = compile_case(case)
+    except CompileError:
+        return
+    record = result.record
+    assert record.budget is not None
+    briefing = next(b for b in record.blocks if b.block == "briefing")
+    cap = min(result.system.budget.briefing, record.budget.advisory)
+    content = briefing.content
+    if case.turn.continuation is not None:
+        head, _, content = content.partition("\n")
+        cap -= len(head) + 1
+    assert isinstance(case.turn.gates, tuple)
+    assert content == reference_briefing(case.turn.gates, case.worker, case.channel, cap)
+
+
+@SETTINGS
+@given(
+    case=cases(),
+    resolved=st.lists(st.booleans(), max_size=8),
+    later=NOTES,
+    data=st.data(),
+)
+def test_store_snapshots_compile_like_plain_inputs(
+    case: Case, resolved: list[bool], later: list[MemoryItem], data: st.DataObject
+) -> None:
+    # Gate ids are unique in a store; give them the store's kind of id.
+    gates = [
+        msgspec.structs.replace(
+            g, id=f"g-{n}", outcome="done" if n < len(resolved) and resolved[n] else None
+        )
+        for n, g in enumerate(case.turn.gates)
+    ]
+    memory = MemoryIndex()
+    for item in case.turn.memory:
+        memory.add(item)
+    index = GateIndex(case.worker)
+    mine = [g for g in gates if g.worker == case.worker]
+    for gate in mine:
+        index.add(msgspec.structs.replace(gate, outcome=None))
+    for gate in mine:
+        if gate.outcome is not None:
+            index.remove(gate.id)
+    memory_view = memory.snapshot()
+    gate_view = index.snapshot(g for g in mine if g.outcome is not None)
+    # Writes after the snapshot change nothing in it.
+    for item in later:
+        memory.add(item)
+    still_open = [g.id for g in mine if g.outcome is None]
+    index.add(Gate(id="g-late", worker=case.worker, summary="late", filed_at=0.0))
+    if still_open and data.draw(st.booleans()):
+        index.remove(still_open[0])
+
+    plain = msgspec.structs.replace(case.turn, gates=tuple(gates))
+    viewed = msgspec.structs.replace(case.turn, memory=memory_view, gates=gate_view)
+    assert outcome(dataclasses.replace(case, turn=viewed)) == outcome(
+        dataclasses.replace(case, turn=plain)
+    )
