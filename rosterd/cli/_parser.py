@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from importlib.metadata import version
 from typing import NoReturn
 
 __all__ = ("build_parser",)
@@ -82,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run and talk to rosterd, the host daemon of Roster. "
         "Exit status: 0 ok, 1 failure, 2 usage.",
     )
+    # The installed distribution's version, so a wheel reports what was installed.
+    parser.add_argument("--version", action="version", version=f"roster {version('rosterd')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     client = _client_options()
     state = _state_options()
