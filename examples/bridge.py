@@ -33,38 +33,68 @@ def parse_line(line: str, default_sender: str) -> tuple[str, str]:
     return default_sender, line.strip()
 
 
+SESSION_ENDED = 1004  # closed, expired or unknown: open the pair again
+
+
+class Room:
+    """One worker's warm session in one channel, reopened when it has ended."""
+
+    def __init__(self, client: RosterClient, worker: str, channel: str) -> None:
+        self.client = client
+        self.worker = worker
+        self.channel = channel
+        self.session = ""
+
+    async def open(self) -> None:
+        params = {"worker": self.worker, "channel": self.channel}
+        opened = await self.client.call("session.open", params)
+        self.session = opened["session"]
+        print(f"# session {self.session} ({self.worker} in #{self.channel})", file=sys.stderr)
+
+    async def say(self, sender: str, text: str) -> Any:
+        """One turn; the reply streams to stdout as ``turn.delta`` notifications."""
+        try:
+            return await self._send(sender, text)
+        except RpcError as exc:
+            if exc.code != SESSION_ENDED:
+                raise
+            # Idle expiry, or another frontend closed it: nothing of this turn
+            # was recorded, so it is sent again to a fresh session.
+            await self.open()
+            return await self._send(sender, text)
+
+    async def _send(self, sender: str, text: str) -> Any:
+        params = {"session": self.session, "from": sender, "text": text}
+        return await self.client.call("session.send", params, on_notification=_show)
+
+
+async def _show(method: str, params: Any) -> None:
+    if method == "turn.delta":
+        sys.stdout.write(params["text"])
+        sys.stdout.flush()
+
+
 async def bridge(socket: Path, worker: str, channel: str, default_sender: str) -> int:
+    failures = 0
     async with await RosterClient.connect(socket) as client:
-        opened = await client.call("session.open", {"worker": worker, "channel": channel})
-        session = opened["session"]
-        print(f"# session {session} ({worker} in #{channel})", file=sys.stderr)
-
-        async def show(method: str, params: Any) -> None:
-            if method == "turn.delta":
-                sys.stdout.write(params["text"])
-                sys.stdout.flush()
-
-        failures = 0
-        for line in sys.stdin:
+        room = Room(client, worker, channel)
+        await room.open()
+        async for line in anyio.wrap_file(sys.stdin):
             if not line.strip():
                 continue
             sender, text = parse_line(line, default_sender)
             sys.stdout.write(f"{worker} (to {sender}): ")
             try:
-                result = await client.call(
-                    "session.send",
-                    {"session": session, "from": sender, "text": text},
-                    on_notification=show,
-                )
+                result = await room.say(sender, text)
             except RpcError as exc:
-                # A failed turn (over budget, provider down) is reported and the
-                # room goes on; the daemon keeps the message in the transcript.
+                # Over budget (1001) or the provider failed (1002): the message
+                # stays in the transcript and the room goes on.
                 print(f"\n# turn failed: {exc} (code {exc.code})", file=sys.stderr)
                 failures += 1
                 continue
             print()
             print(f"# run {result['run']} turn {result['turn']}", file=sys.stderr)
-        return 1 if failures else 0
+    return 1 if failures else 0
 
 
 def main() -> int:
