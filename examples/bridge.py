@@ -87,8 +87,8 @@ async def bridge(socket: Path, worker: str, channel: str, default_sender: str) -
             try:
                 result = await room.say(sender, text)
             except RpcError as exc:
-                # Over budget (1001) or the provider failed (1002): the message
-                # stays in the transcript and the room goes on.
+                # Over budget (1001), the provider failed (1002), the engine is
+                # misconfigured (1005): the session is intact, the room goes on.
                 print(f"\n# turn failed: {exc} (code {exc.code})", file=sys.stderr)
                 failures += 1
                 continue
