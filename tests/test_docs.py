@@ -96,6 +96,7 @@ def test_the_docs_have_runnable_examples() -> None:
         "protocol.md",
         "configuration.md",
         "frontend.md",
+        "operations.md",
     }
     assert all(b.language == "sh" for b in RUNNABLE), [b.where for b in RUNNABLE]
     assert len(EXCHANGES) == 1
