@@ -95,6 +95,18 @@ def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[st
     assert capsys.readouterr().out == f"roster {importlib.metadata.version('rosterd')}\n"
 
 
+def test_version_run_from_a_source_tree_says_so(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    # What importlib.metadata answers when rosterd is imported from a checkout.
+    monkeypatch.setattr("rosterd.cli._parser.version", not_installed)
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"roster {rosterd.__version__} (not installed)\n"
+
+
 def test_the_package_and_its_metadata_agree_on_the_version() -> None:
     # daemon.status reports rosterd.__version__, roster --version the metadata.
     assert importlib.metadata.version("rosterd") == rosterd.__version__

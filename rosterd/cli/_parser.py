@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from importlib.metadata import version
-from typing import NoReturn
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, NoReturn
+
+from .. import __version__
 
 __all__ = ("build_parser",)
 
@@ -42,6 +45,24 @@ class _Parser(argparse.ArgumentParser):
         where = self.prog.removeprefix("roster").strip()
         prefix = f"roster: {where}: " if where else "roster: "
         self.exit(2, f"{prefix}{message} (see '{self.prog} --help')\n")
+
+
+class _Version(argparse.Action):
+    """The installed distribution's version, looked up only when asked for."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        try:
+            installed = version("rosterd")
+        except PackageNotFoundError:  # imported from a source tree, not installed
+            installed = f"{__version__} (not installed)"
+        print(f"roster {installed}")
+        parser.exit()
 
 
 def _client_options() -> _Parser:
@@ -83,8 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run and talk to rosterd, the host daemon of Roster. "
         "Exit status: 0 ok, 1 failure, 2 usage.",
     )
-    # The installed distribution's version, so a wheel reports what was installed.
-    parser.add_argument("--version", action="version", version=f"roster {version('rosterd')}")
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="print the installed version and exit"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     client = _client_options()
     state = _state_options()
