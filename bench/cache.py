@@ -199,6 +199,7 @@ async def run_strategy(
                     request = session.request(turn, text, world, history=turn == 1)
                     reply = await engine.complete(request, _ignore)
                     session.messages.append(ChatMessage(role="assistant", content=reply.text))
+                    assert reply.usage is not None, "the simulator always reports usage"
                     usages.append(reply.usage)
         finally:
             await engine.aclose()

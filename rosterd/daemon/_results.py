@@ -35,7 +35,7 @@ class TurnResult(msgspec.Struct, frozen=True):
     run: str
     turn: int
     text: str
-    usage: Usage
+    usage: Usage | None
     blocks: list[BlockSummary]
     used: int
     total: int

@@ -133,10 +133,12 @@ class Host:
                 TranscriptEntry(turn=record.turn, role="error", content=str(exc), at=self.clock())
             )
             raise
-        if previous_input_tokens is None:
+        if previous_input_tokens is not None:
+            reusable = previous_input_tokens
+        elif reply.usage is not None:
             reusable = _prefix_tokens(checks, compilation, reply.usage)
         else:
-            reusable = previous_input_tokens
+            reusable = 0
         cache = judge_cache(
             checks,
             reply.usage,

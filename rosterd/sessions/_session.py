@@ -121,7 +121,10 @@ class Session:
                 raise
             self._turns = turn
             self._briefed_at = meta.now
-            self._last_input_tokens = outcome.reply.usage.input_tokens
+            # Unreported usage keeps the last known size: a lower bound, as
+            # the request only grows.
+            if outcome.reply.usage is not None:
+                self._last_input_tokens = outcome.reply.usage.input_tokens
             self.last_activity = host.clock()
             await host.stores.channels.post_many(
                 self.channel,
