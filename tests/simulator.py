@@ -65,6 +65,7 @@ __all__ = (
     "Omit",
     "Recorded",
     "Reply",
+    "Server",
     "Simulator",
     "Stall",
     "Status",
