@@ -3,6 +3,7 @@
 from ._errors import (
     CompileError,
     ConfigError,
+    ConflictError,
     EngineError,
     InvalidIdError,
     NotFoundError,
@@ -18,6 +19,7 @@ __version__ = "0.1.0"
 __all__ = (
     "CompileError",
     "ConfigError",
+    "ConflictError",
     "EngineError",
     "InvalidIdError",
     "NotFoundError",

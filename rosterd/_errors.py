@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 __all__ = (
     "CompileError",
     "ConfigError",
+    "ConflictError",
     "EngineError",
     "InvalidIdError",
     "NotFoundError",
@@ -103,6 +104,11 @@ class StorageError(RosterError):
         self.path = path
         self.op = op
         self.errno = errno
+
+
+class ConflictError(RosterError):
+    """A well-formed request that the current state refuses: a gate already
+    resolved, another worker's run, a run that sent nothing yet."""
 
 
 class SessionError(RosterError):

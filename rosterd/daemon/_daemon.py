@@ -21,7 +21,7 @@ import anyio
 import anyio.to_thread
 from anyio.abc import SocketListener
 
-from .._errors import ConfigError, RosterError
+from .._errors import ConfigError
 from ..org import load_org
 from ..sessions import Host, SessionManager, TaskRunner
 from ..stores import StateStores
@@ -128,12 +128,14 @@ async def _listener(inherited: list[socket.socket], path: Path) -> SocketListene
     if inherited:
         return await SocketListener.from_socket(inherited[0])
     if await _someone_listening(path):
-        raise RosterError(f"{path}: another daemon is already listening on this socket")
+        raise ConfigError(
+            f"{path}: another daemon is already listening on this socket", path=str(path)
+        )
     await anyio.Path(path.parent).mkdir(parents=True, exist_ok=True)
     try:
         return await anyio.create_unix_listener(path, mode=0o660)
     except OSError as exc:
-        raise RosterError(f"{path}: cannot listen: {exc.strerror}") from None
+        raise ConfigError(f"{path}: cannot listen: {exc.strerror}", path=str(path)) from None
 
 
 async def _someone_listening(path: Path) -> bool:

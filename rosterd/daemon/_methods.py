@@ -6,7 +6,7 @@ import os
 from collections.abc import Awaitable, Callable
 
 from .. import __version__
-from .._errors import NotFoundError, RosterError
+from .._errors import ConflictError, NotFoundError
 from ..compiler import ChannelMessage, MemoryItem
 from ..org import Surface
 from ..sessions import (
@@ -132,7 +132,7 @@ class Methods:
                 if run is not None:
                     info = await host.runs.info(run)
                     if info.worker != worker:
-                        raise RosterError(f"run {run!r} belongs to worker {info.worker!r}")
+                        raise ConflictError(f"run {run!r} belongs to worker {info.worker!r}")
                 gate = await host.stores.gates.file(worker, summary, host.clock(), channel, run)
                 await self._tasks.gate_filed(gate)
                 return gate

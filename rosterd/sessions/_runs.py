@@ -20,7 +20,7 @@ from typing import Literal
 import aiofiles.os
 import msgspec
 
-from .._errors import NotFoundError, RosterError
+from .._errors import ConflictError, NotFoundError
 from .._ids import check_id
 from ..compiler import ContextRecord, SystemPrompt
 from ..engines import ChatMessage, Usage
@@ -126,12 +126,12 @@ def turn_requests(
     if not turns:
         failed = next((r.error for r in records if r.error is not None), None)
         if failed is not None:
-            raise RosterError(
+            raise ConflictError(
                 f"run {run!r} sent nothing to the engine: its compilation failed "
                 f"(block {failed.block!r} is {failed.size} characters, over its limit of "
                 f"{failed.limit}); see 'roster server runs show {run}'"
             )
-        raise RosterError(f"run {run!r} has no turns yet: nothing was sent to the engine")
+        raise ConflictError(f"run {run!r} has no turns yet: nothing was sent to the engine")
     requests = []
     for turn in turns if every else turns[-1:]:
         system, messages = request_at_turn(records, entries, turn)
