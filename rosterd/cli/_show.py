@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import msgspec
 
 from ..compiler import BlockTrace, BoundaryCheck, BudgetTrace, ContextRecord
+from ..engines import Usage
 from ..sessions import CacheCheck, RunInfo, TranscriptEntry
 from ._output import short, table, when
 
@@ -35,14 +36,15 @@ _SHRINK = {
 
 
 class TurnUsage(msgspec.Struct, frozen=True):
-    """One turn's usage; ``cache`` is the daemon's verdict on its reuse."""
+    """One turn's usage, ``None`` where the provider reported none; ``cache``
+    is the daemon's verdict on its reuse."""
 
     turn: int
-    input_tokens: int
-    cached_input_tokens: int
-    uncached_input_tokens: int
-    cache_write_tokens: int
-    output_tokens: int
+    input_tokens: int | None
+    cached_input_tokens: int | None
+    uncached_input_tokens: int | None
+    cache_write_tokens: int | None
+    output_tokens: int | None
     cache: CacheCheck | None = None
 
 
@@ -61,28 +63,35 @@ class UsageSummary(msgspec.Struct, frozen=True):
 
 def summarise_usage(entries: Sequence[TranscriptEntry]) -> UsageSummary:
     turns = [
-        TurnUsage(
-            turn=e.turn,
-            input_tokens=e.usage.input_tokens,
-            cached_input_tokens=e.usage.cached_input_tokens,
-            uncached_input_tokens=e.usage.input_tokens - e.usage.cached_input_tokens,
-            cache_write_tokens=e.usage.cache_write_tokens,
-            output_tokens=e.usage.output_tokens,
-            cache=e.cache,
-        )
+        _turn_usage(e.turn, e.usage, e.cache)
         for e in entries
-        if e.role == "assistant" and e.usage is not None
+        if e.role == "assistant" and (e.usage is not None or e.cache is not None)
     ]
-    total_in = sum(t.input_tokens for t in turns)
-    cached = sum(t.cached_input_tokens for t in turns)
+    known = [e.usage for e in entries if e.role == "assistant" and e.usage is not None]
+    total_in = sum(u.input_tokens for u in known)
+    cached = sum(u.cached_input_tokens for u in known)
     return UsageSummary(
         turns=turns,
         input_tokens=total_in,
         cached_input_tokens=cached,
         uncached_input_tokens=total_in - cached,
-        cache_write_tokens=sum(t.cache_write_tokens for t in turns),
-        output_tokens=sum(t.output_tokens for t in turns),
+        cache_write_tokens=sum(u.cache_write_tokens for u in known),
+        output_tokens=sum(u.output_tokens for u in known),
         cache_read_ratio=cached / total_in if total_in else None,
+    )
+
+
+def _turn_usage(turn: int, usage: Usage | None, cache: CacheCheck | None) -> TurnUsage:
+    if usage is None:
+        return TurnUsage(turn, None, None, None, None, None, cache)
+    return TurnUsage(
+        turn=turn,
+        input_tokens=usage.input_tokens,
+        cached_input_tokens=usage.cached_input_tokens,
+        uncached_input_tokens=usage.input_tokens - usage.cached_input_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        output_tokens=usage.output_tokens,
+        cache=cache,
     )
 
 
@@ -224,11 +233,16 @@ def _usage(usage: UsageSummary) -> list[str]:
     rows: list[tuple[object, ...]] = [
         (
             t.turn,
-            t.input_tokens,
-            t.cached_input_tokens,
-            t.uncached_input_tokens,
-            t.cache_write_tokens,
-            t.output_tokens,
+            *(
+                "-" if n is None else n
+                for n in (
+                    t.input_tokens,
+                    t.cached_input_tokens,
+                    t.uncached_input_tokens,
+                    t.cache_write_tokens,
+                    t.output_tokens,
+                )
+            ),
             t.cache.expected_tokens if t.cache else "-",
             t.cache.verdict if t.cache else "-",
         )
