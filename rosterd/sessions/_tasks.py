@@ -114,11 +114,11 @@ class TaskRunner:
             await self._run(self._host.stores.tasks.get(task_id))
         except Exception as exc:
             unexpected = None if isinstance(exc, RosterError) else exc
-            log.error("task %s failed: %s", task_id, failure_text(exc), exc_info=unexpected)
+            log.error("task %s failed: %s", task_id, _failure_text(exc), exc_info=unexpected)
             try:
                 task = self._host.stores.tasks.get(task_id)
                 if task.status in ("queued", "running"):
-                    await self._set(task, status="failed", error=failure_text(exc))
+                    await self._set(task, status="failed", error=_failure_text(exc))
             except RosterError as again:
                 log.error("task %s: its failure could not be recorded: %s", task_id, again)
 
@@ -159,10 +159,14 @@ class TaskRunner:
             # An unexpected error gets its traceback in the log; ours do not.
             unexpected = None if isinstance(exc, RosterError) else exc
             log.warning(
-                "task %s run %s failed: %s", task.id, run_id, failure_text(exc), exc_info=unexpected
+                "task %s run %s failed: %s",
+                task.id,
+                run_id,
+                _failure_text(exc),
+                exc_info=unexpected,
             )
-            await run.finish("failed", host.clock(), error=failure_text(exc))
-            await self._set(task, status="failed", error=failure_text(exc))
+            await run.finish("failed", host.clock(), error=_failure_text(exc))
+            await self._set(task, status="failed", error=_failure_text(exc))
             return
         await run.finish("done", host.clock())
         waiting = any(g.run == run_id for g in host.stores.gates.open_for(task.worker))
@@ -185,26 +189,26 @@ async def direct_run(
             id=run_id, surface=Surface.DIRECT.value, worker=worker, channel=None, created_at=now
         )
     )
-    turn = TurnInput(
-        text=text,
-        sender=sender,
-        memory=await host.stores.memory.items(worker),
-        gates=host.stores.gates.open_for(worker),
-    )
-    meta = RunMeta(run=run_id, turn=1, now=now)
     try:
+        turn = TurnInput(
+            text=text,
+            sender=sender,
+            memory=await host.stores.memory.items(worker),
+            gates=host.stores.gates.open_for(worker),
+        )
+        meta = RunMeta(run=run_id, turn=1, now=now)
         outcome = await host.run_turn(
             run, org.engine_for(worker), lambda: compile_run(org, scope, turn, meta), [], on_delta
         )
     except Exception as exc:
         # An unexpected error still ends the run as failed; the caller maps
         # it to an internal error for the client.
-        await run.finish("failed", host.clock(), error=failure_text(exc))
+        await run.finish("failed", host.clock(), error=_failure_text(exc))
         raise
     await run.finish("done", host.clock())
     return outcome
 
 
-def failure_text(exc: Exception) -> str:
+def _failure_text(exc: Exception) -> str:
     """What a failed run or task records: our message, or the unexpected error's type too."""
     return str(exc) if isinstance(exc, RosterError) else f"{type(exc).__name__}: {exc}"
