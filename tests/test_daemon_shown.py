@@ -228,3 +228,30 @@ async def test_what_was_shown_survives_a_restart_and_a_failed_engine_call(
         "m-4": 1,
     }
     assert first == resolved[:1]
+
+
+@pytest.mark.anyio
+async def test_a_new_session_and_a_direct_run_show_everything_again(daemon: DaemonProcess) -> None:
+    async with await daemon.client() as client:
+        await client.call("memory.add", {"worker": "ada", "text": "deploys freeze on Fridays"})
+        first = await client.call("session.open", {"worker": "ada", "channel": "general"})
+        await client.call("session.send", {"session": first["session"], "text": "one"})
+        await client.call("session.send", {"session": first["session"], "text": "two"})
+        direct = await client.call("run.direct", {"worker": "ada", "text": "status?"})
+        await client.call("session.close", {"session": first["session"]})
+        second = await client.call("session.open", {"worker": "ada", "channel": "general"})
+        await client.call("session.send", {"session": second["session"], "text": "three"})
+
+    def memory_of(run: str) -> list[list[str]]:
+        path = daemon.state / "runs" / run / "context.jsonl"
+        records = [msgspec.json.decode(line) for line in path.read_bytes().splitlines()]
+        return [
+            [m["text"] for m in envelopes(block(r, "memory")["content"], "memory")]
+            for r in records
+            if r["kind"] != "system"
+        ]
+
+    note = ["deploys freeze on Fridays"]
+    assert memory_of(first["session"]) == [note, []]
+    assert memory_of(direct["run"]) == [note]
+    assert memory_of(second["session"]) == [note]
