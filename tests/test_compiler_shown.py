@@ -147,19 +147,20 @@ def test_task_and_direct_runs_show_everything_every_time(tmp_path: Path) -> None
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 8), st.integers(0, 2)), min_size=1, max_size=12))
-def test_each_text_is_sent_once_and_none_is_lost(
+def test_an_item_is_resent_only_when_its_text_changed(
     tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[int, int]]
 ) -> None:
     chat = Chat(make_org(tmp_path_factory.mktemp("org")))
-    texts: dict[int, int] = {}
-    sent: list[tuple[str, str]] = []
-    for item, version in steps:
-        texts[item] = version
-        memory = tuple(note(n, f"note {n} version {v}") for n, v in sorted(texts.items()))
+    texts: dict[str, str] = {}
+    latest: dict[str, str] = {}  # what the conversation last got, per id
+    for n, version in steps:
+        texts[f"m-{n}"] = f"note {n} version {version}"
+        memory = tuple(note(int(i[2:]), text) for i, text in sorted(texts.items()))
         compiled = chat.say(memory=memory)
-        new = [(str(m["id"]), str(m["text"])) for m in lines(compiled, "memory")]
-        sent += new
-        # Everything not sent this turn is traced as already held.
-        assert {i for i, _ in held(compiled, "memory")} == {m.id for m in memory} - dict(new).keys()
-    assert len(sent) == len(set(sent))
-    assert {(f"m-{n}", f"note {n} version {v}") for n, v in texts.items()} <= set(sent)
+        new = {str(m["id"]): str(m["text"]) for m in lines(compiled, "memory")}
+        # Sent: exactly what is new to the conversation, or edited since.
+        assert new == {i: t for i, t in texts.items() if latest.get(i) != t}
+        # Everything else is traced as already held.
+        assert {i for i, _ in held(compiled, "memory")} == texts.keys() - new.keys()
+        latest |= new
+    assert latest == texts
