@@ -1,7 +1,8 @@
 """``roster server runs show``: a run's trace, explained for people.
 
 Per compilation: every block with its status (included, shrunk, omitted,
-absent, failed), counts and the reason, the budget arithmetic, the cache
+absent, failed), counts and the reason, what a session turn left out
+because the conversation already holds it, the budget arithmetic, the cache
 boundaries with offsets and prefix hashes, and the route key. Then the
 provider-reported usage per turn with the daemon's cache verdict (the reuse
 the compiler made possible against what the provider reported), and the
@@ -10,6 +11,7 @@ run's cache-read ratio (cached input tokens over all input tokens).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import msgspec
@@ -151,6 +153,9 @@ def _compilation(number: int, count: int, record: ContextRecord) -> list[str]:
     if record.cache:
         lines.append(_stability(record.cache))
     lines.append(_blocks(record.blocks))
+    held = _already_shown(record.blocks)
+    if held:
+        lines.append(f"  already in the conversation, left out: {held}")
     if record.budget is not None:
         lines.extend(_budget(record.budget, record.blocks))
     if record.kind != "turn" and record.boundaries:
@@ -200,11 +205,28 @@ def _why(block: BlockTrace) -> str:
         case "omitted":
             return f"all {block.omitted} dropped: no room left in the budget"
         case "absent":
+            if block.already_shown:
+                return "nothing new: all in the conversation already"
             if block.source.startswith("store:"):
                 return "nothing stored for this scope"
             return block.source
         case _:
             return "over its limit; see failed above"
+
+
+def _already_shown(blocks: Sequence[BlockTrace]) -> str:
+    """E.g. ``memory 18 (16 since turn 1, 2 since turn 4) · briefing 3 (since turn 1)``."""
+    parts = []
+    for block in blocks:
+        if not block.already_shown:
+            continue
+        since = sorted(Counter(item.since for item in block.already_shown).items())
+        if len(since) == 1:
+            detail = f"since turn {since[0][0]}"
+        else:
+            detail = ", ".join(f"{count} since turn {turn}" for turn, count in since)
+        parts.append(f"{block.block} {len(block.already_shown)} ({detail})")
+    return " · ".join(parts)
 
 
 def _budget(budget: BudgetTrace, blocks: Sequence[BlockTrace]) -> list[str]:

@@ -6,12 +6,23 @@ trace record (or ``CompileError.record``) and only then calls an engine.
 """
 
 from ._envelopes import BLOCK_TYPES, render_line
-from ._inputs import ChannelMessage, Continuation, Gate, MemoryItem, RunMeta, TurnInput
+from ._inputs import (
+    ChannelMessage,
+    Continuation,
+    Gate,
+    MemoryItem,
+    RunMeta,
+    Shown,
+    ShownItems,
+    TurnInput,
+)
 from ._memory import rank_memory
 from ._policy import POLICY_SHA256, POLICY_TEXT, POLICY_VERSION
+from ._shown import ShownKind, shown_in
 from ._stability import PrefixState, check_prefix, prefix_state
 from ._system import SystemPrompt, compile_system, route_key
 from ._trace import (
+    AlreadyShown,
     BlockStatus,
     BlockTrace,
     Boundary,
@@ -30,6 +41,7 @@ __all__ = (
     "POLICY_SHA256",
     "POLICY_TEXT",
     "POLICY_VERSION",
+    "AlreadyShown",
     "BlockStatus",
     "BlockTrace",
     "Boundary",
@@ -47,6 +59,9 @@ __all__ = (
     "PrefixState",
     "RecordKind",
     "RunMeta",
+    "Shown",
+    "ShownItems",
+    "ShownKind",
     "SystemPrompt",
     "TurnInput",
     "check_prefix",
@@ -58,4 +73,5 @@ __all__ = (
     "rank_memory",
     "render_line",
     "route_key",
+    "shown_in",
 )

@@ -6,9 +6,20 @@ run's scope itself, so selection never depends on text inside a message.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import msgspec
 
-__all__ = ("ChannelMessage", "Continuation", "Gate", "MemoryItem", "RunMeta", "TurnInput")
+__all__ = (
+    "ChannelMessage",
+    "Continuation",
+    "Gate",
+    "MemoryItem",
+    "RunMeta",
+    "Shown",
+    "ShownItems",
+    "TurnInput",
+)
 
 
 class MemoryItem(msgspec.Struct, frozen=True):
@@ -63,11 +74,29 @@ class RunMeta(msgspec.Struct, frozen=True):
     now: float
 
 
+class Shown(msgspec.Struct, frozen=True):
+    """An envelope a session already sent: the sha256 of its line, and the
+    turn that sent it."""
+
+    sha256: str
+    turn: int
+
+
+class ShownItems(msgspec.Struct, frozen=True):
+    """What a session's conversation already holds, by memory item id and
+    by gate id."""
+
+    memory: Mapping[str, Shown]
+    gates: Mapping[str, Shown]
+
+
 class TurnInput(msgspec.Struct, frozen=True):
     """The fresh input of one run or turn.
 
     ``history`` is ``None`` except on the first turn of a fresh session, when
-    it holds the channel's recent messages snapshotted at wake.
+    it holds the channel's recent messages snapshotted at wake. ``shown`` is
+    ``None`` outside sessions: a task or direct run is one compilation, and
+    everything in scope is new to it.
     """
 
     text: str
@@ -76,3 +105,4 @@ class TurnInput(msgspec.Struct, frozen=True):
     gates: tuple[Gate, ...] = ()
     continuation: Continuation | None = None
     history: tuple[ChannelMessage, ...] | None = None
+    shown: ShownItems | None = None

@@ -12,6 +12,7 @@ from typing import Literal
 import msgspec
 
 __all__ = (
+    "AlreadyShown",
     "BlockStatus",
     "BlockTrace",
     "Boundary",
@@ -29,12 +30,21 @@ RecordKind = Literal["system", "turn", "run"]
 BoundaryName = Literal["connections", "purpose", "system"]
 
 
+class AlreadyShown(msgspec.Struct, frozen=True):
+    """An item left out of a session turn: the conversation has held it,
+    byte for byte, since turn ``since``."""
+
+    id: str
+    since: int
+
+
 class BlockTrace(msgspec.Struct, frozen=True):
     """One block: where it came from, how big, what happened to it, its bytes.
 
     ``items`` counts the envelopes included, ``omitted`` those dropped under
-    budget pressure; ``limit`` is the block's own cap (``None`` for blocks
-    bounded only by the total).
+    budget pressure, ``already_shown`` those left out because an earlier turn
+    of the session sent them; ``limit`` is the block's own cap (``None`` for
+    blocks bounded only by the total).
     """
 
     block: str
@@ -47,6 +57,7 @@ class BlockTrace(msgspec.Struct, frozen=True):
     content: str
     items: int = 0
     omitted: int = 0
+    already_shown: tuple[AlreadyShown, ...] = ()
 
 
 class Boundary(msgspec.Struct, frozen=True):

@@ -15,6 +15,7 @@ from ._runs import (
     turn_requests,
 )
 from ._session import Session, SessionManager
+from ._shown import ShownLedger
 from ._tasks import TaskRunner, direct_run
 
 __all__ = (
@@ -28,6 +29,7 @@ __all__ = (
     "Session",
     "SessionManager",
     "SessionState",
+    "ShownLedger",
     "TaskRunner",
     "TranscriptEntry",
     "TurnOutcome",

@@ -25,6 +25,7 @@ from ..engines import DeltaSink
 from ..org import Surface
 from ._host import Host, TurnOutcome
 from ._runs import ActiveRun, RunInfo, SessionState, TranscriptEntry, chat_messages
+from ._shown import ShownLedger
 
 __all__ = ("Session", "SessionManager", "SessionState")
 
@@ -46,6 +47,7 @@ class Session:
         self._run = run
         self._state = state
         self._transcript = chat_messages(entries)
+        self._shown = ShownLedger.from_entries(entries)
         self._turns = max(run.last_turn, *(entry.turn for entry in entries), 0)
         self._last_input_tokens = next(
             (e.usage.input_tokens for e in reversed(entries) if e.usage is not None), None
@@ -99,8 +101,10 @@ class Session:
                 memory=await host.stores.memory.items(self.worker),
                 gates=host.stores.gates.briefing_for(self.worker, self._briefed_at),
                 history=self._history if turn == 1 else None,
+                shown=self._shown.items(),
             )
             meta = RunMeta(run=self.id, turn=turn, now=host.clock())
+            sent = len(self._transcript)
             try:
                 outcome = await host.run_turn(
                     self._run,
@@ -119,6 +123,8 @@ class Session:
                 if isinstance(exc, EngineError):
                     self._briefed_at = meta.now
                 raise
+            finally:
+                self._shown.note_sent(turn, self._transcript[sent:])
             self._turns = turn
             self._briefed_at = meta.now
             # Unreported usage keeps the last known size: a lower bound, as
