@@ -5,6 +5,7 @@ No IO happens here. The daemon loads the org and the stores, calls
 trace record (or ``CompileError.record``) and only then calls an engine.
 """
 
+from ._audit import OverBudget, over_budget
 from ._envelopes import BLOCK_TYPES, render_line
 from ._inputs import ChannelMessage, Continuation, Gate, MemoryItem, RunMeta, TurnInput
 from ._memory import rank_memory
@@ -43,6 +44,7 @@ __all__ = (
     "FailureTrace",
     "Gate",
     "MemoryItem",
+    "OverBudget",
     "PolicyTrace",
     "PrefixState",
     "RecordKind",
@@ -54,6 +56,7 @@ __all__ = (
     "compile_system",
     "compile_turn",
     "iso_time",
+    "over_budget",
     "prefix_state",
     "rank_memory",
     "render_line",
