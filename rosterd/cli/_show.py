@@ -103,6 +103,10 @@ def render_show(
         lines.append(f"  task {info.task}")
     if info.error:
         lines.append(f"  error: {info.error}")
+    if info.rolled_from:
+        lines.append(f"  rolled over from {info.rolled_from}: {info.rollover}")
+    if info.rolled_to:
+        lines.append(f"  rolled over to {info.rolled_to}: {info.rollover}")
     turns = {e.turn for e in transcript if e.role == "user"}
     lines.append(f"  {len(records)} compilation(s), {len(turns)} turn(s) sent to the engine")
     for number, record in enumerate(records, 1):
@@ -137,6 +141,8 @@ def _compilation(number: int, count: int, record: ContextRecord) -> list[str]:
         f"  policy v{record.policy.version} ({record.policy.sha256[:_HASH]}) · "
         f"engine {record.engine_fingerprint[:_HASH]}"
     )
+    if record.rollover is not None:
+        lines.append(f"  continues session {record.rollover.previous}: {record.rollover.reason}")
     if record.kind != "turn" and record.route_key is not None:
         lines.append(f"  route key {record.route_key}")
     if record.cache:

@@ -23,6 +23,7 @@ from ._trace import (
     FailureTrace,
     PolicyTrace,
     RecordKind,
+    RolloverTrace,
 )
 from ._turn import Compilation, compile_run, compile_turn, iso_time
 
@@ -48,6 +49,7 @@ __all__ = (
     "PolicyTrace",
     "PrefixState",
     "RecordKind",
+    "RolloverTrace",
     "RunMeta",
     "SystemPrompt",
     "TurnInput",

@@ -22,6 +22,7 @@ __all__ = (
     "FailureTrace",
     "PolicyTrace",
     "RecordKind",
+    "RolloverTrace",
 )
 
 BlockStatus = Literal["included", "shrunk", "omitted", "absent", "failed"]
@@ -99,6 +100,13 @@ class FailureTrace(msgspec.Struct, frozen=True):
     reason: str
 
 
+class RolloverTrace(msgspec.Struct, frozen=True):
+    """On a session's ``system`` record: the session it continues, and why."""
+
+    previous: str
+    reason: str
+
+
 class ContextRecord(msgspec.Struct, frozen=True):
     """One compilation. A session writes a ``system`` record when it opens and
     a ``turn`` record per turn; a task or direct run writes one ``run``
@@ -123,3 +131,4 @@ class ContextRecord(msgspec.Struct, frozen=True):
     blocks: tuple[BlockTrace, ...]
     error: FailureTrace | None = None
     cache: tuple[BoundaryCheck, ...] = ()
+    rollover: RolloverTrace | None = None

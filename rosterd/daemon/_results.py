@@ -39,6 +39,9 @@ class TurnResult(msgspec.Struct, frozen=True):
     blocks: list[BlockSummary]
     used: int
     total: int
+    # Set when the session rolled over to answer this turn: ``run`` is the
+    # new session, this the one it continues.
+    rolled_from: str | None = None
 
 
 class SessionOpened(msgspec.Struct, frozen=True):

@@ -61,6 +61,7 @@ EventSink = Callable[[SseEvent], Awaitable[None]]
 class _ErrorDetail(msgspec.Struct):
     message: str = ""
     type: str = ""
+    code: str | int | None = None
 
 
 class _ErrorEnvelope(msgspec.Struct):
@@ -112,7 +113,12 @@ class ProviderHttp:
         await self._client.aclose()
 
     def error(
-        self, message: str, *, status: int | None = None, retryable: bool = False
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        context_exceeded: bool = False,
     ) -> EngineError:
         """An ``EngineError`` for this provider, with any echoed key removed."""
         return EngineError(
@@ -120,6 +126,7 @@ class ProviderHttp:
             provider=self.provider,
             status=status,
             retryable=retryable,
+            context_exceeded=context_exceeded,
         )
 
     def scrub(self, text: str) -> str:
@@ -165,7 +172,9 @@ class ProviderHttp:
                     message = f"HTTP {status}: {_provider_message(response.content)}"
                     if status in _RETRY_STATUS or status >= 500:
                         return _Retry(message, status, _retry_after(response.headers))
-                    raise self.error(message, status=status)
+                    raise self.error(
+                        message, status=status, context_exceeded=_too_long(response.content)
+                    )
                 content_type = response.headers.get("content-type", "")
                 if not content_type.startswith("text/event-stream"):
                     await response.aread()
@@ -226,6 +235,20 @@ def _provider_message(content: bytes) -> str:
         case str() as message if message:
             return _snippet(message)
     return _snippet(content.decode("utf-8", "replace")) or "no message"
+
+
+def _too_long(content: bytes) -> bool:
+    """Whether an error body refuses the request as longer than the context window."""
+    try:
+        envelope = _decode_error(content)
+    except msgspec.DecodeError:
+        return False
+    match envelope.error:
+        case _ErrorDetail(code="context_length_exceeded"):
+            return True
+        case _ErrorDetail(message=message):
+            return "prompt is too long" in message
+    return False
 
 
 def _snippet(text: str) -> str:

@@ -41,6 +41,8 @@ class ContextBudget(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     memory: Chars = 8000
     history_messages: Chars = 25
     history: Chars = 6000
+    # A session whose next request would pass this rolls over to a new one.
+    session_chars: Positive = 200000
 
 
 class ContextOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -54,6 +56,7 @@ class ContextOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     memory: Chars | None = None
     history_messages: Chars | None = None
     history: Chars | None = None
+    session_chars: Positive | None = None
 
 
 class EngineConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -44,6 +44,8 @@ class TurnOutcome(msgspec.Struct, frozen=True):
     turn: int
     reply: EngineReply
     record: ContextRecord
+    # The session this turn's session rolled over from, when it just did.
+    rolled_from: str | None = None
 
 
 class Host:
