@@ -30,6 +30,7 @@ _BOUNDARY_LABEL = {
 _SHRINK = {
     "memory": "lowest-ranked items dropped to fit",
     "history": "oldest messages dropped to fit",
+    "backlog": "oldest messages dropped to fit; an envelope counts them",
     "briefing": "gates dropped to fit; the continuation is kept",
 }
 
@@ -211,12 +212,13 @@ def _budget(budget: BudgetTrace, blocks: Sequence[BlockTrace]) -> list[str]:
         limit = limits.get(name)
         return f"{name} {used}" + (f"/{limit}" if limit is not None else "")
 
-    advisory = budget.memory + budget.history + budget.briefing
+    advisory = budget.memory + budget.history + budget.backlog + budget.briefing
     return [
         f"  budget: total {budget.total} - system {budget.system} - request {budget.request}"
         f" = advisory room {budget.advisory}",
         f"          {capped('memory', budget.memory)} + {capped('history', budget.history)}"
-        f" + {capped('briefing', budget.briefing)} = {advisory} of {budget.advisory}",
+        f" + {capped('backlog', budget.backlog)} + {capped('briefing', budget.briefing)}"
+        f" = {advisory} of {budget.advisory}",
         f"          used {budget.used} of {budget.total} ({budget.total - budget.used} left)",
     ]
 

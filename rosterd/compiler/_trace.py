@@ -74,8 +74,8 @@ class BudgetTrace(msgspec.Struct, frozen=True):
     """The arithmetic of one compilation, in rendered characters.
 
     ``advisory`` is what the total leaves after the system part and the
-    request; memory, history and briefing were fitted into it in that
-    order of sacrifice.
+    request; memory, history (or the backlog of messages since the last
+    turn) and briefing were fitted into it in that order of sacrifice.
     """
 
     total: int
@@ -86,6 +86,7 @@ class BudgetTrace(msgspec.Struct, frozen=True):
     history: int
     briefing: int
     used: int
+    backlog: int = 0
 
 
 class PolicyTrace(msgspec.Struct, frozen=True):

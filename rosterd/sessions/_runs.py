@@ -71,6 +71,8 @@ class TranscriptEntry(msgspec.Struct, frozen=True):
     at: float
     usage: Usage | None = None
     cache: CacheCheck | None = None
+    # A session's user turns: the channel seq its input has seen up to.
+    seen: int | None = None
 
 
 class SessionState(msgspec.Struct, frozen=True):

@@ -61,6 +61,7 @@ class Session:
         state: SessionState,
         entries: list[TranscriptEntry],
         history: tuple[ChannelMessage, ...],
+        seen: int,
         *,
         briefed_at: float | None = None,
     ) -> None:
@@ -77,6 +78,9 @@ class Session:
             (e.usage.input_tokens for e in reversed(entries) if e.usage is not None), None
         )
         self._history = history
+        # The channel seq this session's input has covered: later messages by
+        # others are the backlog of its next turn.
+        self._seen = next((e.seen for e in reversed(entries) if e.seen is not None), seen)
         self._lock = anyio.Lock()
         self.last_activity = entries[-1].at if entries else run.info.created_at
         # Gates resolved after this show their outcome in the next briefing.
@@ -143,15 +147,21 @@ class Session:
     ) -> TurnOutcome:
         host = self._host
         turn = self._turns + 1
+        budget = self._state.system.budget
+        backlog, omitted, last_seq = await host.stores.channels.since(
+            self.channel, self._seen, exclude_run=self.id, limit=budget.backlog_messages
+        )
         turn_input = TurnInput(
             text=text,
             sender=sender,
             memory=await host.stores.memory.items(self.worker),
             gates=host.stores.gates.briefing_for(self.worker, self._briefed_at),
             history=self._history if turn == 1 else None,
+            backlog=backlog,
+            backlog_omitted=omitted,
         )
         meta = RunMeta(run=self.id, turn=turn, now=host.clock())
-        limit = self._state.system.budget.session_chars
+        limit = budget.session_chars
 
         def compile_checked() -> Compilation:
             compilation = compile_turn(self._state.system, turn_input, meta)
@@ -171,6 +181,7 @@ class Session:
                 self._transcript,
                 on_delta,
                 previous_input_tokens=self._last_input_tokens,
+                seen=last_seq,
             )
         except (CompileError, EngineError) as exc:
             # The failure is traced under this turn number: the next turn
@@ -182,7 +193,9 @@ class Session:
                 self._briefed_at = meta.now
             raise
         finally:
-            self._count_new_messages()
+            if self._count_new_messages():
+                # The input went into the transcript: the backlog is in it.
+                self._seen = last_seq
         self._turns = turn
         self._briefed_at = meta.now
         self._last_input_tokens = outcome.reply.usage.input_tokens
@@ -190,13 +203,16 @@ class Session:
         await host.stores.channels.post_many(
             self.channel,
             [(sender, text, meta.now), (self.worker, outcome.reply.text, self.last_activity)],
+            run=self.id,
         )
         return outcome
 
-    def _count_new_messages(self) -> None:
-        for message in self._transcript[self._counted :]:
-            self._chars += len(message.content)
+    def _count_new_messages(self) -> bool:
+        """Count what the last turn added to the transcript; whether it added any."""
+        added = self._transcript[self._counted :]
+        self._chars += sum(len(message.content) for message in added)
         self._counted = len(self._transcript)
+        return bool(added)
 
     async def _roll_over(
         self, text: str, sender: str, on_delta: DeltaSink, reason: str
@@ -338,9 +354,9 @@ class SessionManager:
             await host.runs.clear_session(worker, channel)
             await run.finish("expired", host.clock())
             return None
-        history = await self._history(channel, state.system) if not entries else ()
+        history, seen = await self._snapshot(channel, state.system)
         log.info("session %s resumed with %d transcript entries", session_id, len(entries))
-        return Session(host, self, run, state, entries, history)
+        return Session(host, self, run, state, entries, history if not entries else (), seen)
 
     async def roll_over(self, previous: Session, reason: str) -> Session:
         """The session that continues *previous*, from the org as it is now."""
@@ -396,10 +412,18 @@ class SessionManager:
             )
         await run.trace(record)
         await host.runs.set_session(worker, channel, session_id)
-        history = await self._history(channel, system)
+        history, seen = await self._snapshot(channel, system)
         log.info("session %s started for %s in %s", session_id, worker, channel)
         briefed_at = rolled_from._briefed_at if rolled_from is not None else None
-        return Session(host, self, run, state, [], history, briefed_at=briefed_at)
+        return Session(host, self, run, state, [], history, seen, briefed_at=briefed_at)
 
-    async def _history(self, channel: str, system: SystemPrompt) -> tuple[ChannelMessage, ...]:
-        return await self._host.stores.channels.recent(channel, system.budget.history_messages)
+    async def _snapshot(
+        self, channel: str, system: SystemPrompt
+    ) -> tuple[tuple[ChannelMessage, ...], int]:
+        """The history of a waking session and the seq it reaches: later
+        messages are the backlog of its turns."""
+        channels = self._host.stores.channels
+        seen = await channels.last_seq(channel)
+        history = await channels.recent(channel, system.budget.history_messages)
+        # A post landing between the two reads goes to the backlog only.
+        return tuple(m for m in history if m.seq <= seen), seen
