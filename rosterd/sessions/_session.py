@@ -138,7 +138,9 @@ class Session:
                     raise
                 # The refused turn is dropped from what this session would
                 # send; the new session answers it from scratch.
-                self._transcript.pop()
+                refused = self._transcript.pop()
+                self._chars -= len(refused.content)
+                self._counted -= 1
                 reason = f"the provider refused the request as too long: {exc}"
             return await self._roll_over(text, sender, on_delta, reason)
 
@@ -271,7 +273,7 @@ class SessionManager:
         self._open_lock = anyio.Lock()
 
     def __repr__(self) -> str:
-        return f"SessionManager({len(self._by_id)} warm)"
+        return f"SessionManager({len(self)} warm)"
 
     def sessions(self) -> list[Session]:
         # Ids of rolled-over sessions are kept as aliases of their successor.
