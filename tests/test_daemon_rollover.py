@@ -200,3 +200,40 @@ async def test_a_provider_length_refusal_rolls_over_exactly_once_per_turn(
     assert info["status"] == "rolled-over" and info["rolled_to"] == second
     assert "too long" in info["rollover"]
     assert run_info(state, second)["status"] == "rolled-over"
+
+
+@pytest.mark.anyio
+async def test_turns_queued_behind_a_rollover_are_answered_by_the_new_session(
+    tmp_path: Path, simulator: Simulator
+) -> None:
+    org = openai_org(tmp_path / "org", simulator)
+    toml = org / "org.toml"
+    limit = system_chars(org) + 700
+    toml.write_text(toml.read_text() + f"\n[context]\nsession_chars = {limit}\n")
+    process = DaemonProcess(org, tmp_path / "state").start()
+    results: dict[int, dict[str, Any]] = {}
+    try:
+        async with await process.client() as opener:
+            old = (await opener.call("session.open", {"worker": "ada", "channel": "c0"}))["session"]
+
+            async def frontend(n: int) -> None:
+                async with await process.client() as client:
+                    results[n] = await client.call(
+                        "session.send", {"session": old, "text": f"from frontend {n}"}
+                    )
+
+            async with anyio.create_task_group() as tg:
+                for n in range(8):
+                    tg.start_soon(frontend, n)
+    finally:
+        process.stop()
+    rolled = [r for r in results.values() if r["rolled_from"] is not None]
+    assert len(rolled) >= 1 and all(r["rolled_from"] != r["run"] for r in rolled)
+    # Each session numbers its turns 1, 2, ... with none lost or repeated.
+    by_run: dict[str, list[int]] = {}
+    for result in results.values():
+        by_run.setdefault(result["run"], []).append(result["turn"])
+    assert old in by_run and len(by_run) == len(rolled) + 1
+    for turns in by_run.values():
+        assert sorted(turns) == list(range(1, len(turns) + 1))
+    assert len(simulator.requests) == 8

@@ -129,6 +129,7 @@ class Session:
             # Only a conversation can be dropped: a fresh session's first
             # request is as short as this pair's requests get.
             may_roll = bool(self._transcript)
+            briefed_at, seen = self._briefed_at, self._seen
             try:
                 return await self._turn(text, sender, on_delta, may_roll=may_roll)
             except _SessionFull as full:
@@ -141,6 +142,9 @@ class Session:
                 refused = self._transcript.pop()
                 self._chars -= len(refused.content)
                 self._counted -= 1
+                # Nothing of the refused turn reached the model: what it
+                # briefed and showed is still owed.
+                self._briefed_at, self._seen = briefed_at, seen
                 reason = f"the provider refused the request as too long: {exc}"
             return await self._roll_over(text, sender, on_delta, reason)
 
