@@ -101,6 +101,8 @@ class Status(msgspec.Struct, frozen=True):
     status: int
     message: str = "simulated failure"
     retry_after: float | None = None
+    # An OpenAI error code, e.g. "context_length_exceeded" (with status 400).
+    code: str | None = None
 
 
 class Stall(msgspec.Struct, frozen=True):
@@ -381,10 +383,12 @@ class Simulator:
             return True
         action = self._script.popleft() if self._script else None
         match action:
-            case Status(status=status, message=message, retry_after=retry_after):
+            case Status(status=status, message=message, retry_after=retry_after, code=code):
                 extra = {} if retry_after is None else {"retry-after": f"{retry_after:g}"}
                 kind = "rate_limit_error" if status == 429 else "api_error"
-                await _send_json(stream, status, _error_body(api, kind, message), extra)
+                if code is not None:
+                    kind = "invalid_request_error"
+                await _send_json(stream, status, _error_body(api, kind, message, code), extra)
                 return True
             case Stall(seconds=seconds):
                 await anyio.sleep(seconds)
@@ -583,10 +587,10 @@ def _decode(body: bytes, kind: type[_T]) -> _T:
         raise _Invalid(400, f"invalid request body: {exc}") from None
 
 
-def _error_body(api: str, kind: str, message: str) -> bytes:
+def _error_body(api: str, kind: str, message: str, code: str | None = None) -> bytes:
     if api == "anthropic":
         return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
-    return json.dumps({"error": {"message": message, "type": kind, "code": None}}).encode()
+    return json.dumps({"error": {"message": message, "type": kind, "code": code}}).encode()
 
 
 def _too_long_body(api: str, server: Server, tokens: int, limit: int) -> bytes:

@@ -27,7 +27,7 @@ from test_daemon_config import (
 
 from rosterd.client import RosterClient, RpcError
 
-BREAKAGES = [break_toml, delete_identity, huge_purpose, symlink_outside]
+BREAKAGES = [break_toml, delete_identity, symlink_outside]
 
 
 async def last_request(client: RosterClient, run: str) -> dict[str, Any]:

@@ -146,7 +146,12 @@ async def workload(
         match op:
             case "turn":
                 result = await client.call("session.send", {"session": session, "text": text})
-                turns = ledger.turns.setdefault(session, {})
+                if result["rolled_from"] is not None:
+                    # Memory grows every turn's input: a long round can pass
+                    # session_chars, and the pair continues in a new session.
+                    pair = next(p for p, s in ledger.sessions.items() if s == result["rolled_from"])
+                    ledger.sessions[pair] = result["run"]
+                turns = ledger.turns.setdefault(result["run"], {})
                 assert result["turn"] not in turns, "a turn number was reused"
                 turns[result["turn"]] = text
             case "memory":

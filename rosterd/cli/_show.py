@@ -33,6 +33,7 @@ _BOUNDARY_LABEL = {
 _SHRINK = {
     "memory": "lowest-ranked items dropped to fit",
     "history": "oldest messages dropped to fit",
+    "backlog": "oldest messages dropped to fit; an envelope counts them",
     "briefing": "gates dropped to fit; the continuation is kept",
 }
 
@@ -114,6 +115,10 @@ def render_show(
         lines.append(f"  task {info.task}")
     if info.error:
         lines.append(f"  error: {info.error}")
+    if info.rolled_from:
+        lines.append(f"  rolled over from {info.rolled_from}: {info.rollover}")
+    if info.rolled_to:
+        lines.append(f"  rolled over to {info.rolled_to}: {info.rollover}")
     turns = {e.turn for e in transcript if e.role == "user"}
     lines.append(f"  {len(records)} compilation(s), {len(turns)} turn(s) sent to the engine")
     for number, record in enumerate(records, 1):
@@ -148,6 +153,8 @@ def _compilation(number: int, count: int, record: ContextRecord) -> list[str]:
         f"  policy v{record.policy.version} ({record.policy.sha256[:_HASH]}) · "
         f"engine {record.engine_fingerprint[:_HASH]}"
     )
+    if record.rollover is not None:
+        lines.append(f"  continues session {record.rollover.previous}: {record.rollover.reason}")
     if record.kind != "turn" and record.route_key is not None:
         lines.append(f"  route key {record.route_key}")
     if record.cache:
@@ -236,12 +243,13 @@ def _budget(budget: BudgetTrace, blocks: Sequence[BlockTrace]) -> list[str]:
         limit = limits.get(name)
         return f"{name} {used}" + (f"/{limit}" if limit is not None else "")
 
-    advisory = budget.memory + budget.history + budget.briefing
+    advisory = budget.memory + budget.history + budget.backlog + budget.briefing
     return [
         f"  budget: total {budget.total} - system {budget.system} - request {budget.request}"
         f" = advisory room {budget.advisory}",
         f"          {capped('memory', budget.memory)} + {capped('history', budget.history)}"
-        f" + {capped('briefing', budget.briefing)} = {advisory} of {budget.advisory}",
+        f" + {capped('backlog', budget.backlog)} + {capped('briefing', budget.briefing)}"
+        f" = {advisory} of {budget.advisory}",
         f"          used {budget.used} of {budget.total} ({budget.total - budget.used} left)",
     ]
 

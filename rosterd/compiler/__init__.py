@@ -5,6 +5,7 @@ No IO happens here. The daemon loads the org and the stores, calls
 trace record (or ``CompileError.record``) and only then calls an engine.
 """
 
+from ._audit import OverBudget, over_budget
 from ._envelopes import BLOCK_TYPES, render_line
 from ._inputs import (
     ChannelMessage,
@@ -33,6 +34,7 @@ from ._trace import (
     FailureTrace,
     PolicyTrace,
     RecordKind,
+    RolloverTrace,
 )
 from ._turn import Compilation, compile_run, compile_turn, iso_time
 
@@ -55,9 +57,11 @@ __all__ = (
     "FailureTrace",
     "Gate",
     "MemoryItem",
+    "OverBudget",
     "PolicyTrace",
     "PrefixState",
     "RecordKind",
+    "RolloverTrace",
     "RunMeta",
     "Shown",
     "ShownItems",
@@ -69,6 +73,7 @@ __all__ = (
     "compile_system",
     "compile_turn",
     "iso_time",
+    "over_budget",
     "prefix_state",
     "rank_memory",
     "render_line",

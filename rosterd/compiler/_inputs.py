@@ -57,13 +57,15 @@ class Continuation(msgspec.Struct, frozen=True):
     note: str = ""
 
 
-class ChannelMessage(msgspec.Struct, frozen=True):
-    """One message of a channel's log, as history for a fresh session."""
+class ChannelMessage(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One message of a channel's log, as history for a fresh session and as
+    backlog for a later turn; ``run`` is the session whose turn posted it."""
 
     seq: int
     sender: str
     text: str
     at: float
+    run: str | None = None
 
 
 class RunMeta(msgspec.Struct, frozen=True):
@@ -94,9 +96,11 @@ class TurnInput(msgspec.Struct, frozen=True):
     """The fresh input of one run or turn.
 
     ``history`` is ``None`` except on the first turn of a fresh session, when
-    it holds the channel's recent messages snapshotted at wake. ``shown`` is
-    ``None`` outside sessions: a task or direct run is one compilation, and
-    everything in scope is new to it.
+    it holds the channel's recent messages snapshotted at wake. ``backlog``
+    holds what others posted in the channel since the session last looked,
+    oldest first; ``backlog_omitted`` counts older ones not even passed.
+    ``shown`` is ``None`` outside sessions: a task or direct run is one
+    compilation, and everything in scope is new to it.
     """
 
     text: str
@@ -106,3 +110,5 @@ class TurnInput(msgspec.Struct, frozen=True):
     continuation: Continuation | None = None
     history: tuple[ChannelMessage, ...] | None = None
     shown: ShownItems | None = None
+    backlog: tuple[ChannelMessage, ...] = ()
+    backlog_omitted: int = 0

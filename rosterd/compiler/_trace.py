@@ -23,6 +23,7 @@ __all__ = (
     "FailureTrace",
     "PolicyTrace",
     "RecordKind",
+    "RolloverTrace",
 )
 
 BlockStatus = Literal["included", "shrunk", "omitted", "absent", "failed"]
@@ -84,8 +85,8 @@ class BudgetTrace(msgspec.Struct, frozen=True):
     """The arithmetic of one compilation, in rendered characters.
 
     ``advisory`` is what the total leaves after the system part and the
-    request; memory, history and briefing were fitted into it in that
-    order of sacrifice.
+    request; memory, history (or the backlog of messages since the last
+    turn) and briefing were fitted into it in that order of sacrifice.
     """
 
     total: int
@@ -96,6 +97,7 @@ class BudgetTrace(msgspec.Struct, frozen=True):
     history: int
     briefing: int
     used: int
+    backlog: int = 0
 
 
 class PolicyTrace(msgspec.Struct, frozen=True):
@@ -107,6 +109,13 @@ class FailureTrace(msgspec.Struct, frozen=True):
     block: str
     size: int
     limit: int
+    reason: str
+
+
+class RolloverTrace(msgspec.Struct, frozen=True):
+    """On a session's ``system`` record: the session it continues, and why."""
+
+    previous: str
     reason: str
 
 
@@ -134,3 +143,4 @@ class ContextRecord(msgspec.Struct, frozen=True):
     blocks: tuple[BlockTrace, ...]
     error: FailureTrace | None = None
     cache: tuple[BoundaryCheck, ...] = ()
+    rollover: RolloverTrace | None = None

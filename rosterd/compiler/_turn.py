@@ -1,9 +1,11 @@
 """The input part of a run or turn, fitted into what the total leaves.
 
-Order: memory, briefing, history, then the message or task. The request is
+Order: memory, briefing, history, backlog (what others posted in the channel
+since the session's previous turn), then the message or task. The request is
 mandatory and never truncated. The advisory tail shrinks under pressure in a
-fixed order: memory first (lowest-ranked items go), then history (oldest
-messages go), then briefing (gates go, with a count; the continuation stays).
+fixed order: memory first (lowest-ranked items go), then history and backlog
+(oldest messages go; the backlog says how many), then briefing (gates go,
+with a count; the continuation stays).
 In a session, memory items and gates an earlier turn sent are left out
 before any of that: the conversation holds them, so they cost no budget.
 """
@@ -27,11 +29,12 @@ from ._envelopes import (
     HistoryEnvelope,
     MemoryEnvelope,
     MessageEnvelope,
+    MessagesOmitted,
     TaskEnvelope,
     render_line,
     render_lines,
 )
-from ._inputs import Gate, RunMeta, TurnInput
+from ._inputs import ChannelMessage, Gate, RunMeta, TurnInput
 from ._memory import rank_memory
 from ._shown import unshown_gates, unshown_memory
 from ._system import (
@@ -111,9 +114,13 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
     history = _fit_history(
         turn, min(budget.history, advisory - briefing.chars), budget.history_messages
     )
-    memory = _fit_memory(
-        scope, turn, min(budget.memory, advisory - briefing.chars - history.chars), budget.memory
+    backlog = _fit_backlog(
+        turn,
+        min(budget.backlog, advisory - briefing.chars - history.chars),
+        budget.backlog_messages,
     )
+    taken = briefing.chars + history.chars + backlog.chars
+    memory = _fit_memory(scope, turn, min(budget.memory, advisory - taken), budget.memory)
 
     blocks = (
         _block("memory", "store: memory", memory, budget.memory),
@@ -121,6 +128,7 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
         _block("history", "store: channel log", history, budget.history)
         if turn.history is not None
         else absent_block("history", "not the first turn of a fresh session"),
+        _block("backlog", "store: channel log since the last turn", backlog, budget.backlog),
         request,
     )
     input_text = "".join(block.content for block in blocks)
@@ -149,6 +157,7 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
             history=history.chars,
             briefing=briefing.chars,
             used=used,
+            backlog=backlog.chars,
         ),
         blocks=(*prior, *blocks),
     )
@@ -247,6 +256,35 @@ def _fit_history(turn: TurnInput, cap: int, max_messages: int) -> _Fitted:
     lines.reverse()
     raw = sum(len(m.text) for m in messages)
     return _Fitted(lines, chars, len(lines), len(messages) - len(lines), raw)
+
+
+def _fit_backlog(turn: TurnInput, cap: int, max_messages: int) -> _Fitted:
+    messages = sorted(turn.backlog, key=lambda m: m.seq)
+    newest = messages[-max_messages:] if max_messages else []
+    total = turn.backlog_omitted + len(messages)
+    raw = sum(len(m.text) for m in messages)
+    lines = _newest_messages(newest, cap)
+    if len(lines) == total:
+        return _Fitted(lines, sum(map(len, lines)), total, 0, raw)
+    # Room for the count is kept first; the count can only get smaller.
+    reserve = len(render_line(MessagesOmitted(omitted=total)))
+    if cap < reserve:
+        return _Fitted([], 0, 0, total, raw)
+    lines = _newest_messages(newest, cap - reserve)
+    body = [render_line(MessagesOmitted(omitted=total - len(lines))), *lines]
+    return _Fitted(body, sum(map(len, body)), len(lines), total - len(lines), raw)
+
+
+def _newest_messages(messages: Sequence[ChannelMessage], cap: int) -> list[str]:
+    """Message envelopes of the newest *messages* that fit in *cap*, oldest first."""
+    lines, _ = _take_lines(
+        messages[::-1],
+        lambda batch: [MessageEnvelope(m.sender, iso_time(m.at), m.text) for m in batch],
+        lambda m: len(m.sender) + len(m.text) + len('"at":"2000-01-01T00:00:00Z",'),
+        cap,
+    )
+    lines.reverse()
+    return lines
 
 
 def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, limit: int) -> _Fitted:

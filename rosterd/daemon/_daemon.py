@@ -57,9 +57,10 @@ async def run_daemon(
             Host(org, state, stores, environ) as host,
         ):
             await host.runs.recover(host.clock())
-            sessions = SessionManager(host)
+            watcher = OrgWatcher(org_dir, host)
+            sessions = SessionManager(host, refresh_org=watcher.refresh)
             try:
-                await _serve(host, sessions, org_dir, socket_path, inherited, notifier, watchdog_s)
+                await _serve(host, sessions, watcher, socket_path, inherited, notifier, watchdog_s)
             finally:
                 await sessions.aclose()
     finally:
@@ -70,7 +71,7 @@ async def run_daemon(
 async def _serve(
     host: Host,
     sessions: SessionManager,
-    org_dir: Path,
+    watcher: OrgWatcher,
     socket_path: Path | None,
     inherited: list[socket.socket],
     notifier: Notifier,
@@ -78,7 +79,6 @@ async def _serve(
 ) -> None:
     daemon = host.org.daemon
     tasks = TaskRunner(host, daemon.task_workers)
-    watcher = OrgWatcher(org_dir, host)
     server = RpcServer(
         Methods(host, sessions, tasks, watcher),
         allow_uids=daemon.allow_uids,
@@ -101,7 +101,7 @@ async def _serve(
                 if watchdog_s is not None:
                     tg.start_soon(_watchdog, notifier, watchdog_s / 2)
                 where = f"fd {inherited[0].fileno()}" if inherited else str(path)
-                log.info("ready on %s (org %s, state %s)", where, org_dir, host.state)
+                log.info("ready on %s (org %s, state %s)", where, watcher.root, host.state)
                 await notifier.ready(status=f"serving on {where}")
                 await _wait_for_stop(signals, watcher)
 

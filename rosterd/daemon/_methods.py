@@ -81,6 +81,7 @@ class Methods:
                     config_error=self._watcher.error,
                     config_loaded_at=self._watcher.loaded_at,
                     config_generation=self._watcher.generation,
+                    over_budget=self._watcher.over_budget,
                 )
             case SessionOpen(worker=worker, channel=channel):
                 await self._watcher.refresh()
@@ -187,6 +188,7 @@ def _turn_result(outcome: TurnOutcome) -> TurnResult:
         ],
         used=budget.used if budget else 0,
         total=budget.total if budget else 0,
+        rolled_from=outcome.rolled_from,
     )
 
 

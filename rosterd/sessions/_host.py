@@ -44,6 +44,8 @@ class TurnOutcome(msgspec.Struct, frozen=True):
     turn: int
     reply: EngineReply
     record: ContextRecord
+    # The session this turn's session rolled over from, when it just did.
+    rolled_from: str | None = None
 
 
 class Host:
@@ -88,6 +90,7 @@ class Host:
         on_delta: DeltaSink,
         *,
         previous_input_tokens: int | None = None,
+        seen: int | None = None,
     ) -> TurnOutcome:
         """Compile, trace, send and record one turn of *run*.
 
@@ -95,7 +98,9 @@ class Host:
         turn is appended to it and stays there even when the engine fails,
         so the next turn's request extends this one's. A session's later
         turns pass *previous_input_tokens*, the size of the request before:
-        all of it is a reusable prefix.
+        all of it is a reusable prefix, and *seen*, the channel seq their
+        input covers, recorded with the user turn so a resumed session
+        continues from it.
         """
         # A provider that cannot be set up (no key, no model) fails the turn
         # before anything is traced or recorded.
@@ -115,7 +120,11 @@ class Host:
         checks = check_prefix(own if previous_input_tokens is not None else previous, system)
         record = msgspec.structs.replace(compilation.record, cache=checks)
         user = TranscriptEntry(
-            turn=record.turn, role="user", content=compilation.input_text, at=self.clock()
+            turn=record.turn,
+            role="user",
+            content=compilation.input_text,
+            at=self.clock(),
+            seen=seen,
         )
         # Both are fsynced before the engine sees a byte; in parallel, they
         # cost one disk round trip instead of two.

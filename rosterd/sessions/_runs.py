@@ -43,7 +43,7 @@ __all__ = (
 
 log = logging.getLogger("rosterd.sessions")
 
-RunStatus = Literal["open", "closed", "expired", "done", "failed", "interrupted"]
+RunStatus = Literal["open", "closed", "expired", "rolled-over", "done", "failed", "interrupted"]
 
 
 class RunInfo(msgspec.Struct, frozen=True):
@@ -56,6 +56,10 @@ class RunInfo(msgspec.Struct, frozen=True):
     task: str | None = None
     ended_at: float | None = None
     error: str | None = None
+    # A session that reached its bound continues in a new one: both name the other.
+    rolled_from: str | None = None
+    rolled_to: str | None = None
+    rollover: str | None = None
 
 
 class TranscriptEntry(msgspec.Struct, frozen=True):
@@ -67,6 +71,8 @@ class TranscriptEntry(msgspec.Struct, frozen=True):
     at: float
     usage: Usage | None = None
     cache: CacheCheck | None = None
+    # A session's user turns: the channel seq its input has seen up to.
+    seen: int | None = None
 
 
 class SessionState(msgspec.Struct, frozen=True):
@@ -167,7 +173,11 @@ class ActiveRun:
         await self._transcript.append(entry)
 
     async def finish(self, status: RunStatus, at: float, error: str | None = None) -> None:
-        self.info = msgspec.structs.replace(self.info, status=status, ended_at=at, error=error)
+        await self.end(msgspec.structs.replace(self.info, status=status, ended_at=at, error=error))
+
+    async def end(self, info: RunInfo) -> None:
+        """Write the run's final *info* and close its logs."""
+        self.info = info
         await self.store.write_info(self.info)
         await self.aclose()
 
