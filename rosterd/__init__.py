@@ -9,6 +9,7 @@ from ._errors import (
     ProtocolError,
     RosterError,
     SessionError,
+    ShutdownError,
     StorageError,
 )
 from ._ids import check_id, is_id
@@ -24,6 +25,7 @@ __all__ = (
     "ProtocolError",
     "RosterError",
     "SessionError",
+    "ShutdownError",
     "StorageError",
     "__version__",
     "check_id",

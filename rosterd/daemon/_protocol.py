@@ -20,6 +20,7 @@ from .._errors import (
     ProtocolError,
     RosterError,
     SessionError,
+    ShutdownError,
     StorageError,
 )
 
@@ -67,6 +68,7 @@ CONFIG_ERROR = 1005
 FORBIDDEN = 1006
 BUSY = 1007
 STORAGE_FAILED = 1008
+SHUTTING_DOWN = 1009
 
 Id = Annotated[str, msgspec.Meta(pattern=r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")]
 Sender = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
@@ -333,6 +335,8 @@ def error_object(exc: RosterError) -> ErrorObject:
             return ErrorObject(SESSION_ERROR, str(exc))
         case ConfigError():
             return ErrorObject(CONFIG_ERROR, str(exc), {"path": exc.path, "key": exc.key})
+        case ShutdownError():
+            return ErrorObject(SHUTTING_DOWN, str(exc))
         case StorageError():
             return ErrorObject(STORAGE_FAILED, str(exc), {"op": exc.op, "errno": exc.errno})
         case ProtocolError():
