@@ -164,8 +164,12 @@ class RunsShow(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 
 class RunsContext(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``all`` pages: turns after ``after``, at most ``limit`` of them per reply."""
+
     run: Id
     all: bool = False
+    after: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] | None = None
 
 
 Params = (
