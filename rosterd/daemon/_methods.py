@@ -161,7 +161,7 @@ class Methods:
     async def _context(self, params: RunsContext) -> ContextPage:
         if not params.all and (params.after is not None or params.limit is not None):
             raise ProtocolError(
-                "invalid params: `after` and `limit` page `all`", code=INVALID_PARAMS
+                "invalid params: `after` and `limit` page `all: true` only", code=INVALID_PARAMS
             )
         runs = self._host.runs
         await runs.info(params.run)
