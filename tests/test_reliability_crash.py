@@ -346,6 +346,39 @@ async def test_drain_that_runs_out_answers_in_flight_turns_with_1009_and_records
 
 
 @pytest.mark.anyio
+async def test_a_second_sigterm_stops_at_once_without_waiting_for_the_drain(
+    tmp_path: Path, simulator: Simulator
+) -> None:
+    engine = f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"'
+    org = make_org(tmp_path / "org", channels=1, engine=engine)
+    with (org / "org.toml").open("a") as toml:
+        toml.write("\n[daemon]\ndrain_s = 60\n")
+    process = DaemonProcess(org, tmp_path / "state").start()
+    simulator.script(Stall())
+    daemon = process.process
+    assert daemon is not None
+
+    async def stalled_turn() -> None:
+        async with await process.client() as client:
+            # No waiting means no reply either: that is what the second signal asks.
+            with pytest.raises(RosterError, match="closed the connection"):
+                await client.call("run.direct", {"worker": "ada", "text": "hi"})
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stalled_turn)
+        with anyio.fail_after(20):
+            while not simulator.requests:  # noqa: ASYNC110 - polled, no event to wait on
+                await anyio.sleep(0.01)
+            daemon.send_signal(signal.SIGTERM)
+            while "draining" not in process.log():  # noqa: ASYNC110 - a log file
+                await anyio.sleep(0.01)
+        daemon.send_signal(signal.SIGTERM)
+        assert await anyio.to_thread.run_sync(daemon.wait, 10) == 0
+    assert "SIGTERM again: stopping without waiting" in process.log()
+    assert "drain cut short" not in process.log()
+
+
+@pytest.mark.anyio
 async def test_recovery_marks_cut_off_runs_interrupted_trims_torn_tails_and_removes_tmp_files(
     daemon: DaemonProcess,
 ) -> None:
