@@ -10,6 +10,7 @@ from ._errors import (
     ProtocolError,
     RosterError,
     SessionError,
+    ShutdownError,
     StorageError,
 )
 from ._ids import check_id, is_id
@@ -26,6 +27,7 @@ __all__ = (
     "ProtocolError",
     "RosterError",
     "SessionError",
+    "ShutdownError",
     "StorageError",
     "__version__",
     "check_id",

@@ -21,6 +21,7 @@ __all__ = (
     "ProtocolError",
     "RosterError",
     "SessionError",
+    "ShutdownError",
     "StorageError",
 )
 
@@ -113,6 +114,14 @@ class ConflictError(RosterError):
 
 class SessionError(RosterError):
     """A session that cannot do what was asked: closed, expired, unknown."""
+
+
+class ShutdownError(RosterError):
+    """A turn cut short because the daemon is stopping and ``drain_s`` ran out.
+
+    Its user turn and an ``error`` entry are in the transcript, so a resumed
+    session sends that user turn again; retry once the daemon is back.
+    """
 
 
 class EngineError(RosterError):

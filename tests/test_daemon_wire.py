@@ -60,7 +60,7 @@ async def test_a_reply_split_byte_by_byte_is_kept_byte_exact(
                 session = opened["session"]
                 first = await client.call("session.send", {"session": session, "text": "one"})
                 await client.call("session.send", {"session": session, "text": "two"})
-                (context,) = await client.call("runs.context", {"run": session})
+                (context,) = (await client.call("runs.context", {"run": session}))["turns"]
         finally:
             process.stop()
         bodies = sim.bodies()

@@ -31,7 +31,7 @@ BREAKAGES = [break_toml, delete_identity, symlink_outside]
 
 
 async def last_request(client: RosterClient, run: str) -> dict[str, Any]:
-    (request,) = await client.call("runs.context", {"run": run})
+    (request,) = (await client.call("runs.context", {"run": run}))["turns"]
     return dict(request)
 
 

@@ -3,7 +3,8 @@
 Start-up order matters: load and validate the org, lock and recover the
 state directory, bind the socket, start the task pool, and only then tell
 systemd READY=1. SIGTERM stops accepting, lets in-flight turns finish
-(bounded by ``[daemon] drain_s``), then exits 0.
+(bounded by ``[daemon] drain_s``; then their engine calls are interrupted,
+each recorded and answered with 1010), then exits 0.
 """
 
 from __future__ import annotations
@@ -112,12 +113,22 @@ async def _serve(
                 await server.drain()
                 tasks.drain()
                 stop_watching.set()
+                tg.start_soon(_cancel_on_second_signal, signals, tg.cancel_scope)
                 with anyio.move_on_after(host.org.daemon.drain_s) as deadline:
-                    tg.start_soon(_cancel_on_second_signal, signals, deadline)
                     await server.stopped.wait()
                     await tasks.stopped.wait()
                 if deadline.cancel_called:
-                    log.warning("drain cut short; cancelling what is left")
+                    # Interrupted turns record an error entry and reply 1010 rather
+                    # than leave their clients with EOF and their transcripts open.
+                    log.warning(
+                        "drain cut short; interrupting %d engine calls", host.calls_in_flight
+                    )
+                    host.interrupt()
+                    with anyio.move_on_after(_INTERRUPT_GRACE_S) as grace:
+                        await server.stopped.wait()
+                        await tasks.stopped.wait()
+                    if grace.cancel_called:
+                        log.warning("interrupted turns did not finish; cancelling what is left")
                 tg.cancel_scope.cancel()
     finally:
         if not inherited:
@@ -174,11 +185,11 @@ async def _wait_for_stop(signals: AsyncIterator[int], watcher: OrgWatcher) -> No
         return
 
 
-async def _cancel_on_second_signal(signals: AsyncIterator[int], drain: anyio.CancelScope) -> None:
+async def _cancel_on_second_signal(signals: AsyncIterator[int], serving: anyio.CancelScope) -> None:
     async for signum in signals:
         if signum != signal.SIGHUP:
             log.warning("%s again: stopping without waiting", signal.Signals(signum).name)
-            drain.cancel()
+            serving.cancel()
             return
 
 
@@ -187,6 +198,10 @@ async def _watchdog(notifier: Notifier, every_s: float) -> None:
         await notifier.watchdog()
         await anyio.sleep(every_s)
 
+
+# How long turns cut short by a drain that ran out get to record their error
+# entry and send their reply: disk writes and a closed provider stream.
+_INTERRUPT_GRACE_S = 5.0
 
 # Descriptors kept free for state files, the listener, provider connections and
 # a spawned editor or engine: a connection never takes the last of them.

@@ -21,6 +21,7 @@ from .._errors import (
     ProtocolError,
     RosterError,
     SessionError,
+    ShutdownError,
     StorageError,
 )
 
@@ -68,6 +69,7 @@ FORBIDDEN = 1006
 BUSY = 1007
 STORAGE_FAILED = 1008
 CONFLICT = 1009
+SHUTTING_DOWN = 1010
 
 Id = Annotated[str, msgspec.Meta(pattern=r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")]
 Sender = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
@@ -163,8 +165,12 @@ class RunsShow(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 
 class RunsContext(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``all`` pages: turns after ``after``, at most ``limit`` of them per reply."""
+
     run: Id
     all: bool = False
+    after: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] | None = None
 
 
 Params = (
@@ -339,6 +345,8 @@ def error_object(exc: RosterError) -> ErrorObject:
             return ErrorObject(SESSION_ERROR, str(exc))
         case ConfigError():
             return ErrorObject(CONFIG_ERROR, str(exc), {"path": exc.path, "key": exc.key})
+        case ShutdownError():
+            return ErrorObject(SHUTTING_DOWN, str(exc))
         case StorageError():
             return ErrorObject(STORAGE_FAILED, str(exc), {"op": exc.op, "errno": exc.errno})
         case ConflictError():

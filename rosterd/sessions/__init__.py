@@ -3,7 +3,10 @@
 from ._cache import CacheCheck, PrefixRegistry, Verdict, judge_cache
 from ._host import Host, TurnOutcome
 from ._runs import (
+    CONTEXT_PAGE_CHARS,
+    CONTEXT_PAGE_TURNS,
     ActiveRun,
+    ContextPage,
     RunInfo,
     RunStatus,
     RunStore,
@@ -11,16 +14,19 @@ from ._runs import (
     TranscriptEntry,
     TurnRequest,
     chat_messages,
+    context_page,
     request_at_turn,
-    turn_requests,
 )
 from ._session import Session, SessionManager
 from ._shown import ShownLedger
 from ._tasks import TaskRunner, direct_run
 
 __all__ = (
+    "CONTEXT_PAGE_CHARS",
+    "CONTEXT_PAGE_TURNS",
     "ActiveRun",
     "CacheCheck",
+    "ContextPage",
     "Host",
     "PrefixRegistry",
     "RunInfo",
@@ -36,8 +42,8 @@ __all__ = (
     "TurnRequest",
     "Verdict",
     "chat_messages",
+    "context_page",
     "direct_run",
     "judge_cache",
     "request_at_turn",
-    "turn_requests",
 )

@@ -16,7 +16,7 @@ from types import TracebackType
 import anyio
 import msgspec
 
-from .._errors import CompileError, EngineError
+from .._errors import CompileError, EngineError, ShutdownError
 from ..compiler import BoundaryCheck, Compilation, ContextRecord, check_prefix, prefix_state
 from ..engines import (
     ChatMessage,
@@ -71,9 +71,26 @@ class Host:
         self.clock = clock
         self._env = env
         self._engines: dict[EngineConfig, Engine] = {}
+        # Engine calls in flight, so a stop that cannot wait can cut them short.
+        self._calls: set[anyio.CancelScope] = set()
+        self._interrupted = False
 
     def __repr__(self) -> str:
         return f"Host({str(self.state)!r}, {len(self._engines)} engines)"
+
+    @property
+    def calls_in_flight(self) -> int:
+        return len(self._calls)
+
+    def interrupt(self) -> None:
+        """Cut every engine call short, now and from now on (the drain ran out).
+
+        Each cut turn records an ``error`` entry and raises ``ShutdownError``,
+        so its client gets a reply and a resumed session stays consistent.
+        """
+        self._interrupted = True
+        for scope in self._calls:
+            scope.cancel()
 
     def engine(self, config: EngineConfig) -> Engine:
         engine = self._engines.get(config)
@@ -133,15 +150,31 @@ class Host:
             tg.start_soon(run.record, user)
             tg.start_soon(self.prefixes.put, worker, channel, own)
         transcript.append(ChatMessage(role="user", content=compilation.input_text))
+        call = anyio.CancelScope()
+        if self._interrupted:
+            call.cancel()
+        self._calls.add(call)
         try:
-            reply = await engine.complete(
-                EngineRequest(system=system, messages=transcript), on_delta
-            )
+            with call:
+                reply = await engine.complete(
+                    EngineRequest(system=system, messages=transcript), on_delta
+                )
         except EngineError as exc:
             await run.record(
                 TranscriptEntry(turn=record.turn, role="error", content=str(exc), at=self.clock())
             )
             raise
+        finally:
+            self._calls.discard(call)
+        if call.cancelled_caught:
+            error = ShutdownError(
+                "the daemon is shutting down: this turn was interrupted before the engine "
+                "answered; it is recorded, retry after the restart"
+            )
+            await run.record(
+                TranscriptEntry(turn=record.turn, role="error", content=str(error), at=self.clock())
+            )
+            raise error
         if previous_input_tokens is not None:
             reusable = previous_input_tokens
         elif reply.usage is not None:

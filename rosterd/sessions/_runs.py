@@ -29,7 +29,10 @@ from ..stores import JsonlLog, read_document, read_log, repair_tail, write_docum
 from ._cache import CacheCheck
 
 __all__ = (
+    "CONTEXT_PAGE_CHARS",
+    "CONTEXT_PAGE_TURNS",
     "ActiveRun",
+    "ContextPage",
     "RunInfo",
     "RunStatus",
     "RunStore",
@@ -37,8 +40,8 @@ __all__ = (
     "TranscriptEntry",
     "TurnRequest",
     "chat_messages",
+    "context_page",
     "request_at_turn",
-    "turn_requests",
 )
 
 log = logging.getLogger("rosterd.sessions")
@@ -120,14 +123,30 @@ class TurnRequest(msgspec.Struct, frozen=True):
     messages: list[ChatMessage]
 
 
-def turn_requests(
+# A runs.context page holds whole turns, as many as fit in this many characters
+# of prompt text (at least one): following every page costs memory of one page,
+# while a session's turns together are quadratic in its length.
+CONTEXT_PAGE_CHARS = 1 << 20
+CONTEXT_PAGE_TURNS = 100
+
+
+class ContextPage(msgspec.Struct, frozen=True):
+    """Requests of consecutive turns; ``next`` is the ``after`` of the next page."""
+
+    turns: list[TurnRequest]
+    next: int | None = None
+
+
+def context_page(
     run: str,
     records: Sequence[ContextRecord],
     entries: Sequence[TranscriptEntry],
     *,
     every: bool,
-) -> list[TurnRequest]:
-    """What the engine received: at the latest turn, or at every turn."""
+    after: int = 0,
+    limit: int = CONTEXT_PAGE_TURNS,
+) -> ContextPage:
+    """What the engine received: at the latest turn, or a page of every turn."""
     turns = sorted({e.turn for e in entries if e.role == "user"})
     if not turns:
         failed = next((r.error for r in records if r.error is not None), None)
@@ -138,11 +157,20 @@ def turn_requests(
                 f"{failed.limit}); see 'roster server runs show {run}'"
             )
         raise ConflictError(f"run {run!r} has no turns yet: nothing was sent to the engine")
-    requests = []
-    for turn in turns if every else turns[-1:]:
+    if not every:
+        system, messages = request_at_turn(records, entries, turns[-1])
+        return ContextPage([TurnRequest(turn=turns[-1], system=system, messages=messages)])
+    pending = [turn for turn in turns if turn > after]
+    page: list[TurnRequest] = []
+    chars = 0
+    for turn in pending[:limit]:
         system, messages = request_at_turn(records, entries, turn)
-        requests.append(TurnRequest(turn=turn, system=system, messages=messages))
-    return requests
+        size = len(system) + sum(len(message.content) for message in messages)
+        if page and chars + size > CONTEXT_PAGE_CHARS:
+            break
+        page.append(TurnRequest(turn=turn, system=system, messages=messages))
+        chars += size
+    return ContextPage(page, next=page[-1].turn if len(page) < len(pending) else None)
 
 
 class ActiveRun:

@@ -21,7 +21,7 @@ from typing import Literal
 import anyio
 import msgspec
 
-from .._errors import CompileError, EngineError, SessionError
+from .._errors import CompileError, EngineError, SessionError, ShutdownError
 from ..compiler import (
     ChannelMessage,
     Compilation,
@@ -193,13 +193,13 @@ class Session:
                 previous_input_tokens=self._last_input_tokens,
                 seen=last_seq,
             )
-        except (CompileError, EngineError) as exc:
+        except (CompileError, EngineError, ShutdownError) as exc:
             # The failure is traced under this turn number: the next turn
-            # gets the next one. After an engine failure the user turn,
-            # briefing included, is in the transcript and will be sent.
+            # gets the next one. After an engine failure or a stop the user
+            # turn, briefing included, is in the transcript and will be sent.
             self._turns = turn
             self.last_activity = host.clock()
-            if isinstance(exc, EngineError):
+            if not isinstance(exc, CompileError):
                 self._briefed_at = meta.now
             raise
         finally:

@@ -14,13 +14,13 @@ import anyio
 import msgspec
 from anyio.abc import TaskStatus
 
-from .._errors import RosterError
+from .._errors import RosterError, ShutdownError
 from ..compiler import Continuation, RunMeta, TurnInput, compile_run
 from ..engines import DeltaSink
 from ..org import Surface
 from ..stores import GateState, TaskState
 from ._host import Host, TurnOutcome
-from ._runs import RunInfo
+from ._runs import RunInfo, RunStatus
 
 __all__ = ("TaskRunner", "direct_run")
 
@@ -155,6 +155,12 @@ class TaskRunner:
                 [],
                 _discard,
             )
+        except ShutdownError as exc:
+            # Queued again on disk: the next start runs it under a new run id.
+            log.warning("task %s run %s interrupted by the stop", task.id, run_id)
+            await run.finish("interrupted", host.clock(), error=str(exc))
+            await self._set(task, status="queued")
+            return
         except Exception as exc:
             # An unexpected error gets its traceback in the log; ours do not.
             unexpected = None if isinstance(exc, RosterError) else exc
@@ -203,7 +209,8 @@ async def direct_run(
     except Exception as exc:
         # An unexpected error still ends the run as failed; the caller maps
         # it to an internal error for the client.
-        await run.finish("failed", host.clock(), error=_failure_text(exc))
+        status: RunStatus = "interrupted" if isinstance(exc, ShutdownError) else "failed"
+        await run.finish(status, host.clock(), error=_failure_text(exc))
         raise
     await run.finish("done", host.clock())
     return outcome
