@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/compile.py
 	$(BIN)/python bench/cache.py
 	$(BIN)/python bench/load.py
+	$(BIN)/python bench/limits.py
 
 clean:
 	rm -rf $(VENV) $(STATE) build *.egg-info

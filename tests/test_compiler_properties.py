@@ -363,8 +363,14 @@ def test_every_input_line_is_one_envelope(case: Case) -> None:
     decoded = [msgspec.json.decode(line) for line in lines]
     assert all(isinstance(obj, dict) and obj.get("block") in BLOCK_TYPES for obj in decoded)
 
-    blocks = {b.block: b for b in result.record.blocks[-4:]}
-    assert list(blocks) == ["memory", "briefing", "history", result.record.blocks[-1].block]
+    blocks = {b.block: b for b in result.record.blocks[-5:]}
+    assert list(blocks) == [
+        "memory",
+        "briefing",
+        "history",
+        "backlog",
+        result.record.blocks[-1].block,
+    ]
     # Envelopes come in block order, one line per included item.
     order = [obj["block"] for obj in decoded]
     assert order == sorted(order, key=["memory", "briefing", "history", "message", "task"].index)
@@ -419,7 +425,7 @@ def test_rendered_sizes_stay_within_limits(case: Case) -> None:
     record = result.record
     budget = result.system.budget
     assert record.budget is not None
-    blocks = {b.block: b for b in record.blocks[-4:]}
+    blocks = {b.block: b for b in record.blocks[-5:]}
     for name in ADVISORY:
         block = blocks[name]
         assert block.rendered_chars == len(block.content)
@@ -526,7 +532,7 @@ def test_strategies_really_shrink_and_fail() -> None:
         except CompileError as exc:
             failures.add(exc.block)
             return
-        for block in result.record.blocks[-4:-1]:
+        for block in result.record.blocks[-5:-1]:
             statuses.add((block.block, block.status))
 
     collect()

@@ -158,6 +158,7 @@ async def test_a_hand_damaged_state_file_is_a_clear_error(daemon: DaemonProcess)
         with pytest.raises(RpcError) as failure:
             await client.call("runs.show", {"run": run})
         status = await client.call("daemon.status")
-    assert failure.value.code == 1000
+    assert failure.value.code == 1008
+    assert failure.value.data == {"op": "decode", "errno": None}
     assert "run.json: unreadable state file" in str(failure.value)
     assert status["pid"] > 0

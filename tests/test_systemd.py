@@ -353,6 +353,9 @@ def test_service_unit_directives() -> None:
         "CapabilityBoundingSet": "",
         "AmbientCapabilities": "",
         "ReadOnlyPaths": "/etc/roster",
+        # Far above max_connections' default 1024 plus state files and providers:
+        # the usual soft limit of 1024 would run out of descriptors first.
+        "LimitNOFILE": "8192",
     }
     assert {key: _one(service, key) for key in expected} == expected
     assert service["SystemCallFilter"][0] == "@system-service"

@@ -1,9 +1,13 @@
 """The input part of a run or turn, fitted into what the total leaves.
 
-Order: memory, briefing, history, then the message or task. The request is
+Order: memory, briefing, history, backlog (what others posted in the channel
+since the session's previous turn), then the message or task. The request is
 mandatory and never truncated. The advisory tail shrinks under pressure in a
-fixed order: memory first (lowest-ranked items go), then history (oldest
-messages go), then briefing (gates go, with a count; the continuation stays).
+fixed order: memory first (lowest-ranked items go), then history and backlog
+(oldest messages go; the backlog says how many), then briefing (gates go,
+with a count; the continuation stays).
+In a session, memory items and gates an earlier turn sent are left out
+before any of that: the conversation holds them, so they cost no budget.
 """
 
 from __future__ import annotations
@@ -25,12 +29,14 @@ from ._envelopes import (
     HistoryEnvelope,
     MemoryEnvelope,
     MessageEnvelope,
+    MessagesOmitted,
     TaskEnvelope,
     render_line,
     render_lines,
 )
-from ._inputs import Gate, RunMeta, TurnInput
+from ._inputs import ChannelMessage, Gate, RunMeta, TurnInput
 from ._memory import rank_memory
+from ._shown import unshown_gates, unshown_memory
 from ._system import (
     POLICY,
     SystemPrompt,
@@ -39,7 +45,7 @@ from ._system import (
     compile_system,
     sha256_text,
 )
-from ._trace import BlockStatus, BlockTrace, BudgetTrace, ContextRecord, RecordKind
+from ._trace import AlreadyShown, BlockStatus, BlockTrace, BudgetTrace, ContextRecord, RecordKind
 
 __all__ = ("Compilation", "compile_run", "compile_turn", "iso_time")
 
@@ -65,6 +71,7 @@ class _Fitted(msgspec.Struct, frozen=True):
     items: int
     omitted: int
     raw_chars: int
+    already_shown: tuple[AlreadyShown, ...] = ()
 
 
 def compile_run(org: Org, scope: RunScope, turn: TurnInput, meta: RunMeta) -> Compilation:
@@ -107,9 +114,13 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
     history = _fit_history(
         turn, min(budget.history, advisory - briefing.chars), budget.history_messages
     )
-    memory = _fit_memory(
-        scope, turn, min(budget.memory, advisory - briefing.chars - history.chars), budget.memory
+    backlog = _fit_backlog(
+        turn,
+        min(budget.backlog, advisory - briefing.chars - history.chars),
+        budget.backlog_messages,
     )
+    taken = briefing.chars + history.chars + backlog.chars
+    memory = _fit_memory(scope, turn, min(budget.memory, advisory - taken), budget.memory)
 
     blocks = (
         _block("memory", "store: memory", memory, budget.memory),
@@ -117,6 +128,7 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
         _block("history", "store: channel log", history, budget.history)
         if turn.history is not None
         else absent_block("history", "not the first turn of a fresh session"),
+        _block("backlog", "store: channel log since the last turn", backlog, budget.backlog),
         request,
     )
     input_text = "".join(block.content for block in blocks)
@@ -145,6 +157,7 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
             history=history.chars,
             briefing=briefing.chars,
             used=used,
+            backlog=backlog.chars,
         ),
         blocks=(*prior, *blocks),
     )
@@ -191,7 +204,6 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
         raise _ContinuationTooLarge(_Fitted(head, head_chars, 1, 0, raw), cap)
 
     gates = sorted(_scoped_gates(scope, turn.gates), key=lambda g: (g.filed_at, g.id))
-    raw += sum(len(g.summary) + len(g.outcome or "") + len(g.note) for g in gates)
     resolved = [g for g in gates if g.outcome is not None]
     still_open = [g for g in gates if g.outcome is None]
     lines = render_lines(
@@ -206,6 +218,9 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
             *(BriefingGate(kind="gate", gate=g.id, summary=g.summary) for g in still_open),
         ]
     )
+    shown = turn.shown.gates if turn.shown is not None else {}
+    gates, lines, known = unshown_gates([*resolved, *still_open], lines, shown)
+    raw += sum(len(g.summary) + len(g.outcome or "") + len(g.note) for g in gates)
     # Keep the first gates (resolved, then oldest open) that fit together
     # with the note counting the rest.
     kept, chars = len(lines), head_chars + sum(map(len, lines))
@@ -217,7 +232,7 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
     if chars + len(omitted_line) > cap:
         omitted_line = ""
     body = [*head, *lines[:kept], *([omitted_line] if omitted_line else [])]
-    return _Fitted(body, sum(map(len, body)), len(head) + kept, len(lines) - kept, raw)
+    return _Fitted(body, sum(map(len, body)), len(head) + kept, len(lines) - kept, raw, known)
 
 
 def _scoped_gates(scope: RunScope, gates: Sequence[Gate]) -> list[Gate]:
@@ -243,20 +258,51 @@ def _fit_history(turn: TurnInput, cap: int, max_messages: int) -> _Fitted:
     return _Fitted(lines, chars, len(lines), len(messages) - len(lines), raw)
 
 
+def _fit_backlog(turn: TurnInput, cap: int, max_messages: int) -> _Fitted:
+    messages = sorted(turn.backlog, key=lambda m: m.seq)
+    newest = messages[-max_messages:] if max_messages else []
+    total = turn.backlog_omitted + len(messages)
+    raw = sum(len(m.text) for m in messages)
+    lines = _newest_messages(newest, cap)
+    if len(lines) == total:
+        return _Fitted(lines, sum(map(len, lines)), total, 0, raw)
+    # Room for the count is kept first; the count can only get smaller.
+    reserve = len(render_line(MessagesOmitted(omitted=total)))
+    if cap < reserve:
+        return _Fitted([], 0, 0, total, raw)
+    lines = _newest_messages(newest, cap - reserve)
+    body = [render_line(MessagesOmitted(omitted=total - len(lines))), *lines]
+    return _Fitted(body, sum(map(len, body)), len(lines), total - len(lines), raw)
+
+
+def _newest_messages(messages: Sequence[ChannelMessage], cap: int) -> list[str]:
+    """Message envelopes of the newest *messages* that fit in *cap*, oldest first."""
+    lines, _ = _take_lines(
+        messages[::-1],
+        lambda batch: [MessageEnvelope(m.sender, iso_time(m.at), m.text) for m in batch],
+        lambda m: len(m.sender) + len(m.text) + len('"at":"2000-01-01T00:00:00Z",'),
+        cap,
+    )
+    lines.reverse()
+    return lines
+
+
 def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, limit: int) -> _Fitted:
     eligible = [m for m in turn.memory if m.channel is None or m.channel == scope.channel]
+    shown = turn.shown.memory if turn.shown is not None else {}
+    fresh, known = unshown_memory(eligible, shown)
     # Under pressure the lowest-ranked items go first, so what is kept is
     # always the top of the ranking. An item over the memory limit itself
     # could never be shown; it is left out without starving the rest.
     lines, chars = _take_lines(
-        rank_memory(eligible, turn.text),
+        rank_memory(fresh, turn.text),
         lambda batch: list(map(MemoryEnvelope, map(_id, batch), map(_text, batch))),
         lambda m: len(m.id) + len(m.text),
         cap,
         skip_over=limit,
     )
-    raw = sum(map(len, map(_text, eligible)))
-    return _Fitted(lines, chars, len(lines), len(eligible) - len(lines), raw)
+    raw = sum(map(len, map(_text, fresh)))
+    return _Fitted(lines, chars, len(lines), len(fresh) - len(lines), raw, known)
 
 
 def _take_lines(
@@ -317,6 +363,7 @@ def _block(name: str, source: str, fitted: _Fitted, limit: int) -> BlockTrace:
         content=content,
         items=fitted.items,
         omitted=fitted.omitted,
+        already_shown=fitted.already_shown,
     )
 
 

@@ -3,7 +3,8 @@
 Start-up order matters: load and validate the org, lock and recover the
 state directory, bind the socket, start the task pool, and only then tell
 systemd READY=1. SIGTERM stops accepting, lets in-flight turns finish
-(bounded by ``[daemon] drain_s``), then exits 0.
+(bounded by ``[daemon] drain_s``; then their engine calls are interrupted,
+each recorded and answered with 1010), then exits 0.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import anyio
 import anyio.to_thread
 from anyio.abc import SocketListener
 
-from .._errors import ConfigError, RosterError
+from .._errors import ConfigError
 from ..org import load_org
 from ..sessions import Host, SessionManager, TaskRunner
 from ..stores import StateStores
@@ -57,9 +58,10 @@ async def run_daemon(
             Host(org, state, stores, environ) as host,
         ):
             await host.runs.recover(host.clock())
-            sessions = SessionManager(host)
+            watcher = OrgWatcher(org_dir, host)
+            sessions = SessionManager(host, refresh_org=watcher.refresh)
             try:
-                await _serve(host, sessions, org_dir, socket_path, inherited, notifier, watchdog_s)
+                await _serve(host, sessions, watcher, socket_path, inherited, notifier, watchdog_s)
             finally:
                 await sessions.aclose()
     finally:
@@ -70,7 +72,7 @@ async def run_daemon(
 async def _serve(
     host: Host,
     sessions: SessionManager,
-    org_dir: Path,
+    watcher: OrgWatcher,
     socket_path: Path | None,
     inherited: list[socket.socket],
     notifier: Notifier,
@@ -78,7 +80,6 @@ async def _serve(
 ) -> None:
     daemon = host.org.daemon
     tasks = TaskRunner(host, daemon.task_workers)
-    watcher = OrgWatcher(org_dir, host)
     server = RpcServer(
         Methods(host, sessions, tasks, watcher),
         allow_uids=daemon.allow_uids,
@@ -101,7 +102,7 @@ async def _serve(
                 if watchdog_s is not None:
                     tg.start_soon(_watchdog, notifier, watchdog_s / 2)
                 where = f"fd {inherited[0].fileno()}" if inherited else str(path)
-                log.info("ready on %s (org %s, state %s)", where, org_dir, host.state)
+                log.info("ready on %s (org %s, state %s)", where, watcher.root, host.state)
                 await notifier.ready(status=f"serving on {where}")
                 await _wait_for_stop(signals, watcher)
 
@@ -112,12 +113,22 @@ async def _serve(
                 await server.drain()
                 tasks.drain()
                 stop_watching.set()
+                tg.start_soon(_cancel_on_second_signal, signals, tg.cancel_scope)
                 with anyio.move_on_after(host.org.daemon.drain_s) as deadline:
-                    tg.start_soon(_cancel_on_second_signal, signals, deadline)
                     await server.stopped.wait()
                     await tasks.stopped.wait()
                 if deadline.cancel_called:
-                    log.warning("drain cut short; cancelling what is left")
+                    # Interrupted turns record an error entry and reply 1010 rather
+                    # than leave their clients with EOF and their transcripts open.
+                    log.warning(
+                        "drain cut short; interrupting %d engine calls", host.calls_in_flight
+                    )
+                    host.interrupt()
+                    with anyio.move_on_after(_INTERRUPT_GRACE_S) as grace:
+                        await server.stopped.wait()
+                        await tasks.stopped.wait()
+                    if grace.cancel_called:
+                        log.warning("interrupted turns did not finish; cancelling what is left")
                 tg.cancel_scope.cancel()
     finally:
         if not inherited:
@@ -128,12 +139,14 @@ async def _listener(inherited: list[socket.socket], path: Path) -> SocketListene
     if inherited:
         return await SocketListener.from_socket(inherited[0])
     if await _someone_listening(path):
-        raise RosterError(f"{path}: another daemon is already listening on this socket")
+        raise ConfigError(
+            f"{path}: another daemon is already listening on this socket", path=str(path)
+        )
     await anyio.Path(path.parent).mkdir(parents=True, exist_ok=True)
     try:
         return await anyio.create_unix_listener(path, mode=0o660)
     except OSError as exc:
-        raise RosterError(f"{path}: cannot listen: {exc.strerror}") from None
+        raise ConfigError(f"{path}: cannot listen: {exc.strerror}", path=str(path)) from None
 
 
 async def _someone_listening(path: Path) -> bool:
@@ -172,11 +185,11 @@ async def _wait_for_stop(signals: AsyncIterator[int], watcher: OrgWatcher) -> No
         return
 
 
-async def _cancel_on_second_signal(signals: AsyncIterator[int], drain: anyio.CancelScope) -> None:
+async def _cancel_on_second_signal(signals: AsyncIterator[int], serving: anyio.CancelScope) -> None:
     async for signum in signals:
         if signum != signal.SIGHUP:
             log.warning("%s again: stopping without waiting", signal.Signals(signum).name)
-            drain.cancel()
+            serving.cancel()
             return
 
 
@@ -185,6 +198,10 @@ async def _watchdog(notifier: Notifier, every_s: float) -> None:
         await notifier.watchdog()
         await anyio.sleep(every_s)
 
+
+# How long turns cut short by a drain that ran out get to record their error
+# entry and send their reply: disk writes and a closed provider stream.
+_INTERRUPT_GRACE_S = 5.0
 
 # Descriptors kept free for state files, the listener, provider connections and
 # a spawned editor or engine: a connection never takes the last of them.
