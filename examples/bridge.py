@@ -65,7 +65,15 @@ class Room:
 
     async def _send(self, sender: str, text: str) -> Any:
         params = {"session": self.session, "from": sender, "text": text}
-        return await self.client.call("session.send", params, on_notification=_show)
+        result = await self.client.call("session.send", params, on_notification=_show)
+        if result.get("rolled_from"):
+            # The conversation grew past its bound: a new session answered.
+            # The old id would still reach it; the new one is the truth.
+            self.session = result["run"]
+            print(
+                f"# session {result['rolled_from']} rolled over to {self.session}", file=sys.stderr
+            )
+        return result
 
 
 async def _show(method: str, params: Any) -> None:
@@ -89,6 +97,7 @@ async def bridge(socket: Path, worker: str, channel: str, default_sender: str) -
             except RpcError as exc:
                 # Over budget (1001), the provider failed (1002), the engine is
                 # misconfigured (1005): the session is intact, the room goes on.
+                # On 1010 the daemon is stopping: the next line finds it gone.
                 print(f"\n# turn failed: {exc} (code {exc.code})", file=sys.stderr)
                 failures += 1
                 continue

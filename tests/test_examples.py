@@ -55,6 +55,37 @@ def test_bridge_sends_as_each_speaker_and_reopens_an_ended_session(
     assert last.endswith(" turn 1")
 
 
+def test_bridge_follows_a_session_that_rolls_over(org_dir: Path, tmp_path: Path) -> None:
+    toml = org_dir / "org.toml"
+    # The first turn's request is ~2650 characters; the second passes this.
+    toml.write_text(toml.read_text().replace("[context]\n", "[context]\nsession_chars = 2700\n"))
+    daemon = DaemonProcess(org_dir, tmp_path / "state").start()
+    try:
+        done = subprocess.run(
+            [sys.executable, str(BRIDGE), "--socket", str(daemon.socket)],
+            input="bob: is the build green?\nalice: and the notes?\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+
+    assert done.returncode == 0, done.stderr
+    first, second = done.stdout.splitlines()
+    assert first.startswith("ada (to bob): [echo] turn 1:")
+    # The new session answers the same message, with the room as history.
+    assert second.startswith("ada (to alice): [echo] turn 1:")
+    assert "history x2" in second
+    opened, turn_1, rolled, turn_2 = done.stderr.splitlines()
+    old = opened.split()[2]
+    assert rolled.startswith(f"# session {old} rolled over to s-")
+    new = rolled.split()[-1]
+    assert new != old
+    assert turn_1 == f"# run {old} turn 1"
+    assert turn_2 == f"# run {new} turn 1"
+
+
 def test_bridge_without_a_daemon_is_one_line_and_exit_1(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(BRIDGE), "--socket", str(tmp_path / "nothing.sock")],
