@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import anyio
 import msgspec
 import pytest
-from harness import DaemonProcess
+from harness import DaemonProcess, ManualClock, daemon_in_process
 
 from rosterd.client import RosterClient, RpcError
 
@@ -205,24 +206,64 @@ async def test_restart_resumes_the_same_session_with_the_same_bytes(
 
 
 @pytest.mark.anyio
-async def test_idle_sessions_expire(org_dir: Path, tmp_path: Path) -> None:
-    toml = org_dir / "org.toml"
-    toml.write_text(toml.read_text().replace("session_idle_s = 900", "session_idle_s = 0.3"))
-    process = DaemonProcess(org_dir, tmp_path / "state").start()
-    try:
-        async with await process.client() as client:
-            session = await open_session(client)
-            await client.call("session.send", {"session": session, "text": "hello"})
-            await anyio.sleep(0.6)
-            with pytest.raises(RpcError) as failure:
-                await client.call("session.send", {"session": session, "text": "too late"})
-            assert failure.value.code == 1004
-            fresh = await open_session(client)
-    finally:
-        process.stop()
+async def test_idle_sessions_expire_at_their_limit_exactly(org_dir: Path, tmp_path: Path) -> None:
+    clock = ManualClock()
+    state = tmp_path / "state"
+    async with (
+        daemon_in_process(org_dir, state, clock=clock) as daemon,
+        await daemon.client() as client,
+    ):
+        session = await open_session(client)
+        await client.call("session.send", {"session": session, "text": "hello"})
+        clock.advance(899.9)
+        kept = await client.call("session.send", {"session": session, "text": "in time"})
+        clock.advance(900)
+        with pytest.raises(RpcError) as failure:
+            await client.call("session.send", {"session": session, "text": "too late"})
+        assert failure.value.code == 1004
+        fresh = await open_session(client)
+    assert kept["turn"] == 2
     assert fresh != session
-    info = msgspec.json.decode((process.state / "runs" / session / "run.json").read_bytes())
+    info = msgspec.json.decode((state / "runs" / session / "run.json").read_bytes())
     assert info["status"] == "expired"
+
+
+@pytest.mark.anyio
+async def test_the_reaper_expires_sessions_no_one_touches(org_dir: Path, tmp_path: Path) -> None:
+    toml = org_dir / "org.toml"
+    toml.write_text(toml.read_text().replace("session_idle_s = 900", "session_idle_s = 0.4"))
+    clock = ManualClock()
+    async with (
+        daemon_in_process(org_dir, tmp_path / "state", clock=clock) as daemon,
+        await daemon.client() as client,
+    ):
+        session = await open_session(client)
+        await client.call("session.send", {"session": session, "text": "hello"})
+        clock.advance(0.4)
+        # The reaper wakes every idle/4 s of real time; only the clock says who is idle.
+        with anyio.fail_after(10):
+            while True:
+                if not (await client.call("daemon.status"))["sessions"]:
+                    break
+                await anyio.sleep(0.05)
+    info = msgspec.json.decode((tmp_path / "state" / "runs" / session / "run.json").read_bytes())
+    assert info["status"] == "expired"
+
+
+@pytest.mark.anyio
+async def test_an_idle_session_is_not_reopened_but_replaced(org_dir: Path, tmp_path: Path) -> None:
+    clock = ManualClock()
+    async with (
+        daemon_in_process(org_dir, tmp_path / "state", clock=clock) as daemon,
+        await daemon.client() as client,
+    ):
+        session = await open_session(client)
+        await client.call("session.send", {"session": session, "text": "hello"})
+        clock.advance(900)
+        fresh = await open_session(client)
+        result = await client.call("session.send", {"session": fresh, "text": "again"})
+    assert fresh != session
+    assert result["turn"] == 1
 
 
 @pytest.mark.anyio
@@ -251,24 +292,24 @@ async def test_a_failed_last_turn_keeps_its_number_across_a_restart(
 
 @pytest.mark.anyio
 async def test_a_session_that_expired_while_the_daemon_was_down_is_not_resumed(
-    org_dir: Path, tmp_path: Path
+    org_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    toml = org_dir / "org.toml"
-    toml.write_text(toml.read_text().replace("session_idle_s = 900", "session_idle_s = 2"))
+    caplog.set_level(logging.INFO, logger="rosterd")
+    clock = ManualClock()
     state = tmp_path / "state"
-    process = DaemonProcess(org_dir, state).start()
-    async with await process.client() as client:
+    async with (
+        daemon_in_process(org_dir, state, clock=clock) as daemon,
+        await daemon.client() as client,
+    ):
         session = await open_session(client)
         await client.call("session.send", {"session": session, "text": "hello"})
-    assert process.stop() == 0
-    await anyio.sleep(2.3)
-    process = DaemonProcess(org_dir, state).start()
-    try:
-        async with await process.client() as client:
-            fresh = await open_session(client)
-    finally:
-        process.stop()
+    clock.advance(900)
+    async with (
+        daemon_in_process(org_dir, state, clock=clock) as daemon,
+        await daemon.client() as client,
+    ):
+        fresh = await open_session(client)
     assert fresh != session
     info = msgspec.json.decode((state / "runs" / session / "run.json").read_bytes())
     assert info["status"] == "expired"
-    assert "had expired while the daemon was down" in process.log()
+    assert "had expired while the daemon was down" in caplog.text
