@@ -83,7 +83,7 @@ class DaemonProcess:
 
     def start(self, *, wait: bool = True, pass_fds: tuple[int, ...] = ()) -> DaemonProcess:
         env = dict(self.env)
-        if "NOTIFY_SOCKET" not in env:
+        if wait and "NOTIFY_SOCKET" not in env:
             # Readiness is the daemon's own READY=1, as systemd would see it.
             self._close_notify()
             self._notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -101,17 +101,21 @@ class DaemonProcess:
 
     def wait_ready(self, timeout: float = 20.0) -> None:
         """Until the daemon sends READY=1; fails at once if it exits first."""
+        self.wait_notified(b"READY=1", timeout)
+
+    def wait_notified(self, field: bytes, timeout: float = 20.0) -> None:
+        """Until the daemon sends *field* (``STOPPING=1``) to its notify socket."""
         assert self.process is not None
-        assert self._notify is not None, "wait_ready needs the harness's own notify socket"
+        assert self._notify is not None, "needs the harness's own notify socket"
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
             # The timeout only bounds how late an early exit is noticed.
             readable, _, _ = select.select([self._notify], [], [], min(left, 0.2))
-            if readable and b"READY=1" in self._notify.recv(4096).split(b"\n"):
+            if readable and field in self._notify.recv(4096).split(b"\n"):
                 return
             if self.process.poll() is not None:
                 raise AssertionError(f"daemon exited with {self.process.returncode}:\n{self.log()}")
-        raise AssertionError(f"daemon not ready after {timeout} s:\n{self.log()}")
+        raise AssertionError(f"no {field!r} after {timeout} s:\n{self.log()}")
 
     def log(self) -> str:
         try:
@@ -123,6 +127,11 @@ class DaemonProcess:
         assert self.process is not None
         if self.process.poll() is None:
             self.process.send_signal(sig)
+        return self.wait(timeout)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        """The exit code, once the daemon exited by itself or on a signal sent earlier."""
+        assert self.process is not None
         try:
             return self.process.wait(timeout)
         finally:

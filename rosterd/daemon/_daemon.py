@@ -135,8 +135,9 @@ async def _serve(
                 log.info(
                     "draining: %d connections, %d tasks running", server.connections, tasks.running
                 )
-                await notifier.stopping(status="draining in-flight turns")
                 await server.drain()
+                # After the drain began, so STOPPING=1 means no new client is taken.
+                await notifier.stopping(status="draining in-flight turns")
                 tasks.drain()
                 stop_watching.set()
                 tg.start_soon(_cancel_on_second_signal, signals, tg.cancel_scope)
