@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import shutil
@@ -181,16 +182,31 @@ class ManualClock:
 class InProcessDaemon:
     """The daemon in the test's own event loop: no process start-up, an injected clock."""
 
-    def __init__(self, org: Path, state: Path, socket_path: Path) -> None:
+    def __init__(self, org: Path, state: Path, socket_path: Path, records: list[str]) -> None:
         self.org = org
         self.state = state
         self.socket = socket_path
+        self._records = records
 
     def __repr__(self) -> str:
         return f"InProcessDaemon({self.state})"
 
     async def client(self) -> RosterClient:
         return await RosterClient.connect(self.socket)
+
+    def log(self) -> str:
+        """What the daemon logged so far, one line per record, as ``roster serve`` would."""
+        return "".join(f"{line}\n" for line in self._records)
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
 
 
 @asynccontextmanager
@@ -200,14 +216,25 @@ async def daemon_in_process(
     """Serve *org* until the block ends, then drain and stop as on SIGTERM."""
     environ = {k: v for k, v in os.environ.items() if k not in _SYSTEMD_VARIABLES}
     stop = anyio.Event()
-    async with anyio.create_task_group() as tg:
-        path = await tg.start(
-            partial(run_daemon, org, state, state / "rosterd.sock", environ, clock=clock, stop=stop)
-        )
-        try:
-            yield InProcessDaemon(org, state, path)
-        finally:
-            stop.set()
+    lines = _Lines()
+    logger = logging.getLogger("rosterd")
+    level = logger.level
+    logger.addHandler(lines)
+    logger.setLevel(logging.DEBUG)
+    try:
+        async with anyio.create_task_group() as tg:
+            path = await tg.start(
+                partial(
+                    run_daemon, org, state, state / "rosterd.sock", environ, clock=clock, stop=stop
+                )
+            )
+            try:
+                yield InProcessDaemon(org, state, path, lines.lines)
+            finally:
+                stop.set()
+    finally:
+        logger.removeHandler(lines)
+        logger.setLevel(level)
 
 
 _SYSTEMD_VARIABLES = ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "WATCHDOG_USEC", "WATCHDOG_PID")

@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-from harness import DaemonProcess, ManualClock, daemon_in_process
+from harness import DaemonProcess, InProcessDaemon, ManualClock, daemon_in_process
 
 from rosterd.client import RosterClient, RpcError
 
@@ -32,8 +32,8 @@ async def open_session(client: RosterClient, worker: str = "ada", channel: str =
 
 
 @pytest.mark.anyio
-async def test_turns_stream_deltas_and_are_traced_before_the_reply(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as client:
+async def test_turns_stream_deltas_and_are_traced_before_the_reply(served: InProcessDaemon) -> None:
+    async with await served.client() as client:
         session = await open_session(client)
         deltas: list[str] = []
 
@@ -45,15 +45,15 @@ async def test_turns_stream_deltas_and_are_traced_before_the_reply(daemon: Daemo
         result = await client.call("session.send", {"session": session, "text": "hi ada"}, on_note)
     assert "".join(deltas) == result["text"]
     assert "You said: hi ada" in result["text"]
-    records = context_records(daemon.state, session)
+    records = context_records(served.state, session)
     assert [r["kind"] for r in records] == ["system", "turn"]
     assert records[1]["status"] == "ok"
     assert records[1]["system_sha256"] == records[0]["system_sha256"]
 
 
 @pytest.mark.anyio
-async def test_two_frontends_share_one_session(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as first, await daemon.client() as second:
+async def test_two_frontends_share_one_session(served: InProcessDaemon) -> None:
+    async with await served.client() as first, await served.client() as second:
         one = await open_session(first)
         two = await open_session(second)
         assert one == two
@@ -63,8 +63,8 @@ async def test_two_frontends_share_one_session(daemon: DaemonProcess) -> None:
 
 
 @pytest.mark.anyio
-async def test_memory_added_after_turn_3_appears_in_turn_4_only(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as client:
+async def test_memory_added_after_turn_3_appears_in_turn_4_only(served: InProcessDaemon) -> None:
+    async with await served.client() as client:
         session = await open_session(client)
         for n in range(1, 4):
             await client.call("session.send", {"session": session, "text": f"turn {n}"})
@@ -72,7 +72,7 @@ async def test_memory_added_after_turn_3_appears_in_turn_4_only(daemon: DaemonPr
             "memory.add", {"worker": "ada", "text": "the deploy key rotates on Fridays"}
         )
         await client.call("session.send", {"session": session, "text": "turn 4"})
-    turns = [r for r in context_records(daemon.state, session) if r["kind"] == "turn"]
+    turns = [r for r in context_records(served.state, session) if r["kind"] == "turn"]
     memory = [[line for line in input_lines(r) if line["block"] == "memory"] for r in turns]
     assert memory[:3] == [[], [], []]
     assert [m["text"] for m in memory[3]] == ["the deploy key rotates on Fridays"]
@@ -80,9 +80,9 @@ async def test_memory_added_after_turn_3_appears_in_turn_4_only(daemon: DaemonPr
 
 @pytest.mark.anyio
 async def test_gates_filed_or_resolved_between_turns_are_in_the_next_briefing(
-    daemon: DaemonProcess,
+    served: InProcessDaemon,
 ) -> None:
-    async with await daemon.client() as client:
+    async with await served.client() as client:
         session = await open_session(client)
         await client.call("session.send", {"session": session, "text": "before"})
         gate = await client.call(
@@ -92,7 +92,7 @@ async def test_gates_filed_or_resolved_between_turns_are_in_the_next_briefing(
         await client.call("gate.resolve", {"gate": gate["id"], "outcome": "approved"})
         await client.call("session.send", {"session": session, "text": "after resolving"})
         await client.call("session.send", {"session": session, "text": "and later"})
-    turns = [r for r in context_records(daemon.state, session) if r["kind"] == "turn"]
+    turns = [r for r in context_records(served.state, session) if r["kind"] == "turn"]
     briefings = [[x for x in input_lines(r) if x["block"] == "briefing"] for r in turns]
     assert briefings[0] == []
     assert briefings[1] == [
@@ -113,22 +113,22 @@ async def test_gates_filed_or_resolved_between_turns_are_in_the_next_briefing(
 
 @pytest.mark.anyio
 async def test_identity_edit_applies_to_the_next_session_only(
-    daemon: DaemonProcess, org_dir: Path
+    served: InProcessDaemon, org_dir: Path
 ) -> None:
     identity = org_dir / "workers" / "ada" / "identity.md"
-    async with await daemon.client() as client:
+    async with await served.client() as client:
         session = await open_session(client)
         await client.call("session.send", {"session": session, "text": "one"})
         identity.write_text(identity.read_text() + "\nNew rule: answer in haiku.\n")
         again = await open_session(client)
         assert again == session
         await client.call("session.send", {"session": session, "text": "two"})
-        records = context_records(daemon.state, session)
+        records = context_records(served.state, session)
         assert {r["system_sha256"] for r in records} == {records[0]["system_sha256"]}
         await client.call("session.close", {"session": session})
         fresh = await open_session(client)
         assert fresh != session
-    system = context_records(daemon.state, fresh)[0]
+    system = context_records(served.state, fresh)[0]
     identity_block = next(b for b in system["blocks"] if b["block"] == "identity")
     assert "answer in haiku" in identity_block["content"]
     assert system["system_sha256"] != records[0]["system_sha256"]
@@ -160,8 +160,8 @@ async def test_oversized_identity_fails_open_with_1001_and_a_failed_trace(
 
 
 @pytest.mark.anyio
-async def test_oversized_message_fails_the_turn_and_loses_nothing(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as client:
+async def test_oversized_message_fails_the_turn_and_loses_nothing(served: InProcessDaemon) -> None:
+    async with await served.client() as client:
         session = await open_session(client)
         await client.call("session.send", {"session": session, "text": "fine"})
         with pytest.raises(RpcError) as failure:
@@ -170,7 +170,7 @@ async def test_oversized_message_fails_the_turn_and_loses_nothing(daemon: Daemon
         assert failure.value.data["block"] == "message"
         result = await client.call("session.send", {"session": session, "text": "still here"})
     assert result["turn"] == 3
-    records = context_records(daemon.state, session)
+    records = context_records(served.state, session)
     kinds = [(r["kind"], r["turn"], r["status"]) for r in records]
     assert kinds == [
         ("system", 0, "ok"),
