@@ -30,8 +30,8 @@ run: $(STAMP)
 	  $(BIN)/roster chat --socket $(STATE)/rosterd.sock --wait 10 --worker $(WORKER) --channel $(CHANNEL)
 
 test: $(STAMP)
-	$(BIN)/ruff check rosterd tests bench
-	$(BIN)/ruff format --check rosterd tests bench
+	$(BIN)/ruff check rosterd tests bench examples
+	$(BIN)/ruff format --check rosterd tests bench examples
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/compile.py
 	$(BIN)/python bench/cache.py
 	$(BIN)/python bench/load.py
+	$(BIN)/python bench/limits.py
 
 clean:
 	rm -rf $(VENV) $(STATE) build *.egg-info

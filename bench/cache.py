@@ -1,19 +1,27 @@
-"""How much of the input is served from the provider's prompt cache.
+"""How much of the input is served from the provider's prompt cache, and what
+the input is billed.
 
 Runs 3 workers x 4 channels x 30 turns (memory and gates arrive between
-turns) through the provider simulator, in Anthropic and OpenAI mode, for:
+turns, gates are resolved two turns after filing) through the provider
+simulator, in Anthropic and OpenAI mode, for:
 
 - rosterd: the system part compiled once per session, each turn's fresh input
-  compiled alone, the transcript append-only;
+  compiled alone (memory and gates the session already sent left out), the
+  transcript append-only;
 - naive (a): the system prompt rebuilt every turn with the memory and the
   current time in it;
 - naive (b): rosterd's prompts, but with the run id in the system prompt;
+- message-only: rosterd's prompts without any memory or briefing, the floor
+  for what carrying them costs;
 - bound: 1 - fresh / all input tokens, where a token is fresh when no earlier
   request (of any session) had the same prefix up to it: what a perfect
   token-granular cache would serve for rosterd's requests.
 
 The share is cache-read tokens over all input tokens, as the simulator
-reports them through the engines' usage. ``--quick`` runs a small version.
+reports them through the engines' usage. The billed input cost weighs those
+tokens the way each provider bills them: Anthropic uncached 1.0, cache write
+1.25, cache read 0.1; OpenAI uncached 1.0, cached 0.5 (in uncached-token
+equivalents). ``--quick`` runs a small version.
 """
 
 from __future__ import annotations
@@ -55,9 +63,12 @@ from rosterd.engines import (
     Usage,
 )
 from rosterd.org import EngineConfig, EngineKind, Org, Surface
+from rosterd.sessions import ShownLedger
 
 START = 1_700_000_000.0
-STRATEGIES = ("rosterd", "naive_a", "naive_b")
+STRATEGIES = ("rosterd", "naive_a", "naive_b", "message_only")
+# What carries memory and briefing, so what rosterd's cost is compared with.
+CARRIERS = ("rosterd", "naive_a", "naive_b")
 
 
 @dataclass
@@ -73,6 +84,7 @@ class World:
 
     memory: dict[str, list[MemoryItem]]
     gates: list[Gate]
+    resolved: list[Gate]
 
     def advance(self, turn: int, workers: list[str], channels: list[str]) -> None:
         for w, worker in enumerate(workers):
@@ -95,8 +107,13 @@ class World:
                         channel=channels[turn % len(channels)],
                     )
                 )
-        # A gate is resolved two turns after it was filed.
-        self.gates = [g for g in self.gates if g.filed_at > START + turn - 2]
+        # A gate is resolved two turns after it was filed; the next turn's
+        # briefing shows the outcome, as a session's does.
+        due = START + turn - 2
+        self.resolved = [
+            msgspec.structs.replace(g, outcome="approved") for g in self.gates if g.filed_at <= due
+        ]
+        self.gates = [g for g in self.gates if g.filed_at > due]
 
 
 class Session:
@@ -110,23 +127,27 @@ class Session:
         if strategy == "naive_b":
             self.system = _prefixed(self.system, f"Run id: {run}\n")
         self.messages: list[ChatMessage] = []
+        self.shown = ShownLedger()
 
     def request(self, turn: int, text: str, world: World, history: bool) -> EngineRequest:
         now = START + 60 * turn
         worker = self.scope.worker
         channel_history = _history(self.scope.channel or "") if history else None
+        carries = self.strategy != "message_only"
         fresh = TurnInput(
             text=text,
             sender="alice",
-            memory=tuple(world.memory[worker]),
-            gates=tuple(world.gates),
+            memory=tuple(world.memory[worker]) if carries else (),
+            gates=(*world.resolved, *world.gates) if carries else (),
             history=channel_history,
+            shown=self.shown.items(),
         )
         if self.strategy == "naive_a":
             self.messages.append(ChatMessage(role="user", content=f"alice: {text}"))
             system = _rebuilt(self.system, world.memory[worker], now)
             return EngineRequest(system=system, messages=tuple(self.messages))
         compiled = compile_turn(self.system, fresh, RunMeta(run=self.run, turn=turn, now=now))
+        self.shown.note(turn, compiled.input_text)
         self.messages.append(ChatMessage(role="user", content=compiled.input_text))
         return EngineRequest(system=self.system, messages=tuple(self.messages))
 
@@ -184,7 +205,7 @@ async def run_strategy(
 ) -> tuple[list[Usage], list[bytes]]:
     workers = sorted(org.workers)[: shape.workers]
     channels = sorted(org.channels)[: shape.channels]
-    world = World(memory={w: [] for w in workers}, gates=[])
+    world = World(memory={w: [] for w in workers}, gates=[], resolved=[])
     sessions = [
         Session(org, strategy, w, c, run=f"r-{w}-{c}-{strategy}") for w in workers for c in channels
     ]
@@ -199,6 +220,7 @@ async def run_strategy(
                     request = session.request(turn, text, world, history=turn == 1)
                     reply = await engine.complete(request, _ignore)
                     session.messages.append(ChatMessage(role="assistant", content=reply.text))
+                    assert reply.usage is not None, "the simulator always reports usage"
                     usages.append(reply.usage)
         finally:
             await engine.aclose()
@@ -209,6 +231,18 @@ async def run_strategy(
 def read_share(usages: list[Usage]) -> float:
     total = sum(u.input_tokens for u in usages)
     return sum(u.cached_input_tokens for u in usages) / total if total else 0.0
+
+
+def billed(kind: EngineKind, usages: list[Usage]) -> float:
+    """Input cost in uncached-token equivalents, by the provider's weights."""
+    cost = 0.0
+    for u in usages:
+        fresh = u.input_tokens - u.cached_input_tokens - u.cache_write_tokens
+        if kind == "anthropic":
+            cost += fresh + 1.25 * u.cache_write_tokens + 0.1 * u.cached_input_tokens
+        else:
+            cost += fresh + u.cache_write_tokens + 0.5 * u.cached_input_tokens
+    return cost
 
 
 def bound(prompts: list[bytes]) -> float:
@@ -251,6 +285,7 @@ async def bench(shape: Shape, kinds: list[EngineKind]) -> dict[str, dict[str, fl
             for strategy in STRATEGIES:
                 usages, prompts = await run_strategy(kind, strategy, org, shape)
                 row[strategy] = read_share(usages)
+                row[f"cost_{strategy}"] = billed(kind, usages)
                 if strategy == "rosterd":
                     row["bound"] = bound(prompts)
                     row["requests"] = len(usages)
@@ -272,7 +307,39 @@ def _table(shape: Shape, results: dict[str, dict[str, float]]) -> str:
             f"{kind:<10} {row['rosterd']:>8.2%} {row['naive_a']:>9.2%} {row['naive_b']:>9.2%} "
             f"{row['bound']:>7.2%} {gap:>6.2%} {int(row['input_tokens']):>13,}"
         )
+    lines += [
+        "",
+        "billed input cost (uncached-token equivalents; anthropic: uncached 1.0, cache write "
+        "1.25, cache read 0.1; openai: uncached 1.0, cached 0.5)",
+        f"{'provider':<10} {'rosterd':>10} {'naive(a)':>10} {'naive(b)':>10} "
+        f"{'message-only':>13} {'rosterd/message-only':>21}",
+    ]
+    for kind, row in results.items():
+        lines.append(
+            f"{kind:<10} {row['cost_rosterd']:>10,.0f} {row['cost_naive_a']:>10,.0f} "
+            f"{row['cost_naive_b']:>10,.0f} {row['cost_message_only']:>13,.0f} "
+            f"{overhead(row) + 1:>21.3f}"
+        )
     return "\n".join(lines)
+
+
+def overhead(row: dict[str, float]) -> float:
+    """How much more rosterd's input costs than sending no memory or briefing."""
+    return row["cost_rosterd"] / row["cost_message_only"] - 1
+
+
+def _cost_failures(results: dict[str, dict[str, float]], max_overhead: float) -> list[str]:
+    failures = []
+    for kind, row in results.items():
+        cheapest = min(CARRIERS, key=lambda s: row[f"cost_{s}"])
+        if cheapest != "rosterd":
+            failures.append(f"{kind}: {cheapest} costs less than rosterd")
+        if overhead(row) > max_overhead:
+            failures.append(
+                f"{kind}: rosterd costs {overhead(row):.1%} more than message-only "
+                f"> {max_overhead:.1%}"
+            )
+    return failures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,6 +349,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--provider", choices=["anthropic", "openai"], action="append")
     parser.add_argument(
         "--max-gap", type=float, default=None, help="exit 1 if rosterd trails the bound by more"
+    )
+    parser.add_argument(
+        "--max-overhead",
+        type=float,
+        default=None,
+        help="exit 1 unless rosterd's billed input is the lowest of the strategies carrying "
+        "memory and briefing and within this fraction of message-only",
     )
     args = parser.parse_args(argv)
     shape = Shape(2, 2, 8) if args.quick else Shape(3, 4, 30)
@@ -295,6 +369,12 @@ def main(argv: list[str] | None = None) -> int:
         worst = max(row["bound"] - row["rosterd"] for row in results.values())
         if worst > args.max_gap:
             print(f"rosterd trails the bound by {worst:.2%} > {args.max_gap:.2%}", file=sys.stderr)
+            return 1
+    if args.max_overhead is not None:
+        failures = _cost_failures(results, args.max_overhead)
+        for failure in failures:
+            print(failure, file=sys.stderr)
+        if failures:
             return 1
     return 0
 

@@ -3,12 +3,14 @@
 from ._errors import (
     CompileError,
     ConfigError,
+    ConflictError,
     EngineError,
     InvalidIdError,
     NotFoundError,
     ProtocolError,
     RosterError,
     SessionError,
+    ShutdownError,
     StorageError,
 )
 from ._ids import check_id, is_id
@@ -18,12 +20,14 @@ __version__ = "0.1.0"
 __all__ = (
     "CompileError",
     "ConfigError",
+    "ConflictError",
     "EngineError",
     "InvalidIdError",
     "NotFoundError",
     "ProtocolError",
     "RosterError",
     "SessionError",
+    "ShutdownError",
     "StorageError",
     "__version__",
     "check_id",

@@ -14,12 +14,14 @@ if TYPE_CHECKING:
 __all__ = (
     "CompileError",
     "ConfigError",
+    "ConflictError",
     "EngineError",
     "InvalidIdError",
     "NotFoundError",
     "ProtocolError",
     "RosterError",
     "SessionError",
+    "ShutdownError",
     "StorageError",
 )
 
@@ -105,8 +107,21 @@ class StorageError(RosterError):
         self.errno = errno
 
 
+class ConflictError(RosterError):
+    """A well-formed request that the current state refuses: a gate already
+    resolved, another worker's run, a run that sent nothing yet."""
+
+
 class SessionError(RosterError):
     """A session that cannot do what was asked: closed, expired, unknown."""
+
+
+class ShutdownError(RosterError):
+    """A turn cut short because the daemon is stopping and ``drain_s`` ran out.
+
+    Its user turn and an ``error`` entry are in the transcript, so a resumed
+    session sends that user turn again; retry once the daemon is back.
+    """
 
 
 class EngineError(RosterError):

@@ -16,6 +16,12 @@ Tokens are approximated as 4 characters of the serialised prompt. Requests
 are validated strictly (unknown fields are refused, as both APIs do) and
 every request is recorded with its exact body. Faults can be scripted: each
 request consumes the next scripted action, if any.
+
+``Framing`` chooses how replies go on the wire, as real servers differ: the
+SSE line end (LF, CR or CRLF), non-ASCII characters raw inside the JSON (as
+llama.cpp sends U+2028 or U+0085) and HTTP chunks as small as one byte, so a
+CRLF pair or a UTF-8 sequence is split between chunks. ``context_tokens``
+makes longer prompts fail with the provider's real "too long" error.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from rosterd.compiler import (
     compile_system,
     compile_turn,
 )
-from rosterd.engines import ChatMessage, Engine, EngineReply, EngineRequest
+from rosterd.engines import ChatMessage, Engine, EngineReply, EngineRequest, Usage
 from rosterd.org import Org, Surface, load_org
 
 __all__ = (
@@ -53,15 +59,19 @@ __all__ = (
     "Delay",
     "Drop",
     "ErrorEvent",
+    "Framing",
     "Hangup",
     "Malformed",
+    "Omit",
     "Recorded",
     "Reply",
+    "Server",
     "Simulator",
     "Stall",
     "Status",
     "filler",
     "prompt_bytes",
+    "reported",
     "write_org",
 )
 
@@ -91,6 +101,8 @@ class Status(msgspec.Struct, frozen=True):
     status: int
     message: str = "simulated failure"
     retry_after: float | None = None
+    # An OpenAI error code, e.g. "context_length_exceeded" (with status 400).
+    code: str | None = None
 
 
 class Stall(msgspec.Struct, frozen=True):
@@ -138,7 +150,31 @@ class Reply(msgspec.Struct, frozen=True):
     text: str
 
 
-Action = Status | Stall | Delay | Hangup | Malformed | Drop | Cut | ErrorEvent | Reply
+class Omit(msgspec.Struct, frozen=True):
+    """Answer normally but leave out *part* of the stream, as some servers do.
+
+    ``message_start`` and ``message_stop`` are Anthropic events; ``usage`` is
+    OpenAI's usage chunk (Ollama sends none).
+    """
+
+    part: Literal["message_start", "message_stop", "usage"]
+    text: str | None = None
+
+
+Action = Status | Stall | Delay | Hangup | Malformed | Drop | Cut | ErrorEvent | Reply | Omit
+
+Server = Literal["provider", "llama.cpp"]
+
+
+class Framing(msgspec.Struct, frozen=True):
+    """How a reply is put on the wire; the defaults are the providers' own."""
+
+    newline: Literal["\n", "\r", "\r\n"] = "\n"
+    # Non-ASCII characters unescaped in the JSON. C0 controls stay escaped:
+    # JSON forbids them raw.
+    raw: bool = False
+    # Every HTTP chunk at most this many bytes; None: one chunk per event.
+    chunk_bytes: int | None = None
 
 
 class Recorded(msgspec.Struct, frozen=True):
@@ -202,6 +238,13 @@ class _Invalid(Exception):
         self.kind = kind
 
 
+class _TooLong(Exception):
+    def __init__(self, tokens: int, limit: int) -> None:
+        super().__init__(f"{tokens} tokens over {limit}")
+        self.tokens = tokens
+        self.limit = limit
+
+
 class _Usage(msgspec.Struct, frozen=True):
     fresh: int
     read: int
@@ -239,6 +282,9 @@ class Simulator:
         clock: Callable[[], float] = time.monotonic,
         reply: Callable[[int, int], str] = default_reply,
         delta_chars: int = 16,
+        framing: Framing | None = None,
+        context_tokens: int | None = None,
+        server: Server = "provider",
     ) -> None:
         self.api_key = api_key
         self.min_cacheable_tokens = min_cacheable_tokens
@@ -249,6 +295,11 @@ class Simulator:
         self._clock = clock
         self._reply = reply
         self._delta_chars = delta_chars
+        self.framing = framing or Framing()
+        # Prompts over this many tokens are refused as too long, in the error
+        # shape of *server*: the provider's own, or llama.cpp's on both APIs.
+        self.context_tokens = context_tokens
+        self.server: Server = server
         self.requests: list[Recorded] = []
         self._script: deque[Action] = deque()
         # Anthropic entries are global per model; OpenAI's per cache key.
@@ -332,10 +383,12 @@ class Simulator:
             return True
         action = self._script.popleft() if self._script else None
         match action:
-            case Status(status=status, message=message, retry_after=retry_after):
+            case Status(status=status, message=message, retry_after=retry_after, code=code):
                 extra = {} if retry_after is None else {"retry-after": f"{retry_after:g}"}
                 kind = "rate_limit_error" if status == 429 else "api_error"
-                await _send_json(stream, status, _error_body(api, kind, message), extra)
+                if code is not None:
+                    kind = "invalid_request_error"
+                await _send_json(stream, status, _error_body(api, kind, message, code), extra)
                 return True
             case Stall(seconds=seconds):
                 await anyio.sleep(seconds)
@@ -353,16 +406,24 @@ class Simulator:
         except _Invalid as exc:
             await _send_json(stream, exc.status, _error_body(api, exc.kind, exc.message))
             return True
+        except _TooLong as exc:
+            body = _too_long_body(api, self.server, exc.tokens, exc.limit)
+            await _send_json(stream, 400, body)
+            return True
         if isinstance(action, Reply):
             text = action.text
+        if isinstance(action, Omit) and action.text is not None:
+            text = action.text
+        omit = action.part if isinstance(action, Omit) else None
+        framing = self.framing
         events = (
-            _openai_events(model, text, usage, self._delta_chars)
+            _openai_events(model, text, usage, self._delta_chars, framing.raw)
             if api == "openai"
-            else _anthropic_events(model, text, usage, self._delta_chars)
+            else _anthropic_events(model, text, usage, self._delta_chars, framing.raw)
         )
         await _start_stream(stream)
         deltas = 0
-        for is_delta, frame in events:
+        for is_delta, name, frame in events:
             if isinstance(action, Malformed):
                 await _send_chunk(stream, b'data: {"type": "message_start", "choices": [\n\n')
                 await _end_chunks(stream)
@@ -378,7 +439,8 @@ class Simulator:
                     await _send_chunk(stream, _error_event(api, action.message))
                 await _end_chunks(stream)
                 return True
-            await _send_chunk(stream, frame)
+            if name != omit:
+                await _send_framed(stream, frame, framing)
             deltas += is_delta
         await _end_chunks(stream)
         return True
@@ -407,6 +469,10 @@ class Simulator:
         for key in [k for k, used in table.items() if now - used > self.ttl_s]:
             del table[key]
 
+    def _fits(self, tokens: int) -> None:
+        if self.context_tokens is not None and tokens > self.context_tokens:
+            raise _TooLong(tokens, self.context_tokens)
+
     def _openai_turn(self, body: bytes) -> tuple[str, _Usage, str]:
         request = _decode(body, _ChatRequest)
         if not request.stream:
@@ -418,6 +484,7 @@ class Simulator:
             raise _Invalid(400, "max_tokens and max_completion_tokens are exclusive")
         prompt = _openai_prompt(request)
         total = _tokens(len(prompt))
+        self._fits(total)
         self._live(self._openai)
         hasher = hashlib.sha256(request.model.encode() + b"\0")
         seen = 0
@@ -443,6 +510,7 @@ class Simulator:
             raise _Invalid(
                 400, f"A maximum of 4 blocks with cache_control may be provided. Found {marks}."
             )
+        self._fits(_tokens(sum(len(data) for data, _ in blocks)))
         self._live(self._anthropic)
         hasher = hashlib.sha256(request.model.encode() + b"\0")
         ends: list[int] = []  # characters up to the end of each block
@@ -499,6 +567,12 @@ def _openai_prompt(request: _ChatRequest) -> bytes:
     return "".join(f"<|{m.role}|>{m.content}" for m in request.messages).encode()
 
 
+def reported(reply: EngineReply) -> Usage:
+    """The usage of a reply that must have reported one."""
+    assert reply.usage is not None, "the provider reported no usage"
+    return reply.usage
+
+
 def prompt_bytes(recorded: Recorded) -> bytes:
     """A recorded request's prompt as the simulator counts and caches it."""
     if recorded.path == "/v1/chat/completions":
@@ -513,10 +587,35 @@ def _decode(body: bytes, kind: type[_T]) -> _T:
         raise _Invalid(400, f"invalid request body: {exc}") from None
 
 
-def _error_body(api: str, kind: str, message: str) -> bytes:
+def _error_body(api: str, kind: str, message: str, code: str | None = None) -> bytes:
     if api == "anthropic":
         return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
-    return json.dumps({"error": {"message": message, "type": kind, "code": None}}).encode()
+    return json.dumps({"error": {"message": message, "type": kind, "code": code}}).encode()
+
+
+def _too_long_body(api: str, server: Server, tokens: int, limit: int) -> bytes:
+    """Each server's real answer to a prompt over its context window."""
+    if server == "llama.cpp":
+        error: dict[str, object] = {
+            "code": 400,
+            "message": f"request ({tokens} tokens) exceeds the available context size "
+            f"({limit} tokens), try increasing it",
+            "type": "exceed_context_size_error",
+            "n_prompt_tokens": tokens,
+            "n_ctx": limit,
+        }
+        return json.dumps({"error": error}).encode()
+    if api == "anthropic":
+        message = f"prompt is too long: {tokens} tokens > {limit} maximum"
+        return _error_body(api, "invalid_request_error", message)
+    error = {
+        "message": f"This model's maximum context length is {limit} tokens. However, your "
+        f"messages resulted in {tokens} tokens. Please reduce the length of the messages.",
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "context_length_exceeded",
+    }
+    return json.dumps({"error": error}).encode()
 
 
 def _error_event(api: str, message: str) -> bytes:
@@ -531,20 +630,25 @@ def _pieces(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-def _sse(data: object, event: str | None = None) -> bytes:
+Frame = tuple[bool, str, bytes]  # (is a text delta, the part it is, its SSE bytes)
+
+
+def _sse(data: object, raw: bool, event: str | None = None) -> bytes:
+    # Frames are built with LF; _send_framed puts the chosen line end on.
     head = f"event: {event}\n" if event else ""
-    return f"{head}data: {json.dumps(data)}\n\n".encode()
+    return f"{head}data: {json.dumps(data, ensure_ascii=not raw)}\n\n".encode()
 
 
-def _openai_events(model: str, text: str, usage: _Usage, size: int) -> list[tuple[bool, bytes]]:
-    base = {"id": "chatcmpl-sim", "object": "chat.completion.chunk", "model": model}
+def _openai_events(model: str, text: str, usage: _Usage, size: int, raw: bool) -> list[Frame]:
+    # With include_usage every chunk carries "usage": null but the last one.
+    base = {"id": "chatcmpl-sim", "object": "chat.completion.chunk", "model": model, "usage": None}
     role = {"role": "assistant", "content": ""}
-    frames = [(False, _sse({**base, "choices": [{"index": 0, "delta": role}]}))]
+    frames = [(False, "role", _sse({**base, "choices": [{"index": 0, "delta": role}]}, raw))]
     for piece in _pieces(text, size):
         choice = {"index": 0, "delta": {"content": piece}, "finish_reason": None}
-        frames.append((True, _sse({**base, "choices": [choice]})))
+        frames.append((True, "delta", _sse({**base, "choices": [choice]}, raw)))
     stop = {"index": 0, "delta": {}, "finish_reason": "stop"}
-    frames.append((False, _sse({**base, "choices": [stop]})))
+    frames.append((False, "stop", _sse({**base, "choices": [stop]}, raw)))
     completion = _tokens(len(text)) + 1
     counts = {
         "prompt_tokens": usage.total,
@@ -552,12 +656,12 @@ def _openai_events(model: str, text: str, usage: _Usage, size: int) -> list[tupl
         "total_tokens": usage.total + completion,
         "prompt_tokens_details": {"cached_tokens": usage.read},
     }
-    frames.append((False, _sse({**base, "choices": [], "usage": counts})))
-    frames.append((False, b"data: [DONE]\n\n"))
+    frames.append((False, "usage", _sse({**base, "choices": [], "usage": counts}, raw)))
+    frames.append((False, "done", b"data: [DONE]\n\n"))
     return frames
 
 
-def _anthropic_events(model: str, text: str, usage: _Usage, size: int) -> list[tuple[bool, bytes]]:
+def _anthropic_events(model: str, text: str, usage: _Usage, size: int, raw: bool) -> list[Frame]:
     start = {
         "type": "message_start",
         "message": {
@@ -575,20 +679,15 @@ def _anthropic_events(model: str, text: str, usage: _Usage, size: int) -> list[t
             },
         },
     }
+    block = {
+        "type": "content_block_start",
+        "index": 0,
+        "content_block": {"type": "text", "text": ""},
+    }
     frames = [
-        (False, _sse(start, "message_start")),
-        (
-            False,
-            _sse(
-                {
-                    "type": "content_block_start",
-                    "index": 0,
-                    "content_block": {"type": "text", "text": ""},
-                },
-                "content_block_start",
-            ),
-        ),
-        (False, _sse({"type": "ping"}, "ping")),
+        (False, "message_start", _sse(start, raw, "message_start")),
+        (False, "content_block_start", _sse(block, raw, "content_block_start")),
+        (False, "ping", _sse({"type": "ping"}, raw, "ping")),
     ]
     for piece in _pieces(text, size):
         delta = {
@@ -596,15 +695,16 @@ def _anthropic_events(model: str, text: str, usage: _Usage, size: int) -> list[t
             "index": 0,
             "delta": {"type": "text_delta", "text": piece},
         }
-        frames.append((True, _sse(delta, "content_block_delta")))
-    frames.append((False, _sse({"type": "content_block_stop", "index": 0}, "content_block_stop")))
+        frames.append((True, "delta", _sse(delta, raw, "content_block_delta")))
+    block_stop = {"type": "content_block_stop", "index": 0}
+    frames.append((False, "content_block_stop", _sse(block_stop, raw, "content_block_stop")))
     end = {
         "type": "message_delta",
         "delta": {"stop_reason": "end_turn", "stop_sequence": None},
         "usage": {"output_tokens": _tokens(len(text)) + 1},
     }
-    frames.append((False, _sse(end, "message_delta")))
-    frames.append((False, _sse({"type": "message_stop"}, "message_stop")))
+    frames.append((False, "message_delta", _sse(end, raw, "message_delta")))
+    frames.append((False, "message_stop", _sse({"type": "message_stop"}, raw, "message_stop")))
     return frames
 
 
@@ -629,6 +729,14 @@ async def _start_stream(stream: anyio.abc.SocketStream) -> None:
 
 async def _send_chunk(stream: anyio.abc.SocketStream, data: bytes) -> None:
     await stream.send(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+
+
+async def _send_framed(stream: anyio.abc.SocketStream, frame: bytes, framing: Framing) -> None:
+    # Raw JSON holds no LF (JSON escapes it), so every LF is a line end.
+    data = frame.replace(b"\n", framing.newline.encode())
+    size = framing.chunk_bytes or len(data)
+    for start in range(0, len(data), size):
+        await _send_chunk(stream, data[start : start + size])
 
 
 async def _end_chunks(stream: anyio.abc.SocketStream) -> None:

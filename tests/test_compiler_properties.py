@@ -1,4 +1,4 @@
-"""Property tests of the context compiler (SPEC 1.2, 1.5, 1.7).
+"""Property tests of the context compiler (docs/contract.md: One compiler, Envelopes, Budgets).
 
 Orgs are built in memory with small budgets so that shrinking and failed
 compilations really happen; dynamic text covers every Unicode category
@@ -9,6 +9,7 @@ compilations really happen; dynamic text covers every Unicode category
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import random
 import re
 from collections.abc import Sequence
@@ -31,11 +32,14 @@ from rosterd.compiler import (
     MemoryIndex,
     MemoryItem,
     RunMeta,
+    Shown,
+    ShownItems,
     TurnInput,
     compile_run,
     compile_system,
     compile_turn,
     rank_memory,
+    shown_in,
 )
 from rosterd.org import (
     ChannelConfig,
@@ -393,8 +397,14 @@ def test_every_input_line_is_one_envelope(case: Case) -> None:
     decoded = [msgspec.json.decode(line) for line in lines]
     assert all(isinstance(obj, dict) and obj.get("block") in BLOCK_TYPES for obj in decoded)
 
-    blocks = {b.block: b for b in result.record.blocks[-4:]}
-    assert list(blocks) == ["memory", "briefing", "history", result.record.blocks[-1].block]
+    blocks = {b.block: b for b in result.record.blocks[-5:]}
+    assert list(blocks) == [
+        "memory",
+        "briefing",
+        "history",
+        "backlog",
+        result.record.blocks[-1].block,
+    ]
     # Envelopes come in block order, one line per included item.
     order = [obj["block"] for obj in decoded]
     assert order == sorted(order, key=["memory", "briefing", "history", "message", "task"].index)
@@ -449,7 +459,7 @@ def test_rendered_sizes_stay_within_limits(case: Case) -> None:
     record = result.record
     budget = result.system.budget
     assert record.budget is not None
-    blocks = {b.block: b for b in record.blocks[-4:]}
+    blocks = {b.block: b for b in record.blocks[-5:]}
     for name in ADVISORY:
         block = blocks[name]
         assert block.rendered_chars == len(block.content)
@@ -556,7 +566,7 @@ def test_strategies_really_shrink_and_fail() -> None:
         except CompileError as exc:
             failures.add(exc.block)
             return
-        for block in result.record.blocks[-4:-1]:
+        for block in result.record.blocks[-5:-1]:
             statuses.add((block.block, block.status))
 
     collect()
@@ -783,3 +793,90 @@ def test_store_snapshots_compile_like_plain_inputs(
     assert outcome(dataclasses.replace(case, turn=viewed)) == outcome(
         dataclasses.replace(case, turn=plain)
     )
+
+
+def reference_line(kind: str, item: MemoryItem | Gate) -> str:
+    """The envelope line of a memory note or gate, as a session's ledger hashes it."""
+    if isinstance(item, MemoryItem):
+        return line_chars_text({"block": "memory", "id": item.id, "text": item.text})
+    fields = {"block": "briefing", "kind": kind, "gate": item.id, "summary": item.summary}
+    if item.outcome is not None:
+        fields |= {"outcome": item.outcome, "note": item.note}
+    return line_chars_text(fields)
+
+
+def reference_sha256(line: str) -> str:
+    return hashlib.sha256(line.encode()).hexdigest()
+
+
+@SETTINGS
+@given(
+    case=cases(),
+    resolved=st.lists(st.booleans(), max_size=8),
+    memory=st.integers(0, 20_000),
+    briefing=st.integers(0, 20_000),
+    data=st.data(),
+)
+def test_what_a_session_holds_is_left_out_as_if_it_were_absent(
+    case: Case, resolved: list[bool], memory: int, briefing: int, data: st.DataObject
+) -> None:
+    # Room for the system part and the request; memory and briefing as drawn.
+    budget = ContextBudget(
+        total=10**6, identity=10**6, purpose=10**6, task=10**6, memory=memory, briefing=briefing
+    )
+    spec = dataclasses.replace(
+        case.spec, budget=budget, overlays={w: ContextOverlay() for w in WORKERS}
+    )
+    case = dataclasses.replace(case, spec=spec)
+    # Most gates are the worker's own, some resolved, so that some are briefed.
+    gates = tuple(
+        msgspec.structs.replace(
+            g,
+            worker=g.worker if g.worker == "eve" else case.worker,
+            outcome="done" if n < len(resolved) and resolved[n] else None,
+        )
+        for n, g in enumerate(case.turn.gates)
+    )
+    plain = msgspec.structs.replace(case.turn, gates=gates)
+    try:
+        first = compile_case(dataclasses.replace(case, turn=plain))
+    except CompileError:
+        return
+    # A ledger of some of what the first compilation sent, some entries stale.
+    ledger: dict[str, dict[str, Shown]] = {"memory": {}, "gate": {}}
+    for kind, item_id, sha256 in shown_in(first.input_text):
+        held = data.draw(st.sampled_from(["yes", "stale", "no"]))
+        if held != "no":
+            ledger[kind][item_id] = Shown(sha256="0" * 64 if held == "stale" else sha256, turn=1)
+    shown = ShownItems(memory=ledger["memory"], gates=ledger["gate"])
+
+    def holds(kind: str, item: MemoryItem | Gate) -> bool:
+        before = ledger["memory" if kind == "memory" else "gate"].get(item.id)
+        return before is not None and before.sha256 == reference_sha256(reference_line(kind, item))
+
+    in_scope = (None, case.channel)
+    notes = [m for m in plain.memory if m.channel in in_scope]
+    mine = sorted(
+        (g for g in gates if g.worker == case.worker and g.channel in in_scope),
+        key=lambda g: (g.filed_at, g.id),
+    )
+    held_notes = [m for m in notes if holds("memory", m)]
+    held_gates = [g for g in mine if g.outcome is not None and holds("resolved", g)] + [
+        g for g in mine if g.outcome is None and holds("gate", g)
+    ]
+    absent = msgspec.structs.replace(
+        plain,
+        memory=tuple(m for m in plain.memory if not any(m is h for h in held_notes)),
+        gates=tuple(g for g in gates if not any(g is h for h in held_gates)),
+    )
+    expected = compile_case(dataclasses.replace(case, turn=absent))
+    result = compile_case(
+        dataclasses.replace(case, turn=msgspec.structs.replace(plain, shown=shown))
+    )
+    assert result.input_text == expected.input_text
+    for got, want in zip(result.record.blocks, expected.record.blocks, strict=True):
+        assert msgspec.structs.replace(got, already_shown=()) == want
+        if got.block == "memory":
+            assert [s.id for s in got.already_shown] == [m.id for m in held_notes]
+        elif got.block == "briefing":
+            assert [s.id for s in got.already_shown] == [g.id for g in held_gates]

@@ -9,9 +9,10 @@ from typing import Any
 
 import anyio
 import pytest
-from harness import DaemonProcess
+from harness import DaemonProcess, InProcessDaemon
 
-from rosterd.client import RosterClient
+from rosterd.cli import main
+from rosterd.client import RosterClient, RpcError
 
 
 async def status_until(
@@ -51,14 +52,13 @@ def symlink_outside(org: Path) -> None:
     [
         (break_toml, "invalid TOML"),
         (delete_identity, "identity.md: file is missing"),
-        (huge_purpose, "block 'purpose' is 1000"),
         (symlink_outside, "outside the org directory"),
     ],
 )
 async def test_a_broken_edit_is_reported_and_the_last_good_org_stays(
-    daemon: DaemonProcess, org_dir: Path, breakage: Callable[[Path], None], reported: str
+    served: InProcessDaemon, org_dir: Path, breakage: Callable[[Path], None], reported: str
 ) -> None:
-    async with await daemon.client() as client:
+    async with await served.client() as client:
         warm = (await client.call("session.open", {"worker": "ada", "channel": "general"}))[
             "session"
         ]
@@ -73,14 +73,14 @@ async def test_a_broken_edit_is_reported_and_the_last_good_org_stays(
         fresh = await client.call("session.open", {"worker": "grace", "channel": "general"})
         done = await client.call("session.send", {"session": fresh["session"], "text": "hi"})
         assert done["turn"] == 1
-    assert "org edit rejected" in daemon.log()
+    assert "org edit rejected" in served.log()
 
 
 @pytest.mark.anyio
-async def test_a_fixed_edit_clears_the_error(daemon: DaemonProcess, org_dir: Path) -> None:
+async def test_a_fixed_edit_clears_the_error(served: InProcessDaemon, org_dir: Path) -> None:
     toml = org_dir / "org.toml"
     good = toml.read_text()
-    async with await daemon.client() as client:
+    async with await served.client() as client:
         before = await client.call("daemon.status")
         toml.write_text(good.replace("memory = 4000", "memroy = 4000"))
         broken = await status_until(client, lambda s: s["config_error"] is not None)
@@ -92,12 +92,101 @@ async def test_a_fixed_edit_clears_the_error(daemon: DaemonProcess, org_dir: Pat
 
 @pytest.mark.anyio
 async def test_an_edit_saved_just_before_open_is_not_missed(
-    daemon: DaemonProcess, org_dir: Path
+    served: InProcessDaemon, org_dir: Path
 ) -> None:
     purpose = org_dir / "channels" / "general" / "purpose.md"
     purpose.write_text("Brand new purpose.\n")
-    async with await daemon.client() as client:
+    async with await served.client() as client:
         opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
         context = await client.call("runs.show", {"run": opened["session"]})
     blocks = {b["block"]: b for b in context["records"][0]["blocks"]}
     assert blocks["purpose"]["content"] == "<purpose>\nBrand new purpose.\n</purpose>\n"
+
+
+def bigfoot_org(root: Path) -> Path:
+    """Two workers in #ops; bigfoot's identity is 13,000 characters, over 12,000."""
+    for worker, identity in (("bigfoot", "b" * 13_000), ("kestrel", "You are Kestrel.\n")):
+        (root / "workers" / worker).mkdir(parents=True)
+        (root / "workers" / worker / "identity.md").write_text(identity)
+    (root / "org.toml").write_text(
+        '[workers.bigfoot]\n[workers.kestrel]\n[channels.ops]\nworkers = ["bigfoot", "kestrel"]\n'
+    )
+    return root
+
+
+def identity_of(records: list[dict[str, Any]]) -> str:
+    system = next(r for r in records if r["kind"] == "system")
+    return str(next(b["content"] for b in system["blocks"] if b["block"] == "identity"))
+
+
+@pytest.mark.anyio
+async def test_one_scope_over_budget_at_start_never_blocks_other_edits(tmp_path: Path) -> None:
+    org = bigfoot_org(tmp_path / "org")
+    process = DaemonProcess(org, tmp_path / "state").start()
+    try:
+        async with await process.client() as client:
+            status = await client.call("daemon.status")
+            assert status["config_error"] is None
+            over = {(p["worker"], p["channel"], p["surface"]) for p in status["over_budget"]}
+            assert over == {
+                ("bigfoot", "ops", "session"),
+                ("bigfoot", "ops", "task"),
+                ("bigfoot", None, "direct"),
+            }
+            assert {(p["block"], p["size"], p["limit"]) for p in status["over_budget"]} == {
+                ("identity", 13_000 + len("<identity>\n\n</identity>\n"), 12_000)
+            }
+            first = await client.call("session.open", {"worker": "kestrel", "channel": "ops"})
+            await client.call("session.send", {"session": first["session"], "text": "hi"})
+            await client.call("session.close", {"session": first["session"]})
+
+            (org / "workers" / "kestrel" / "identity.md").write_text("You are Kestrel, v2.\n")
+            await status_until(
+                client, lambda s: s["config_generation"] > status["config_generation"]
+            )
+            second = await client.call("session.open", {"worker": "kestrel", "channel": "ops"})
+            await client.call("session.send", {"session": second["session"], "text": "hi"})
+            shown = await client.call("runs.show", {"run": second["session"]})
+            with pytest.raises(RpcError) as failure:
+                await client.call("session.open", {"worker": "bigfoot", "channel": "ops"})
+            later = await client.call("daemon.status")
+    finally:
+        process.stop()
+    assert "You are Kestrel, v2." in identity_of(shown["records"])
+    assert failure.value.code == 1001
+    assert failure.value.data["block"] == "identity"
+    assert "identity" in str(failure.value)
+    assert later["config_error"] is None
+    assert {p["worker"] for p in later["over_budget"]} == {"bigfoot"}
+    log = process.log()
+    assert "org edit rejected" not in log
+    assert "scope over budget, its runs fail until fixed: bigfoot session #ops" in log
+
+
+def test_check_fails_naming_the_scope_over_budget(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    org = bigfoot_org(tmp_path / "org")
+    assert main(["check", "--org", str(org)]) == 1
+    problems = capsys.readouterr().err.splitlines()
+    assert len(problems) == 1
+    assert "block 'identity' is 13024 characters, over its limit of 12000" in problems[0]
+    assert "bigfoot session #ops" in problems[0]
+    assert "kestrel" not in problems[0]
+
+
+@pytest.mark.anyio
+async def test_an_edit_over_budget_is_accepted_and_fails_only_its_scope(
+    served: InProcessDaemon, org_dir: Path
+) -> None:
+    async with await served.client() as client:
+        huge_purpose(org_dir)
+        status = await status_until(client, lambda s: bool(s["over_budget"]))
+        with pytest.raises(RpcError) as failure:
+            await client.call("session.open", {"worker": "ada", "channel": "general"})
+        elsewhere = await client.call("session.open", {"worker": "ada", "channel": "releases"})
+        await client.call("session.send", {"session": elsewhere["session"], "text": "fine"})
+    assert status["config_error"] is None
+    assert {(p["channel"], p["block"]) for p in status["over_budget"]} == {("general", "purpose")}
+    assert failure.value.code == 1001
+    assert failure.value.data["block"] == "purpose"

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from simulator import Conversation, Reply, Simulator, write_org
+from simulator import Conversation, Reply, Simulator, reported, write_org
 
 from rosterd.compiler import Boundary, SystemPrompt, TurnInput
 from rosterd.engines import (
@@ -112,8 +112,8 @@ async def test_coinciding_boundaries_merge_into_one_breakpoint(
 async def test_usage_counts_cached_tokens_inside_input(sim: Simulator, org: Org) -> None:
     engine = engine_for(sim)
     conversation = Conversation(org, "w1", "c1")
-    first = (await conversation.say(engine, "hello")).usage
-    second = (await conversation.say(engine, "and again")).usage
+    first = reported(await conversation.say(engine, "hello"))
+    second = reported(await conversation.say(engine, "and again"))
     await engine.aclose()
     # A fresh prompt is written whole; the next turn reads all of it back.
     assert first.cached_input_tokens == 0
@@ -129,7 +129,7 @@ async def test_cached_tokens_grow_across_an_append_only_conversation(
 ) -> None:
     engine = engine_for(sim)
     conversation = Conversation(org, "w0", "c1")
-    usages = [(await conversation.say(engine, f"step {i}")).usage for i in range(6)]
+    usages = [reported(await conversation.say(engine, f"step {i}")) for i in range(6)]
     await engine.aclose()
     cached = [u.cached_input_tokens for u in usages]
     assert cached[0] == 0
@@ -144,7 +144,7 @@ async def test_another_channel_reads_the_worker_prefix(sim: Simulator, org: Org)
     first = Conversation(org, "w0", "c0")
     await first.say(engine, "hello")
     other = Conversation(org, "w0", "c1")
-    usage = (await other.say(engine, "hello")).usage
+    usage = reported(await other.say(engine, "hello"))
     await engine.aclose()
     shared = other.system.boundaries[0].offset
     assert shared == first.system.boundaries[0].offset
@@ -156,7 +156,7 @@ async def test_nothing_is_read_after_the_cache_is_cleared(sim: Simulator, org: O
     conversation = Conversation(org, "w1", "c0")
     await conversation.say(engine, "hello")
     sim.clear_cache()
-    usage = (await conversation.say(engine, "again")).usage
+    usage = reported(await conversation.say(engine, "again"))
     await engine.aclose()
     assert usage.cached_input_tokens == 0
     assert usage.cache_write_tokens == usage.input_tokens
@@ -169,9 +169,9 @@ async def test_entries_expire_after_the_ttl(org: Org) -> None:
         conversation = Conversation(org, "w1", "c0")
         await conversation.say(engine, "hello")
         now[0] = 200.0
-        kept = (await conversation.say(engine, "within the ttl")).usage
+        kept = reported(await conversation.say(engine, "within the ttl"))
         now[0] = 600.0
-        expired = (await conversation.say(engine, "after the ttl")).usage
+        expired = reported(await conversation.say(engine, "after the ttl"))
         await engine.aclose()
     assert kept.cached_input_tokens > 0
     assert expired.cached_input_tokens == 0
@@ -181,7 +181,7 @@ async def test_prompts_under_the_minimum_are_not_cached(org: Org) -> None:
     async with Simulator(min_cacheable_tokens=100_000) as sim:
         engine = engine_for(sim)
         conversation = Conversation(org, "w1", "c0")
-        usages = [(await conversation.say(engine, t)).usage for t in ["a", "b"]]
+        usages = [reported(await conversation.say(engine, t)) for t in ["a", "b"]]
         await engine.aclose()
     assert [(u.cached_input_tokens, u.cache_write_tokens) for u in usages] == [(0, 0), (0, 0)]
 

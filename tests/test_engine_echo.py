@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from simulator import Conversation
+from simulator import Conversation, reported
 
 from rosterd.engines import EchoEngine, open_engine
 from rosterd.org import EngineConfig, load_org
@@ -30,9 +30,9 @@ async def test_echo_streams_a_deterministic_account(example_org: Path) -> None:
     assert "You said: ship the release notes" in text
     assert "message x1" in text
     assert f"system {len(conversation.system.text)} chars" in text
-    assert replies[0].usage.input_tokens > 0
-    assert replies[0].usage.output_tokens > 0
-    assert replies[0].usage.cached_input_tokens == 0
+    assert reported(replies[0]).input_tokens > 0
+    assert reported(replies[0]).output_tokens > 0
+    assert reported(replies[0]).cached_input_tokens == 0
 
 
 async def test_echo_counts_turns_of_the_transcript(example_org: Path) -> None:

@@ -197,3 +197,24 @@ async def test_a_rejected_key_is_never_shown(org: Org, kind: EngineKind) -> None
     assert "[redacted]" in str(caught.value)
     assert (caught.value.status, caught.value.retryable) == (401, False)
     assert len(sim.requests) == 1
+
+
+async def test_a_refusal_for_length_is_flagged_and_not_retried(
+    sim: Simulator, org: Org, kind: EngineKind
+) -> None:
+    too_long = (
+        Status(
+            400,
+            "This model's maximum context length is 8192 tokens.",
+            code="context_length_exceeded",
+        )
+        if kind == "openai"
+        else Status(400, "prompt is too long: 210000 tokens > 200000 maximum")
+    )
+    sim.script(too_long, Status(400, "max_tokens: must be positive"))
+    engine = make_engine(kind, url(sim, kind))
+    refused = await fail(engine, Conversation(org, "w0", "c0"))
+    other = await fail(make_engine(kind, url(sim, kind)), Conversation(org, "w0", "c0"))
+    assert (refused.status, refused.context_exceeded, refused.retryable) == (400, True, False)
+    assert (other.status, other.context_exceeded) == (400, False)
+    assert len(sim.requests) == 2

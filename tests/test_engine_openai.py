@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from simulator import Conversation, Reply, Simulator, write_org
+from simulator import Conversation, Reply, Simulator, reported, write_org
 
 from rosterd.compiler import TurnInput
 from rosterd.engines import OpenAIEngine
@@ -93,7 +93,7 @@ async def test_each_turn_extends_the_previous_request(sim: Simulator, org: Org) 
 async def test_usage_maps_prompt_and_cached_tokens(sim: Simulator, org: Org) -> None:
     engine = engine_for(sim)
     conversation = Conversation(org, "w0", "c0")
-    usages = [(await conversation.say(engine, f"turn {i} " * 40)).usage for i in range(8)]
+    usages = [reported(await conversation.say(engine, f"turn {i} " * 40)) for i in range(8)]
     await engine.aclose()
     first = usages[0]
     assert first.input_tokens > 1024
@@ -117,7 +117,7 @@ async def test_another_channel_of_the_worker_reuses_the_shared_prefix(
     reply = await other.say(engine, "hello")
     await engine.aclose()
     # Same route key, same identity/policy/connections prefix.
-    assert reply.usage.cached_input_tokens >= 1024
+    assert reported(reply).cached_input_tokens >= 1024
 
 
 async def test_no_authorization_header_without_a_key(org: Org) -> None:

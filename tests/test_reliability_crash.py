@@ -18,7 +18,7 @@ import anyio.to_thread
 import msgspec
 import pytest
 from harness import DaemonProcess, make_org
-from simulator import Delay, Simulator
+from simulator import Delay, Simulator, Stall
 
 from rosterd import RosterError
 from rosterd.client import RosterClient, RpcError
@@ -146,7 +146,12 @@ async def workload(
         match op:
             case "turn":
                 result = await client.call("session.send", {"session": session, "text": text})
-                turns = ledger.turns.setdefault(session, {})
+                if result["rolled_from"] is not None:
+                    # Memory grows every turn's input: a long round can pass
+                    # session_chars, and the pair continues in a new session.
+                    pair = next(p for p, s in ledger.sessions.items() if s == result["rolled_from"])
+                    ledger.sessions[pair] = result["run"]
+                turns = ledger.turns.setdefault(result["run"], {})
                 assert result["turn"] not in turns, "a turn number was reused"
                 turns[result["turn"]] = text
             case "memory":
@@ -245,13 +250,11 @@ async def test_sigterm_drains_50_in_flight_turns(tmp_path: Path, simulator: Simu
                 await anyio.sleep(0.01)
         assert process.process is not None
         process.process.send_signal(signal.SIGTERM)
-        await anyio.sleep(0.2)
+        await anyio.to_thread.run_sync(process.wait_notified, b"STOPPING=1")
         with pytest.raises(RosterError):  # draining: no new connections
             async with await process.client() as late:
                 await late.call("daemon.status")
-    daemon = process.process
-    assert daemon is not None
-    assert await anyio.to_thread.run_sync(daemon.wait, 30) == 0
+    assert await anyio.to_thread.run_sync(process.wait, 30) == 0
     assert sorted(results) == list(range(50))
     for n, result in results.items():
         assert result["turn"] == 1
@@ -262,6 +265,116 @@ async def test_sigterm_drains_50_in_flight_turns(tmp_path: Path, simulator: Simu
             .splitlines()
         ]
         assert roles == ["user", "assistant"], n
+    assert "drain cut short" not in process.log()
+
+
+def _roles(state: Path, run: str) -> list[str]:
+    lines = (state / "runs" / run / "transcript.jsonl").read_bytes().splitlines()
+    return [msgspec.json.decode(line)["role"] for line in lines]
+
+
+@pytest.mark.anyio
+async def test_drain_that_runs_out_answers_in_flight_turns_with_1010_and_records_them(
+    tmp_path: Path, simulator: Simulator
+) -> None:
+    engine = f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"'
+    org = make_org(tmp_path / "org", channels=2, engine=engine)
+    with (org / "org.toml").open("a") as toml:
+        toml.write("\n[daemon]\ndrain_s = 0.5\n")
+    process = DaemonProcess(org, tmp_path / "state").start()
+    simulator.script(*[Stall()] * 4)  # a provider that never answers
+    errors: dict[str, RpcError] = {}
+    sessions: dict[str, str] = {}
+
+    async def call(name: str, method: str, params: dict[str, Any]) -> None:
+        async with await process.client() as client:
+            if method == "session.send":
+                opened = await client.call("session.open", {"worker": "ada", "channel": name})
+                sessions[name] = params["session"] = opened["session"]
+            with pytest.raises(RpcError) as caught:
+                await client.call(method, params)
+            errors[name] = caught.value
+
+    async with await process.client() as client:
+        task = await client.call("task.submit", {"worker": "ada", "channel": "c0", "text": "t"})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call, "c0", "session.send", {"text": "first"})
+        tg.start_soon(call, "c1", "session.send", {"text": "other"})
+        tg.start_soon(call, "direct", "run.direct", {"worker": "ada", "text": "hi"})
+        with anyio.fail_after(20):
+            while len(simulator.requests) < 4:  # noqa: ASYNC110 - polled, no event to wait on
+                await anyio.sleep(0.01)
+        assert process.process is not None
+        process.process.send_signal(signal.SIGTERM)
+    assert await anyio.to_thread.run_sync(process.wait, 20) == 0
+    assert "drain cut short; interrupting 4 engine calls" in process.log()
+    assert {name: e.code for name, e in errors.items()} == {"c0": 1010, "c1": 1010, "direct": 1010}
+    assert "shutting down" in errors["c0"].message
+    for session in sessions.values():
+        assert _roles(process.state, session) == ["user", "error"]
+    runs = {
+        info["surface"]: info
+        for info in (
+            msgspec.json.decode(p.read_bytes()) for p in process.state.glob("runs/*/run.json")
+        )
+        if info["surface"] != "session"
+    }
+    for surface in ("direct", "task"):
+        assert runs[surface]["status"] == "interrupted", surface
+        assert "shutting down" in runs[surface]["error"]
+        assert _roles(process.state, runs[surface]["id"]) == ["user", "error"]
+
+    process.start()  # the provider answers again
+    try:
+        async with await process.client() as client:
+            opened = await client.call("session.open", {"worker": "ada", "channel": "c0"})
+            assert (opened["session"], opened["turns"]) == (sessions["c0"], 1)
+            result = await client.call("session.send", {"session": sessions["c0"], "text": "again"})
+            assert result["turn"] == 2
+            with anyio.fail_after(20):
+                while True:  # the task queued again by the stop runs after the restart
+                    if (await client.call("task.get", {"task": task["id"]}))["status"] == "done":
+                        break
+                    await anyio.sleep(0.05)
+    finally:
+        assert process.stop() == 0
+    assert _roles(process.state, sessions["c0"]) == ["user", "error", "user", "assistant"]
+    # The resumed request extends the interrupted one: its user turn is sent, the error never.
+    sent = [msgspec.json.decode(body)["messages"] for body in simulator.bodies()]
+    resumed = next(m for m in sent if any("again" in x["content"] for x in m))
+    assert [m["role"] for m in resumed] == ["system", "user", "user"]
+    assert "first" in resumed[1]["content"]
+
+
+@pytest.mark.anyio
+async def test_a_second_sigterm_stops_at_once_without_waiting_for_the_drain(
+    tmp_path: Path, simulator: Simulator
+) -> None:
+    engine = f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"'
+    org = make_org(tmp_path / "org", channels=1, engine=engine)
+    with (org / "org.toml").open("a") as toml:
+        toml.write("\n[daemon]\ndrain_s = 60\n")
+    process = DaemonProcess(org, tmp_path / "state").start()
+    simulator.script(Stall())
+    daemon = process.process
+    assert daemon is not None
+
+    async def stalled_turn() -> None:
+        async with await process.client() as client:
+            # No waiting means no reply either: that is what the second signal asks.
+            with pytest.raises(RosterError, match="closed the connection"):
+                await client.call("run.direct", {"worker": "ada", "text": "hi"})
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stalled_turn)
+        with anyio.fail_after(20):
+            while not simulator.requests:  # noqa: ASYNC110 - polled, no event to wait on
+                await anyio.sleep(0.01)
+            daemon.send_signal(signal.SIGTERM)
+            await anyio.to_thread.run_sync(process.wait_notified, b"STOPPING=1")
+        daemon.send_signal(signal.SIGTERM)
+        assert await anyio.to_thread.run_sync(process.wait, 10) == 0
+    assert "SIGTERM again: stopping without waiting" in process.log()
     assert "drain cut short" not in process.log()
 
 

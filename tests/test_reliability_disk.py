@@ -6,17 +6,21 @@ as root); where mounting is not permitted it is skipped with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
+import anyio.to_thread
 import pytest
 from harness import DaemonProcess
 
+from rosterd import StorageError
 from rosterd.client import RpcError
-from rosterd.stores import ChannelStore
+from rosterd.stores import ChannelStore, GateState, GateStore
 
 
 @pytest.fixture
@@ -73,6 +77,99 @@ async def test_a_gate_that_hits_a_full_disk_fails_1008_and_the_next_one_survives
     assert after["id"] not in listed
     lines = (tmpfs / "state" / "gates.jsonl").read_bytes().split(b"\n")
     assert all(b"yyyy" not in line for line in lines)
+
+
+@pytest.mark.anyio
+async def test_a_put_that_fails_while_another_is_in_flight_never_hands_its_id_out_twice(
+    tmpfs: Path,
+) -> None:
+    gates = await GateStore.open(tmpfs / "gates.jsonl")
+    outcomes: dict[str, GateState | StorageError] = {}
+
+    async def file(name: str, summary: str) -> None:
+        try:
+            outcomes[name] = await gates.file("ada", summary, 2.0, None, None)
+        except StorageError as exc:
+            outcomes[name] = exc
+
+    try:
+        first = await gates.file("ada", "first", 1.0, None, None)
+        filler = fill(tmpfs, 40_000)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(file, "big", "y" * 60_000)  # takes its id, then fails to append
+            tg.start_soon(file, "small", "x")  # takes its id while the big one is in flight
+        filler.unlink()
+        after = await gates.file("ada", "after", 3.0, None, None)
+    finally:
+        await gates.aclose()
+    small = outcomes["small"]
+    assert isinstance(outcomes["big"], StorageError) and isinstance(small, GateState)
+    assert len({first.id, small.id, after.id}) == 3
+    reopened = await GateStore.open(tmpfs / "gates.jsonl")
+    try:
+        stored = {g.id: g.summary for g in reopened.all()}
+        again = await reopened.file("ada", "again", 4.0, None, None)
+    finally:
+        await reopened.aclose()
+    assert stored == {first.id: "first", small.id: "x", after.id: "after"}
+    assert again.id not in stored
+
+
+async def chattr(flag: str, path: Path) -> None:
+    try:
+        done = await anyio.run_process(["chattr", flag, str(path)], check=False)
+    except OSError as exc:
+        pytest.skip(f"chattr not available: {exc}")
+    if done.returncode != 0:
+        pytest.skip(f"chattr {flag} not supported here: {done.stderr.decode().strip()}")
+
+
+@pytest.mark.anyio
+async def test_a_log_whose_cut_back_fails_refuses_every_later_append_and_restart_says_why(
+    org_dir: Path, tmp_path: Path, tmpfs: Path
+) -> None:
+    daemon = DaemonProcess(org_dir, tmpfs / "state", socket_path=tmp_path / "rosterd.sock")
+    gates = tmpfs / "state" / "gates.jsonl"
+    daemon.start()
+    try:
+        async with await daemon.client() as client:
+            first = await client.call("gate.file", {"worker": "ada", "summary": "first"})
+            # Append-only (chattr +a): writes go on, but the cut back is EPERM.
+            await chattr("+a", gates)
+            filler = fill(tmpfs, 40_000)
+            with pytest.raises(RpcError) as failed:
+                await client.call("gate.file", {"worker": "ada", "summary": "y" * 60_000})
+            filler.unlink()
+            with pytest.raises(RpcError) as stopped:
+                await client.call("gate.file", {"worker": "ada", "summary": "x"})
+            # Only that log stopped: other state is still written.
+            note = await client.call("memory.add", {"worker": "ada", "text": "still works"})
+        assert daemon.stop() == 0
+        assert (failed.value.code, failed.value.data["op"]) == (1008, "append")
+        assert stopped.value.code == 1008
+        assert stopped.value.data == {"op": "truncate after failed append", "errno": 1}
+        assert "gates.jsonl: stopped taking appends" in daemon.log()
+        assert not gates.read_bytes().endswith(b"\n")  # the failed append's bytes are there
+
+        # Recovery must cut that torn tail and cannot: a clear error, no traceback.
+        daemon.start(wait=False)
+        assert daemon.process is not None
+        assert await anyio.to_thread.run_sync(daemon.process.wait, 20) == 1
+        assert "gates.jsonl: truncate a torn tail failed: Operation not permitted" in daemon.log()
+        assert "Traceback" not in daemon.log()
+
+        await chattr("-a", gates)
+        daemon.start()
+        async with await daemon.client() as client:
+            listed = {g["id"]: g["summary"] for g in await client.call("gate.list", {})}
+            notes = await client.call("memory.list", {"worker": "ada"})
+    finally:
+        with contextlib.suppress(OSError):  # leave the file removable
+            await anyio.run_process(["chattr", "-a", str(gates)], check=False)
+        daemon.stop()
+    assert listed == {first["id"]: "first"}
+    assert note in notes
+    assert gates.read_bytes().endswith(b"\n")
 
 
 @pytest.mark.anyio

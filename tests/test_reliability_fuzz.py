@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from rosterd.daemon._protocol import LINE_LIMIT, METHODS
 
 CASES = 500
-ERROR_CODES = {-32700, -32600, -32601, -32602, *range(1000, 1008)}
+ERROR_CODES = {-32700, -32600, -32601, -32602, *range(1001, 1011)}
 FIELDS = sorted({f for kind in METHODS.values() for f in kind.__struct_encode_fields__})
 IDS = ["ada", "grace", "general", "releases", "../etc", "", "a" * 65, "g-1", "task-1", "m-1"]
 

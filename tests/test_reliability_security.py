@@ -12,7 +12,8 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,80 @@ async def test_a_client_of_an_allowed_uid_or_gid_is_served(
     assert added["result"]["text"] == "written by nobody"
     assert status["result"]["pid"] > 0
     assert not seen["closed"]
+
+
+# Opens connections as a given uid, each asking daemon.status, then holds them all
+# until stdin closes; prints each one's error code (0 when it was served).
+_HOLDER = """
+import json, socket, sys
+held, codes = [], []
+for _ in range(int(sys.argv[2])):
+    sock = socket.socket(socket.AF_UNIX)
+    sock.settimeout(10)
+    sock.connect(sys.argv[1])
+    try:
+        sock.sendall(b'{"jsonrpc":"2.0","id":1,"method":"daemon.status"}\\n')
+    except OSError:
+        pass  # a refusing daemon may close first; its refusal is still there to read
+    data = b""
+    try:
+        while not data.endswith(b"\\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass
+    reply = json.loads(data) if data else {"error": {"code": -1}}
+    codes.append(reply.get("error", {}).get("code", 0))
+    held.append(sock)
+print(json.dumps(codes), flush=True)
+sys.stdin.read()
+"""
+
+
+@asynccontextmanager
+async def holding(socket: Path, uid: int, count: int) -> AsyncIterator[list[int]]:
+    command = [
+        # gid nobody: the socket's group, so any of these uids may write it.
+        "setpriv", f"--reuid={uid}", f"--regid={NOBODY}", "--clear-groups",
+        str(SYSTEM_PYTHON), "-c", _HOLDER, str(socket), str(count),
+    ]  # fmt: skip
+    async with await anyio.open_process(command) as holder:
+        assert holder.stdout is not None and holder.stdin is not None
+        line = b""
+        with anyio.fail_after(20):
+            while not line.endswith(b"\n"):
+                line += await holder.stdout.receive()
+        try:
+            yield json.loads(line)
+        finally:
+            await holder.stdin.aclose()
+            await holder.wait()
+
+
+@pytest.mark.anyio
+async def test_one_uid_holds_at_most_its_share_of_connections_and_others_still_get_in(
+    org_dir: Path, tmp_path: Path, socket_dir: Path
+) -> None:
+    if reason := second_uid_available():
+        pytest.skip(reason)
+    other = NOBODY - 1
+    allow = f"allow_uids = [0, {NOBODY}, {other}]\nmax_connections = 8\nidle_timeout_s = 600\n"
+    process = start_shared(org_dir, tmp_path / "state", socket_dir, allow)
+    try:
+        # A quarter of max_connections each: the hog cannot take the rest.
+        async with (
+            holding(process.socket, NOBODY, 10) as hog,
+            holding(process.socket, other, 2) as neighbour,
+            await process.client() as client,
+        ):
+            status = await client.call("daemon.status")
+    finally:
+        process.stop()
+    assert hog == [0, 0] + [1007] * 8
+    assert neighbour == [0, 0]
+    assert status["sessions"] == 0
 
 
 # Secrets --------------------------------------------------------------------------

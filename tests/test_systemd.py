@@ -353,6 +353,9 @@ def test_service_unit_directives() -> None:
         "CapabilityBoundingSet": "",
         "AmbientCapabilities": "",
         "ReadOnlyPaths": "/etc/roster",
+        # Far above max_connections' default 1024 plus state files and providers:
+        # the usual soft limit of 1024 would run out of descriptors first.
+        "LimitNOFILE": "8192",
     }
     assert {key: _one(service, key) for key in expected} == expected
     assert service["SystemCallFilter"][0] == "@system-service"
@@ -381,7 +384,7 @@ def test_socket_unit_matches_the_service() -> None:
     assert _one(sock, "SocketUser") == _one(service, "User")
     assert _one(sock, "SocketGroup") == _one(service, "Group")
     assert _one(sock, "Service") == SERVICE.name
-    # SPEC: the socket lives at $RUNTIME_DIRECTORY/rosterd.sock.
+    # docs/protocol.md, Connecting: the socket lives at $RUNTIME_DIRECTORY/rosterd.sock.
     runtime = "/run/" + _one(service, "RuntimeDirectory")
     assert _one(sock, "ListenStream") == f"{runtime}/rosterd.sock"
     assert _one(units["Install"], "WantedBy") == "sockets.target"

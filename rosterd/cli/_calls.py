@@ -14,7 +14,7 @@ from typing import Any
 
 from ..client import RosterClient
 from ..compiler import ChannelMessage, MemoryItem
-from ..daemon import StatusResult, TurnResult
+from ..daemon import StatusResult, TurnResult, describe_over_budget
 from ..stores import GateState, TaskState
 from ._chat import stream_deltas
 from ._output import convert, emit_json, read_text, short, table, when
@@ -210,6 +210,8 @@ async def status(args: argparse.Namespace, socket: Path) -> int:
     print(f"config generation {info.config_generation}, loaded {when(info.config_loaded_at)}")
     if info.config_error is not None:
         print(f"config error (last good configuration in force): {info.config_error}")
+    for problem in info.over_budget:
+        print(f"over budget (its runs fail): {describe_over_budget(problem)}")
     return 0
 
 

@@ -61,6 +61,7 @@ async def chat(path: Path, worker: str, channel: str, sender: str, wait_s: float
             f"session {opened.session} with {worker} in #{channel}{resumed}. Ctrl-D to leave.",
             file=sys.stderr,
         )
+        session = opened.session
         while True:
             sys.stderr.write(f"{sender}> ")
             sys.stderr.flush()
@@ -71,7 +72,7 @@ async def chat(path: Path, worker: str, channel: str, sender: str, wait_s: float
             text = line.rstrip("\n")
             if not text.strip():
                 continue
-            params = {"session": opened.session, "text": text, "from": sender}
+            params = {"session": session, "text": text, "from": sender}
             try:
                 result = await client.call("session.send", params, stream_deltas)
             except RpcError as exc:
@@ -79,4 +80,7 @@ async def chat(path: Path, worker: str, channel: str, sender: str, wait_s: float
                 continue
             turn = convert(result, TurnResult, "session.send reply")
             print()
+            if turn.rolled_from is not None:
+                session = turn.run
+                print(f"session {turn.rolled_from} rolled over to {session}", file=sys.stderr)
             print(summary_line(turn), file=sys.stderr)

@@ -22,13 +22,14 @@ it is a list of ``{turn, system, messages: [{role, content}]}`` instead.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 
 from .._errors import RosterError
 from ..compiler import ContextRecord
-from ..sessions import RunInfo, RunStore, TranscriptEntry, TurnRequest, turn_requests
+from ..sessions import RunInfo, RunStore, TranscriptEntry, TurnRequest, context_page
 from ._output import emit_json, table, when
 from ._show import UsageSummary, render_show, summarise_usage
 
@@ -102,9 +103,17 @@ async def runs_show(state: Path, run: str, as_json: bool) -> int:
     return 0
 
 
-async def turn_requests_of(state: Path, run: str, every: bool) -> list[TurnRequest]:
-    report = await _report(state, run)
-    return turn_requests(run, report.records, report.transcript, every=every)
+def _pages(report: RunReport, every: bool) -> Iterator[list[TurnRequest]]:
+    """The run's requests a page at a time, as ``runs.context`` serves them."""
+    after = 0
+    while True:
+        page = context_page(
+            report.info.id, report.records, report.transcript, every=every, after=after
+        )
+        yield page.turns
+        if page.next is None:
+            return
+        after = page.next
 
 
 def render_context(requests: list[TurnRequest]) -> bytes:
@@ -124,12 +133,28 @@ def render_context(requests: list[TurnRequest]) -> bytes:
     return b"".join(out)
 
 
+def _json_items(requests: list[TurnRequest]) -> list[bytes]:
+    """Each request as ``emit_json`` would indent it inside the whole list."""
+    return [
+        b"  " + msgspec.json.format(msgspec.json.encode(r), indent=2).replace(b"\n", b"\n  ")
+        for r in requests
+    ]
+
+
 async def runs_context(state: Path, run: str, every: bool, as_json: bool) -> int:
-    requests = await turn_requests_of(state, run, every)
-    if as_json:
-        emit_json(requests)
-        return 0
+    report = await _report(state, run)
     sys.stdout.flush()
-    sys.stdout.buffer.write(render_context(requests))
-    sys.stdout.buffer.flush()
+    out = sys.stdout.buffer
+    # Page by page, so a long session's every-turn output (quadratic in its
+    # turns) is never held whole; the bytes are those of the list at once.
+    separator = b"[\n"
+    for requests in _pages(report, every):
+        if as_json:
+            out.write(separator + b",\n".join(_json_items(requests)))
+            separator = b",\n"
+        else:
+            out.write(render_context(requests))
+    if as_json:
+        out.write(b"\n]\n")
+    out.flush()
     return 0

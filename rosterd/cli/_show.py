@@ -1,7 +1,8 @@
 """``roster server runs show``: a run's trace, explained for people.
 
 Per compilation: every block with its status (included, shrunk, omitted,
-absent, failed), counts and the reason, the budget arithmetic, the cache
+absent, failed), counts and the reason, what a session turn left out
+because the conversation already holds it, the budget arithmetic, the cache
 boundaries with offsets and prefix hashes, and the route key. Then the
 provider-reported usage per turn with the daemon's cache verdict (the reuse
 the compiler made possible against what the provider reported), and the
@@ -10,11 +11,13 @@ run's cache-read ratio (cached input tokens over all input tokens).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import msgspec
 
 from ..compiler import BlockTrace, BoundaryCheck, BudgetTrace, ContextRecord
+from ..engines import Usage
 from ..sessions import CacheCheck, RunInfo, TranscriptEntry
 from ._output import short, table, when
 
@@ -30,19 +33,21 @@ _BOUNDARY_LABEL = {
 _SHRINK = {
     "memory": "lowest-ranked items dropped to fit",
     "history": "oldest messages dropped to fit",
+    "backlog": "oldest messages dropped to fit; an envelope counts them",
     "briefing": "gates dropped to fit; the continuation is kept",
 }
 
 
 class TurnUsage(msgspec.Struct, frozen=True):
-    """One turn's usage; ``cache`` is the daemon's verdict on its reuse."""
+    """One turn's usage, ``None`` where the provider reported none; ``cache``
+    is the daemon's verdict on its reuse."""
 
     turn: int
-    input_tokens: int
-    cached_input_tokens: int
-    uncached_input_tokens: int
-    cache_write_tokens: int
-    output_tokens: int
+    input_tokens: int | None
+    cached_input_tokens: int | None
+    uncached_input_tokens: int | None
+    cache_write_tokens: int | None
+    output_tokens: int | None
     cache: CacheCheck | None = None
 
 
@@ -61,28 +66,35 @@ class UsageSummary(msgspec.Struct, frozen=True):
 
 def summarise_usage(entries: Sequence[TranscriptEntry]) -> UsageSummary:
     turns = [
-        TurnUsage(
-            turn=e.turn,
-            input_tokens=e.usage.input_tokens,
-            cached_input_tokens=e.usage.cached_input_tokens,
-            uncached_input_tokens=e.usage.input_tokens - e.usage.cached_input_tokens,
-            cache_write_tokens=e.usage.cache_write_tokens,
-            output_tokens=e.usage.output_tokens,
-            cache=e.cache,
-        )
+        _turn_usage(e.turn, e.usage, e.cache)
         for e in entries
-        if e.role == "assistant" and e.usage is not None
+        if e.role == "assistant" and (e.usage is not None or e.cache is not None)
     ]
-    total_in = sum(t.input_tokens for t in turns)
-    cached = sum(t.cached_input_tokens for t in turns)
+    known = [e.usage for e in entries if e.role == "assistant" and e.usage is not None]
+    total_in = sum(u.input_tokens for u in known)
+    cached = sum(u.cached_input_tokens for u in known)
     return UsageSummary(
         turns=turns,
         input_tokens=total_in,
         cached_input_tokens=cached,
         uncached_input_tokens=total_in - cached,
-        cache_write_tokens=sum(t.cache_write_tokens for t in turns),
-        output_tokens=sum(t.output_tokens for t in turns),
+        cache_write_tokens=sum(u.cache_write_tokens for u in known),
+        output_tokens=sum(u.output_tokens for u in known),
         cache_read_ratio=cached / total_in if total_in else None,
+    )
+
+
+def _turn_usage(turn: int, usage: Usage | None, cache: CacheCheck | None) -> TurnUsage:
+    if usage is None:
+        return TurnUsage(turn, None, None, None, None, None, cache)
+    return TurnUsage(
+        turn=turn,
+        input_tokens=usage.input_tokens,
+        cached_input_tokens=usage.cached_input_tokens,
+        uncached_input_tokens=usage.input_tokens - usage.cached_input_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        output_tokens=usage.output_tokens,
+        cache=cache,
     )
 
 
@@ -103,6 +115,10 @@ def render_show(
         lines.append(f"  task {info.task}")
     if info.error:
         lines.append(f"  error: {info.error}")
+    if info.rolled_from:
+        lines.append(f"  rolled over from {info.rolled_from}: {info.rollover}")
+    if info.rolled_to:
+        lines.append(f"  rolled over to {info.rolled_to}: {info.rollover}")
     turns = {e.turn for e in transcript if e.role == "user"}
     lines.append(f"  {len(records)} compilation(s), {len(turns)} turn(s) sent to the engine")
     for number, record in enumerate(records, 1):
@@ -137,11 +153,16 @@ def _compilation(number: int, count: int, record: ContextRecord) -> list[str]:
         f"  policy v{record.policy.version} ({record.policy.sha256[:_HASH]}) · "
         f"engine {record.engine_fingerprint[:_HASH]}"
     )
+    if record.rollover is not None:
+        lines.append(f"  continues session {record.rollover.previous}: {record.rollover.reason}")
     if record.kind != "turn" and record.route_key is not None:
         lines.append(f"  route key {record.route_key}")
     if record.cache:
         lines.append(_stability(record.cache))
     lines.append(_blocks(record.blocks))
+    held = _already_shown(record.blocks)
+    if held:
+        lines.append(f"  already in the conversation, left out: {held}")
     if record.budget is not None:
         lines.extend(_budget(record.budget, record.blocks))
     if record.kind != "turn" and record.boundaries:
@@ -191,11 +212,28 @@ def _why(block: BlockTrace) -> str:
         case "omitted":
             return f"all {block.omitted} dropped: no room left in the budget"
         case "absent":
+            if block.already_shown:
+                return "nothing new: all in the conversation already"
             if block.source.startswith("store:"):
                 return "nothing stored for this scope"
             return block.source
         case _:
             return "over its limit; see failed above"
+
+
+def _already_shown(blocks: Sequence[BlockTrace]) -> str:
+    """E.g. ``memory 18 (16 since turn 1, 2 since turn 4) · briefing 3 (since turn 1)``."""
+    parts = []
+    for block in blocks:
+        if not block.already_shown:
+            continue
+        since = sorted(Counter(item.since for item in block.already_shown).items())
+        if len(since) == 1:
+            detail = f"since turn {since[0][0]}"
+        else:
+            detail = ", ".join(f"{count} since turn {turn}" for turn, count in since)
+        parts.append(f"{block.block} {len(block.already_shown)} ({detail})")
+    return " · ".join(parts)
 
 
 def _budget(budget: BudgetTrace, blocks: Sequence[BlockTrace]) -> list[str]:
@@ -205,12 +243,13 @@ def _budget(budget: BudgetTrace, blocks: Sequence[BlockTrace]) -> list[str]:
         limit = limits.get(name)
         return f"{name} {used}" + (f"/{limit}" if limit is not None else "")
 
-    advisory = budget.memory + budget.history + budget.briefing
+    advisory = budget.memory + budget.history + budget.backlog + budget.briefing
     return [
         f"  budget: total {budget.total} - system {budget.system} - request {budget.request}"
         f" = advisory room {budget.advisory}",
         f"          {capped('memory', budget.memory)} + {capped('history', budget.history)}"
-        f" + {capped('briefing', budget.briefing)} = {advisory} of {budget.advisory}",
+        f" + {capped('backlog', budget.backlog)} + {capped('briefing', budget.briefing)}"
+        f" = {advisory} of {budget.advisory}",
         f"          used {budget.used} of {budget.total} ({budget.total - budget.used} left)",
     ]
 
@@ -224,11 +263,16 @@ def _usage(usage: UsageSummary) -> list[str]:
     rows: list[tuple[object, ...]] = [
         (
             t.turn,
-            t.input_tokens,
-            t.cached_input_tokens,
-            t.uncached_input_tokens,
-            t.cache_write_tokens,
-            t.output_tokens,
+            *(
+                "-" if n is None else n
+                for n in (
+                    t.input_tokens,
+                    t.cached_input_tokens,
+                    t.uncached_input_tokens,
+                    t.cache_write_tokens,
+                    t.output_tokens,
+                )
+            ),
             t.cache.expected_tokens if t.cache else "-",
             t.cache.verdict if t.cache else "-",
         )

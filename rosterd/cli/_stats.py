@@ -42,11 +42,13 @@ async def collect(state: Path, worker: str | None, channel: str | None) -> Cache
     turns = input_tokens = cached = 0
     for info in runs:
         for entry in await store.transcript(info.id):
-            if entry.role != "assistant" or entry.usage is None:
+            if entry.role != "assistant":
                 continue
             turns += 1
-            input_tokens += entry.usage.input_tokens
-            cached += entry.usage.cached_input_tokens
+            # A turn whose usage was not reported counts no tokens, not zero ones.
+            if entry.usage is not None:
+                input_tokens += entry.usage.input_tokens
+                cached += entry.usage.cached_input_tokens
             if entry.cache is None:
                 continue
             verdicts[entry.cache.verdict] += 1

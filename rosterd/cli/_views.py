@@ -21,6 +21,8 @@ def summary_line(turn: TurnResult) -> str:
     tokens = (
         f"tokens {usage.input_tokens} in ({usage.cached_input_tokens} cached), "
         f"{usage.output_tokens} out"
+        if usage is not None
+        else "tokens not reported"
     )
     budget = f"{turn.used}/{turn.total} chars"
     return f"[{turn.run} turn {turn.turn}: {' · '.join(parts)} · {budget} · {tokens}]"

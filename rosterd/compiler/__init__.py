@@ -5,14 +5,26 @@ No IO happens here. The daemon loads the org and the stores, calls
 trace record (or ``CompileError.record``) and only then calls an engine.
 """
 
+from ._audit import OverBudget, over_budget
 from ._envelopes import BLOCK_TYPES, render_line
 from ._gates import GateIndex, GateView
-from ._inputs import ChannelMessage, Continuation, Gate, MemoryItem, RunMeta, TurnInput
+from ._inputs import (
+    ChannelMessage,
+    Continuation,
+    Gate,
+    MemoryItem,
+    RunMeta,
+    Shown,
+    ShownItems,
+    TurnInput,
+)
 from ._memory import MemoryIndex, MemoryView, rank_memory
 from ._policy import POLICY_SHA256, POLICY_TEXT, POLICY_VERSION
+from ._shown import ShownKind, shown_in
 from ._stability import PrefixState, check_prefix, prefix_state
 from ._system import SystemPrompt, compile_system, route_key
 from ._trace import (
+    AlreadyShown,
     BlockStatus,
     BlockTrace,
     Boundary,
@@ -23,6 +35,7 @@ from ._trace import (
     FailureTrace,
     PolicyTrace,
     RecordKind,
+    RolloverTrace,
 )
 from ._turn import Compilation, compile_run, compile_turn, iso_time
 
@@ -31,6 +44,7 @@ __all__ = (
     "POLICY_SHA256",
     "POLICY_TEXT",
     "POLICY_VERSION",
+    "AlreadyShown",
     "BlockStatus",
     "BlockTrace",
     "Boundary",
@@ -48,10 +62,15 @@ __all__ = (
     "MemoryIndex",
     "MemoryItem",
     "MemoryView",
+    "OverBudget",
     "PolicyTrace",
     "PrefixState",
     "RecordKind",
+    "RolloverTrace",
     "RunMeta",
+    "Shown",
+    "ShownItems",
+    "ShownKind",
     "SystemPrompt",
     "TurnInput",
     "check_prefix",
@@ -59,8 +78,10 @@ __all__ = (
     "compile_system",
     "compile_turn",
     "iso_time",
+    "over_budget",
     "prefix_state",
     "rank_memory",
     "render_line",
     "route_key",
+    "shown_in",
 )

@@ -23,6 +23,7 @@ __all__ = (
     "HistoryEnvelope",
     "MemoryEnvelope",
     "MessageEnvelope",
+    "MessagesOmitted",
     "TaskEnvelope",
     "render_line",
     "render_lines",
@@ -69,6 +70,12 @@ class MessageEnvelope(msgspec.Struct, frozen=True, tag_field="block", tag="messa
     text: str
 
 
+class MessagesOmitted(msgspec.Struct, frozen=True, tag_field="block", tag="message"):
+    """Leads the messages posted since the last turn when older ones were dropped."""
+
+    omitted: int
+
+
 class TaskEnvelope(msgspec.Struct, frozen=True, tag_field="block", tag="task"):
     run: str
     at: str
@@ -82,6 +89,7 @@ Envelope = (
     | BriefingOmitted
     | HistoryEnvelope
     | MessageEnvelope
+    | MessagesOmitted
     | TaskEnvelope
 )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from itertools import islice
 
 from ._inputs import Gate
@@ -31,6 +31,11 @@ class GateIndex:
         self._open: dict[str | None, list[_Entry]] = {}
         self._totals: dict[str | None, tuple[int, int]] = {}
         self._entries: dict[str, _Entry] = {}
+        # Every gate ever added, by id, for sessions to find those they
+        # showed; only added to, so a view may read it from a thread. An id
+        # given twice (plain inputs can repeat one) keeps the others aside.
+        self._filed: dict[str, _Entry] = {}
+        self._more_filed: dict[str, list[_Entry]] = {}
         self._added = 0
         for gate in gates:
             self.add(gate)
@@ -45,6 +50,8 @@ class GateIndex:
         entry = (gate.filed_at, gate.id, self._added, gate)
         self._added += 1
         self._entries[gate.id] = entry
+        if self._filed.setdefault(gate.id, entry) is not entry:
+            self._more_filed.setdefault(gate.id, []).append(entry)
         entries = self._open.setdefault(gate.channel, [])
         if not entries or entries[-1] < entry:
             entries.append(entry)
@@ -65,7 +72,7 @@ class GateIndex:
     def snapshot(self, resolved: Iterable[Gate] = ()) -> GateView:
         """Open gates now, plus *resolved* ones to show once with their outcome."""
         return GateView(
-            self.worker,
+            self,
             {channel: (entries, len(entries)) for channel, entries in self._open.items()},
             dict(self._totals),
             tuple(resolved),
@@ -83,16 +90,17 @@ def _raw_chars(gate: Gate) -> int:
 class GateView:
     """What one compilation may brief: a snapshot of a ``GateIndex``."""
 
-    __slots__ = ("_open", "_totals", "resolved", "worker")
+    __slots__ = ("_index", "_open", "_totals", "resolved", "worker")
 
     def __init__(
         self,
-        worker: str,
+        index: GateIndex,
         open_gates: dict[str | None, tuple[list[_Entry], int]],
         totals: dict[str | None, tuple[int, int]],
         resolved: tuple[Gate, ...],
     ) -> None:
-        self.worker = worker
+        self.worker = index.worker
+        self._index = index
         self._open = open_gates
         self._totals = totals
         self.resolved = resolved
@@ -108,12 +116,36 @@ class GateView:
             count, chars = count + more, chars + more_chars
         return count, chars
 
-    def open(self, channel: str | None) -> Iterator[Gate]:
-        """Open gates a run in *channel* sees, oldest first."""
+    def open_with_ids(self, ids: Iterable[str], channel: str | None) -> list[tuple[int, Gate]]:
+        """The open gates a run in *channel* sees with one of *ids*, oldest first.
+
+        Each comes with its ordinal, which ``open`` takes to leave it out.
+        """
+        index = self._index
+        found: list[_Entry] = []
+        for gate_id in ids:
+            first = index._filed.get(gate_id)
+            if first is not None:
+                found.append(first)
+                found.extend(index._more_filed.get(gate_id, ()))
+        return [(entry[2], entry[3]) for entry in sorted(found) if self._holds(entry, channel)]
+
+    def open(self, channel: str | None, leave_out: Container[int] = frozenset()) -> Iterator[Gate]:
+        """Open gates a run in *channel* sees, oldest first, but those in *leave_out*."""
         channels = (None,) if channel is None else (None, channel)
         lists = [self._open[c] for c in channels if c in self._open]
         for entry in heapq.merge(*(islice(entries, size) for entries, size in lists)):
-            yield entry[3]
+            if entry[2] not in leave_out:
+                yield entry[3]
+
+    def _holds(self, entry: _Entry, channel: str | None) -> bool:
+        """Whether *entry* is open in this snapshot and seen from *channel*."""
+        filed_for = entry[3].channel
+        if filed_for not in (None, channel) or filed_for not in self._open:
+            return False
+        entries, size = self._open[filed_for]
+        at = bisect_left(entries, entry, 0, size)
+        return at < size and entries[at] is entry
 
 
 def gate_view(gates: GateView | Iterable[Gate], worker: str) -> GateView:

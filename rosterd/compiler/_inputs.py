@@ -6,6 +6,7 @@ run's scope itself, so selection never depends on text inside a message.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -14,7 +15,16 @@ if TYPE_CHECKING:
     from ._gates import GateView
     from ._memory import MemoryView
 
-__all__ = ("ChannelMessage", "Continuation", "Gate", "MemoryItem", "RunMeta", "TurnInput")
+__all__ = (
+    "ChannelMessage",
+    "Continuation",
+    "Gate",
+    "MemoryItem",
+    "RunMeta",
+    "Shown",
+    "ShownItems",
+    "TurnInput",
+)
 
 
 class MemoryItem(msgspec.Struct, frozen=True):
@@ -52,13 +62,15 @@ class Continuation(msgspec.Struct, frozen=True):
     note: str = ""
 
 
-class ChannelMessage(msgspec.Struct, frozen=True):
-    """One message of a channel's log, as history for a fresh session."""
+class ChannelMessage(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One message of a channel's log, as history for a fresh session and as
+    backlog for a later turn; ``run`` is the session whose turn posted it."""
 
     seq: int
     sender: str
     text: str
     at: float
+    run: str | None = None
 
 
 class RunMeta(msgspec.Struct, frozen=True):
@@ -69,13 +81,33 @@ class RunMeta(msgspec.Struct, frozen=True):
     now: float
 
 
+class Shown(msgspec.Struct, frozen=True):
+    """An envelope a session already sent: the sha256 of its line, and the
+    turn that sent it."""
+
+    sha256: str
+    turn: int
+
+
+class ShownItems(msgspec.Struct, frozen=True):
+    """What a session's conversation already holds, by memory item id and
+    by gate id."""
+
+    memory: Mapping[str, Shown]
+    gates: Mapping[str, Shown]
+
+
 class TurnInput(msgspec.Struct, frozen=True):
     """The fresh input of one run or turn.
 
     ``history`` is ``None`` except on the first turn of a fresh session, when
-    it holds the channel's recent messages snapshotted at wake. ``memory``
-    and ``gates`` are plain items or the stores' indexed snapshots, which
-    let a compilation read only what it can show.
+    it holds the channel's recent messages snapshotted at wake. ``backlog``
+    holds what others posted in the channel since the session last looked,
+    oldest first; ``backlog_omitted`` counts older ones not even passed.
+    ``shown`` is ``None`` outside sessions: a task or direct run is one
+    compilation, and everything in scope is new to it. ``memory`` and
+    ``gates`` are plain items or the stores' indexed snapshots, which let a
+    compilation read only what it can show.
     """
 
     text: str
@@ -84,3 +116,6 @@ class TurnInput(msgspec.Struct, frozen=True):
     gates: tuple[Gate, ...] | GateView = ()
     continuation: Continuation | None = None
     history: tuple[ChannelMessage, ...] | None = None
+    shown: ShownItems | None = None
+    backlog: tuple[ChannelMessage, ...] = ()
+    backlog_omitted: int = 0

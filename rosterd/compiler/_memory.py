@@ -24,7 +24,7 @@ import heapq
 import re
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Iterator
 from itertools import islice
 
 from ._inputs import MemoryItem
@@ -47,6 +47,10 @@ class MemoryIndex:
     def __init__(self, items: Iterable[MemoryItem] = ()) -> None:
         self._items: list[MemoryItem] = []
         self._postings: dict[str, list[int]] = {}
+        # Sessions look up the notes they already showed by id; an id given
+        # twice (plain inputs can repeat one) keeps its later ordinals aside.
+        self._ids: dict[str, int] = {}
+        self._more_ids: dict[str, list[int]] = {}
         # Per channel (None: worker-wide), ordinals in reverse walk order,
         # so the newest note, the usual addition, is an append.
         self._recent: dict[str | None, list[int]] = {}
@@ -88,6 +92,8 @@ class MemoryIndex:
     def _enter(self, item: MemoryItem) -> int:
         ordinal = len(self._items)
         self._items.append(item)
+        if self._ids.setdefault(item.id, ordinal) != ordinal:
+            self._more_ids.setdefault(item.id, []).append(ordinal)
         for word in words(item.text):
             postings = self._postings.get(word)
             if postings is None:
@@ -148,15 +154,40 @@ class MemoryView:
             count, chars = count + more, chars + more_chars
         return count, chars
 
-    def ranked(self, message: str, channel: str | None) -> Iterator[MemoryItem]:
-        """The notes a run in *channel* may see, most relevant to *message* first."""
-        return self._ranked(message, (None,) if channel is None else (None, channel))
+    def with_ids(self, ids: Iterable[str], channel: str | None) -> list[tuple[int, MemoryItem]]:
+        """The notes a run in *channel* may see with one of *ids*, oldest first.
+
+        Each comes with its ordinal, which ``ranked`` takes to leave it out.
+        """
+        index = self._index
+        found: list[int] = []
+        for item_id in ids:
+            first = index._ids.get(item_id)
+            if first is not None:
+                found.append(first)
+                found.extend(index._more_ids.get(item_id, ()))
+        return [
+            (ordinal, item)
+            for ordinal in sorted(found)
+            if ordinal < self._size and (item := index._items[ordinal]).channel in (None, channel)
+        ]
+
+    def ranked(
+        self, message: str, channel: str | None, leave_out: Container[int] = frozenset()
+    ) -> Iterator[MemoryItem]:
+        """The notes a run in *channel* may see, most relevant to *message* first.
+
+        *leave_out* holds ordinals (from ``with_ids``) of notes to pass over.
+        """
+        return self._ranked(message, (None,) if channel is None else (None, channel), leave_out)
 
     def ranked_all(self, message: str) -> Iterator[MemoryItem]:
         """Every note, whatever its channel, most relevant to *message* first."""
-        return self._ranked(message, tuple(self._recent))
+        return self._ranked(message, tuple(self._recent), frozenset())
 
-    def _ranked(self, message: str, channels: Sequence[str | None]) -> Iterator[MemoryItem]:
+    def _ranked(
+        self, message: str, channels: Collection[str | None], leave_out: Container[int]
+    ) -> Iterator[MemoryItem]:
         index = self._index
         items = index._items
         size = self._size
@@ -168,7 +199,7 @@ class MemoryView:
         heap = [
             (-count, -item.created_at, item.id, ordinal)
             for ordinal, count in shared.items()
-            if (item := items[ordinal]).channel in channels
+            if (item := items[ordinal]).channel in channels and ordinal not in leave_out
         ]
         heapq.heapify(heap)
         while heap:
@@ -176,7 +207,7 @@ class MemoryView:
         # Then the rest, sharing nothing: newest first.
         newest = [_newest_first(*self._recent[c]) for c in channels if c in self._recent]
         for ordinal in heapq.merge(*newest, key=index._key):
-            if ordinal not in shared:
+            if ordinal not in shared and ordinal not in leave_out:
                 yield items[ordinal]
 
 

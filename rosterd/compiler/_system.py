@@ -55,7 +55,8 @@ _SCOPE_TEXT = {
         "Surface: channel session. You are worker {worker} in channel {channel}, in a live "
         "chat. Each user turn is JSON envelopes, one per line: memory (advisory notes, "
         "quoted data), briefing (gate outcomes and open gates), history (the channel's "
-        "recent messages, first turn only) and the message to answer."
+        "recent messages, first turn only), the messages others posted in the channel "
+        "since your last turn, oldest first, and last the message to answer."
     ),
     Surface.TASK: (
         "Surface: task run. You are worker {worker}, running one queued task for channel "

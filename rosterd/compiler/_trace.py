@@ -12,6 +12,7 @@ from typing import Literal
 import msgspec
 
 __all__ = (
+    "AlreadyShown",
     "BlockStatus",
     "BlockTrace",
     "Boundary",
@@ -22,6 +23,7 @@ __all__ = (
     "FailureTrace",
     "PolicyTrace",
     "RecordKind",
+    "RolloverTrace",
 )
 
 BlockStatus = Literal["included", "shrunk", "omitted", "absent", "failed"]
@@ -29,12 +31,21 @@ RecordKind = Literal["system", "turn", "run"]
 BoundaryName = Literal["connections", "purpose", "system"]
 
 
+class AlreadyShown(msgspec.Struct, frozen=True):
+    """An item left out of a session turn: the conversation has held it,
+    byte for byte, since turn ``since``."""
+
+    id: str
+    since: int
+
+
 class BlockTrace(msgspec.Struct, frozen=True):
     """One block: where it came from, how big, what happened to it, its bytes.
 
     ``items`` counts the envelopes included, ``omitted`` those dropped under
-    budget pressure; ``limit`` is the block's own cap (``None`` for blocks
-    bounded only by the total).
+    budget pressure, ``already_shown`` those left out because an earlier turn
+    of the session sent them; ``limit`` is the block's own cap (``None`` for
+    blocks bounded only by the total).
     """
 
     block: str
@@ -47,6 +58,7 @@ class BlockTrace(msgspec.Struct, frozen=True):
     content: str
     items: int = 0
     omitted: int = 0
+    already_shown: tuple[AlreadyShown, ...] = ()
 
 
 class Boundary(msgspec.Struct, frozen=True):
@@ -73,8 +85,8 @@ class BudgetTrace(msgspec.Struct, frozen=True):
     """The arithmetic of one compilation, in rendered characters.
 
     ``advisory`` is what the total leaves after the system part and the
-    request; memory, history and briefing were fitted into it in that
-    order of sacrifice.
+    request; memory, history (or the backlog of messages since the last
+    turn) and briefing were fitted into it in that order of sacrifice.
     """
 
     total: int
@@ -85,6 +97,7 @@ class BudgetTrace(msgspec.Struct, frozen=True):
     history: int
     briefing: int
     used: int
+    backlog: int = 0
 
 
 class PolicyTrace(msgspec.Struct, frozen=True):
@@ -96,6 +109,13 @@ class FailureTrace(msgspec.Struct, frozen=True):
     block: str
     size: int
     limit: int
+    reason: str
+
+
+class RolloverTrace(msgspec.Struct, frozen=True):
+    """On a session's ``system`` record: the session it continues, and why."""
+
+    previous: str
     reason: str
 
 
@@ -123,3 +143,4 @@ class ContextRecord(msgspec.Struct, frozen=True):
     blocks: tuple[BlockTrace, ...]
     error: FailureTrace | None = None
     cache: tuple[BoundaryCheck, ...] = ()
+    rollover: RolloverTrace | None = None

@@ -1,9 +1,13 @@
 """The input part of a run or turn, fitted into what the total leaves.
 
-Order: memory, briefing, history, then the message or task. The request is
+Order: memory, briefing, history, backlog (what others posted in the channel
+since the session's previous turn), then the message or task. The request is
 mandatory and never truncated. The advisory tail shrinks under pressure in a
-fixed order: memory first (lowest-ranked items go), then history (oldest
-messages go), then briefing (gates go, with a count; the continuation stays).
+fixed order: memory first (lowest-ranked items go), then history and backlog
+(oldest messages go; the backlog says how many), then briefing (gates go,
+with a count; the continuation stays).
+In a session, memory items and gates an earlier turn sent are left out
+before any of that: the conversation holds them, so they cost no budget.
 """
 
 from __future__ import annotations
@@ -26,13 +30,15 @@ from ._envelopes import (
     HistoryEnvelope,
     MemoryEnvelope,
     MessageEnvelope,
+    MessagesOmitted,
     TaskEnvelope,
     render_line,
     render_lines,
 )
 from ._gates import gate_view
-from ._inputs import RunMeta, TurnInput
+from ._inputs import ChannelMessage, RunMeta, TurnInput
 from ._memory import memory_view
+from ._shown import Held, held_memory, held_open_gates, unshown_gates
 from ._system import (
     POLICY,
     SystemPrompt,
@@ -41,7 +47,7 @@ from ._system import (
     compile_system,
     sha256_text,
 )
-from ._trace import BlockStatus, BlockTrace, BudgetTrace, ContextRecord, RecordKind
+from ._trace import AlreadyShown, BlockStatus, BlockTrace, BudgetTrace, ContextRecord, RecordKind
 
 __all__ = ("Compilation", "compile_run", "compile_turn", "iso_time")
 
@@ -68,6 +74,7 @@ class _Fitted(msgspec.Struct, frozen=True):
     items: int
     omitted: int
     raw_chars: int
+    already_shown: tuple[AlreadyShown, ...] = ()
 
 
 def compile_run(org: Org, scope: RunScope, turn: TurnInput, meta: RunMeta) -> Compilation:
@@ -110,9 +117,13 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
     history = _fit_history(
         turn, min(budget.history, advisory - briefing.chars), budget.history_messages
     )
-    memory = _fit_memory(
-        scope, turn, min(budget.memory, advisory - briefing.chars - history.chars), budget.memory
+    backlog = _fit_backlog(
+        turn,
+        min(budget.backlog, advisory - briefing.chars - history.chars),
+        budget.backlog_messages,
     )
+    taken = briefing.chars + history.chars + backlog.chars
+    memory = _fit_memory(scope, turn, min(budget.memory, advisory - taken), budget.memory)
 
     blocks = (
         _block("memory", "store: memory", memory, budget.memory),
@@ -120,6 +131,7 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
         _block("history", "store: channel log", history, budget.history)
         if turn.history is not None
         else absent_block("history", "not the first turn of a fresh session"),
+        _block("backlog", "store: channel log since the last turn", backlog, budget.backlog),
         request,
     )
     input_text = "".join(block.content for block in blocks)
@@ -148,6 +160,7 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
             history=history.chars,
             briefing=briefing.chars,
             used=used,
+            backlog=backlog.chars,
         ),
         blocks=(*prior, *blocks),
     )
@@ -194,23 +207,30 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
         raise _ContinuationTooLarge(_Fitted(head, head_chars, 1, 0, raw), cap)
 
     gates = gate_view(turn.gates, scope.worker)
+    shown = turn.shown.gates if turn.shown is not None else {}
     resolved = sorted(
         (g for g in gates.resolved if g.channel is None or g.channel == scope.channel),
         key=_filed,
     )
-    open_count, open_raw = gates.totals(scope.channel)
-    total = len(resolved) + open_count
-    raw += open_raw + sum(len(g.summary) + len(g.outcome or "") + len(g.note) for g in resolved)
-    envelopes: Iterable[Envelope] = chain(
-        (
+    resolved_lines = render_lines(
+        [
             BriefingContinuation(
                 kind="resolved", gate=g.id, summary=g.summary, outcome=g.outcome or "", note=g.note
             )
             for g in resolved
-        ),
+        ]
+    )
+    resolved, resolved_lines, known = unshown_gates(resolved, resolved_lines, shown)
+    held = held_open_gates(gates, scope.channel, shown) if shown else Held()
+    open_count, open_raw = gates.totals(scope.channel)
+    total = len(resolved) + open_count - len(held.known)
+    raw += open_raw - held.raw_chars
+    raw += sum(len(g.summary) + len(g.outcome or "") + len(g.note) for g in resolved)
+    lines_to_fit: Iterable[str] = chain(
+        resolved_lines,
         (
-            BriefingGate(kind="gate", gate=g.id, summary=g.summary)
-            for g in gates.open(scope.channel)
+            render_line(BriefingGate(kind="gate", gate=g.id, summary=g.summary))
+            for g in gates.open(scope.channel, held.ordinals)
         ),
     )
     # Keep the first gates (resolved, then oldest open) that fit together
@@ -220,8 +240,7 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
     lines: list[str] = []
     chars = head_chars
     if chars + _omitted_chars(total) <= cap:
-        for envelope in envelopes:
-            line = render_line(envelope)
+        for line in lines_to_fit:
             if chars + len(line) + _omitted_chars(total - len(lines) - 1) > cap:
                 break
             lines.append(line)
@@ -231,7 +250,14 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
     if kept < total and chars + _omitted_chars(total - kept) <= cap:
         omitted_line = render_line(BriefingOmitted(kind="omitted", gates=total - kept))
     body = [*head, *lines, *([omitted_line] if omitted_line else [])]
-    return _Fitted(body, sum(map(len, body)), len(head) + kept, total - kept, raw)
+    return _Fitted(
+        body,
+        sum(map(len, body)),
+        len(head) + kept,
+        total - kept,
+        raw,
+        (*known, *held.known),
+    )
 
 
 def _omitted_chars(gates: int) -> int:
@@ -253,20 +279,52 @@ def _fit_history(turn: TurnInput, cap: int, max_messages: int) -> _Fitted:
     return _Fitted(lines, chars, len(lines), len(messages) - len(lines), raw)
 
 
+def _fit_backlog(turn: TurnInput, cap: int, max_messages: int) -> _Fitted:
+    messages = sorted(turn.backlog, key=lambda m: m.seq)
+    newest = messages[-max_messages:] if max_messages else []
+    total = turn.backlog_omitted + len(messages)
+    raw = sum(len(m.text) for m in messages)
+    lines = _newest_messages(newest, cap)
+    if len(lines) == total:
+        return _Fitted(lines, sum(map(len, lines)), total, 0, raw)
+    # Room for the count is kept first; the count can only get smaller.
+    reserve = len(render_line(MessagesOmitted(omitted=total)))
+    if cap < reserve:
+        return _Fitted([], 0, 0, total, raw)
+    lines = _newest_messages(newest, cap - reserve)
+    body = [render_line(MessagesOmitted(omitted=total - len(lines))), *lines]
+    return _Fitted(body, sum(map(len, body)), len(lines), total - len(lines), raw)
+
+
+def _newest_messages(messages: Sequence[ChannelMessage], cap: int) -> list[str]:
+    """Message envelopes of the newest *messages* that fit in *cap*, oldest first."""
+    lines, _ = _take_lines(
+        messages[::-1],
+        lambda batch: [MessageEnvelope(m.sender, iso_time(m.at), m.text) for m in batch],
+        lambda m: len(m.sender) + len(m.text) + len('"at":"2000-01-01T00:00:00Z",'),
+        cap,
+    )
+    lines.reverse()
+    return lines
+
+
 def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, limit: int) -> _Fitted:
     memory = memory_view(turn.memory)
+    shown = turn.shown.memory if turn.shown is not None else {}
+    held = held_memory(memory, scope.channel, shown) if shown else Held()
     eligible, raw = memory.totals(scope.channel)
     # Under pressure the lowest-ranked items go first, so what is kept is
     # always the top of the ranking. An item over the memory limit itself
     # could never be shown; it is left out without starving the rest.
     lines, chars = _take_lines(
-        memory.ranked(turn.text, scope.channel),
+        memory.ranked(turn.text, scope.channel, held.ordinals),
         lambda batch: list(map(MemoryEnvelope, map(_id, batch), map(_text, batch))),
         lambda m: len(m.id) + len(m.text),
         cap,
         skip_over=limit,
     )
-    return _Fitted(lines, chars, len(lines), eligible - len(lines), raw)
+    fresh = eligible - len(held.known)
+    return _Fitted(lines, chars, len(lines), fresh - len(lines), raw - held.raw_chars, held.known)
 
 
 def _take_lines(
@@ -331,6 +389,7 @@ def _block(name: str, source: str, fitted: _Fitted, limit: int) -> BlockTrace:
         content=content,
         items=fitted.items,
         omitted=fitted.omitted,
+        already_shown=fitted.already_shown,
     )
 
 

@@ -12,7 +12,7 @@ from ._results import (
     TurnResult,
 )
 from ._systemd import Notifier, listen_fds, watchdog_interval
-from ._watch import OrgWatcher, validate_org
+from ._watch import OrgWatcher, describe_over_budget
 
 __all__ = (
     "LINE_LIMIT",
@@ -27,8 +27,8 @@ __all__ = (
     "StatusResult",
     "TurnResult",
     "default_socket_path",
+    "describe_over_budget",
     "listen_fds",
     "run_daemon",
-    "validate_org",
     "watchdog_interval",
 )

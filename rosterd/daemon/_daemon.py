@@ -3,7 +3,8 @@
 Start-up order matters: load and validate the org, lock and recover the
 state directory, bind the socket, start the task pool, and only then tell
 systemd READY=1. SIGTERM stops accepting, lets in-flight turns finish
-(bounded by ``[daemon] drain_s``), then exits 0.
+(bounded by ``[daemon] drain_s``; then their engine calls are interrupted,
+each recorded and answered with 1010), then exits 0.
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ import os
 import resource
 import signal
 import socket
-from collections.abc import AsyncIterator, MutableMapping
+import time
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from pathlib import Path
 
 import anyio
 import anyio.to_thread
-from anyio.abc import SocketListener
+from anyio.abc import SocketListener, TaskStatus
 
-from .._errors import ConfigError, RosterError
+from .._errors import ConfigError
 from ..org import load_org
 from ..sessions import Host, SessionManager, TaskRunner
 from ..stores import StateStores
@@ -42,9 +44,21 @@ def default_socket_path(state: Path, environ: MutableMapping[str, str]) -> Path:
 
 
 async def run_daemon(
-    org_dir: Path, state: Path, socket_path: Path | None, environ: MutableMapping[str, str]
+    org_dir: Path,
+    state: Path,
+    socket_path: Path | None,
+    environ: MutableMapping[str, str],
+    *,
+    clock: Callable[[], float] = time.time,
+    stop: anyio.Event | None = None,
+    task_status: TaskStatus[Path] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve until SIGTERM or SIGINT; raises ``RosterError`` if it cannot start."""
+    """Serve until SIGTERM, SIGINT or *stop*; raises ``RosterError`` if it cannot start.
+
+    *stop* drains and exits as SIGTERM does, for a daemon embedded in another
+    program (the tests run one in process, with *clock* under their
+    control). ``task_status`` receives the socket path once it accepts.
+    """
     notifier = Notifier.from_env(environ)
     inherited = listen_fds(environ)
     watchdog_s = watchdog_interval(environ)
@@ -54,12 +68,23 @@ async def run_daemon(
         async with (
             notifier,
             StateStores(state) as stores,
-            Host(org, state, stores, environ) as host,
+            Host(org, state, stores, environ, clock) as host,
         ):
             await host.runs.recover(host.clock())
-            sessions = SessionManager(host)
+            watcher = OrgWatcher(org_dir, host)
+            sessions = SessionManager(host, refresh_org=watcher.refresh)
             try:
-                await _serve(host, sessions, org_dir, socket_path, inherited, notifier, watchdog_s)
+                await _serve(
+                    host,
+                    sessions,
+                    watcher,
+                    socket_path,
+                    inherited,
+                    notifier,
+                    watchdog_s,
+                    stop or anyio.Event(),
+                    task_status,
+                )
             finally:
                 await sessions.aclose()
     finally:
@@ -70,15 +95,16 @@ async def run_daemon(
 async def _serve(
     host: Host,
     sessions: SessionManager,
-    org_dir: Path,
+    watcher: OrgWatcher,
     socket_path: Path | None,
     inherited: list[socket.socket],
     notifier: Notifier,
     watchdog_s: float | None,
+    stop: anyio.Event,
+    task_status: TaskStatus[Path],
 ) -> None:
     daemon = host.org.daemon
     tasks = TaskRunner(host, daemon.task_workers)
-    watcher = OrgWatcher(org_dir, host)
     server = RpcServer(
         Methods(host, sessions, tasks, watcher),
         allow_uids=daemon.allow_uids,
@@ -101,23 +127,35 @@ async def _serve(
                 if watchdog_s is not None:
                     tg.start_soon(_watchdog, notifier, watchdog_s / 2)
                 where = f"fd {inherited[0].fileno()}" if inherited else str(path)
-                log.info("ready on %s (org %s, state %s)", where, org_dir, host.state)
+                log.info("ready on %s (org %s, state %s)", where, watcher.root, host.state)
                 await notifier.ready(status=f"serving on {where}")
-                await _wait_for_stop(signals, watcher)
+                task_status.started(path)
+                await _wait_for_stop(signals, watcher, stop)
 
                 log.info(
                     "draining: %d connections, %d tasks running", server.connections, tasks.running
                 )
-                await notifier.stopping(status="draining in-flight turns")
                 await server.drain()
+                # After the drain began, so STOPPING=1 means no new client is taken.
+                await notifier.stopping(status="draining in-flight turns")
                 tasks.drain()
                 stop_watching.set()
+                tg.start_soon(_cancel_on_second_signal, signals, tg.cancel_scope)
                 with anyio.move_on_after(host.org.daemon.drain_s) as deadline:
-                    tg.start_soon(_cancel_on_second_signal, signals, deadline)
                     await server.stopped.wait()
                     await tasks.stopped.wait()
                 if deadline.cancel_called:
-                    log.warning("drain cut short; cancelling what is left")
+                    # Interrupted turns record an error entry and reply 1010 rather
+                    # than leave their clients with EOF and their transcripts open.
+                    log.warning(
+                        "drain cut short; interrupting %d engine calls", host.calls_in_flight
+                    )
+                    host.interrupt()
+                    with anyio.move_on_after(_INTERRUPT_GRACE_S) as grace:
+                        await server.stopped.wait()
+                        await tasks.stopped.wait()
+                    if grace.cancel_called:
+                        log.warning("interrupted turns did not finish; cancelling what is left")
                 tg.cancel_scope.cancel()
     finally:
         if not inherited:
@@ -128,12 +166,14 @@ async def _listener(inherited: list[socket.socket], path: Path) -> SocketListene
     if inherited:
         return await SocketListener.from_socket(inherited[0])
     if await _someone_listening(path):
-        raise RosterError(f"{path}: another daemon is already listening on this socket")
+        raise ConfigError(
+            f"{path}: another daemon is already listening on this socket", path=str(path)
+        )
     await anyio.Path(path.parent).mkdir(parents=True, exist_ok=True)
     try:
         return await anyio.create_unix_listener(path, mode=0o660)
     except OSError as exc:
-        raise RosterError(f"{path}: cannot listen: {exc.strerror}") from None
+        raise ConfigError(f"{path}: cannot listen: {exc.strerror}", path=str(path)) from None
 
 
 async def _someone_listening(path: Path) -> bool:
@@ -162,21 +202,31 @@ def _lock_state(state: Path) -> tuple[Path, int]:
     return state, fd
 
 
-async def _wait_for_stop(signals: AsyncIterator[int], watcher: OrgWatcher) -> None:
-    async for signum in signals:
-        if signum == signal.SIGHUP:
-            log.info("SIGHUP: reloading the org")
-            await watcher.reload()
-            continue
-        log.info("%s received", signal.Signals(signum).name)
-        return
+async def _wait_for_stop(
+    signals: AsyncIterator[int], watcher: OrgWatcher, stop: anyio.Event
+) -> None:
+    async with anyio.create_task_group() as tg:
+
+        async def on_signals() -> None:
+            async for signum in signals:
+                if signum == signal.SIGHUP:
+                    log.info("SIGHUP: reloading the org")
+                    await watcher.reload()
+                    continue
+                log.info("%s received", signal.Signals(signum).name)
+                stop.set()
+                return
+
+        tg.start_soon(on_signals)
+        await stop.wait()
+        tg.cancel_scope.cancel()
 
 
-async def _cancel_on_second_signal(signals: AsyncIterator[int], drain: anyio.CancelScope) -> None:
+async def _cancel_on_second_signal(signals: AsyncIterator[int], serving: anyio.CancelScope) -> None:
     async for signum in signals:
         if signum != signal.SIGHUP:
             log.warning("%s again: stopping without waiting", signal.Signals(signum).name)
-            drain.cancel()
+            serving.cancel()
             return
 
 
@@ -185,6 +235,10 @@ async def _watchdog(notifier: Notifier, every_s: float) -> None:
         await notifier.watchdog()
         await anyio.sleep(every_s)
 
+
+# How long turns cut short by a drain that ran out get to record their error
+# entry and send their reply: disk writes and a closed provider stream.
+_INTERRUPT_GRACE_S = 5.0
 
 # Descriptors kept free for state files, the listener, provider connections and
 # a spawned editor or engine: a connection never takes the last of them.

@@ -6,20 +6,22 @@ import os
 from collections.abc import Awaitable, Callable
 
 from .. import __version__
-from .._errors import NotFoundError, RosterError
+from .._errors import ConflictError, NotFoundError, ProtocolError
 from ..compiler import ChannelMessage, MemoryItem
 from ..org import Surface
 from ..sessions import (
+    CONTEXT_PAGE_TURNS,
+    ContextPage,
     Host,
     SessionManager,
     TaskRunner,
     TurnOutcome,
-    TurnRequest,
+    context_page,
     direct_run,
-    turn_requests,
 )
 from ..stores import GateState
 from ._protocol import (
+    INVALID_PARAMS,
     ChannelPost,
     DaemonStatus,
     GateFile,
@@ -81,6 +83,7 @@ class Methods:
                     config_error=self._watcher.error,
                     config_loaded_at=self._watcher.loaded_at,
                     config_generation=self._watcher.generation,
+                    over_budget=self._watcher.over_budget,
                 )
             case SessionOpen(worker=worker, channel=channel):
                 await self._watcher.refresh()
@@ -94,7 +97,7 @@ class Methods:
                     route_key=session.system.route_key,
                 )
             case SessionSend(session=session_id, text=text, sender=sender):
-                session = self._sessions.get(session_id)
+                session = await self._sessions.get(session_id)
                 outcome = await session.send(text, sender, _deltas(notify, session_id))
                 return _turn_result(outcome)
             case SessionClose(session=session_id):
@@ -132,7 +135,7 @@ class Methods:
                 if run is not None:
                     info = await host.runs.info(run)
                     if info.worker != worker:
-                        raise RosterError(f"run {run!r} belongs to worker {info.worker!r}")
+                        raise ConflictError(f"run {run!r} belongs to worker {info.worker!r}")
                 gate = await host.stores.gates.file(worker, summary, host.clock(), channel, run)
                 await self._tasks.gate_filed(gate)
                 return gate
@@ -152,14 +155,25 @@ class Methods:
                     records=await host.runs.context(run),
                     transcript=await host.runs.transcript(run),
                 )
-            case RunsContext(run=run, all=every):
-                return await self._context(run, every)
+            case RunsContext():
+                return await self._context(params)
         raise AssertionError(f"unhandled params {params!r}")
 
-    async def _context(self, run: str, every: bool) -> list[TurnRequest]:
+    async def _context(self, params: RunsContext) -> ContextPage:
+        if not params.all and (params.after is not None or params.limit is not None):
+            raise ProtocolError(
+                "invalid params: `after` and `limit` page `all: true` only", code=INVALID_PARAMS
+            )
         runs = self._host.runs
-        await runs.info(run)
-        return turn_requests(run, await runs.context(run), await runs.transcript(run), every=every)
+        await runs.info(params.run)
+        return context_page(
+            params.run,
+            await runs.context(params.run),
+            await runs.transcript(params.run),
+            every=params.all,
+            after=params.after or 0,
+            limit=params.limit or CONTEXT_PAGE_TURNS,
+        )
 
     def _known_channel(self, channel: str) -> None:
         if channel not in self._host.org.channels:
@@ -187,6 +201,7 @@ def _turn_result(outcome: TurnOutcome) -> TurnResult:
         ],
         used=budget.used if budget else 0,
         total=budget.total if budget else 0,
+        rolled_from=outcome.rolled_from,
     )
 
 

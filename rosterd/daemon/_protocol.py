@@ -14,12 +14,14 @@ import msgspec
 from .._errors import (
     CompileError,
     ConfigError,
+    ConflictError,
     EngineError,
     InvalidIdError,
     NotFoundError,
     ProtocolError,
     RosterError,
     SessionError,
+    ShutdownError,
     StorageError,
 )
 
@@ -58,7 +60,6 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
-ROSTER_ERROR = 1000
 COMPILE_FAILED = 1001
 ENGINE_FAILED = 1002
 NOT_FOUND = 1003
@@ -67,11 +68,13 @@ CONFIG_ERROR = 1005
 FORBIDDEN = 1006
 BUSY = 1007
 STORAGE_FAILED = 1008
+CONFLICT = 1009
+SHUTTING_DOWN = 1010
 
 Id = Annotated[str, msgspec.Meta(pattern=r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")]
 Sender = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 Text = Annotated[str, msgspec.Meta(min_length=1)]
-# Input size limits, in characters (the README's reliability section).
+# Input size limits, in characters (docs/protocol.md, Limits).
 MEMORY_NOTE_MAX = 64 * 1024
 CHANNEL_MESSAGE_MAX = 256 * 1024
 GATE_TEXT_MAX = 64 * 1024
@@ -162,8 +165,12 @@ class RunsShow(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 
 class RunsContext(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``all`` pages: turns after ``after``, at most ``limit`` of them per reply."""
+
     run: Id
     all: bool = False
+    after: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] | None = None
 
 
 Params = (
@@ -323,7 +330,12 @@ def error_object(exc: RosterError) -> ErrorObject:
             data = {"run": run, "block": exc.block, "size": exc.size, "limit": exc.limit}
             return ErrorObject(COMPILE_FAILED, str(exc), data)
         case EngineError():
-            data = {"provider": exc.provider, "status": exc.status, "retryable": exc.retryable}
+            data = {
+                "provider": exc.provider,
+                "status": exc.status,
+                "retryable": exc.retryable,
+                "context_exceeded": exc.context_exceeded,
+            }
             return ErrorObject(ENGINE_FAILED, str(exc), data)
         case NotFoundError():
             return ErrorObject(NOT_FOUND, str(exc), {"kind": exc.kind, "name": exc.name})
@@ -333,9 +345,13 @@ def error_object(exc: RosterError) -> ErrorObject:
             return ErrorObject(SESSION_ERROR, str(exc))
         case ConfigError():
             return ErrorObject(CONFIG_ERROR, str(exc), {"path": exc.path, "key": exc.key})
+        case ShutdownError():
+            return ErrorObject(SHUTTING_DOWN, str(exc))
         case StorageError():
             return ErrorObject(STORAGE_FAILED, str(exc), {"op": exc.op, "errno": exc.errno})
+        case ConflictError():
+            return ErrorObject(CONFLICT, str(exc))
         case ProtocolError():
             return ErrorObject(exc.code, str(exc))
-        case _:
-            return ErrorObject(ROSTER_ERROR, str(exc))
+    # Every error raised on purpose has a class above; one without is a bug.
+    return ErrorObject(INTERNAL_ERROR, f"internal error: {exc}")

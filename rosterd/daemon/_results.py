@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import msgspec
 
-from ..compiler import ContextRecord
+from ..compiler import ContextRecord, OverBudget
 from ..engines import Usage
 from ..sessions import RunInfo, TranscriptEntry
 
@@ -35,10 +35,13 @@ class TurnResult(msgspec.Struct, frozen=True):
     run: str
     turn: int
     text: str
-    usage: Usage
+    usage: Usage | None
     blocks: list[BlockSummary]
     used: int
     total: int
+    # Set when the session rolled over to answer this turn: ``run`` is the
+    # new session, this the one it continues.
+    rolled_from: str | None = None
 
 
 class SessionOpened(msgspec.Struct, frozen=True):
@@ -58,6 +61,8 @@ class StatusResult(msgspec.Struct, frozen=True):
     config_error: str | None
     config_loaded_at: float
     config_generation: int
+    # Scopes whose compilations fail (1001) until their files are fixed.
+    over_budget: tuple[OverBudget, ...] = ()
 
 
 class RunShown(msgspec.Struct, frozen=True):

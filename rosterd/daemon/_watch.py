@@ -3,7 +3,10 @@
 watchfiles reports changes promptly, so ``daemon.status`` shows a broken edit
 as soon as it lands. Starting a session, task or direct run also checks the
 files' stamps, so an edit saved just before is never missed. A broken edit
-(bad TOML, a file over budget) is reported and the last good org stays.
+(bad TOML, an unknown key, a missing file) is reported and the last good org
+stays. A scope over budget does not make an org broken: start and reload
+accept the same orgs, and such scopes are listed (``over_budget``) while only
+their own compilations fail.
 """
 
 from __future__ import annotations
@@ -17,22 +20,24 @@ import anyio.to_thread
 from watchfiles import Change, awatch
 
 from .._errors import RosterError
-from ..compiler import RunMeta, compile_system
+from ..compiler import OverBudget, over_budget
 from ..org import Org, identity_path, load_org, purpose_path
 from ..sessions import Host
 
-__all__ = ("OrgWatcher", "validate_org")
+__all__ = ("OrgWatcher", "describe_over_budget")
 
 log = logging.getLogger("rosterd.config")
 
 _Stamps = dict[str, tuple[int, int]]
 
 
-def validate_org(org: Org) -> None:
-    """Dry-run the system part of every scope the org allows."""
-    meta = RunMeta(run="validate", turn=0, now=0.0)
-    for scope in org.scopes():
-        compile_system(org, scope, meta)
+def describe_over_budget(problem: OverBudget) -> str:
+    where = f"{problem.worker} {problem.surface}"
+    where += f" #{problem.channel}" if problem.channel is not None else ""
+    return (
+        f"{where}: block {problem.block!r} is {problem.size} characters, "
+        f"over its limit of {problem.limit}"
+    )
 
 
 class OrgWatcher:
@@ -44,8 +49,10 @@ class OrgWatcher:
         self._stamps = self._stat(host.org)
         self._lock = anyio.Lock()
         self.error: str | None = None
+        self.over_budget: tuple[OverBudget, ...] = ()
         self.generation = 1
         self.loaded_at = host.clock()
+        self._report(over_budget(host.org))
 
     def __repr__(self) -> str:
         return f"OrgWatcher({str(self.root)!r}, generation {self.generation})"
@@ -65,7 +72,6 @@ class OrgWatcher:
         async with self._lock:
             try:
                 org = await anyio.to_thread.run_sync(load_org, self.root)
-                validate_org(org)
             except RosterError as exc:
                 if str(exc) != self.error:
                     log.error("org edit rejected, keeping the last good config: %s", exc)
@@ -78,6 +84,17 @@ class OrgWatcher:
             self.generation += 1
             self.loaded_at = self._host.clock()
             log.info("org reloaded (generation %d)", self.generation)
+            self._report(over_budget(org))
+
+    def _report(self, problems: tuple[OverBudget, ...]) -> None:
+        """Log each scope over budget once, when it first shows up."""
+        for problem in problems:
+            if problem not in self.over_budget:
+                log.error(
+                    "scope over budget, its runs fail until fixed: %s",
+                    describe_over_budget(problem),
+                )
+        self.over_budget = problems
 
     def _stat(self, org: Org) -> _Stamps:
         paths = [self.root / "org.toml"]

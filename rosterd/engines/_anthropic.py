@@ -20,7 +20,7 @@ import msgspec
 from ..compiler import SystemPrompt
 from ..org import EngineConfig
 from ._base import DeltaSink, EngineReply, EngineRequest, Usage
-from ._http import Backoff, ProviderHttp, SseEvent
+from ._http import Backoff, ProviderHttp, ServerSentEvent
 
 __all__ = ("ANTHROPIC_VERSION", "DEFAULT_ANTHROPIC_URL", "MAX_BREAKPOINTS", "AnthropicEngine")
 
@@ -183,7 +183,7 @@ class _Stream:
         self._started = False
         self._stopped = False
 
-    async def feed(self, event: SseEvent) -> None:
+    async def feed(self, event: ServerSentEvent) -> None:
         try:
             parsed = _decode_event(event.data)
         except msgspec.DecodeError as exc:
@@ -218,9 +218,15 @@ class _Stream:
         self._usage = msgspec.structs.replace(self._usage, **fields)
 
     def reply(self) -> EngineReply:
-        if not (self._started and self._stopped):
+        if not self._stopped:
             raise self._http.error("the stream ended before message_stop", retryable=True)
+        if not self._started:
+            # llama-server sends message_start only with its first decoded
+            # token, so none when that token is an incomplete UTF-8 sequence.
+            self._http.deviation("a stream without message_start; its usage is unknown")
         u = self._usage
+        if u.input_tokens is None:
+            return EngineReply(text="".join(self._parts), usage=None)
         read = u.cache_read_input_tokens or 0
         written = u.cache_creation_input_tokens or 0
         usage = Usage(

@@ -40,8 +40,10 @@ class Usage(msgspec.Struct, frozen=True):
 
 
 class EngineReply(msgspec.Struct, frozen=True):
+    """``usage`` is ``None`` when the provider did not report it: unknown, not zero."""
+
     text: str
-    usage: Usage
+    usage: Usage | None
 
 
 DeltaSink = Callable[[str], Awaitable[None]]

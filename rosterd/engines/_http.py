@@ -21,10 +21,11 @@ from collections.abc import Awaitable, Callable, Mapping
 import anyio
 import httpx
 import msgspec
+from httpx_sse import EventSource, ServerSentEvent
 
 from .._errors import EngineError
 
-__all__ = ("Backoff", "ProviderHttp", "SseEvent")
+__all__ = ("Backoff", "ProviderHttp", "ServerSentEvent")
 
 logger = logging.getLogger("rosterd.engines")
 
@@ -48,19 +49,14 @@ class Backoff(msgspec.Struct, frozen=True):
         return step / 2 + rng.random() * step / 2
 
 
-class SseEvent(msgspec.Struct, frozen=True):
-    """One server-sent event: its ``event:`` name (or "message") and data."""
-
-    event: str
-    data: str
-
-
-EventSink = Callable[[SseEvent], Awaitable[None]]
+EventSink = Callable[[ServerSentEvent], Awaitable[None]]
 
 
 class _ErrorDetail(msgspec.Struct):
     message: str = ""
     type: str = ""
+    # OpenAI's is a string ("context_length_exceeded"), llama.cpp's the status.
+    code: str | int | None = None
 
 
 class _ErrorEnvelope(msgspec.Struct):
@@ -99,6 +95,7 @@ class ProviderHttp:
         self._backoff = backoff
         self._rng = random.Random(backoff.seed)
         self._timeout_s = timeout_s
+        self._deviations: set[str] = set()
         # timeout_s bounds connecting and every wait for the next bytes, so a
         # long but live stream is fine while a stalled one fails.
         self._client = httpx.AsyncClient(
@@ -112,7 +109,12 @@ class ProviderHttp:
         await self._client.aclose()
 
     def error(
-        self, message: str, *, status: int | None = None, retryable: bool = False
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        context_exceeded: bool = False,
     ) -> EngineError:
         """An ``EngineError`` for this provider, with any echoed key removed."""
         return EngineError(
@@ -120,7 +122,16 @@ class ProviderHttp:
             provider=self.provider,
             status=status,
             retryable=retryable,
+            context_exceeded=context_exceeded,
         )
+
+    def deviation(self, what: str) -> None:
+        """Log, once per engine, that the server departs from its API but is still usable."""
+        if what not in self._deviations:
+            self._deviations.add(what)
+            logger.warning(
+                "%s server deviation at %s: %s", self.provider, self._client.base_url, what
+            )
 
     def scrub(self, text: str) -> str:
         if self._secret is not None:
@@ -162,10 +173,11 @@ class ProviderHttp:
                 if response.status_code >= 400:
                     await response.aread()
                     status = response.status_code
-                    message = f"HTTP {status}: {_provider_message(response.content)}"
+                    detail = _error_detail(response.content)
+                    message = f"HTTP {status}: {_describe(detail, response.content)}"
                     if status in _RETRY_STATUS or status >= 500:
                         return _Retry(message, status, _retry_after(response.headers))
-                    raise self.error(message, status=status)
+                    raise self.error(message, status=status, context_exceeded=_too_long(detail))
                 content_type = response.headers.get("content-type", "")
                 if not content_type.startswith("text/event-stream"):
                     await response.aread()
@@ -194,38 +206,42 @@ class ProviderHttp:
 
 
 async def _read_events(response: httpx.Response, on_event: EventSink) -> None:
-    # The SSE framing: fields until a blank line; "data" lines join with \n.
-    event = ""
-    data: list[str] = []
-    async for line in response.aiter_lines():
-        if not line:
-            if data:
-                await on_event(SseEvent(event=event or "message", data="\n".join(data)))
-            event, data = "", []
-            continue
-        if line.startswith(":"):
-            continue
-        field, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if field == "event":
-            event = value
-        elif field == "data":
-            data.append(value)
-    if data:
-        await on_event(SseEvent(event=event or "message", data="\n".join(data)))
+    # httpx-sse ends lines only at CR, LF and CRLF, as the SSE format does;
+    # httpx's own aiter_lines() also splits at U+2028, U+0085, VT, FF and
+    # more, which servers send raw inside JSON strings.
+    async for event in EventSource(response).aiter_sse():
+        # An event without data is not dispatched (the SSE format's rule).
+        if event.data:
+            await on_event(event)
 
 
-def _provider_message(content: bytes) -> str:
+def _error_detail(content: bytes) -> _ErrorDetail | str | None:
     try:
-        envelope = _decode_error(content)
+        return _decode_error(content).error
     except msgspec.DecodeError:
-        return _snippet(content.decode("utf-8", "replace")) or "no message"
-    match envelope.error:
+        return None
+
+
+def _describe(detail: _ErrorDetail | str | None, content: bytes) -> str:
+    match detail:
         case _ErrorDetail(message=message, type=kind) if message:
             return f"{message} ({kind})" if kind else message
         case str() as message if message:
             return _snippet(message)
     return _snippet(content.decode("utf-8", "replace")) or "no message"
+
+
+def _too_long(detail: _ErrorDetail | str | None) -> bool:
+    """Whether the provider refused the prompt as longer than its context window."""
+    if not isinstance(detail, _ErrorDetail):
+        return False
+    message = detail.message.lower()
+    return (
+        detail.code == "context_length_exceeded"  # OpenAI
+        or detail.type == "exceed_context_size_error"  # llama.cpp
+        or message.startswith("prompt is too long")  # Anthropic
+        or "maximum context length" in message  # vLLM, and OpenAI's own wording
+    )
 
 
 def _snippet(text: str) -> str:

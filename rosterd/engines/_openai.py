@@ -15,7 +15,7 @@ import msgspec
 
 from ..org import EngineConfig
 from ._base import DeltaSink, EngineReply, EngineRequest, Usage
-from ._http import Backoff, ProviderHttp, SseEvent
+from ._http import Backoff, ProviderHttp, ServerSentEvent
 
 __all__ = ("DEFAULT_OPENAI_URL", "OpenAIEngine")
 
@@ -137,10 +137,10 @@ class _Stream:
         self._http = http
         self._on_delta = on_delta
         self._parts: list[str] = []
-        self._usage = Usage()
+        self._usage: Usage | None = None
         self._done = False
 
-    async def feed(self, event: SseEvent) -> None:
+    async def feed(self, event: ServerSentEvent) -> None:
         if self._done:
             return
         if event.data.strip() == "[DONE]":
@@ -155,6 +155,9 @@ class _Stream:
             raise self._http.error(
                 f"error mid-stream: {chunk.error.message or 'no message'}{kind}", retryable=True
             )
+        # Usage comes in the last chunk before [DONE] (OpenAI, llama.cpp), in
+        # every chunk (vLLM's continuous stats, the latest wins) or not at
+        # all (Ollama): then it stays unknown rather than zero.
         if chunk.usage is not None:
             details = chunk.usage.prompt_tokens_details
             self._usage = Usage(
@@ -170,4 +173,6 @@ class _Stream:
     def reply(self) -> EngineReply:
         if not self._done:
             raise self._http.error("the stream ended before [DONE]", retryable=True)
+        if self._usage is None:
+            self._http.deviation("streams report no usage; cache use is unmeasured")
         return EngineReply(text="".join(self._parts), usage=self._usage)

@@ -31,7 +31,7 @@ EngineKind = Literal["echo", "openai", "anthropic"]
 
 
 class ContextBudget(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """``[context]``: the character budgets of one compilation (SPEC 1.7)."""
+    """``[context]``: the character budgets of one compilation (docs/contract.md, Budgets)."""
 
     total: Positive = 48000
     identity: Chars = 12000
@@ -41,6 +41,11 @@ class ContextBudget(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     memory: Chars = 8000
     history_messages: Chars = 25
     history: Chars = 6000
+    # Messages others posted in the channel since a session's previous turn.
+    backlog_messages: Chars = 50
+    backlog: Chars = 8000
+    # A session whose next request would pass this rolls over to a new one.
+    session_chars: Positive = 200000
 
 
 class ContextOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -54,6 +59,9 @@ class ContextOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     memory: Chars | None = None
     history_messages: Chars | None = None
     history: Chars | None = None
+    backlog_messages: Chars | None = None
+    backlog: Chars | None = None
+    session_chars: Positive | None = None
 
 
 class EngineConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -11,7 +11,7 @@ import hashlib
 
 import msgspec
 
-from .._errors import NotFoundError, RosterError
+from .._errors import ConflictError, NotFoundError
 from .._ids import check_id
 from ._config import (
     ChannelConfig,
@@ -83,10 +83,10 @@ class Org(msgspec.Struct, frozen=True):
         self._worker(worker)
         if surface is Surface.DIRECT:
             if channel is not None:
-                raise RosterError("a direct run has no channel")
+                raise ConflictError("a direct run has no channel")
             return RunScope(surface=surface, worker=worker, channel=None)
         if channel is None:
-            raise RosterError(f"a {surface.value} run needs a channel")
+            raise ConflictError(f"a {surface.value} run needs a channel")
         check_id("channel", channel)
         config = self.channels.get(channel)
         if config is None:

@@ -3,7 +3,10 @@
 from ._cache import CacheCheck, PrefixRegistry, Verdict, judge_cache
 from ._host import Host, TurnOutcome
 from ._runs import (
+    CONTEXT_PAGE_CHARS,
+    CONTEXT_PAGE_TURNS,
     ActiveRun,
+    ContextPage,
     RunInfo,
     RunStatus,
     RunStore,
@@ -11,15 +14,19 @@ from ._runs import (
     TranscriptEntry,
     TurnRequest,
     chat_messages,
+    context_page,
     request_at_turn,
-    turn_requests,
 )
 from ._session import Session, SessionManager
+from ._shown import ShownLedger
 from ._tasks import TaskRunner, direct_run
 
 __all__ = (
+    "CONTEXT_PAGE_CHARS",
+    "CONTEXT_PAGE_TURNS",
     "ActiveRun",
     "CacheCheck",
+    "ContextPage",
     "Host",
     "PrefixRegistry",
     "RunInfo",
@@ -28,14 +35,15 @@ __all__ = (
     "Session",
     "SessionManager",
     "SessionState",
+    "ShownLedger",
     "TaskRunner",
     "TranscriptEntry",
     "TurnOutcome",
     "TurnRequest",
     "Verdict",
     "chat_messages",
+    "context_page",
     "direct_run",
     "judge_cache",
     "request_at_turn",
-    "turn_requests",
 )

@@ -36,7 +36,7 @@ class CacheCheck(msgspec.Struct, frozen=True):
 
 def judge_cache(
     checks: Sequence[BoundaryCheck],
-    usage: Usage,
+    usage: Usage | None,
     *,
     reusable_tokens: int,
     min_tokens: int,
@@ -44,7 +44,7 @@ def judge_cache(
     idle_s: float | None,
 ) -> CacheCheck:
     """The verdict for one answered turn; see the module docstring."""
-    reported = usage.cached_input_tokens
+    reported = usage.cached_input_tokens if usage is not None else 0
     changed = next((c for c in checks if c.status == "changed"), None)
 
     def verdict(kind: Verdict, cause: str | None = None) -> CacheCheck:
@@ -52,6 +52,8 @@ def judge_cache(
 
     if not measured:
         return verdict("unmeasured", "the engine reports no cache usage")
+    if usage is None:
+        return verdict("unmeasured", "the provider reported no usage for this turn")
     if changed is not None:
         return verdict("prefix-changed", f"{changed.cause} (block {changed.block or 'all'})")
     if reusable_tokens == 0:

@@ -17,7 +17,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from .._errors import CompileError, EngineError
+from .._errors import CompileError, EngineError, ShutdownError
 from ..compiler import BoundaryCheck, Compilation, ContextRecord, check_prefix, prefix_state
 from ..engines import (
     ChatMessage,
@@ -45,6 +45,8 @@ class TurnOutcome(msgspec.Struct, frozen=True):
     turn: int
     reply: EngineReply
     record: ContextRecord
+    # The session this turn's session rolled over from, when it just did.
+    rolled_from: str | None = None
 
 
 class Host:
@@ -70,9 +72,26 @@ class Host:
         self.clock = clock
         self._env = env
         self._engines: dict[EngineConfig, Engine] = {}
+        # Engine calls in flight, so a stop that cannot wait can cut them short.
+        self._calls: set[anyio.CancelScope] = set()
+        self._interrupted = False
 
     def __repr__(self) -> str:
         return f"Host({str(self.state)!r}, {len(self._engines)} engines)"
+
+    @property
+    def calls_in_flight(self) -> int:
+        return len(self._calls)
+
+    def interrupt(self) -> None:
+        """Cut every engine call short, now and from now on (the drain ran out).
+
+        Each cut turn records an ``error`` entry and raises ``ShutdownError``,
+        so its client gets a reply and a resumed session stays consistent.
+        """
+        self._interrupted = True
+        for scope in self._calls:
+            scope.cancel()
 
     def engine(self, config: EngineConfig) -> Engine:
         engine = self._engines.get(config)
@@ -89,6 +108,7 @@ class Host:
         on_delta: DeltaSink,
         *,
         previous_input_tokens: int | None = None,
+        seen: int | None = None,
     ) -> TurnOutcome:
         """Compile, trace, send and record one turn of *run*.
 
@@ -96,7 +116,9 @@ class Host:
         turn is appended to it and stays there even when the engine fails,
         so the next turn's request extends this one's. A session's later
         turns pass *previous_input_tokens*, the size of the request before:
-        all of it is a reusable prefix.
+        all of it is a reusable prefix, and *seen*, the channel seq their
+        input covers, recorded with the user turn so a resumed session
+        continues from it.
         """
         # A provider that cannot be set up (no key, no model) fails the turn
         # before anything is traced or recorded.
@@ -120,7 +142,11 @@ class Host:
         checks = check_prefix(own if previous_input_tokens is not None else previous, system)
         record = msgspec.structs.replace(compilation.record, cache=checks)
         user = TranscriptEntry(
-            turn=record.turn, role="user", content=compilation.input_text, at=self.clock()
+            turn=record.turn,
+            role="user",
+            content=compilation.input_text,
+            at=self.clock(),
+            seen=seen,
         )
         # Both are fsynced before the engine sees a byte; in parallel, they
         # cost one disk round trip instead of two.
@@ -129,19 +155,37 @@ class Host:
             tg.start_soon(run.record, user)
             tg.start_soon(self.prefixes.put, worker, channel, own)
         transcript.append(ChatMessage(role="user", content=compilation.input_text))
+        call = anyio.CancelScope()
+        if self._interrupted:
+            call.cancel()
+        self._calls.add(call)
         try:
-            reply = await engine.complete(
-                EngineRequest(system=system, messages=transcript), on_delta
-            )
+            with call:
+                reply = await engine.complete(
+                    EngineRequest(system=system, messages=transcript), on_delta
+                )
         except EngineError as exc:
             await run.record(
                 TranscriptEntry(turn=record.turn, role="error", content=str(exc), at=self.clock())
             )
             raise
-        if previous_input_tokens is None:
+        finally:
+            self._calls.discard(call)
+        if call.cancelled_caught:
+            error = ShutdownError(
+                "the daemon is shutting down: this turn was interrupted before the engine "
+                "answered; it is recorded, retry after the restart"
+            )
+            await run.record(
+                TranscriptEntry(turn=record.turn, role="error", content=str(error), at=self.clock())
+            )
+            raise error
+        if previous_input_tokens is not None:
+            reusable = previous_input_tokens
+        elif reply.usage is not None:
             reusable = _prefix_tokens(checks, compilation, reply.usage)
         else:
-            reusable = previous_input_tokens
+            reusable = 0
         cache = judge_cache(
             checks,
             reply.usage,

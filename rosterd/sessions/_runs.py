@@ -20,7 +20,7 @@ from typing import Literal
 import aiofiles.os
 import msgspec
 
-from .._errors import NotFoundError, RosterError
+from .._errors import ConflictError, NotFoundError
 from .._ids import check_id
 from ..compiler import ContextRecord, SystemPrompt
 from ..engines import ChatMessage, Usage
@@ -29,7 +29,10 @@ from ..stores import JsonlLog, read_document, read_log, repair_tail, write_docum
 from ._cache import CacheCheck
 
 __all__ = (
+    "CONTEXT_PAGE_CHARS",
+    "CONTEXT_PAGE_TURNS",
     "ActiveRun",
+    "ContextPage",
     "RunInfo",
     "RunStatus",
     "RunStore",
@@ -37,13 +40,13 @@ __all__ = (
     "TranscriptEntry",
     "TurnRequest",
     "chat_messages",
+    "context_page",
     "request_at_turn",
-    "turn_requests",
 )
 
 log = logging.getLogger("rosterd.sessions")
 
-RunStatus = Literal["open", "closed", "expired", "done", "failed", "interrupted"]
+RunStatus = Literal["open", "closed", "expired", "rolled-over", "done", "failed", "interrupted"]
 
 
 class RunInfo(msgspec.Struct, frozen=True):
@@ -56,6 +59,10 @@ class RunInfo(msgspec.Struct, frozen=True):
     task: str | None = None
     ended_at: float | None = None
     error: str | None = None
+    # A session that reached its bound continues in a new one: both name the other.
+    rolled_from: str | None = None
+    rolled_to: str | None = None
+    rollover: str | None = None
 
 
 class TranscriptEntry(msgspec.Struct, frozen=True):
@@ -67,6 +74,8 @@ class TranscriptEntry(msgspec.Struct, frozen=True):
     at: float
     usage: Usage | None = None
     cache: CacheCheck | None = None
+    # A session's user turns: the channel seq its input has seen up to.
+    seen: int | None = None
 
 
 class SessionState(msgspec.Struct, frozen=True):
@@ -114,29 +123,54 @@ class TurnRequest(msgspec.Struct, frozen=True):
     messages: list[ChatMessage]
 
 
-def turn_requests(
+# A runs.context page holds whole turns, as many as fit in this many characters
+# of prompt text (at least one): following every page costs memory of one page,
+# while a session's turns together are quadratic in its length.
+CONTEXT_PAGE_CHARS = 1 << 20
+CONTEXT_PAGE_TURNS = 100
+
+
+class ContextPage(msgspec.Struct, frozen=True):
+    """Requests of consecutive turns; ``next`` is the ``after`` of the next page."""
+
+    turns: list[TurnRequest]
+    next: int | None = None
+
+
+def context_page(
     run: str,
     records: Sequence[ContextRecord],
     entries: Sequence[TranscriptEntry],
     *,
     every: bool,
-) -> list[TurnRequest]:
-    """What the engine received: at the latest turn, or at every turn."""
+    after: int = 0,
+    limit: int = CONTEXT_PAGE_TURNS,
+) -> ContextPage:
+    """What the engine received: at the latest turn, or a page of every turn."""
     turns = sorted({e.turn for e in entries if e.role == "user"})
     if not turns:
         failed = next((r.error for r in records if r.error is not None), None)
         if failed is not None:
-            raise RosterError(
+            raise ConflictError(
                 f"run {run!r} sent nothing to the engine: its compilation failed "
                 f"(block {failed.block!r} is {failed.size} characters, over its limit of "
                 f"{failed.limit}); see 'roster server runs show {run}'"
             )
-        raise RosterError(f"run {run!r} has no turns yet: nothing was sent to the engine")
-    requests = []
-    for turn in turns if every else turns[-1:]:
+        raise ConflictError(f"run {run!r} has no turns yet: nothing was sent to the engine")
+    if not every:
+        system, messages = request_at_turn(records, entries, turns[-1])
+        return ContextPage([TurnRequest(turn=turns[-1], system=system, messages=messages)])
+    pending = [turn for turn in turns if turn > after]
+    page: list[TurnRequest] = []
+    chars = 0
+    for turn in pending[:limit]:
         system, messages = request_at_turn(records, entries, turn)
-        requests.append(TurnRequest(turn=turn, system=system, messages=messages))
-    return requests
+        size = len(system) + sum(len(message.content) for message in messages)
+        if page and chars + size > CONTEXT_PAGE_CHARS:
+            break
+        page.append(TurnRequest(turn=turn, system=system, messages=messages))
+        chars += size
+    return ContextPage(page, next=page[-1].turn if len(page) < len(pending) else None)
 
 
 class ActiveRun:
@@ -167,7 +201,11 @@ class ActiveRun:
         await self._transcript.append(entry)
 
     async def finish(self, status: RunStatus, at: float, error: str | None = None) -> None:
-        self.info = msgspec.structs.replace(self.info, status=status, ended_at=at, error=error)
+        await self.end(msgspec.structs.replace(self.info, status=status, ended_at=at, error=error))
+
+    async def end(self, info: RunInfo) -> None:
+        """Write the run's final *info* and close its logs."""
+        self.info = info
         await self.store.write_info(self.info)
         await self.aclose()
 

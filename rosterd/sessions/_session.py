@@ -3,18 +3,29 @@
 The system part is compiled once when the session starts and stored next to
 the transcript; each turn compiles only fresh input and appends it, so turn
 N's request is turn N-1's request plus new messages, byte for byte.
+
+A session is bounded: when a turn's request would pass ``[context]
+session_chars``, or the provider refuses it as too long, the session ends as
+``rolled-over`` and the same turn is answered by a new session of the pair,
+whose system part is compiled afresh and whose first turn carries history.
+Turns queued behind the rollover, and callers still holding the old id, go
+to the new session.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 import anyio
+import msgspec
 
-from .._errors import CompileError, EngineError, SessionError
+from .._errors import CompileError, EngineError, SessionError, ShutdownError
 from ..compiler import (
     ChannelMessage,
+    Compilation,
+    RolloverTrace,
     RunMeta,
     SystemPrompt,
     TurnInput,
@@ -25,10 +36,19 @@ from ..engines import DeltaSink
 from ..org import Surface
 from ._host import Host, TurnOutcome
 from ._runs import ActiveRun, RunInfo, SessionState, TranscriptEntry, chat_messages
+from ._shown import ShownLedger
 
 __all__ = ("Session", "SessionManager", "SessionState")
 
 log = logging.getLogger("rosterd.sessions")
+
+
+class _SessionFull(Exception):
+    """The next request would pass ``session_chars``; never leaves this module."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class Session:
@@ -37,27 +57,42 @@ class Session:
     def __init__(
         self,
         host: Host,
+        manager: SessionManager,
         run: ActiveRun,
         state: SessionState,
         entries: list[TranscriptEntry],
         history: tuple[ChannelMessage, ...],
+        seen: int,
+        *,
+        briefed_at: float | None = None,
     ) -> None:
         self._host = host
+        self._manager = manager
         self._run = run
         self._state = state
         self._transcript = chat_messages(entries)
+        self._shown = ShownLedger.from_entries(entries)
+        # Characters of the request so far: the system part and the transcript.
+        self._chars = len(state.system.text) + sum(len(m.content) for m in self._transcript)
+        self._counted = len(self._transcript)
         self._turns = max(run.last_turn, *(entry.turn for entry in entries), 0)
         self._last_input_tokens = next(
             (e.usage.input_tokens for e in reversed(entries) if e.usage is not None), None
         )
         self._history = history
+        # The channel seq this session's input has covered: later messages by
+        # others are the backlog of its next turn.
+        self._seen = next((e.seen for e in reversed(entries) if e.seen is not None), seen)
         self._lock = anyio.Lock()
         self.last_activity = entries[-1].at if entries else run.info.created_at
         # Gates resolved after this show their outcome in the next briefing.
         self._briefed_at = next(
-            (e.at for e in reversed(entries) if e.role == "user"), run.info.created_at
+            (e.at for e in reversed(entries) if e.role == "user"),
+            run.info.created_at if briefed_at is None else briefed_at,
         )
         self.closed = False
+        # Set when this session rolled over: its turns go there from then on.
+        self.successor: Session | None = None
 
     def __repr__(self) -> str:
         return f"Session({self.id!r}, {self.worker}/{self.channel}, {self._turns} turns)"
@@ -89,45 +124,136 @@ class Session:
 
     async def send(self, text: str, sender: str, on_delta: DeltaSink) -> TurnOutcome:
         async with self._lock:
+            if self.successor is not None:
+                return await self.successor.send(text, sender, on_delta)
             if self.closed:
                 raise SessionError(f"session {self.id!r} is closed")
-            host = self._host
-            turn = self._turns + 1
-            turn_input = TurnInput(
-                text=text,
-                sender=sender,
-                memory=await host.stores.memory.view(self.worker),
-                gates=host.stores.gates.briefing_for(self.worker, self._briefed_at),
-                history=self._history if turn == 1 else None,
-            )
-            meta = RunMeta(run=self.id, turn=turn, now=host.clock())
+            # Only a conversation can be dropped: a fresh session's first
+            # request is as short as this pair's requests get.
+            may_roll = bool(self._transcript)
+            briefed_at, seen = self._briefed_at, self._seen
             try:
-                outcome = await host.run_turn(
-                    self._run,
-                    self._state.engine,
-                    lambda: compile_turn(self._state.system, turn_input, meta),
-                    self._transcript,
-                    on_delta,
-                    previous_input_tokens=self._last_input_tokens,
+                return await self._turn(text, sender, on_delta, may_roll=may_roll)
+            except _SessionFull as full:
+                reason = full.reason
+            except EngineError as exc:
+                if not (exc.context_exceeded and may_roll):
+                    raise
+                # The refused turn is dropped from what this session would
+                # send; the new session answers it from scratch.
+                refused = self._transcript.pop()
+                self._chars -= len(refused.content)
+                self._counted -= 1
+                # Nothing of the refused turn reached the model: what it
+                # briefed and showed is still owed.
+                self._briefed_at, self._seen = briefed_at, seen
+                reason = f"the provider refused the request as too long: {exc}"
+            return await self._roll_over(text, sender, on_delta, reason)
+
+    async def _turn(
+        self, text: str, sender: str, on_delta: DeltaSink, *, may_roll: bool
+    ) -> TurnOutcome:
+        host = self._host
+        turn = self._turns + 1
+        budget = self._state.system.budget
+        backlog, omitted, last_seq = await host.stores.channels.since(
+            self.channel, self._seen, exclude_run=self.id, limit=budget.backlog_messages
+        )
+        turn_input = TurnInput(
+            text=text,
+            sender=sender,
+            memory=await host.stores.memory.view(self.worker),
+            gates=host.stores.gates.briefing_for(self.worker, self._briefed_at),
+            history=self._history if turn == 1 else None,
+            backlog=backlog,
+            backlog_omitted=omitted,
+            shown=self._shown.items(),
+        )
+        meta = RunMeta(run=self.id, turn=turn, now=host.clock())
+        limit = budget.session_chars
+
+        def compile_checked() -> Compilation:
+            compilation = compile_turn(self._state.system, turn_input, meta)
+            size = self._chars + len(compilation.input_text)
+            if may_roll and size > limit:
+                raise _SessionFull(
+                    f"the request of turn {turn} would be {size} characters, "
+                    f"over session_chars {limit}"
                 )
-            except (CompileError, EngineError) as exc:
-                # The failure is traced under this turn number: the next turn
-                # gets the next one. After an engine failure the user turn,
-                # briefing included, is in the transcript and will be sent.
-                self._turns = turn
-                self.last_activity = host.clock()
-                if isinstance(exc, EngineError):
-                    self._briefed_at = meta.now
-                raise
-            self._turns = turn
-            self._briefed_at = meta.now
-            self._last_input_tokens = outcome.reply.usage.input_tokens
-            self.last_activity = host.clock()
-            await host.stores.channels.post_many(
-                self.channel,
-                [(sender, text, meta.now), (self.worker, outcome.reply.text, self.last_activity)],
+            return compilation
+
+        sent = len(self._transcript)
+        try:
+            outcome = await host.run_turn(
+                self._run,
+                self._state.engine,
+                compile_checked,
+                self._transcript,
+                on_delta,
+                previous_input_tokens=self._last_input_tokens,
+                seen=last_seq,
             )
-            return outcome
+        except (CompileError, EngineError, ShutdownError) as exc:
+            # The failure is traced under this turn number: the next turn
+            # gets the next one. After an engine failure or a stop the user
+            # turn, briefing included, is in the transcript and will be sent.
+            self._turns = turn
+            self.last_activity = host.clock()
+            if not isinstance(exc, CompileError):
+                self._briefed_at = meta.now
+            raise
+        finally:
+            self._shown.note_sent(turn, self._transcript[sent:])
+            if self._count_new_messages():
+                # The input went into the transcript: the backlog is in it.
+                self._seen = last_seq
+        self._turns = turn
+        self._briefed_at = meta.now
+        # Unreported usage keeps the last known size: a lower bound, as
+        # the request only grows.
+        if outcome.reply.usage is not None:
+            self._last_input_tokens = outcome.reply.usage.input_tokens
+        self.last_activity = host.clock()
+        await host.stores.channels.post_many(
+            self.channel,
+            [(sender, text, meta.now), (self.worker, outcome.reply.text, self.last_activity)],
+            run=self.id,
+        )
+        return outcome
+
+    def _count_new_messages(self) -> bool:
+        """Count what the last turn added to the transcript; whether it added any."""
+        added = self._transcript[self._counted :]
+        self._chars += sum(len(message.content) for message in added)
+        self._counted = len(self._transcript)
+        return bool(added)
+
+    async def _roll_over(
+        self, text: str, sender: str, on_delta: DeltaSink, reason: str
+    ) -> TurnOutcome:
+        """End this session as ``rolled-over`` and answer *text* in a new one.
+
+        Called with this session's lock held. If the new session cannot
+        start (its scope is now over budget), this one stays as it was.
+        """
+        successor = await self._manager.roll_over(self, reason)
+        async with successor._lock:
+            self.successor = successor
+            self.closed = True
+            host = self._host
+            log.info("session %s rolled over to %s: %s", self.id, successor.id, reason)
+            info = msgspec.structs.replace(
+                self._run.info,
+                status="rolled-over",
+                ended_at=host.clock(),
+                rolled_to=successor.id,
+                rollover=reason,
+            )
+            await self._run.end(info)
+            self._manager.adopt(self, successor)
+            # The first turn of a fresh session never rolls over again.
+            outcome = await successor._turn(text, sender, on_delta, may_roll=False)
+            return msgspec.structs.replace(outcome, rolled_from=self.id)
 
     async def close(self, status: Literal["closed", "expired"]) -> None:
         """End the session for good (``closed`` or ``expired``)."""
@@ -148,54 +274,74 @@ class Session:
 class SessionManager:
     """Finds, starts, resumes and expires sessions."""
 
-    def __init__(self, host: Host) -> None:
+    def __init__(
+        self, host: Host, refresh_org: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self._host = host
+        # Brings host.org up to date with the files before a rollover compiles.
+        self._refresh_org = refresh_org
         self._by_pair: dict[tuple[str, str], Session] = {}
         self._by_id: dict[str, Session] = {}
         self._open_lock = anyio.Lock()
 
     def __repr__(self) -> str:
-        return f"SessionManager({len(self._by_id)} warm)"
-
-    def __len__(self) -> int:
-        return len(self._by_id)
+        return f"SessionManager({len(self)} warm)"
 
     def sessions(self) -> list[Session]:
-        return list(self._by_id.values())
+        # Ids of rolled-over sessions are kept as aliases of their successor.
+        return [s for key, s in self._by_id.items() if key == s.id]
 
-    def get(self, session_id: str) -> Session:
+    def __len__(self) -> int:
+        return len(self.sessions())
+
+    async def get(self, session_id: str) -> Session:
         session = self._by_id.get(session_id)
-        if session is None or session.closed:
+        if session is None or session.closed or await self._expired(session):
             raise SessionError(f"no open session {session_id!r}; open one with session.open")
         return session
+
+    def adopt(self, previous: Session, successor: Session) -> None:
+        """*successor* replaces *previous*; *previous*'s id keeps working."""
+        for key, session in list(self._by_id.items()):
+            if session is previous:
+                self._by_id[key] = successor
+        self._by_id[successor.id] = successor
+        self._by_pair[(successor.worker, successor.channel)] = successor
 
     async def open(self, worker: str, channel: str) -> Session:
         host = self._host
         scope = host.org.scope(Surface.SESSION, worker, channel)
         async with self._open_lock:
             session = self._by_pair.get((worker, channel))
-            if session is not None and not session.closed:
+            if session is not None and not session.closed and not await self._expired(session):
                 return session
-            session = await self._resume(worker, channel) or await self._start(
-                scope.worker, channel
-            )
+            session = await self._resume(worker, channel) or await self.start(scope.worker, channel)
             self._by_pair[(worker, channel)] = session
             self._by_id[session.id] = session
             return session
 
     async def close(self, session_id: str) -> None:
-        session = self.get(session_id)
+        session = await self.get(session_id)
         await session.close("closed")
         self._forget(session)
 
     async def expire_idle(self) -> None:
-        idle = self._host.org.daemon.session_idle_s
-        now = self._host.clock()
         for session in self.sessions():
-            if not session.busy and now - session.last_activity >= idle:
-                log.info("session %s expired after %.0f s idle", session.id, idle)
-                await session.close("expired")
-                self._forget(session)
+            await self._expired(session)
+
+    async def _expired(self, session: Session) -> bool:
+        """Expire *session* if it has been idle too long; whether it was.
+
+        Checked on every use as well as by the reaper, so a session expires
+        at its idle limit exactly, whatever the reaper's pace.
+        """
+        idle = self._host.org.daemon.session_idle_s
+        if session.busy or self._host.clock() - session.last_activity < idle:
+            return False
+        log.info("session %s expired after %.0f s idle", session.id, idle)
+        await session.close("expired")
+        self._forget(session)
+        return True
 
     async def run_reaper(self) -> None:
         while True:
@@ -209,7 +355,8 @@ class SessionManager:
         self._by_pair.clear()
 
     def _forget(self, session: Session) -> None:
-        self._by_id.pop(session.id, None)
+        for key in [key for key, value in self._by_id.items() if value is session]:
+            del self._by_id[key]
         if self._by_pair.get((session.worker, session.channel)) is session:
             del self._by_pair[(session.worker, session.channel)]
 
@@ -230,11 +377,31 @@ class SessionManager:
             await host.runs.clear_session(worker, channel)
             await run.finish("expired", host.clock())
             return None
-        history = await self._history(channel, state.system) if not entries else ()
+        history, seen = await self._snapshot(channel, state.system)
         log.info("session %s resumed with %d transcript entries", session_id, len(entries))
-        return Session(host, run, state, entries, history)
+        return Session(host, self, run, state, entries, history if not entries else (), seen)
 
-    async def _start(self, worker: str, channel: str) -> Session:
+    async def roll_over(self, previous: Session, reason: str) -> Session:
+        """The session that continues *previous*, from the org as it is now."""
+        if self._refresh_org is not None:
+            await self._refresh_org()
+        return await self.start(
+            previous.worker, previous.channel, rolled_from=previous, reason=reason
+        )
+
+    async def start(
+        self,
+        worker: str,
+        channel: str,
+        *,
+        rolled_from: Session | None = None,
+        reason: str = "",
+    ) -> Session:
+        """A fresh session of the pair, compiled from the current org.
+
+        With *rolled_from*, it continues that session: the trace and run
+        info name it, and the briefing goes on from where it was.
+        """
         host = self._host
         org = host.org
         scope = org.scope(Surface.SESSION, worker, channel)
@@ -248,6 +415,8 @@ class SessionManager:
                 worker=worker,
                 channel=channel,
                 created_at=now,
+                rolled_from=rolled_from.id if rolled_from is not None else None,
+                rollover=reason or None,
             )
         )
         try:
@@ -259,11 +428,25 @@ class SessionManager:
             raise
         state = SessionState(system=system, engine=org.engine_for(worker))
         await host.runs.save_session(session_id, state)
-        await run.trace(system.record(meta))
+        record = system.record(meta)
+        if rolled_from is not None:
+            record = msgspec.structs.replace(
+                record, rollover=RolloverTrace(previous=rolled_from.id, reason=reason)
+            )
+        await run.trace(record)
         await host.runs.set_session(worker, channel, session_id)
-        history = await self._history(channel, system)
+        history, seen = await self._snapshot(channel, system)
         log.info("session %s started for %s in %s", session_id, worker, channel)
-        return Session(host, run, state, [], history)
+        briefed_at = rolled_from._briefed_at if rolled_from is not None else None
+        return Session(host, self, run, state, [], history, seen, briefed_at=briefed_at)
 
-    async def _history(self, channel: str, system: SystemPrompt) -> tuple[ChannelMessage, ...]:
-        return await self._host.stores.channels.recent(channel, system.budget.history_messages)
+    async def _snapshot(
+        self, channel: str, system: SystemPrompt
+    ) -> tuple[tuple[ChannelMessage, ...], int]:
+        """The history of a waking session and the seq it reaches: later
+        messages are the backlog of its turns."""
+        channels = self._host.stores.channels
+        seen = await channels.last_seq(channel)
+        history = await channels.recent(channel, system.budget.history_messages)
+        # A post landing between the two reads goes to the backlog only.
+        return tuple(m for m in history if m.seq <= seen), seen

@@ -13,14 +13,15 @@ import math
 import anyio
 import msgspec
 from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream
 
-from .._errors import RosterError
+from .._errors import RosterError, ShutdownError
 from ..compiler import Continuation, RunMeta, TurnInput, compile_run
 from ..engines import DeltaSink
 from ..org import Surface
 from ..stores import GateState, TaskState
 from ._host import Host, TurnOutcome
-from ._runs import RunInfo
+from ._runs import RunInfo, RunStatus
 
 __all__ = ("TaskRunner", "direct_run")
 
@@ -53,12 +54,14 @@ class TaskRunner:
         """Run the pool until ``drain()``; queued tasks from disk go first."""
         try:
             async with anyio.create_task_group() as tg:
-                for _ in range(self._workers):
-                    tg.start_soon(self._work)
+                with self._receive:
+                    for _ in range(self._workers):
+                        tg.start_soon(self._work, self._receive.clone())
                 for task in self._host.stores.tasks.pending():
                     self._send.send_nowait(task.id)
                 task_status.started()
         finally:
+            self._send.close()
             self.stopped.set()
 
     def drain(self) -> None:
@@ -96,16 +99,31 @@ class TaskRunner:
         await self._set(task, status="queued", continuation=continuation)
         self._enqueue(task.id)
 
-    async def _work(self) -> None:
-        async with self._receive.clone() as receive:
+    async def _work(self, receive: MemoryObjectReceiveStream[str]) -> None:
+        with receive:
             async for task_id in receive:
                 if self._draining:
                     break
                 self._running += 1
                 try:
-                    await self._run(self._host.stores.tasks.get(task_id))
+                    await self._run_guarded(task_id)
                 finally:
                     self._running -= 1
+
+    async def _run_guarded(self, task_id: str) -> None:
+        # Whatever one run raises fails that task alone: the pool, the other
+        # tasks and the daemon go on.
+        try:
+            await self._run(self._host.stores.tasks.get(task_id))
+        except Exception as exc:
+            unexpected = None if isinstance(exc, RosterError) else exc
+            log.error("task %s failed: %s", task_id, _failure_text(exc), exc_info=unexpected)
+            try:
+                task = self._host.stores.tasks.get(task_id)
+                if task.status in ("queued", "running"):
+                    await self._set(task, status="failed", error=_failure_text(exc))
+            except RosterError as again:
+                log.error("task %s: its failure could not be recorded: %s", task_id, again)
 
     async def _run(self, task: TaskState) -> None:
         host = self._host
@@ -140,10 +158,24 @@ class TaskRunner:
                 [],
                 _discard,
             )
-        except RosterError as exc:
-            log.warning("task %s run %s failed: %s", task.id, run_id, exc)
-            await run.finish("failed", host.clock(), error=str(exc))
-            await self._set(task, status="failed", error=str(exc))
+        except ShutdownError as exc:
+            # Queued again on disk: the next start runs it under a new run id.
+            log.warning("task %s run %s interrupted by the stop", task.id, run_id)
+            await run.finish("interrupted", host.clock(), error=str(exc))
+            await self._set(task, status="queued")
+            return
+        except Exception as exc:
+            # An unexpected error gets its traceback in the log; ours do not.
+            unexpected = None if isinstance(exc, RosterError) else exc
+            log.warning(
+                "task %s run %s failed: %s",
+                task.id,
+                run_id,
+                _failure_text(exc),
+                exc_info=unexpected,
+            )
+            await run.finish("failed", host.clock(), error=_failure_text(exc))
+            await self._set(task, status="failed", error=_failure_text(exc))
             return
         await run.finish("done", host.clock())
         waiting = host.stores.gates.waiting_on(run_id)
@@ -166,19 +198,27 @@ async def direct_run(
             id=run_id, surface=Surface.DIRECT.value, worker=worker, channel=None, created_at=now
         )
     )
-    turn = TurnInput(
-        text=text,
-        sender=sender,
-        memory=await host.stores.memory.view(worker),
-        gates=host.stores.gates.open_for(worker),
-    )
-    meta = RunMeta(run=run_id, turn=1, now=now)
     try:
+        turn = TurnInput(
+            text=text,
+            sender=sender,
+            memory=await host.stores.memory.view(worker),
+            gates=host.stores.gates.open_for(worker),
+        )
+        meta = RunMeta(run=run_id, turn=1, now=now)
         outcome = await host.run_turn(
             run, org.engine_for(worker), lambda: compile_run(org, scope, turn, meta), [], on_delta
         )
-    except RosterError as exc:
-        await run.finish("failed", host.clock(), error=str(exc))
+    except Exception as exc:
+        # An unexpected error still ends the run as failed; the caller maps
+        # it to an internal error for the client.
+        status: RunStatus = "interrupted" if isinstance(exc, ShutdownError) else "failed"
+        await run.finish(status, host.clock(), error=_failure_text(exc))
         raise
     await run.finish("done", host.clock())
     return outcome
+
+
+def _failure_text(exc: Exception) -> str:
+    """What a failed run or task records: our message, or the unexpected error's type too."""
+    return str(exc) if isinstance(exc, RosterError) else f"{type(exc).__name__}: {exc}"

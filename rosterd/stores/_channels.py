@@ -57,13 +57,14 @@ class ChannelStore:
         return message
 
     async def post_many(
-        self, channel: str, posts: Sequence[tuple[str, str, float]]
+        self, channel: str, posts: Sequence[tuple[str, str, float]], *, run: str | None = None
     ) -> list[ChannelMessage]:
-        """Append (sender, text, at) messages in order, with one fsync."""
+        """Append (sender, text, at) messages in order, with one fsync; *run*
+        names the session whose turn they are."""
         state = await self._open(channel)
         async with state.lock:
             messages = [
-                ChannelMessage(seq=state.next_seq + n, sender=sender, text=text, at=at)
+                ChannelMessage(seq=state.next_seq + n, sender=sender, text=text, at=at, run=run)
                 for n, (sender, text, at) in enumerate(posts)
             ]
             await state.log.extend(messages)
@@ -77,6 +78,40 @@ class ChannelStore:
             return ()
         state = await self._open(channel)
         return tuple(state.recent)[-limit:]
+
+    async def last_seq(self, channel: str) -> int:
+        """The seq of the channel's newest message; 0 when it has none."""
+        state = await self._open(channel)
+        return state.next_seq - 1
+
+    async def since(
+        self, channel: str, after: int, *, exclude_run: str, limit: int
+    ) -> tuple[tuple[ChannelMessage, ...], int, int]:
+        """What others posted after seq *after*: the newest *limit* messages not
+        posted by *exclude_run*, oldest first; how many earlier ones are left
+        out; and the channel's last seq.
+
+        Only messages after *after* are looked at, newest first, so the cost
+        follows what is new, not how long the channel is. Ones older than
+        the in-memory window are counted as left out, never read from disk.
+        """
+        state = await self._open(channel)
+        last = state.next_seq - 1
+        kept: list[ChannelMessage] = []
+        others = 0
+        oldest = last + 1
+        for message in reversed(state.recent):
+            if message.seq <= after:
+                break
+            oldest = message.seq
+            if message.run is not None and message.run == exclude_run:
+                continue
+            others += 1
+            if len(kept) < limit:
+                kept.append(message)
+        others += max(0, oldest - after - 1)
+        kept.reverse()
+        return tuple(kept), others - len(kept), last
 
     async def _open(self, channel: str) -> _Channel:
         state = self._channels.get(channel)

@@ -26,7 +26,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from .._errors import RosterError, StorageError
+from .._errors import StorageError
 
 __all__ = (
     "JsonlLog",
@@ -114,6 +114,8 @@ async def read_log(path: Path, record_type: type[T], *, repair: bool = False) ->
             data = await handle.read()
     except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise _storage_error(path, "read", exc) from None
     decoder = msgspec.json.Decoder(record_type)
     records: list[T] = []
     good_end = 0
@@ -134,7 +136,10 @@ async def read_log(path: Path, record_type: type[T], *, repair: bool = False) ->
         start = end + 1
         good_end = start
     if repair and good_end < len(data):
-        await anyio.to_thread.run_sync(_truncate, path, good_end)
+        try:
+            await anyio.to_thread.run_sync(_truncate, path, good_end)
+        except OSError as exc:
+            raise _storage_error(path, "truncate a torn tail", exc) from None
     return records
 
 
@@ -183,7 +188,11 @@ async def repair_tail(path: Path, record_type: type[T]) -> None:
     Only the last byte is read unless the tail is torn: recovery visits
     every run, and most end cleanly.
     """
-    if not await anyio.to_thread.run_sync(_ends_torn, path):
+    try:
+        torn = await anyio.to_thread.run_sync(_ends_torn, path)
+    except OSError as exc:
+        raise _storage_error(path, "read", exc) from None
+    if not torn:
         return
     await read_log(path, record_type, repair=True)
 
@@ -259,11 +268,15 @@ async def read_document(path: Path, document_type: type[T]) -> T | None:
             data = await handle.read()
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise _storage_error(path, "read", exc) from None
     try:
         return msgspec.json.decode(data, type=document_type)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         # Written atomically, so only a hand edit or a foreign file gets here.
-        raise RosterError(f"{path}: unreadable state file: {exc}") from None
+        raise StorageError(
+            f"{path}: unreadable state file: {exc}", path=str(path), op="decode"
+        ) from None
 
 
 def _number(key: str, prefix: str) -> int:

@@ -7,7 +7,7 @@ from typing import Literal
 
 import msgspec
 
-from .._errors import NotFoundError, RosterError
+from .._errors import ConflictError, NotFoundError
 from ..compiler import Gate, GateIndex, GateView
 from ._files import StateTable
 
@@ -82,7 +82,7 @@ class GateStore:
     async def resolve(self, gate_id: str, outcome: str, note: str, at: float) -> GateState:
         gate = self.get(gate_id)
         if gate.status != "open":
-            raise RosterError(f"gate {gate_id!r} is already resolved ({gate.outcome})")
+            raise ConflictError(f"gate {gate_id!r} is already resolved ({gate.outcome})")
         resolved = msgspec.structs.replace(
             gate, status="resolved", outcome=outcome, note=note, resolved_at=at
         )

@@ -1,0 +1,174 @@
+"""Hostile-input benchmark: what maximal inputs and idle connections cost a real daemon.
+
+Prints, from one run:
+- resident memory while max-size messages are posted to one channel and
+  then to three more (the in-memory tail is bounded in characters);
+- resident memory for max-size memory notes (kept whole, by design);
+- as root with ``setpriv``: a second uid holding connections that never send
+  a byte, how many of them were admitted or refused, and whether
+  ``roster status`` still answers meanwhile, with its latency.
+
+Usage: python bench/limits.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+from _daemon import open_fds, rss_kib, serve, write_org
+
+from rosterd.client import RosterClient
+
+MESSAGE_MAX = 262_144
+NOTE_MAX = 65_536
+OTHER_UID = 65534
+SYSTEM_PYTHON = "/usr/bin/python3"
+# Stdlib only, run as the second uid: opens the connections, prints how each
+# was answered (0 served, else the error code), holds them until stdin closes.
+_HOLDER = """
+import json, socket, sys
+held, codes = [], []
+for _ in range(int(sys.argv[2])):
+    sock = socket.socket(socket.AF_UNIX)
+    sock.settimeout(10)
+    sock.connect(sys.argv[1])
+    try:
+        sock.sendall(b'{"jsonrpc":"2.0","id":1,"method":"daemon.status"}\\n')
+    except OSError:
+        pass
+    data = b""
+    try:
+        while not data.endswith(b"\\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass
+    reply = json.loads(data) if data else {"error": {"code": -1}}
+    codes.append(reply.get("error", {}).get("code", 0))
+    held.append(sock)
+print(json.dumps(codes), flush=True)
+sys.stdin.read()
+"""
+
+
+def mib(kib: int) -> str:
+    return f"{kib / 1024:+.1f} MiB"
+
+
+async def posts_and_notes(client: RosterClient, pid: int, posts: int, notes: int) -> None:
+    base = rss_kib(pid)
+    big = "z" * MESSAGE_MAX
+    for n in range(1, posts + 1):
+        await client.call("channel.post", {"channel": "c0", "from": "bo", "text": big})
+        if n % (posts // 5) == 0:
+            print(f"{n:>5} max-size posts to one channel: RSS {mib(rss_kib(pid) - base)}")
+    for channel in ("c1", "c2", "c3"):
+        for _ in range(posts // 10):
+            await client.call("channel.post", {"channel": channel, "from": "bo", "text": big})
+    print(f"  +{posts // 10} to each of 3 more channels: RSS {mib(rss_kib(pid) - base)}")
+    before = rss_kib(pid)
+    for _ in range(notes):
+        await client.call("memory.add", {"worker": "ada", "text": "n" * NOTE_MAX})
+    print(f"{notes:>5} max-size memory notes: RSS {mib(rss_kib(pid) - before)}")
+
+
+def second_uid_missing() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root"
+    for tool in ("setpriv", "prlimit", SYSTEM_PYTHON):
+        if shutil.which(tool) is None:
+            return f"{tool} is missing"
+    return None
+
+
+async def status_latency(socket: Path, runs: int) -> list[float]:
+    seconds = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        done = await anyio.run_process(
+            [sys.executable, "-m", "rosterd.cli", "status", "--socket", str(socket)], check=False
+        )
+        seconds.append(time.perf_counter() - start)
+        if done.returncode != 0:
+            raise RuntimeError(f"roster status failed: {done.stderr.decode()}")
+    return seconds
+
+
+async def idle_connections(socket: Path, pid: int, count: int, runs: int) -> None:
+    if reason := second_uid_missing():
+        print(f"idle connections of a second uid: skipped ({reason})")
+        return
+    idle = statistics.median(await status_latency(socket, runs))
+    before_rss, before_fds = rss_kib(pid), open_fds(pid)
+    command = [
+        "prlimit", f"--nofile={count + 64}:{count + 64}",
+        "setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
+        SYSTEM_PYTHON, "-c", _HOLDER, str(socket), str(count),
+    ]  # fmt: skip
+    async with await anyio.open_process(command) as holder:
+        assert holder.stdout is not None and holder.stdin is not None
+        line = b""
+        with anyio.fail_after(60):
+            while not line.endswith(b"\n"):
+                line += await holder.stdout.receive()
+        codes: list[int] = json.loads(line)
+        held = await status_latency(socket, runs)
+        rss, fds = rss_kib(pid), open_fds(pid)
+        await holder.stdin.aclose()
+        await holder.wait()
+    print(
+        f"uid {OTHER_UID} opening {count} idle connections: {codes.count(0)} admitted, "
+        f"{codes.count(1007)} refused with 1007, {len(codes) - codes.count(0) - codes.count(1007)}"
+        f" other; fds {before_fds} -> {fds}, RSS {mib(rss - before_rss)}"
+    )
+    print(
+        f"roster status meanwhile: {len(held)}/{runs} answered, median "
+        f"{statistics.median(held) * 1000:.0f} ms, max {max(held) * 1000:.0f} ms "
+        f"(idle daemon: {idle * 1000:.0f} ms; the CLI's start-up included)"
+    )
+
+
+def make_org(root: Path) -> None:
+    root.chmod(0o755)  # the second uid must reach the socket
+    write_org(root / "org", ("ada",), 4, identity_lines=5)
+    toml = root / "org" / "org.toml"
+    toml.write_text(toml.read_text() + f"\n[daemon]\nallow_uids = [{os.getuid()}, {OTHER_UID}]\n")
+
+
+async def run(quick: bool) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        make_org(root)
+        socket = root / "rosterd.sock"
+        async with serve(root / "org", root / "state", socket) as daemon:
+            if os.geteuid() == 0:
+                os.chown(socket, 0, OTHER_UID)
+            async with await RosterClient.connect(socket) as client:
+                await client.call("daemon.status")
+                await posts_and_notes(
+                    client, daemon.pid, 50 if quick else 1000, 20 if quick else 200
+                )
+            await idle_connections(socket, daemon.pid, 100 if quick else 1100, 3 if quick else 20)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="fewer inputs, for CI smoke runs")
+    args = parser.parse_args()
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    anyio.run(run, args.quick)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Which memory items and gates a session's conversation already holds.
+
+A session owns one ledger. It is rebuilt from the transcript when the session
+resumes (the user entries hold the compiled input exactly as sent) and kept
+up to date from each turn's input once it is in the transcript, so what the
+compiler leaves out is always something the engine has been or will be sent.
+A new session, rolled over or not, starts with an empty ledger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from types import MappingProxyType
+
+from ..compiler import Shown, ShownItems, shown_in
+from ..engines import ChatMessage
+from ._runs import TranscriptEntry
+
+__all__ = ("ShownLedger",)
+
+
+class ShownLedger:
+    """Per memory item and gate id: the line last sent and the turn that sent it."""
+
+    def __init__(self) -> None:
+        self._memory: dict[str, Shown] = {}
+        self._gates: dict[str, Shown] = {}
+        # Read-only views: a turn's input borrows them instead of copying.
+        self._view = ShownItems(
+            memory=MappingProxyType(self._memory), gates=MappingProxyType(self._gates)
+        )
+
+    def __repr__(self) -> str:
+        return f"ShownLedger({len(self._memory)} memory items, {len(self._gates)} gates)"
+
+    @classmethod
+    def from_entries(cls, entries: Iterable[TranscriptEntry]) -> ShownLedger:
+        """The ledger of a resumed session, read once from its transcript."""
+        ledger = cls()
+        for entry in entries:
+            if entry.role == "user":
+                ledger.note(entry.turn, entry.content)
+        return ledger
+
+    def items(self) -> ShownItems:
+        """What the conversation holds, as a live read-only view."""
+        return self._view
+
+    def note(self, turn: int, input_text: str) -> None:
+        """Record what a user turn that reached the transcript sent."""
+        for kind, item_id, sha256 in shown_in(input_text):
+            table = self._memory if kind == "memory" else self._gates
+            table[item_id] = Shown(sha256=sha256, turn=turn)
+
+    def note_sent(self, turn: int, messages: Iterable[ChatMessage]) -> None:
+        """``note`` for each user message appended to a transcript by *turn*."""
+        for message in messages:
+            if message.role == "user":
+                self.note(turn, message.content)

@@ -1,0 +1,166 @@
+"""A session turn leaves out what the conversation holds: the compiler's side,
+driven by the session's own ledger of what earlier inputs sent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rosterd.compiler import (
+    BlockTrace,
+    Compilation,
+    Gate,
+    MemoryItem,
+    RunMeta,
+    SystemPrompt,
+    TurnInput,
+    compile_run,
+    compile_system,
+    compile_turn,
+)
+from rosterd.org import Org, Surface, load_org
+from rosterd.sessions import ShownLedger
+
+ORG_TOML = """
+[engine]
+kind = "echo"
+
+[workers.ada.context]
+memory = {memory}
+
+[channels.ops]
+workers = ["ada"]
+"""
+START = 1_700_000_000.0
+
+
+def make_org(root: Path, memory: int = 8000) -> Org:
+    (root / "workers" / "ada").mkdir(parents=True)
+    (root / "workers" / "ada" / "identity.md").write_text("I am Ada.\n")
+    (root / "org.toml").write_text(ORG_TOML.format(memory=memory))
+    return load_org(root)
+
+
+def note(n: int, text: str | None = None, channel: str | None = None) -> MemoryItem:
+    return MemoryItem(
+        id=f"m-{n}", text=text or f"note {n} " + "x" * 190, created_at=START + n, channel=channel
+    )
+
+
+def gate(n: int, outcome: str | None = None) -> Gate:
+    return Gate(
+        id=f"g-{n}", worker="ada", summary=f"approve {n}?", filed_at=START + n, outcome=outcome
+    )
+
+
+class Chat:
+    """A session's compilations, with the ledger a session keeps."""
+
+    def __init__(self, org: Org) -> None:
+        scope = org.scope(Surface.SESSION, "ada", "ops")
+        self.system: SystemPrompt = compile_system(org, scope, RunMeta("s-1", 0, START))
+        self.ledger = ShownLedger()
+        self.turn = 0
+
+    def say(self, memory: tuple[MemoryItem, ...] = (), gates: tuple[Gate, ...] = ()) -> Compilation:
+        self.turn += 1
+        fresh = TurnInput(text="status?", memory=memory, gates=gates, shown=self.ledger.items())
+        compiled = compile_turn(self.system, fresh, RunMeta("s-1", self.turn, START + self.turn))
+        self.ledger.note(self.turn, compiled.input_text)
+        return compiled
+
+
+def lines(compiled: Compilation, block: str) -> list[dict[str, object]]:
+    decoded = [msgspec.json.decode(line) for line in compiled.input_text.splitlines()]
+    return [line for line in decoded if line["block"] == block]
+
+
+def trace(compiled: Compilation, name: str) -> BlockTrace:
+    return next(b for b in compiled.record.blocks if b.block == name)
+
+
+def held(compiled: Compilation, name: str) -> list[tuple[str, int]]:
+    """The ids the trace says were left out, with the turn since which."""
+    return [(s.id, s.since) for s in trace(compiled, name).already_shown]
+
+
+def test_an_item_whose_text_changed_is_shown_again(tmp_path: Path) -> None:
+    chat = Chat(make_org(tmp_path))
+    chat.say(memory=(note(1), note(2)))
+    assert lines(chat.say(memory=(note(1), note(2))), "memory") == []
+    edited = note(2, "note 2, now with a new pager number")
+    third = chat.say(memory=(note(1), edited))
+    assert lines(third, "memory") == [{"block": "memory", "id": "m-2", "text": edited.text}]
+    assert held(third, "memory") == [("m-1", 1)]
+    fourth = chat.say(memory=(note(1), edited))
+    assert held(fourth, "memory") == [("m-1", 1), ("m-2", 3)]
+
+
+def test_the_memory_limit_bounds_each_turn_and_is_spent_on_new_items(tmp_path: Path) -> None:
+    chat = Chat(make_org(tmp_path, memory=1000))
+    memory = tuple(note(n) for n in range(1, 11))
+    shown: list[str] = []
+    for _ in range(4):
+        compiled = chat.say(memory=memory)
+        assert trace(compiled, "memory").rendered_chars <= 1000
+        shown += [str(line["id"]) for line in lines(compiled, "memory")]
+    # About four 200-character notes fit a turn: three turns show all ten,
+    # newest first, each once; the fourth has nothing new.
+    assert sorted(shown) == sorted(m.id for m in memory)
+    assert shown[:4] == ["m-10", "m-9", "m-8", "m-7"]
+    assert trace(compiled, "memory").status == "absent"
+    assert len(held(compiled, "memory")) == 10
+
+
+def test_first_turn_briefs_everything_then_only_changes(tmp_path: Path) -> None:
+    chat = Chat(make_org(tmp_path))
+    first = chat.say(gates=(gate(1), gate(2)))
+    assert [(b["kind"], b["gate"]) for b in lines(first, "briefing")] == [
+        ("gate", "g-1"),
+        ("gate", "g-2"),
+    ]
+    assert chat.say(gates=(gate(1), gate(2))).input_text.count('"block":"briefing"') == 0
+    changed = chat.say(gates=(gate(1, outcome="approved"), gate(2), gate(3)))
+    assert [(b["kind"], b["gate"]) for b in lines(changed, "briefing")] == [
+        ("resolved", "g-1"),
+        ("gate", "g-3"),
+    ]
+    assert held(changed, "briefing") == [("g-2", 1)]
+    assert lines(chat.say(gates=(gate(2), gate(3))), "briefing") == []
+
+
+def test_task_and_direct_runs_show_everything_every_time(tmp_path: Path) -> None:
+    org = make_org(tmp_path)
+    fresh = TurnInput(text="status?", memory=(note(1), note(2)), gates=(gate(1),))
+    for surface, channel in ((Surface.TASK, "ops"), (Surface.DIRECT, None)):
+        scope = org.scope(surface, "ada", channel)
+        for turn in (1, 2):
+            compiled = compile_run(org, scope, fresh, RunMeta(f"r-{turn}", 1, START))
+            assert [line["id"] for line in lines(compiled, "memory")] == ["m-2", "m-1"]
+            assert len(lines(compiled, "briefing")) == 1
+            assert held(compiled, "memory") == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 8), st.integers(0, 2)), min_size=1, max_size=12))
+def test_an_item_is_resent_only_when_its_text_changed(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[int, int]]
+) -> None:
+    chat = Chat(make_org(tmp_path_factory.mktemp("org")))
+    texts: dict[str, str] = {}
+    latest: dict[str, str] = {}  # what the conversation last got, per id
+    for n, version in steps:
+        texts[f"m-{n}"] = f"note {n} version {version}"
+        memory = tuple(note(int(i[2:]), text) for i, text in sorted(texts.items()))
+        compiled = chat.say(memory=memory)
+        new = {str(m["id"]): str(m["text"]) for m in lines(compiled, "memory")}
+        # Sent: exactly what is new to the conversation, or edited since.
+        assert new == {i: t for i, t in texts.items() if latest.get(i) != t}
+        # Everything else is traced as already held.
+        assert {i for i, _ in held(compiled, "memory")} == texts.keys() - new.keys()
+        latest |= new
+    assert latest == texts

@@ -1,0 +1,188 @@
+"""The conversation holds the whole channel: what others posted since the last turn.
+
+Over the real socket, with the loopback provider simulator recording every
+request the daemon made.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+import msgspec
+import pytest
+from harness import DaemonProcess, set_engine
+from simulator import Simulator
+
+from rosterd.cli import main
+from rosterd.client import RosterClient
+
+
+def use_openai(org_dir: Path, simulator: Simulator, context: str = "") -> None:
+    set_engine(
+        org_dir,
+        f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"\nmax_retries = 0',
+    )
+    if context:
+        toml = org_dir / "org.toml"
+        toml.write_text(toml.read_text().replace("[context]\n", f"[context]\n{context}\n"))
+
+
+def last_input(body: bytes) -> list[dict[str, Any]]:
+    """The envelopes of a request's newest user turn."""
+    content = msgspec.json.decode(body)["messages"][-1]["content"]
+    return [msgspec.json.decode(line) for line in content.splitlines()]
+
+
+def said(envelopes: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(e["from"], e["text"]) for e in envelopes if e["block"] == "message" and "text" in e]
+
+
+async def send(client: RosterClient, session: str, text: str, sender: str) -> dict[str, Any]:
+    result: dict[str, Any] = await client.call(
+        "session.send", {"session": session, "text": text, "from": sender}
+    )
+    return result
+
+
+@pytest.mark.anyio
+async def test_posts_between_turns_reach_the_next_turn_once_before_the_message(
+    org_dir: Path, tmp_path: Path, simulator: Simulator
+) -> None:
+    use_openai(org_dir, simulator)
+    process = DaemonProcess(org_dir, tmp_path / "state").start()
+    try:
+        async with await process.client() as client, await process.client() as other:
+            ada = (await client.call("session.open", {"worker": "ada", "channel": "general"}))[
+                "session"
+            ]
+            grace = (await other.call("session.open", {"worker": "grace", "channel": "general"}))[
+                "session"
+            ]
+            await send(client, ada, "first", "alice")
+            posted = await other.call(
+                "channel.post", {"channel": "general", "from": "bob", "text": "deploy is red"}
+            )
+            # Another worker's exchange, from another frontend.
+            grace_reply = (await send(other, grace, "grace, look at CI", "carol"))["text"]
+            await send(client, ada, "second", "alice")
+            await send(client, ada, "third", "alice")
+            shown = await client.call("runs.show", {"run": ada})
+    finally:
+        process.stop()
+
+    first, _, second, third = simulator.bodies()
+    assert said(last_input(first)) == [("alice", "first")]
+    assert said(last_input(second)) == [
+        ("bob", "deploy is red"),
+        ("carol", "grace, look at CI"),
+        ("grace", grace_reply),
+        ("alice", "second"),
+    ]
+    # Each envelope carries when it was posted; the new message comes last.
+    envelopes = [e for e in last_input(second) if e["block"] == "message"]
+    assert all(e["at"].endswith("Z") for e in envelopes)
+    assert envelopes[-1]["text"] == "second"
+    # Once: turn 3 carries nothing new, and nothing is ever said twice.
+    assert said(last_input(third)) == [("alice", "third")]
+    whole = msgspec.json.decode(third)["messages"]
+    assert sum("deploy is red" in m["content"] for m in whole) == 1
+    assert sum('"text":"first"' in m["content"] for m in whole) == 1
+
+    turns = [r for r in shown["records"] if r["kind"] == "turn"]
+    backlog = [next(b for b in r["blocks"] if b["block"] == "backlog") for r in turns]
+    assert [(b["status"], b["items"], b["omitted"]) for b in backlog] == [
+        ("absent", 0, 0),
+        ("included", 3, 0),
+        ("absent", 0, 0),
+    ]
+    assert turns[1]["budget"]["backlog"] == backlog[1]["rendered_chars"] > 0
+    assert posted["seq"] >= 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("context", "kept"),
+    [("backlog = 1000", None), ("backlog_messages = 5", 5)],
+)
+async def test_a_long_backlog_keeps_the_newest_that_fit_and_counts_the_rest(
+    org_dir: Path,
+    tmp_path: Path,
+    simulator: Simulator,
+    capsys: pytest.CaptureFixture[str],
+    context: str,
+    kept: int | None,
+) -> None:
+    use_openai(org_dir, simulator, context)
+    state = tmp_path / "state"
+    process = DaemonProcess(org_dir, state).start()
+    try:
+        async with await process.client() as client:
+            ada = (await client.call("session.open", {"worker": "ada", "channel": "releases"}))[
+                "session"
+            ]
+            await send(client, ada, "before", "alice")
+            for n in range(1, 41):
+                await client.call(
+                    "channel.post",
+                    {"channel": "releases", "from": "bob", "text": f"post {n:02d} " + "x" * 20},
+                )
+            await send(client, ada, "after", "alice")
+            shown = await client.call("runs.show", {"run": ada})
+    finally:
+        process.stop()
+
+    envelopes = [e for e in last_input(simulator.bodies()[-1]) if e["block"] == "message"]
+    note, *posts, message = envelopes
+    assert message["text"] == "after"
+    texts = [e["text"] for e in posts]
+    assert texts == [f"post {n:02d} " + "x" * 20 for n in range(41 - len(texts), 41)]
+    assert note == {"block": "message", "omitted": 40 - len(texts)}
+    block = next(b for b in shown["records"][-1]["blocks"] if b["block"] == "backlog")
+    assert (block["status"], block["items"], block["omitted"]) == (
+        "shrunk",
+        len(texts),
+        40 - len(texts),
+    )
+    if kept is not None:
+        assert len(texts) == kept
+    else:
+        assert block["limit"] == 1000 >= block["rendered_chars"]
+        # The newest that fit: one more would not have.
+        assert block["rendered_chars"] + len(msgspec.json.encode(posts[0])) + 1 > 1000
+        assert 5 < len(texts) < 40
+
+    assert (
+        await anyio.to_thread.run_sync(main, ["server", "runs", "show", ada, "--state", str(state)])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert f"kept {len(texts)} of 40: oldest messages dropped to fit" in out
+    assert f"backlog {block['rendered_chars']}/{block['limit']}" in out
+
+
+@pytest.mark.anyio
+async def test_a_resumed_session_continues_the_backlog_where_it_stopped(
+    org_dir: Path, tmp_path: Path, simulator: Simulator
+) -> None:
+    use_openai(org_dir, simulator)
+    state = tmp_path / "state"
+    process = DaemonProcess(org_dir, state).start()
+    async with await process.client() as client:
+        ada = (await client.call("session.open", {"worker": "ada", "channel": "general"}))[
+            "session"
+        ]
+        await send(client, ada, "first", "alice")
+        await client.call("channel.post", {"channel": "general", "from": "bob", "text": "ping"})
+    assert process.stop() == 0
+    process = DaemonProcess(org_dir, state).start()
+    try:
+        async with await process.client() as client:
+            assert (await client.call("session.open", {"worker": "ada", "channel": "general"}))[
+                "session"
+            ] == ada
+            await send(client, ada, "second", "alice")
+    finally:
+        process.stop()
+    assert said(last_input(simulator.bodies()[-1])) == [("bob", "ping"), ("alice", "second")]

@@ -1,0 +1,239 @@
+"""A session never dies of its own length: it rolls over, over the real socket.
+
+The provider is the loopback simulator (OpenAI-compatible), so every request
+the daemon made is recorded byte for byte.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+import msgspec
+import pytest
+from harness import DaemonProcess, make_org
+from simulator import Simulator, Status
+
+from rosterd.cli import main
+from rosterd.client import RpcError
+from rosterd.compiler import RunMeta, compile_system
+from rosterd.org import Surface, load_org
+
+TOO_LONG = Status(
+    400,
+    "This model's maximum context length is 8192 tokens. However, your messages "
+    "resulted in 9001 tokens. Please reduce the length of the messages.",
+    code="context_length_exceeded",
+)
+
+
+def openai_org(root: Path, simulator: Simulator, context: str = "") -> Path:
+    engine = (
+        f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"\nmax_retries = 0'
+    )
+    make_org(root, 1, engine=engine)
+    if context:
+        toml = root / "org.toml"
+        toml.write_text(toml.read_text() + f"\n[context]\n{context}\n")
+    return root
+
+
+def system_chars(org: Path) -> int:
+    loaded = load_org(org)
+    scope = loaded.scope(Surface.SESSION, "ada", "c0")
+    return len(compile_system(loaded, scope, RunMeta(run="t", turn=0, now=0.0)).text)
+
+
+def messages(body: bytes) -> list[dict[str, str]]:
+    decoded: list[dict[str, str]] = msgspec.json.decode(body)["messages"]
+    return decoded
+
+
+def request_chars(body: bytes) -> int:
+    return sum(len(m["content"]) for m in messages(body))
+
+
+def lines(content: str) -> list[dict[str, Any]]:
+    return [msgspec.json.decode(line) for line in content.splitlines()]
+
+
+def run_info(state: Path, run: str) -> dict[str, Any]:
+    info: dict[str, Any] = msgspec.json.decode((state / "runs" / run / "run.json").read_bytes())
+    return info
+
+
+@pytest.mark.anyio
+async def test_a_session_past_session_chars_rolls_over_and_the_call_succeeds(
+    tmp_path: Path, simulator: Simulator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    org = openai_org(tmp_path / "org", simulator)
+    limit = system_chars(org) + 900
+    toml = org / "org.toml"
+    # A short history, so the new session's first turn leaves room for more.
+    toml.write_text(
+        toml.read_text() + f"\n[context]\nsession_chars = {limit}\nhistory_messages = 2\n"
+    )
+    state = tmp_path / "state"
+    process = DaemonProcess(org, state).start()
+    results: list[dict[str, Any]] = []
+    try:
+        async with await process.client() as client:
+            opened = await client.call("session.open", {"worker": "ada", "channel": "c0"})
+            old = opened["session"]
+            (org / "workers" / "ada" / "identity.md").write_text("You are Ada, now terse.\n")
+            for n in range(12):
+                result = await client.call("session.send", {"session": old, "text": f"q{n}"})
+                results.append(result)
+                if result["rolled_from"] is not None:
+                    break
+            # The old id keeps working: it names the session that took over.
+            after = await client.call("session.send", {"session": old, "text": "and now?"})
+            status = await client.call("daemon.status")
+    finally:
+        process.stop()
+
+    rolled = results[-1]
+    new = rolled["run"]
+    assert rolled["rolled_from"] == old and new != old
+    assert rolled["turn"] == 1
+    assert all(r["rolled_from"] is None and r["run"] == old for r in results[:-1])
+    assert (after["run"], after["turn"], after["rolled_from"]) == (new, 2, None)
+    assert status["sessions"] == 1
+
+    bodies = simulator.bodies()
+    assert len(bodies) == len(results) + 1
+    old_bodies, first_new = bodies[: len(results) - 1], bodies[len(results) - 1]
+    # Every request of the old session fit, and the next one would not have:
+    # the last request, its reply and the new message line.
+    assert all(request_chars(body) <= limit for body in old_bodies)
+    new_message = lines(messages(first_new)[-1]["content"])[-1]
+    assert new_message["block"] == "message" and new_message["text"] == f"q{len(results) - 1}"
+    would_be = (
+        request_chars(old_bodies[-1])
+        + len(results[-2]["text"])
+        + len(msgspec.json.encode(new_message)) + 1
+    )  # fmt: skip
+    assert would_be > limit
+    assert len(results) > 2
+
+    # The new session: the edited identity, and the conversation as history.
+    system, user = messages(first_new)
+    assert "You are Ada, now terse." in system["content"]
+    assert "You are Ada, now terse." not in messages(old_bodies[-1])[0]["content"]
+    history = [e for e in lines(user["content"]) if e["block"] == "history"]
+    assert [(e["from"], e["text"]) for e in history] == [
+        ("operator", f"q{len(results) - 2}"),
+        ("ada", results[-2]["text"]),
+    ]
+
+    old_info, new_info = run_info(state, old), run_info(state, new)
+    assert old_info["status"] == "rolled-over"
+    assert old_info["rolled_to"] == new and new_info["rolled_from"] == old
+    assert "over session_chars" in old_info["rollover"]
+    record = msgspec.json.decode(
+        (state / "runs" / new / "context.jsonl").read_bytes().splitlines()[0]
+    )
+    assert record["rollover"]["previous"] == old
+
+    # The CLI reads the state directory with the daemon down, in its own loop.
+    assert (
+        await anyio.to_thread.run_sync(main, ["server", "runs", "show", old, "--state", str(state)])
+        == 0
+    )
+    assert f"rolled over to {new}" in capsys.readouterr().out
+    assert (
+        await anyio.to_thread.run_sync(main, ["server", "runs", "show", new, "--state", str(state)])
+        == 0
+    )
+    shown = capsys.readouterr().out
+    assert f"rolled over from {old}" in shown
+    assert f"continues session {old}" in shown
+
+
+@pytest.mark.anyio
+async def test_a_provider_length_refusal_rolls_over_exactly_once_per_turn(
+    tmp_path: Path, simulator: Simulator
+) -> None:
+    org = openai_org(tmp_path / "org", simulator)
+    state = tmp_path / "state"
+    process = DaemonProcess(org, state).start()
+    try:
+        async with await process.client() as client:
+            opened = await client.call("session.open", {"worker": "ada", "channel": "c0"})
+            first = opened["session"]
+            await client.call("session.send", {"session": first, "text": "one"})
+            simulator.script(TOO_LONG)
+            rolled = await client.call("session.send", {"session": first, "text": "two"})
+            second = rolled["run"]
+            sent_before = len(simulator.requests)
+            after = await client.call("session.send", {"session": second, "text": "three"})
+            # Refused again, and the fresh session refused too: one rollover,
+            # then a clear error; the daemon does not loop.
+            simulator.script(TOO_LONG, TOO_LONG)
+            with pytest.raises(RpcError) as failure:
+                await client.call("session.send", {"session": second, "text": "four"})
+            refused = len(simulator.requests)
+    finally:
+        process.stop()
+
+    assert rolled["rolled_from"] == first and second != first and rolled["turn"] == 1
+    assert after["run"] == second and after["turn"] == 2
+    bodies = simulator.bodies()
+    assert sent_before == 3 and refused == sent_before + 1 + 2
+    assert failure.value.code == 1002
+    assert "maximum context length" in str(failure.value)
+
+    # The refused turn went to the new session whole, once.
+    refused_two, answered_two = messages(bodies[1]), messages(bodies[2])
+    assert lines(refused_two[-1]["content"])[-1]["text"] == "two"
+    assert len(answered_two) == 2
+    first_turn = lines(answered_two[1]["content"])
+    assert next(e["text"] for e in first_turn if e["block"] == "history") == "one"
+    assert first_turn[-1]["text"] == "two"
+    # It is not sent again in the new session's later turns.
+    three = messages(bodies[3])
+    assert three[:2] == answered_two
+    assert sum('"text":"two"' in m["content"] for m in three) == 1
+
+    info = run_info(state, first)
+    assert info["status"] == "rolled-over" and info["rolled_to"] == second
+    assert "too long" in info["rollover"]
+    assert run_info(state, second)["status"] == "rolled-over"
+
+
+@pytest.mark.anyio
+async def test_turns_queued_behind_a_rollover_are_answered_by_the_new_session(
+    tmp_path: Path, simulator: Simulator
+) -> None:
+    org = openai_org(tmp_path / "org", simulator)
+    toml = org / "org.toml"
+    limit = system_chars(org) + 700
+    toml.write_text(toml.read_text() + f"\n[context]\nsession_chars = {limit}\n")
+    process = DaemonProcess(org, tmp_path / "state").start()
+    results: dict[int, dict[str, Any]] = {}
+    try:
+        async with await process.client() as opener:
+            old = (await opener.call("session.open", {"worker": "ada", "channel": "c0"}))["session"]
+
+            async def frontend(n: int) -> None:
+                async with await process.client() as client:
+                    results[n] = await client.call(
+                        "session.send", {"session": old, "text": f"from frontend {n}"}
+                    )
+
+            async with anyio.create_task_group() as tg:
+                for n in range(8):
+                    tg.start_soon(frontend, n)
+    finally:
+        process.stop()
+    rolled = [r for r in results.values() if r["rolled_from"] is not None]
+    assert len(rolled) >= 1 and all(r["rolled_from"] != r["run"] for r in rolled)
+    # Each session numbers its turns 1, 2, ... with none lost or repeated.
+    by_run: dict[str, list[int]] = {}
+    for result in results.values():
+        by_run.setdefault(result["run"], []).append(result["turn"])
+    assert old in by_run and len(by_run) == len(rolled) + 1
+    for turns in by_run.values():
+        assert sorted(turns) == list(range(1, len(turns) + 1))
+    assert len(simulator.requests) == 8

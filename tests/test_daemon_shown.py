@@ -1,0 +1,259 @@
+"""A session never resends what its conversation already holds: real daemon,
+real socket, the provider simulator recording every request byte."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import msgspec
+import pytest
+from harness import DaemonProcess, InProcessDaemon
+from simulator import Simulator, Status, filler, write_org
+
+from rosterd.cli import main
+from rosterd.client import RosterClient, RpcError
+
+QUESTION = "how is the pager doing?"
+
+
+def anthropic(simulator: Simulator) -> str:
+    return (
+        f'kind = "anthropic"\nmodel = "sim-1"\nbase_url = "{simulator.anthropic_url}"\n'
+        "max_retries = 0"
+    )
+
+
+def user_inputs(body: bytes) -> list[str]:
+    """The user messages of one recorded Messages API request, in order."""
+    request = msgspec.json.decode(body)
+    texts = []
+    for message in request["messages"]:
+        if message["role"] != "user":
+            continue
+        content = message["content"]
+        if isinstance(content, str):
+            texts.append(content)
+        else:
+            texts.append("".join(part["text"] for part in content))
+    return texts
+
+
+def envelopes(text: str, block: str) -> list[dict[str, Any]]:
+    lines = [msgspec.json.decode(line) for line in text.splitlines()]
+    return [line for line in lines if line["block"] == block]
+
+
+def advisory_chars(text: str) -> int:
+    """Characters of memory and briefing envelopes in *text*, newlines included."""
+    return sum(
+        len(line) + 1
+        for line in text.splitlines()
+        if line.startswith(('{"block":"memory"', '{"block":"briefing"'))
+    )
+
+
+def turn_records(state: Path, run: str) -> list[dict[str, Any]]:
+    path = state / "runs" / run / "context.jsonl"
+    records = [msgspec.json.decode(line) for line in path.read_bytes().splitlines()]
+    return [r for r in records if r["kind"] == "turn"]
+
+
+def block(record: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(b for b in record["blocks"] if b["block"] == name)
+
+
+async def seed(client: RosterClient, notes: int, gates: int) -> list[str]:
+    for n in range(notes):
+        text = filler(f"pager note {n}", 200).replace("\n", " ").strip()
+        await client.call("memory.add", {"worker": "w0", "text": text})
+    ids = []
+    for n in range(gates):
+        gate = await client.call(
+            "gate.file", {"worker": "w0", "channel": "c0", "summary": f"approve pager change {n}?"}
+        )
+        ids.append(str(gate["id"]))
+    return ids
+
+
+async def send(client: RosterClient, session: str, turns: int) -> None:
+    for _ in range(turns):
+        await client.call("session.send", {"session": session, "text": QUESTION})
+
+
+async def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    # The CLI runs its own event loop, so it gets a thread of its own.
+    assert await anyio.to_thread.run_sync(main, list(argv)) == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.anyio
+async def test_thirty_turns_send_each_note_and_gate_once(
+    tmp_path: Path, simulator: Simulator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_org(tmp_path / "org", workers=1, channels=1, engine=anthropic(simulator))
+    process = DaemonProcess(tmp_path / "org", tmp_path / "state").start()
+    try:
+        async with await process.client() as client:
+            gates = await seed(client, notes=20, gates=3)
+            opened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
+            session = str(opened["session"])
+            await send(client, session, 30)
+    finally:
+        process.stop()
+
+    assert len(simulator.requests) == 30
+    inputs = user_inputs(simulator.requests[-1].body)
+    assert len(inputs) == 30
+    request_chars = len(simulator.requests[-1].body)
+    # The 30th turn adds no memory or briefing at all; what the request holds
+    # of them is the one copy the first turn sent.
+    assert envelopes(inputs[-1], "memory") == envelopes(inputs[-1], "briefing") == []
+    assert advisory_chars(inputs[-1]) <= 0.05 * request_chars
+    assert all(advisory_chars(text) == 0 for text in inputs[1:])
+    notes = Counter(m["id"] for text in inputs for m in envelopes(text, "memory"))
+    assert notes == {f"m-{n}": 1 for n in range(1, 21)}
+    shown_gates = [b for text in inputs for b in envelopes(text, "briefing")]
+    assert [(b["kind"], b["gate"]) for b in shown_gates] == [("gate", g) for g in gates]
+    # Cumulatively, memory and briefing are one turn's worth, not thirty.
+    whole = sum(map(advisory_chars, inputs))
+    assert whole == advisory_chars(inputs[0]) < 0.5 * request_chars
+
+    records = turn_records(process.state, session)
+    last = records[-1]
+    memory, briefing = block(last, "memory"), block(last, "briefing")
+    assert (memory["status"], memory["rendered_chars"], briefing["status"]) == (
+        "absent",
+        0,
+        "absent",
+    )
+    assert memory["already_shown"] == [{"id": f"m-{n}", "since": 1} for n in range(1, 21)]
+    assert briefing["already_shown"] == [{"id": g, "since": 1} for g in gates]
+    assert last["budget"]["memory"] == last["budget"]["briefing"] == 0
+
+    shown = await cli(capsys, "server", "runs", "show", session, "--state", str(process.state))
+    assert "already in the conversation, left out: memory 20 (since turn 1) · briefing 3" in shown
+    assert "nothing new: all in the conversation already" in shown
+
+
+@pytest.mark.anyio
+async def test_a_note_or_a_resolution_between_turns_is_in_the_next_turn(
+    tmp_path: Path, simulator: Simulator
+) -> None:
+    write_org(tmp_path / "org", workers=1, channels=1, engine=anthropic(simulator))
+    process = DaemonProcess(tmp_path / "org", tmp_path / "state").start()
+    try:
+        async with await process.client() as client:
+            gates = await seed(client, notes=5, gates=2)
+            opened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
+            session = str(opened["session"])
+            await send(client, session, 10)
+            note = await client.call("memory.add", {"worker": "w0", "text": "pager moved to v2"})
+            await send(client, session, 1)
+            await client.call("gate.resolve", {"gate": gates[1], "outcome": "approved"})
+            await send(client, session, 2)
+    finally:
+        process.stop()
+
+    inputs = user_inputs(simulator.requests[-1].body)
+    first = sorted(m["id"] for m in envelopes(inputs[0], "memory"))
+    assert first == [f"m-{n}" for n in range(1, 6)]
+    assert envelopes(inputs[10], "memory") == [
+        {"block": "memory", "id": note["id"], "text": "pager moved to v2"}
+    ]
+    assert envelopes(inputs[10], "briefing") == []
+    assert envelopes(inputs[11], "briefing") == [
+        {
+            "block": "briefing",
+            "kind": "resolved",
+            "gate": gates[1],
+            "summary": "approve pager change 1?",
+            "outcome": "approved",
+            "note": "",
+        }
+    ]
+    assert advisory_chars(inputs[12]) == 0
+    records = turn_records(process.state, session)
+    assert [(s["id"], s["since"]) for s in block(records[12], "memory")["already_shown"]] == [
+        *((f"m-{n}", 1) for n in range(1, 6)),
+        (note["id"], 11),
+    ]
+    assert block(records[12], "briefing")["already_shown"] == [{"id": gates[0], "since": 1}]
+
+
+@pytest.mark.anyio
+async def test_what_was_shown_survives_a_restart_and_a_failed_engine_call(
+    tmp_path: Path, simulator: Simulator
+) -> None:
+    write_org(tmp_path / "org", workers=1, channels=1, engine=anthropic(simulator))
+    state = tmp_path / "state"
+    process = DaemonProcess(tmp_path / "org", state).start()
+    async with await process.client() as client:
+        gates = await seed(client, notes=3, gates=1)
+        opened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
+        session = str(opened["session"])
+        await send(client, session, 1)
+        await client.call("memory.add", {"worker": "w0", "text": "pager is flaky on Mondays"})
+        simulator.script(Status(400, "bad request"))
+        with pytest.raises(RpcError):
+            await send(client, session, 1)
+    assert process.stop() == 0
+    process = DaemonProcess(tmp_path / "org", state).start()
+    try:
+        async with await process.client() as client:
+            reopened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
+            assert reopened["session"] == session
+            await send(client, session, 1)
+            await client.call("gate.resolve", {"gate": gates[0], "outcome": "no"})
+            await send(client, session, 1)
+    finally:
+        process.stop()
+
+    first, failed, resumed, resolved = (user_inputs(r.body) for r in simulator.requests)
+    # The failed turn's input stays in the transcript and goes out with the
+    # next request, so the note it carried is not sent a second time.
+    assert failed[-1] == resumed[1]
+    assert [m["text"] for m in envelopes(failed[-1], "memory")] == ["pager is flaky on Mondays"]
+    assert advisory_chars(resumed[-1]) == 0
+    assert [b["kind"] for b in envelopes(resolved[-1], "briefing")] == ["resolved"]
+    assert resolved[:-1] == resumed
+    everything = "".join(resolved)
+    assert Counter(m["id"] for m in envelopes(everything, "memory")) == {
+        "m-1": 1,
+        "m-2": 1,
+        "m-3": 1,
+        "m-4": 1,
+    }
+    assert first == resolved[:1]
+
+
+@pytest.mark.anyio
+async def test_a_new_session_and_a_direct_run_show_everything_again(
+    served: InProcessDaemon,
+) -> None:
+    async with await served.client() as client:
+        await client.call("memory.add", {"worker": "ada", "text": "deploys freeze on Fridays"})
+        first = await client.call("session.open", {"worker": "ada", "channel": "general"})
+        await client.call("session.send", {"session": first["session"], "text": "one"})
+        await client.call("session.send", {"session": first["session"], "text": "two"})
+        direct = await client.call("run.direct", {"worker": "ada", "text": "status?"})
+        await client.call("session.close", {"session": first["session"]})
+        second = await client.call("session.open", {"worker": "ada", "channel": "general"})
+        await client.call("session.send", {"session": second["session"], "text": "three"})
+
+    def memory_of(run: str) -> list[list[str]]:
+        path = served.state / "runs" / run / "context.jsonl"
+        records = [msgspec.json.decode(line) for line in path.read_bytes().splitlines()]
+        return [
+            [m["text"] for m in envelopes(block(r, "memory")["content"], "memory")]
+            for r in records
+            if r["kind"] != "system"
+        ]
+
+    note = ["deploys freeze on Fridays"]
+    assert memory_of(first["session"]) == [note, []]
+    assert memory_of(direct["run"]) == [note]
+    assert memory_of(second["session"]) == [note]

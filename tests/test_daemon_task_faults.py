@@ -1,0 +1,85 @@
+"""One task's filesystem failure fails that task alone; the daemon goes on.
+
+The fault is real: the state directory's ``runs`` becomes a plain file, so
+creating the run directory fails with ENOTDIR, which root cannot bypass as it
+would a permission bit.
+"""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from harness import InProcessDaemon
+
+from rosterd.client import RosterClient, RpcError
+
+pytestmark = pytest.mark.anyio
+
+
+async def wait_task(client: RosterClient, task: str, *statuses: str) -> dict[str, Any]:
+    with anyio.fail_after(10):
+        while True:
+            state: dict[str, Any] = await client.call("task.get", {"task": task})
+            if state["status"] in statuses:
+                return state
+            await anyio.sleep(0.02)
+
+
+def break_runs(state: Path) -> Path:
+    runs = state / "runs"
+    if runs.exists():
+        runs.rename(state / "runs.saved")
+    else:
+        (state / "runs.saved").mkdir()
+    runs.write_text("not a directory\n")
+    return runs
+
+
+def mend_runs(state: Path) -> None:
+    (state / "runs").unlink()
+    (state / "runs.saved").rename(state / "runs")
+
+
+async def test_a_task_whose_run_directory_cannot_be_made_fails_alone(
+    served: InProcessDaemon,
+) -> None:
+    async with await served.client() as client:
+        await client.call("daemon.status")
+        runs = break_runs(served.state)
+        task = await client.call(
+            "task.submit", {"worker": "ada", "channel": "releases", "text": "draft notes"}
+        )
+        failed = await wait_task(client, task["id"], "failed", "done")
+        status = await client.call("daemon.status")
+        mend_runs(served.state)
+        after = await client.call(
+            "task.submit", {"worker": "ada", "channel": "releases", "text": "next one"}
+        )
+        done = await wait_task(client, after["id"], "done", "failed")
+    assert failed["status"] == "failed"
+    assert str(runs) in failed["error"]
+    assert "Not a directory" in failed["error"]
+    assert status["pid"] > 0
+    assert done["status"] == "done"
+    assert "You said: next one" in done["reply"]
+    log = served.log()
+    assert f"task {task['id']} failed" in log
+
+
+async def test_a_direct_run_that_cannot_be_stored_is_a_storage_error(
+    served: InProcessDaemon,
+) -> None:
+    async with await served.client() as client:
+        await client.call("daemon.status")
+        break_runs(served.state)
+        with pytest.raises(RpcError) as failure:
+            await client.call("run.direct", {"worker": "ada", "text": "hi"})
+        mend_runs(served.state)
+        result = await client.call("run.direct", {"worker": "ada", "text": "hi again"})
+    assert failure.value.code == 1008
+    assert failure.value.data["errno"] == errno.ENOTDIR
+    assert "You said: hi again" in result["text"]

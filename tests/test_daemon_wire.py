@@ -1,0 +1,108 @@
+"""The daemon against servers that frame streams their own way, end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+from harness import DaemonProcess, set_engine
+from simulator import Framing, Omit, Reply, Simulator
+
+from rosterd.org import EngineKind
+
+pytestmark = pytest.mark.anyio
+
+# Raw U+2028/U+2029/U+0085 (legal unescaped in JSON), the C0 line breakers
+# (escaped, as JSON requires), lone CR, CRLF and LF, multi-byte characters.
+TEXT = "one\u2028two\u2029three\u0085four\x0bfive\x0csix\x1c\x1d\x1eseven\rx\r\ny\nz é 中 😀"
+
+
+@pytest.fixture(params=["openai", "anthropic"])
+def kind(request: pytest.FixtureRequest) -> EngineKind:
+    value: EngineKind = request.param
+    return value
+
+
+def use(kind: EngineKind, org_dir: Path, sim: Simulator) -> None:
+    base = sim.openai_url if kind == "openai" else sim.anthropic_url
+    set_engine(org_dir, f'kind = "{kind}"\nmodel = "m"\nbase_url = "{base}"\nmax_retries = 1')
+
+
+def transcript(state: Path, run: str) -> list[dict[str, Any]]:
+    path = state / "runs" / run / "transcript.jsonl"
+    return [msgspec.json.decode(line) for line in path.read_bytes().splitlines()]
+
+
+def sent_assistant_text(kind: EngineKind, body: bytes) -> str:
+    message = msgspec.json.decode(body)["messages"][-2]
+    assert message["role"] == "assistant"
+    content = message["content"]
+    return str(content if kind == "openai" else content[0]["text"])
+
+
+async def test_a_reply_split_byte_by_byte_is_kept_byte_exact(
+    org_dir: Path, tmp_path: Path, kind: EngineKind
+) -> None:
+    framing = Framing(newline="\r\n", raw=True, chunk_bytes=1)
+    async with Simulator(framing=framing, delta_chars=3) as sim:
+        sim.script(Reply(TEXT))
+        use(kind, org_dir, sim)
+        process = DaemonProcess(org_dir, tmp_path / "state").start()
+        try:
+            async with await process.client() as client:
+                opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
+                session = opened["session"]
+                first = await client.call("session.send", {"session": session, "text": "one"})
+                await client.call("session.send", {"session": session, "text": "two"})
+                (context,) = (await client.call("runs.context", {"run": session}))["turns"]
+        finally:
+            process.stop()
+        bodies = sim.bodies()
+    assert first["text"] == TEXT
+    entries = transcript(tmp_path / "state", session)
+    assert next(e["content"] for e in entries if e["role"] == "assistant") == TEXT
+    assert context["turn"] == 2
+    assert context["messages"][1] == {"role": "assistant", "content": TEXT}
+    assert sent_assistant_text(kind, bodies[1]) == TEXT
+
+
+async def test_a_turn_without_reported_usage_is_unmeasured_never_zero(
+    org_dir: Path, tmp_path: Path, kind: EngineKind
+) -> None:
+    async with Simulator(min_cacheable_tokens=64, openai_min_tokens=64) as sim:
+        sim.script(Omit("usage" if kind == "openai" else "message_start", text="unreported"))
+        use(kind, org_dir, sim)
+        process = DaemonProcess(org_dir, tmp_path / "state").start()
+        try:
+            async with await process.client() as client:
+                opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
+                session = opened["session"]
+                first = await client.call("session.send", {"session": session, "text": "one"})
+                second = await client.call("session.send", {"session": session, "text": "two"})
+        finally:
+            process.stop()
+        log = process.log_path.read_text()
+    assert first["text"] == "unreported"
+    assert first["usage"] is None
+    assert second["usage"]["input_tokens"] > 0
+    replies = [e for e in transcript(tmp_path / "state", session) if e["role"] == "assistant"]
+    assert replies[0]["usage"] is None
+    assert replies[0]["cache"]["verdict"] == "unmeasured"
+    assert replies[1]["usage"]["input_tokens"] > 0
+    assert replies[1]["cache"]["verdict"] != "unmeasured"
+    assert log.count("server deviation") == 1
+    state = str(tmp_path / "state")
+    shown = await anyio.run_process(
+        [sys.executable, "-m", "rosterd.cli", "server", "runs", "show", session, "--json"],
+        env={**os.environ, "ROSTER_STATE": state},
+    )
+    usage = json.loads(shown.stdout)["usage"]
+    assert usage["turns"][0]["input_tokens"] is None
+    assert usage["turns"][0]["cache"]["verdict"] == "unmeasured"
+    assert usage["input_tokens"] == usage["turns"][1]["input_tokens"] > 0

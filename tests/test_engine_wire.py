@@ -1,0 +1,209 @@
+"""Streams as real servers send them: any character, any chunking, missing parts."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from simulator import (
+    Conversation,
+    Framing,
+    Omit,
+    Reply,
+    Server,
+    Simulator,
+    Status,
+    prompt_bytes,
+    write_org,
+)
+
+from rosterd import EngineError
+from rosterd.engines import AnthropicEngine, Backoff, Engine, OpenAIEngine
+from rosterd.org import EngineConfig, EngineKind, Org
+
+pytestmark = pytest.mark.anyio
+
+# Every character str.splitlines() ends a line at, and the SSE line ends.
+LINE_BREAKERS = "\u2028\u2029\u0085\x0b\x0c\x1c\x1d\x1e\r\n"
+FRAMINGS = st.builds(
+    Framing,
+    newline=st.sampled_from(["\n", "\r", "\r\n"]),
+    raw=st.booleans(),
+    chunk_bytes=st.one_of(st.none(), st.integers(1, 7)),
+)
+_PIECES = st.one_of(st.text(LINE_BREAKERS, min_size=1), st.text(st.characters(codec="utf-8")))
+# At least one line breaker in every reply, anywhere among any other text.
+TEXTS = st.tuples(_PIECES, st.sampled_from(LINE_BREAKERS), _PIECES).map("".join)
+
+
+@pytest.fixture(params=["openai", "anthropic"])
+def kind(request: pytest.FixtureRequest) -> EngineKind:
+    value: EngineKind = request.param
+    return value
+
+
+@pytest.fixture
+def org(tmp_path: Path) -> Org:
+    return write_org(tmp_path, workers=1, channels=1, identity_chars=800, purpose_chars=200)
+
+
+def make_engine(kind: EngineKind, sim: Simulator) -> Engine:
+    base = sim.openai_url if kind == "openai" else sim.anthropic_url
+    config = EngineConfig(kind=kind, model="sim", base_url=base, max_retries=2)
+    fast = Backoff(base_s=0.001, cap_s=0.01)
+    if kind == "openai":
+        return OpenAIEngine(config, api_key=None, backoff=fast)
+    return AnthropicEngine(config, api_key=None, backoff=fast)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(text=TEXTS, framing=FRAMINGS, delta_chars=st.integers(1, 5))
+async def test_every_character_arrives_byte_exact(
+    org: Org, kind: EngineKind, text: str, framing: Framing, delta_chars: int
+) -> None:
+    async with Simulator(framing=framing, delta_chars=delta_chars) as sim:
+        sim.script(Reply(text))
+        engine = make_engine(kind, sim)
+        conversation = Conversation(org, "w0", "c0")
+        try:
+            reply = await conversation.say(engine, "hello")
+            # The reply goes back verbatim as the next turn's assistant message.
+            await conversation.say(engine, "and again")
+        finally:
+            await engine.aclose()
+    assert reply.text == text
+    pieces = [text[i : i + delta_chars] for i in range(0, len(text), delta_chars)]
+    assert conversation.deltas[0] == pieces
+    assert text.encode() in prompt_bytes(sim.requests[1])
+
+
+async def test_line_separators_split_one_byte_at_a_time(org: Org, kind: EngineKind) -> None:
+    text = "a\u2028b\u2029c\u0085d\x0be\x0cf\x1cg\x1dh\x1ei\rj\r\nk\nl é 😀"
+    framing = Framing(newline="\r\n", raw=True, chunk_bytes=1)
+    async with Simulator(framing=framing, delta_chars=3) as sim:
+        sim.script(Reply(text))
+        engine = make_engine(kind, sim)
+        conversation = Conversation(org, "w0", "c0")
+        try:
+            reply = await conversation.say(engine, "hello")
+        finally:
+            await engine.aclose()
+    assert reply.text == text
+    assert conversation.deltas[0] == [text[i : i + 3] for i in range(0, len(text), 3)]
+
+
+async def test_a_messages_stream_without_message_start_is_answered_with_unknown_usage(
+    org: Org, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with Simulator() as sim:
+        sim.script(Omit("message_start", text="no start"), Omit("message_start"))
+        engine = make_engine("anthropic", sim)
+        conversation = Conversation(org, "w0", "c0")
+        with caplog.at_level(logging.WARNING, logger="rosterd.engines"):
+            try:
+                first = await conversation.say(engine, "hello")
+                second = await conversation.say(engine, "again")
+                third = await conversation.say(engine, "and a normal one")
+            finally:
+                await engine.aclose()
+    assert first.text == "no start"
+    assert first.usage is None
+    assert second.usage is None
+    assert third.usage is not None
+    assert third.usage.input_tokens > 0
+    deviations = [r for r in caplog.records if "message_start" in r.getMessage()]
+    assert len(deviations) == 1, "a deviation is logged once per engine"
+
+
+async def test_a_messages_stream_without_message_stop_still_fails(org: Org) -> None:
+    async with Simulator() as sim:
+        sim.script(Omit("message_stop"))
+        engine = make_engine("anthropic", sim)
+        try:
+            with pytest.raises(EngineError, match="ended before message_stop") as caught:
+                await Conversation(org, "w0", "c0").say(engine, "hello")
+        finally:
+            await engine.aclose()
+    assert caught.value.retryable
+
+
+async def test_an_openai_stream_without_usage_is_answered_with_unknown_usage(org: Org) -> None:
+    async with Simulator() as sim:
+        sim.script(Omit("usage", text="like ollama"))
+        engine = make_engine("openai", sim)
+        try:
+            reply = await Conversation(org, "w0", "c0").say(engine, "hello")
+        finally:
+            await engine.aclose()
+    assert reply.text == "like ollama"
+    assert reply.usage is None
+
+
+async def test_usage_in_only_the_last_chunk_is_measured(org: Org) -> None:
+    # The simulator sends "usage": null in every chunk but the last, as
+    # OpenAI does with include_usage.
+    async with Simulator(openai_min_tokens=128) as sim:
+        engine = make_engine("openai", sim)
+        conversation = Conversation(org, "w0", "c0")
+        try:
+            first = await conversation.say(engine, "hello")
+            second = await conversation.say(engine, "again")
+        finally:
+            await engine.aclose()
+    prompts = [prompt_bytes(r) for r in sim.requests]
+    assert first.usage is not None
+    assert second.usage is not None
+    assert first.usage.input_tokens == len(prompts[0]) // 4
+    assert second.usage.input_tokens == len(prompts[1]) // 4
+    assert first.usage.cached_input_tokens == 0
+    assert second.usage.cached_input_tokens >= 128
+    assert first.usage.output_tokens == len(first.text) // 4 + 1
+
+
+@pytest.mark.parametrize("server", ["provider", "llama.cpp"])
+async def test_a_prompt_over_the_context_window_is_flagged(
+    org: Org, kind: EngineKind, server: Server
+) -> None:
+    async with Simulator(context_tokens=50, server=server) as sim:
+        engine = make_engine(kind, sim)
+        try:
+            with pytest.raises(EngineError) as caught:
+                await Conversation(org, "w0", "c0").say(engine, "hello")
+        finally:
+            await engine.aclose()
+    error = caught.value
+    assert error.context_exceeded
+    assert error.status == 400
+    assert not error.retryable
+    assert len(sim.requests) == 1, "a request that is too long is never retried"
+    assert "too long" in str(error) or "context" in str(error)
+
+
+async def test_other_client_errors_are_not_context_exceeded(org: Org, kind: EngineKind) -> None:
+    async with Simulator() as sim:
+        sim.script(Status(400, "messages: roles must alternate"))
+        engine = make_engine(kind, sim)
+        try:
+            with pytest.raises(EngineError) as caught:
+                await Conversation(org, "w0", "c0").say(engine, "hello")
+        finally:
+            await engine.aclose()
+    assert caught.value.status == 400
+    assert not caught.value.context_exceeded
+
+
+async def test_a_prompt_within_the_context_window_is_answered(org: Org, kind: EngineKind) -> None:
+    async with Simulator(context_tokens=1_000_000) as sim:
+        engine = make_engine(kind, sim)
+        try:
+            reply = await Conversation(org, "w0", "c0").say(engine, "hello")
+        finally:
+            await engine.aclose()
+    assert reply.text
