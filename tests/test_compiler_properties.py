@@ -314,10 +314,8 @@ class Case:
         turn = msgspec.structs.replace(
             self.turn,
             text=_short(self.turn.text),
-            memory=tuple(msgspec.structs.replace(m, text=_short(m.text)) for m in self.turn.memory),
-            gates=tuple(
-                msgspec.structs.replace(g, summary=_short(g.summary)) for g in self.turn.gates
-            ),
+            memory=tuple(msgspec.structs.replace(m, text=_short(m.text)) for m in self.notes),
+            gates=tuple(msgspec.structs.replace(g, summary=_short(g.summary)) for g in self.gates),
             history=None
             if self.turn.history is None
             else tuple(msgspec.structs.replace(m, text=_short(m.text)) for m in self.turn.history),
@@ -329,6 +327,17 @@ class Case:
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(repr(self))
+
+    @property
+    def notes(self) -> tuple[MemoryItem, ...]:
+        """The drawn memory items (drawn inputs are plain, never store views)."""
+        assert isinstance(self.turn.memory, tuple)
+        return self.turn.memory
+
+    @property
+    def gates(self) -> tuple[Gate, ...]:
+        assert isinstance(self.turn.gates, tuple)
+        return self.turn.gates
 
 
 def _short(text: str) -> str:
@@ -433,7 +442,7 @@ def test_every_input_line_is_one_envelope(case: Case) -> None:
     # Memory keeps the top of the ranking; only an item over the memory
     # limit itself may be passed over.
     limit = result.system.budget.memory
-    eligible = [m for m in case.turn.memory if m.channel in (None, case.channel)]
+    eligible = [m for m in case.notes if m.channel in (None, case.channel)]
     showable = [
         m
         for m in reference_ranking(eligible, case.turn.text)
@@ -766,10 +775,10 @@ def test_store_snapshots_compile_like_plain_inputs(
         msgspec.structs.replace(
             g, id=f"g-{n}", outcome="done" if n < len(resolved) and resolved[n] else None
         )
-        for n, g in enumerate(case.turn.gates)
+        for n, g in enumerate(case.gates)
     ]
     memory = MemoryIndex()
-    for item in case.turn.memory:
+    for item in case.notes:
         memory.add(item)
     index = GateIndex(case.worker)
     mine = [g for g in gates if g.worker == case.worker]
@@ -785,7 +794,8 @@ def test_store_snapshots_compile_like_plain_inputs(
         memory.add(item)
     still_open = [g.id for g in mine if g.outcome is None]
     index.add(Gate(id="g-late", worker=case.worker, summary="late", filed_at=0.0))
-    if still_open and data.draw(st.booleans()):
+    remove_one = data.draw(st.booleans())
+    if still_open and remove_one:
         index.remove(still_open[0])
 
     plain = msgspec.structs.replace(case.turn, gates=tuple(gates))
@@ -835,7 +845,7 @@ def test_what_a_session_holds_is_left_out_as_if_it_were_absent(
             worker=g.worker if g.worker == "eve" else case.worker,
             outcome="done" if n < len(resolved) and resolved[n] else None,
         )
-        for n, g in enumerate(case.turn.gates)
+        for n, g in enumerate(case.gates)
     )
     plain = msgspec.structs.replace(case.turn, gates=gates)
     try:
@@ -855,7 +865,7 @@ def test_what_a_session_holds_is_left_out_as_if_it_were_absent(
         return before is not None and before.sha256 == reference_sha256(reference_line(kind, item))
 
     in_scope = (None, case.channel)
-    notes = [m for m in plain.memory if m.channel in in_scope]
+    notes = [m for m in case.notes if m.channel in in_scope]
     mine = sorted(
         (g for g in gates if g.worker == case.worker and g.channel in in_scope),
         key=lambda g: (g.filed_at, g.id),
@@ -866,7 +876,7 @@ def test_what_a_session_holds_is_left_out_as_if_it_were_absent(
     ]
     absent = msgspec.structs.replace(
         plain,
-        memory=tuple(m for m in plain.memory if not any(m is h for h in held_notes)),
+        memory=tuple(m for m in case.notes if not any(m is h for h in held_notes)),
         gates=tuple(g for g in gates if not any(g is h for h in held_gates)),
     )
     expected = compile_case(dataclasses.replace(case, turn=absent))
