@@ -6,7 +6,12 @@ Prints, measured side by side in one run:
   compile, trace fsync, transcript fsync, socket round trip);
 - p50 latency early and late in one long session (should be about equal:
   per-turn cost does not grow with the transcript);
-- resident memory per warm session.
+- resident memory per warm session;
+- turn p50 of one session with 0, 10,000 and 100,000 memory notes (and a
+  quarter as many open gates) accumulated by its worker, as ratios to the
+  empty state, with ``daemon.status`` latency from another client during
+  those turns (the state is written straight into the files before the
+  daemon starts, as months of use would have left it).
 
 Usage: python bench/load.py [--quick]
 """
@@ -15,17 +20,26 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import anyio
+import msgspec
 from _daemon import percentile, rss_kib, serve, write_org
 
 from rosterd.client import RosterClient
+from rosterd.compiler import MemoryItem
+from rosterd.stores import GateState
 
 CHANNELS = 200
+# Accumulated state: notes of 12 words from a 5,000-word vocabulary plus the
+# note's number, a gate filed every fourth note, in a few channels.
+ACCUMULATED = (0, 10_000, 100_000)
+VOCABULARY = 5_000
+STATE_CHANNELS = 4
 
 
 async def session_turns(socket: Path, channel: str, turns: int, latencies: list[float]) -> None:
@@ -77,12 +91,95 @@ async def run(quick: bool) -> None:
             )
 
 
+def seed_state(state: Path, notes: int, rng: random.Random, vocabulary: list[str]) -> None:
+    """Write *notes* memory notes of ada and a quarter as many open gates."""
+    (state / "memory").mkdir(parents=True)
+    start = 1_700_000_000.0
+    encode = msgspec.json.Encoder().encode
+    with open(state / "memory" / "ada.jsonl", "wb") as memory:
+        for n in range(1, notes + 1):
+            text = " ".join([*rng.choices(vocabulary, k=12), f"n{n}"])
+            channel = None if n % 3 else f"c{n % STATE_CHANNELS}"
+            item = MemoryItem(id=f"m-{n}", text=text, created_at=start + n, channel=channel)
+            memory.write(encode(item) + b"\n")
+    with open(state / "gates.jsonl", "wb") as gates:
+        for n in range(1, notes // 4 + 1):
+            summary = "approve " + " ".join(rng.choices(vocabulary, k=6)) + "?"
+            channel = None if n % 2 else f"c{n % STATE_CHANNELS}"
+            gate = GateState(
+                id=f"g-{n}", worker="ada", summary=summary, filed_at=start + 4 * n, channel=channel
+            )
+            gates.write(encode(gate) + b"\n")
+
+
+async def poll_status(socket: Path, latencies: list[float], stop: anyio.Event) -> None:
+    async with await RosterClient.connect(socket) as client:
+        while not stop.is_set():
+            start = time.perf_counter()
+            await client.call("daemon.status")
+            latencies.append(time.perf_counter() - start)
+            # Paced like a monitor, not a flood competing with the turns.
+            with anyio.move_on_after(0.005):
+                await stop.wait()
+
+
+async def accumulated_turns(
+    socket: Path, turns: int, rng: random.Random, vocabulary: list[str]
+) -> tuple[list[float], list[float]]:
+    """Turn latencies of one session, and daemon.status latencies meanwhile."""
+    turn_latencies: list[float] = []
+    status_latencies: list[float] = []
+    async with await RosterClient.connect(socket) as client:
+        opened = await client.call("session.open", {"worker": "ada", "channel": "c1"})
+        session = opened["session"]
+        # The first turn loads and indexes the worker's notes: not timed.
+        await client.call("session.send", {"session": session, "text": "good morning"})
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(poll_status, socket, status_latencies, stop)
+            for n in range(turns):
+                text = f"turn {n}: what about " + " and ".join(rng.choices(vocabulary, k=3))
+                start = time.perf_counter()
+                await client.call("session.send", {"session": session, "text": text})
+                turn_latencies.append(time.perf_counter() - start)
+            stop.set()
+    return turn_latencies, status_latencies
+
+
+async def run_accumulated(quick: bool) -> None:
+    turns = 15 if quick else 30
+    print(f"accumulated state, one session of {turns} turns; daemon.status from another client:")
+    print(
+        f"{'notes':>8} {'gates':>6} {'turn p50 ms':>12} {'ratio':>6} "
+        f"{'status p50 ms':>14} {'status max ms':>14}"
+    )
+    empty = None
+    for notes in ACCUMULATED:
+        rng = random.Random(notes)
+        vocabulary = [f"w{rng.randrange(36**5):05x}" for _ in range(VOCABULARY)]
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            write_org(root / "org", ("ada",), STATE_CHANNELS)
+            seed_state(root / "state", notes, rng, vocabulary)
+            socket = root / "rosterd.sock"
+            async with serve(root / "org", root / "state", socket):
+                turn, status = await accumulated_turns(socket, turns, rng, vocabulary)
+        p50 = statistics.median(turn)
+        empty = empty or p50
+        print(
+            f"{notes:>8} {notes // 4:>6} {p50 * 1000:>12.2f} {p50 / empty:>6.2f} "
+            f"{statistics.median(status) * 1000:>14.2f} {max(status) * 1000:>14.2f}"
+        )
+    print("(aim: turn p50 within 2x of the empty state, daemon.status within 20 ms)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer turns, for CI smoke runs")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     anyio.run(run, args.quick)
+    anyio.run(run_accumulated, args.quick)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator, Mapping
 from itertools import islice
+from operator import itemgetter
+from typing import TypeVar
 
 from ._inputs import Gate
 
@@ -21,6 +23,8 @@ __all__ = ("GateIndex", "GateView", "gate_view")
 
 # Briefing order; the ordinal keeps equal (filed, id) pairs in arrival order.
 _Entry = tuple[float, str, int, Gate]
+_V = TypeVar("_V")
+_first = itemgetter(0)
 
 
 class GateIndex:
@@ -116,19 +120,26 @@ class GateView:
             count, chars = count + more, chars + more_chars
         return count, chars
 
-    def open_with_ids(self, ids: Iterable[str], channel: str | None) -> list[tuple[int, Gate]]:
-        """The open gates a run in *channel* sees with one of *ids*, oldest first.
-
-        Each comes with its ordinal, which ``open`` takes to leave it out.
-        """
+    def open_with_ids(
+        self, ids: Mapping[str, _V], channel: str | None
+    ) -> list[tuple[int, Gate, _V]]:
+        """The open gates a run in *channel* sees whose id is a key of *ids*,
+        oldest first, each with its ordinal (``open`` takes it to leave the
+        gate out) and the value of its id."""
         index = self._index
-        found: list[_Entry] = []
-        for gate_id in ids:
-            first = index._filed.get(gate_id)
-            if first is not None:
-                found.append(first)
-                found.extend(index._more_filed.get(gate_id, ()))
-        return [(entry[2], entry[3]) for entry in sorted(found) if self._holds(entry, channel)]
+        first_entry = index._filed.get
+        more = index._more_filed
+        found: list[tuple[_Entry, _V]] = []
+        for gate_id, value in ids.items():
+            first = first_entry(gate_id)
+            if first is None:
+                continue
+            for entry in (first, *more[gate_id]) if gate_id in more else (first,):
+                if self._holds(entry, channel):
+                    found.append((entry, value))
+        # Entries are distinct (by ordinal): the sort never compares values.
+        found.sort(key=_first)
+        return [(entry[2], entry[3], value) for entry, value in found]
 
     def open(self, channel: str | None, leave_out: Container[int] = frozenset()) -> Iterator[Gate]:
         """Open gates a run in *channel* sees, oldest first, but those in *leave_out*."""

@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import heapq
 import re
+from array import array
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Collection, Container, Iterable, Iterator
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping
 from itertools import islice
+from operator import itemgetter
+from typing import TypeVar
 
 from ._inputs import MemoryItem
 
@@ -34,6 +37,8 @@ __all__ = ("MemoryIndex", "MemoryView", "memory_view", "rank_memory", "words")
 _WORD = re.compile(r"[^\W_]{3,}")
 # Walk order of equally relevant notes: newest first, then id, then age.
 _Key = tuple[float, str, int]
+_V = TypeVar("_V")
+_first = itemgetter(0)
 
 
 def words(text: str) -> set[str]:
@@ -46,7 +51,12 @@ class MemoryIndex:
 
     def __init__(self, items: Iterable[MemoryItem] = ()) -> None:
         self._items: list[MemoryItem] = []
-        self._postings: dict[str, list[int]] = {}
+        # Word to the ordinals of the notes holding it, ascending: the one
+        # ordinal of a word only one note holds (most distinct words), an
+        # array of 4-byte entries once a second note has it. No container
+        # per word, so a note of many distinct words costs little memory
+        # and leaves the garbage collector little to walk.
+        self._postings: dict[str, int | array[int]] = {}
         # Sessions look up the notes they already showed by id; an id given
         # twice (plain inputs can repeat one) keeps its later ordinals aside.
         self._ids: dict[str, int] = {}
@@ -97,7 +107,9 @@ class MemoryIndex:
         for word in words(item.text):
             postings = self._postings.get(word)
             if postings is None:
-                self._postings[word] = [ordinal]
+                self._postings[word] = ordinal
+            elif isinstance(postings, int):
+                self._postings[word] = array("I", (postings, ordinal))
             else:
                 postings.append(ordinal)
         channel = item.channel
@@ -154,23 +166,29 @@ class MemoryView:
             count, chars = count + more, chars + more_chars
         return count, chars
 
-    def with_ids(self, ids: Iterable[str], channel: str | None) -> list[tuple[int, MemoryItem]]:
-        """The notes a run in *channel* may see with one of *ids*, oldest first.
-
-        Each comes with its ordinal, which ``ranked`` takes to leave it out.
-        """
+    def with_ids(
+        self, ids: Mapping[str, _V], channel: str | None
+    ) -> list[tuple[int, MemoryItem, _V]]:
+        """The notes a run in *channel* may see whose id is a key of *ids*,
+        oldest first, each with its ordinal (``ranked`` takes it to leave the
+        note out) and the value of its id."""
         index = self._index
-        found: list[int] = []
-        for item_id in ids:
-            first = index._ids.get(item_id)
-            if first is not None:
-                found.append(first)
-                found.extend(index._more_ids.get(item_id, ()))
-        return [
-            (ordinal, item)
-            for ordinal in sorted(found)
-            if ordinal < self._size and (item := index._items[ordinal]).channel in (None, channel)
-        ]
+        first_ordinal = index._ids.get
+        more = index._more_ids
+        items = index._items
+        size = self._size
+        scope = (None, channel)
+        found: list[tuple[int, MemoryItem, _V]] = []
+        for item_id, value in ids.items():
+            first = first_ordinal(item_id)
+            if first is None:
+                continue
+            for ordinal in (first, *more[item_id]) if item_id in more else (first,):
+                if ordinal < size and (item := items[ordinal]).channel in scope:
+                    found.append((ordinal, item, value))
+        # Ordinals are distinct: the sort never compares further.
+        found.sort(key=_first)
+        return found
 
     def ranked(
         self, message: str, channel: str | None, leave_out: Container[int] = frozenset()
@@ -194,7 +212,10 @@ class MemoryView:
         shared: Counter[int] = Counter()
         for word in words(message):
             postings = index._postings.get(word)
-            if postings is not None:
+            if isinstance(postings, int):
+                if postings < size:
+                    shared[postings] += 1
+            elif postings is not None:
                 shared.update(islice(postings, bisect_left(postings, size)))
         heap = [
             (-count, -item.created_at, item.id, ordinal)

@@ -82,30 +82,28 @@ def held_memory(memory: MemoryView, channel: str | None, shown: Mapping[str, Sho
     Only the notes the ledger names are looked at: the cost follows what the
     session showed, not what the worker ever wrote.
     """
-    held = [
-        (ordinal, item, before)
-        for ordinal, item in memory.with_ids(shown, channel)
-        if (before := shown[item.id]).sha256 == _memory_sha256(item.id, item.text)
-    ]
-    return Held(
-        frozenset(ordinal for ordinal, _, _ in held),
-        tuple(AlreadyShown(id=item.id, since=before.turn) for _, item, before in held),
-        sum(len(item.text) for _, item, _ in held),
-    )
+    ordinals: list[int] = []
+    known: list[AlreadyShown] = []
+    chars = 0
+    for ordinal, item, before in memory.with_ids(shown, channel):
+        if before.sha256 == _memory_sha256(item.id, item.text):
+            ordinals.append(ordinal)
+            known.append(AlreadyShown(id=item.id, since=before.turn))
+            chars += len(item.text)
+    return Held(frozenset(ordinals), tuple(known), chars)
 
 
 def held_open_gates(gates: GateView, channel: str | None, shown: Mapping[str, Shown]) -> Held:
     """The open gates in scope whose line the conversation already holds."""
-    held = [
-        (ordinal, gate, before)
-        for ordinal, gate in gates.open_with_ids(shown, channel)
-        if (before := shown[gate.id]).sha256 == _open_gate_sha256(gate.id, gate.summary)
-    ]
-    return Held(
-        frozenset(ordinal for ordinal, _, _ in held),
-        tuple(AlreadyShown(id=gate.id, since=before.turn) for _, gate, before in held),
-        sum(len(gate.summary) + len(gate.note) for _, gate, _ in held),
-    )
+    ordinals: list[int] = []
+    known: list[AlreadyShown] = []
+    chars = 0
+    for ordinal, gate, before in gates.open_with_ids(shown, channel):
+        if before.sha256 == _open_gate_sha256(gate.id, gate.summary):
+            ordinals.append(ordinal)
+            known.append(AlreadyShown(id=gate.id, since=before.turn))
+            chars += len(gate.summary) + len(gate.note)
+    return Held(frozenset(ordinals), tuple(known), chars)
 
 
 @lru_cache(maxsize=4096)
