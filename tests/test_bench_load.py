@@ -14,3 +14,13 @@ def test_bench_load_quick_reports_throughput_latency_and_memory() -> None:
     assert all(float(rate) > 0 for _, _, rate, _, _ in rows)
     assert re.search(r"resident memory: \d+\.\d KiB per warm session \(200 warm\)", out), out
     assert re.search(r"late/early ratio \d+\.\d\d", out), out
+    # Accumulated state: notes, gates, turn p50, ratio to empty, status p50 and max.
+    grown = re.findall(
+        r"^\s+(\d+)\s+(\d+)\s+\d+\.\d\d\s+(\d+\.\d\d)\s+\d+\.\d\d\s+\d+\.\d\d$", out, re.M
+    )
+    assert [(int(notes), int(gates)) for notes, gates, _ in grown] == [
+        (0, 0),
+        (10_000, 2_500),
+        (100_000, 25_000),
+    ], out
+    assert float(grown[0][2]) == 1.0
