@@ -173,6 +173,7 @@ class Turns:
         def one() -> float:
             turn, _ = self.fresh()
             start = time.perf_counter()
+            assert isinstance(turn.memory, tuple)  # the bench passes plain items
             eligible = [m for m in turn.memory if m.channel in (None, scope.channel)]
             rank_memory(eligible, turn.text)
             return time.perf_counter() - start
