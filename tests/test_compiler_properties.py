@@ -41,6 +41,7 @@ from rosterd.compiler import (
     rank_memory,
     shown_in,
 )
+from rosterd.compiler._shown import held_memory, held_open_gates
 from rosterd.org import (
     ChannelConfig,
     ConnectionConfig,
@@ -52,6 +53,7 @@ from rosterd.org import (
     Surface,
     WorkerConfig,
 )
+from rosterd.sessions import ShownLedger
 
 SETTINGS = settings(
     deadline=None,
@@ -890,3 +892,64 @@ def test_what_a_session_holds_is_left_out_as_if_it_were_absent(
             assert [s.id for s in got.already_shown] == [m.id for m in held_notes]
         elif got.block == "briefing":
             assert [s.id for s in got.already_shown] == [g.id for g in held_gates]
+
+
+_LEDGER_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("note"), st.integers(1, 12), _CHANNEL_OR_NONE, _SHORT),
+        st.tuples(st.just("gate"), st.integers(0, 0), _CHANNEL_OR_NONE, _SHORT),
+        st.tuples(st.just("resolve"), st.integers(0, 20), st.none(), st.just("")),
+        st.tuples(st.sampled_from(["show", "stale"]), st.integers(0, 40), st.none(), st.just("")),
+        st.tuples(st.just("turn"), st.integers(0, 0), st.none(), st.just("")),
+    ),
+    min_size=20,
+    max_size=80,
+)
+
+
+@SETTINGS
+@given(steps=_LEDGER_STEPS, channel=st.sampled_from(CHANNELS))
+def test_a_ledgers_memo_holds_what_a_fresh_look_finds(
+    steps: list[tuple[str, int, str | None, str]], channel: str
+) -> None:
+    # A session's turns over live store indexes: notes added (ids may come
+    # again, as after a torn log), gates filed and resolved, lines noted
+    # (some stale), and at each turn the memo agrees with a look from scratch.
+    memory, gates, ledger = MemoryIndex(), GateIndex("ada"), ShownLedger()
+    notes: list[MemoryItem] = []
+    filed: list[Gate] = []
+    open_ids: list[str] = []
+    turn = 0
+    for kind, number, scope, text in steps:
+        if kind == "note":
+            notes.append(MemoryItem(id=f"m-{number}", text=text, created_at=1.0, channel=scope))
+            memory.add(notes[-1])
+        elif kind == "gate":
+            filed.append(Gate(id=f"g-{len(filed)}", worker="ada", summary=text or "?",
+                              filed_at=float(len(filed) % 3), channel=scope))  # fmt: skip
+            gates.add(filed[-1])
+            open_ids.append(filed[-1].id)
+        elif kind == "resolve" and open_ids:
+            gates.remove(open_ids.pop(number % len(open_ids)))
+        elif kind in ("show", "stale") and (notes or filed):
+            items: list[MemoryItem | Gate] = [*notes, *filed]
+            item = items[number % len(items)]
+            if kind == "stale":
+                field = "text" if isinstance(item, MemoryItem) else "summary"
+                item = msgspec.structs.replace(item, **{field: "other"})
+            ledger.note(turn, reference_line("gate", item))
+        elif kind == "turn":
+            turn += 1
+            memory_view, gate_view = memory.snapshot(), gates.snapshot()
+            live = ledger.items()
+            plain = ShownItems(memory=dict(live.memory), gates=dict(live.gates))
+            for held, fresh in (
+                (held_memory(memory_view, channel, live), held_memory(memory_view, channel, plain)),
+                (
+                    held_open_gates(gate_view, channel, live),
+                    held_open_gates(gate_view, channel, plain),
+                ),
+            ):
+                assert held.known == fresh.known
+                assert held.raw_chars == fresh.raw_chars
+                assert set(held.ordinals) == set(fresh.ordinals)  # type: ignore[call-overload]

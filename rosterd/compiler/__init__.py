@@ -20,7 +20,7 @@ from ._inputs import (
 )
 from ._memory import MemoryIndex, MemoryView, rank_memory
 from ._policy import POLICY_SHA256, POLICY_TEXT, POLICY_VERSION
-from ._shown import ShownKind, shown_in
+from ._shown import HeldMemo, ShownKind, shown_in
 from ._stability import PrefixState, check_prefix, prefix_state
 from ._system import SystemPrompt, compile_system, route_key
 from ._trace import (
@@ -59,6 +59,7 @@ __all__ = (
     "Gate",
     "GateIndex",
     "GateView",
+    "HeldMemo",
     "MemoryIndex",
     "MemoryItem",
     "MemoryView",

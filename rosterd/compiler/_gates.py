@@ -11,6 +11,7 @@ replaced whole.
 from __future__ import annotations
 
 import heapq
+from array import array
 from bisect import bisect_left, insort
 from collections.abc import Container, Iterable, Iterator, Mapping
 from itertools import islice
@@ -40,7 +41,10 @@ class GateIndex:
         # given twice (plain inputs can repeat one) keeps the others aside.
         self._filed: dict[str, _Entry] = {}
         self._more_filed: dict[str, list[_Entry]] = {}
-        self._added = 0
+        # Every entry by ordinal, and the ordinals removed, in order: what
+        # changed between two snapshots, for a session's ledger to catch up.
+        self._added: list[_Entry] = []
+        self._removed: array[int] = array("I")
         for gate in gates:
             self.add(gate)
 
@@ -51,8 +55,8 @@ class GateIndex:
         return len(self._entries)
 
     def add(self, gate: Gate) -> None:
-        entry = (gate.filed_at, gate.id, self._added, gate)
-        self._added += 1
+        entry = (gate.filed_at, gate.id, len(self._added), gate)
+        self._added.append(entry)
         self._entries[gate.id] = entry
         if self._filed.setdefault(gate.id, entry) is not entry:
             self._more_filed.setdefault(gate.id, []).append(entry)
@@ -71,6 +75,7 @@ class GateIndex:
         entries = self._open[gate.channel]
         at = bisect_left(entries, entry)
         self._open[gate.channel] = [*entries[:at], *entries[at + 1 :]]
+        self._removed.append(entry[2])
         self._count(gate, -1)
 
     def snapshot(self, resolved: Iterable[Gate] = ()) -> GateView:
@@ -94,7 +99,7 @@ def _raw_chars(gate: Gate) -> int:
 class GateView:
     """What one compilation may brief: a snapshot of a ``GateIndex``."""
 
-    __slots__ = ("_index", "_open", "_totals", "resolved", "worker")
+    __slots__ = ("_index", "_open", "_totals", "added", "removals", "resolved", "worker")
 
     def __init__(
         self,
@@ -105,6 +110,9 @@ class GateView:
     ) -> None:
         self.worker = index.worker
         self._index = index
+        # How many gates were ever added to, and removed from, the index.
+        self.added = len(index._added)
+        self.removals = len(index._removed)
         self._open = open_gates
         self._totals = totals
         self.resolved = resolved
@@ -135,7 +143,7 @@ class GateView:
             if first is None:
                 continue
             for entry in (first, *more[gate_id]) if gate_id in more else (first,):
-                if self._holds(entry, channel):
+                if self.holds(entry, channel):
                     found.append((entry, value))
         # Entries are distinct (by ordinal): the sort never compares values.
         found.sort(key=_first)
@@ -149,7 +157,27 @@ class GateView:
             if entry[2] not in leave_out:
                 yield entry[3]
 
-    def _holds(self, entry: _Entry, channel: str | None) -> bool:
+    def entries_with_id(self, gate_id: str) -> list[_Entry]:
+        """Every entry ever added with *gate_id*, open in this view or not."""
+        index = self._index
+        first = index._filed.get(gate_id)
+        if first is None:
+            return []
+        return [first, *index._more_filed.get(gate_id, ())]
+
+    def added_since(self, added: int) -> list[_Entry]:
+        """The entries added after the first *added*, up to this view."""
+        return self._index._added[added : self.added]
+
+    def removed_since(self, removals: int) -> array[int]:
+        """Ordinals removed after the first *removals*, up to this view."""
+        return self._index._removed[removals : self.removals]
+
+    @property
+    def index(self) -> GateIndex:
+        return self._index
+
+    def holds(self, entry: _Entry, channel: str | None) -> bool:
         """Whether *entry* is open in this snapshot and seen from *channel*."""
         filed_for = entry[3].channel
         if filed_for not in (None, channel) or filed_for not in self._open:

@@ -6,7 +6,7 @@ run's scope itself, so selection never depends on text inside a message.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -14,6 +14,7 @@ import msgspec
 if TYPE_CHECKING:
     from ._gates import GateView
     from ._memory import MemoryView
+    from ._shown import HeldMemo
 
 __all__ = (
     "ChannelMessage",
@@ -91,10 +92,17 @@ class Shown(msgspec.Struct, frozen=True):
 
 class ShownItems(msgspec.Struct, frozen=True):
     """What a session's conversation already holds, by memory item id and
-    by gate id."""
+    by gate id.
+
+    A session's ledger also passes ``log``, every (kind, id) it noted in
+    order, and a ``memo`` of what its previous turn found held, so a turn
+    looks only at what changed since.
+    """
 
     memory: Mapping[str, Shown]
     gates: Mapping[str, Shown]
+    log: Sequence[tuple[str, str]] = ()
+    memo: HeldMemo | None = None
 
 
 class TurnInput(msgspec.Struct, frozen=True):

@@ -166,6 +166,21 @@ class MemoryView:
             count, chars = count + more, chars + more_chars
         return count, chars
 
+    @property
+    def index(self) -> MemoryIndex:
+        return self._index
+
+    def item(self, ordinal: int) -> MemoryItem:
+        return self._index._items[ordinal]
+
+    def ordinals_with_id(self, item_id: str) -> list[int]:
+        """The ordinals in this view of the notes with *item_id*."""
+        index = self._index
+        first = index._ids.get(item_id)
+        if first is None or first >= self._size:
+            return []
+        return [first, *(o for o in index._more_ids.get(item_id, ()) if o < self._size)]
+
     def with_ids(
         self, ids: Mapping[str, _V], channel: str | None
     ) -> list[tuple[int, MemoryItem, _V]]:

@@ -11,7 +11,7 @@ transcript.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from functools import lru_cache
 from typing import Literal
 
@@ -19,13 +19,14 @@ import msgspec
 
 from ._envelopes import BriefingGate, MemoryEnvelope, render_line
 from ._gates import GateView
-from ._inputs import Gate, Shown
+from ._inputs import Gate, Shown, ShownItems
 from ._memory import MemoryView
 from ._system import sha256_text
 from ._trace import AlreadyShown
 
 __all__ = (
     "Held",
+    "HeldMemo",
     "ShownKind",
     "held_memory",
     "held_open_gates",
@@ -71,21 +72,146 @@ class Held(msgspec.Struct, frozen=True):
     """Of the items in scope, those the conversation holds: the ordinals to
     leave out of the view's walk, their trace entries and raw characters."""
 
-    ordinals: frozenset[int] = frozenset()
+    ordinals: Container[int] = frozenset()
     known: tuple[AlreadyShown, ...] = ()
     raw_chars: int = 0
 
 
-def held_memory(memory: MemoryView, channel: str | None, shown: Mapping[str, Shown]) -> Held:
+class _Held:
+    """What one kind of item a ledger holds, as of one view of one index."""
+
+    def __init__(self, index: object, channel: str | None) -> None:
+        self.index = index
+        self.channel = channel
+        self.added = 0  # items of the index looked at
+        self.removals = 0  # removals from the index looked at (gates)
+        self.logged = 0  # ledger entries looked at
+        self.held: dict[int, tuple[AlreadyShown, int]] = {}
+        self.chars = 0
+
+    def follows(self, index: object, channel: str | None, added: int, removals: int) -> bool:
+        """Whether a view of *index* with these counts comes after this state."""
+        return (
+            self.index is index
+            and self.channel == channel
+            and added >= self.added
+            and removals >= self.removals
+        )
+
+    def put(self, ordinal: int, item_id: str, before: Shown | None, chars: int) -> None:
+        """Record whether the item at *ordinal* is held (*before* given) or not."""
+        self.drop(ordinal)
+        if before is not None:
+            self.held[ordinal] = (AlreadyShown(id=item_id, since=before.turn), chars)
+            self.chars += chars
+
+    def drop(self, ordinal: int) -> None:
+        gone = self.held.pop(ordinal, None)
+        if gone is not None:
+            self.chars -= gone[1]
+
+    def result(self) -> Held:
+        known = tuple(self.held[ordinal][0] for ordinal in sorted(self.held))
+        return Held(self.held.keys(), known, self.chars)
+
+
+class HeldMemo:
+    """A session's held items, carried from one compilation to the next.
+
+    Recomputing which ledger entries still match the store on every turn
+    costs what the session has shown so far; with the memo a turn looks only
+    at ledger entries noted, and store items added or gates resolved, since
+    the previous turn. It starts afresh whenever the views come from another
+    index or channel, or are older than the last (plain inputs always are).
+    A memo is read and written by one compilation at a time: a session's.
+    """
+
+    def __init__(self) -> None:
+        self._memory: _Held | None = None
+        self._gates: _Held | None = None
+
+    def __repr__(self) -> str:
+        count = len(self._memory.held) if self._memory is not None else 0
+        return f"HeldMemo({count} memory items)"
+
+    def memory(self, view: MemoryView, channel: str | None, shown: ShownItems) -> Held:
+        state = self._memory
+        if state is None or not state.follows(view.index, channel, len(view), 0):
+            state = self._memory = _Held(view.index, channel)
+        scope = (None, channel)
+        table = shown.memory
+
+        def look(ordinal: int) -> None:
+            item = view.item(ordinal)
+            before = table.get(item.id)
+            if before is not None and (
+                item.channel not in scope or before.sha256 != _memory_sha256(item.id, item.text)
+            ):
+                before = None
+            state.put(ordinal, item.id, before, len(item.text))
+
+        if state.added == 0 and state.logged == 0:
+            # From scratch: the ledger's ids, not every item of the store.
+            for ordinal, _, _ in view.with_ids(table, channel):
+                look(ordinal)
+        else:
+            for kind, item_id in shown.log[state.logged :]:
+                if kind == "memory":
+                    for ordinal in view.ordinals_with_id(item_id):
+                        look(ordinal)
+            for ordinal in range(state.added, len(view)):
+                if view.item(ordinal).id in table:
+                    look(ordinal)
+        state.added, state.logged = len(view), len(shown.log)
+        return state.result()
+
+    def gates(self, view: GateView, channel: str | None, shown: ShownItems) -> Held:
+        state = self._gates
+        if state is None or not state.follows(view.index, channel, view.added, view.removals):
+            state = self._gates = _Held(view.index, channel)
+        table = shown.gates
+
+        def look(entry: tuple[float, str, int, Gate]) -> None:
+            gate = entry[3]
+            before = table.get(gate.id)
+            if before is not None and (
+                not view.holds(entry, channel)
+                or before.sha256 != _open_gate_sha256(gate.id, gate.summary)
+            ):
+                before = None
+            state.put(entry[2], gate.id, before, len(gate.summary) + len(gate.note))
+
+        if state.added == 0 and state.logged == 0:
+            for gate_id in table:
+                for entry in view.entries_with_id(gate_id):
+                    look(entry)
+        else:
+            for kind, gate_id in shown.log[state.logged :]:
+                if kind == "gate":
+                    for entry in view.entries_with_id(gate_id):
+                        look(entry)
+            for entry in view.added_since(state.added):
+                if entry[1] in table:
+                    look(entry)
+            for ordinal in view.removed_since(state.removals):
+                state.drop(ordinal)
+        state.added, state.removals, state.logged = view.added, view.removals, len(shown.log)
+        return state.result()
+
+
+def held_memory(memory: MemoryView, channel: str | None, shown: ShownItems) -> Held:
     """The notes in scope whose line the conversation already holds.
 
     Only the notes the ledger names are looked at: the cost follows what the
-    session showed, not what the worker ever wrote.
+    session showed, not what the worker ever wrote; with the ledger's memo,
+    only what changed since its previous turn.
     """
+    if shown.memo is not None:
+        return shown.memo.memory(memory, channel, shown)
     ordinals: list[int] = []
     known: list[AlreadyShown] = []
     chars = 0
-    for ordinal, item, before in memory.with_ids(shown, channel):
+    for ordinal, item, before in memory.with_ids(shown.memory, channel):
         if before.sha256 == _memory_sha256(item.id, item.text):
             ordinals.append(ordinal)
             known.append(AlreadyShown(id=item.id, since=before.turn))
@@ -93,12 +219,14 @@ def held_memory(memory: MemoryView, channel: str | None, shown: Mapping[str, Sho
     return Held(frozenset(ordinals), tuple(known), chars)
 
 
-def held_open_gates(gates: GateView, channel: str | None, shown: Mapping[str, Shown]) -> Held:
+def held_open_gates(gates: GateView, channel: str | None, shown: ShownItems) -> Held:
     """The open gates in scope whose line the conversation already holds."""
+    if shown.memo is not None:
+        return shown.memo.gates(gates, channel, shown)
     ordinals: list[int] = []
     known: list[AlreadyShown] = []
     chars = 0
-    for ordinal, gate, before in gates.open_with_ids(shown, channel):
+    for ordinal, gate, before in gates.open_with_ids(shown.gates, channel):
         if before.sha256 == _open_gate_sha256(gate.id, gate.summary):
             ordinals.append(ordinal)
             known.append(AlreadyShown(id=gate.id, since=before.turn))

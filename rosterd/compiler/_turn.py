@@ -221,7 +221,7 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
         ]
     )
     resolved, resolved_lines, known = unshown_gates(resolved, resolved_lines, shown)
-    held = held_open_gates(gates, scope.channel, shown) if shown else Held()
+    held = Held() if turn.shown is None else held_open_gates(gates, scope.channel, turn.shown)
     open_count, open_raw = gates.totals(scope.channel)
     total = len(resolved) + open_count - len(held.known)
     raw += open_raw - held.raw_chars
@@ -310,8 +310,7 @@ def _newest_messages(messages: Sequence[ChannelMessage], cap: int) -> list[str]:
 
 def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, limit: int) -> _Fitted:
     memory = memory_view(turn.memory)
-    shown = turn.shown.memory if turn.shown is not None else {}
-    held = held_memory(memory, scope.channel, shown) if shown else Held()
+    held = Held() if turn.shown is None else held_memory(memory, scope.channel, turn.shown)
     eligible, raw = memory.totals(scope.channel)
     # Under pressure the lowest-ranked items go first, so what is kept is
     # always the top of the ranking. An item over the memory limit itself

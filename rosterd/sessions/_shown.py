@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from types import MappingProxyType
 
-from ..compiler import Shown, ShownItems, shown_in
+from ..compiler import HeldMemo, Shown, ShownItems, ShownKind, shown_in
 from ..engines import ChatMessage
 from ._runs import TranscriptEntry
 
@@ -25,9 +25,14 @@ class ShownLedger:
     def __init__(self) -> None:
         self._memory: dict[str, Shown] = {}
         self._gates: dict[str, Shown] = {}
+        self._log: list[tuple[ShownKind, str]] = []
         # Read-only views: a turn's input borrows them instead of copying.
+        # The log and memo let a turn look only at what changed since the last.
         self._view = ShownItems(
-            memory=MappingProxyType(self._memory), gates=MappingProxyType(self._gates)
+            memory=MappingProxyType(self._memory),
+            gates=MappingProxyType(self._gates),
+            log=self._log,
+            memo=HeldMemo(),
         )
 
     def __repr__(self) -> str:
@@ -51,6 +56,7 @@ class ShownLedger:
         for kind, item_id, sha256 in shown_in(input_text):
             table = self._memory if kind == "memory" else self._gates
             table[item_id] = Shown(sha256=sha256, turn=turn)
+            self._log.append((kind, item_id))
 
     def note_sent(self, turn: int, messages: Iterable[ChatMessage]) -> None:
         """``note`` for each user message appended to a transcript by *turn*."""
