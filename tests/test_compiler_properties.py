@@ -907,7 +907,7 @@ _LEDGER_STEPS = st.lists(
 )
 
 
-@SETTINGS
+@settings(SETTINGS, max_examples=400)
 @given(steps=_LEDGER_STEPS, channel=st.sampled_from(CHANNELS))
 def test_a_ledgers_memo_holds_what_a_fresh_look_finds(
     steps: list[tuple[str, int, str | None, str]], channel: str

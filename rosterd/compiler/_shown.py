@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterator, Mapping, Sequence
 from functools import lru_cache
+from operator import itemgetter
 from typing import Literal
 
 import msgspec
@@ -36,6 +37,7 @@ __all__ = (
 )
 
 ShownKind = Literal["memory", "gate"]
+_first = itemgetter(0)
 
 # Envelopes render their tag first, so a line's block is known from its start.
 _MEMORY = '{"block":"memory",'
@@ -86,7 +88,9 @@ class _Held:
         self.added = 0  # items of the index looked at
         self.removals = 0  # removals from the index looked at (gates)
         self.logged = 0  # ledger entries looked at
-        self.held: dict[int, tuple[AlreadyShown, int]] = {}
+        # By ordinal: where the item goes in the trace's order (briefing
+        # order for gates), its trace entry and its raw characters.
+        self.held: dict[int, tuple[tuple[float, str, int], AlreadyShown, int]] = {}
         self.chars = 0
 
     def follows(self, index: object, channel: str | None, added: int, removals: int) -> bool:
@@ -98,20 +102,23 @@ class _Held:
             and removals >= self.removals
         )
 
-    def put(self, ordinal: int, item_id: str, before: Shown | None, chars: int) -> None:
-        """Record whether the item at *ordinal* is held (*before* given) or not."""
-        self.drop(ordinal)
+    def put(
+        self, order: tuple[float, str, int], item_id: str, before: Shown | None, chars: int
+    ) -> None:
+        """Record whether the item at ordinal ``order[2]`` is held (*before*
+        given) or not; *order* is its place in the trace."""
+        self.drop(order[2])
         if before is not None:
-            self.held[ordinal] = (AlreadyShown(id=item_id, since=before.turn), chars)
+            self.held[order[2]] = (order, AlreadyShown(id=item_id, since=before.turn), chars)
             self.chars += chars
 
     def drop(self, ordinal: int) -> None:
         gone = self.held.pop(ordinal, None)
         if gone is not None:
-            self.chars -= gone[1]
+            self.chars -= gone[2]
 
     def result(self) -> Held:
-        known = tuple(self.held[ordinal][0] for ordinal in sorted(self.held))
+        known = tuple(entry[1] for entry in sorted(self.held.values(), key=_first))
         return Held(self.held.keys(), known, self.chars)
 
 
@@ -148,7 +155,7 @@ class HeldMemo:
                 item.channel not in scope or before.sha256 != _memory_sha256(item.id, item.text)
             ):
                 before = None
-            state.put(ordinal, item.id, before, len(item.text))
+            state.put((0.0, "", ordinal), item.id, before, len(item.text))
 
         if state.added == 0 and state.logged == 0:
             # From scratch: the ledger's ids, not every item of the store.
@@ -179,7 +186,7 @@ class HeldMemo:
                 or before.sha256 != _open_gate_sha256(gate.id, gate.summary)
             ):
                 before = None
-            state.put(entry[2], gate.id, before, len(gate.summary) + len(gate.note))
+            state.put(entry[:3], gate.id, before, len(gate.summary) + len(gate.note))
 
         if state.added == 0 and state.logged == 0:
             for gate_id in table:
