@@ -169,6 +169,11 @@ class GateView:
         """The entries added after the first *added*, up to this view."""
         return self._index._added[added : self.added]
 
+    def order_of(self, ordinal: int) -> tuple[float, str, int]:
+        """The briefing-order key of the entry at *ordinal*."""
+        entry = self._index._added[ordinal]
+        return entry[0], entry[1], entry[2]
+
     def removed_since(self, removals: int) -> array[int]:
         """Ordinals removed after the first *removals*, up to this view."""
         return self._index._removed[removals : self.removals]

@@ -11,6 +11,7 @@ transcript.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Container, Iterator, Mapping, Sequence
 from functools import lru_cache
 from operator import itemgetter
@@ -37,7 +38,7 @@ __all__ = (
 )
 
 ShownKind = Literal["memory", "gate"]
-_first = itemgetter(0)
+_third = itemgetter(2)
 
 # Envelopes render their tag first, so a line's block is known from its start.
 _MEMORY = '{"block":"memory",'
@@ -88,9 +89,11 @@ class _Held:
         self.added = 0  # items of the index looked at
         self.removals = 0  # removals from the index looked at (gates)
         self.logged = 0  # ledger entries looked at
-        # By ordinal: where the item goes in the trace's order (briefing
-        # order for gates), its trace entry and its raw characters.
-        self.held: dict[int, tuple[tuple[float, str, int], AlreadyShown, int]] = {}
+        # Trace entries and raw characters by ordinal, and the held items'
+        # places in the trace (briefing order for gates), kept sorted.
+        self.known: dict[int, AlreadyShown] = {}
+        self.sizes: dict[int, int] = {}
+        self.order: list[tuple[float, str, int]] = []
         self.chars = 0
 
     def follows(self, index: object, channel: str | None, added: int, removals: int) -> bool:
@@ -107,19 +110,22 @@ class _Held:
     ) -> None:
         """Record whether the item at ordinal ``order[2]`` is held (*before*
         given) or not; *order* is its place in the trace."""
-        self.drop(order[2])
+        self.drop(order)
         if before is not None:
-            self.held[order[2]] = (order, AlreadyShown(id=item_id, since=before.turn), chars)
+            self.known[order[2]] = AlreadyShown(id=item_id, since=before.turn)
+            self.sizes[order[2]] = chars
             self.chars += chars
+            insort(self.order, order)
 
-    def drop(self, ordinal: int) -> None:
-        gone = self.held.pop(ordinal, None)
-        if gone is not None:
-            self.chars -= gone[2]
+    def drop(self, order: tuple[float, str, int]) -> None:
+        if order[2] in self.known:
+            del self.known[order[2]]
+            self.chars -= self.sizes.pop(order[2])
+            del self.order[bisect_left(self.order, order)]
 
     def result(self) -> Held:
-        known = tuple(entry[1] for entry in sorted(self.held.values(), key=_first))
-        return Held(self.held.keys(), known, self.chars)
+        known = tuple(map(self.known.__getitem__, map(_third, self.order)))
+        return Held(self.known.keys(), known, self.chars)
 
 
 class HeldMemo:
@@ -138,7 +144,7 @@ class HeldMemo:
         self._gates: _Held | None = None
 
     def __repr__(self) -> str:
-        count = len(self._memory.held) if self._memory is not None else 0
+        count = len(self._memory.known) if self._memory is not None else 0
         return f"HeldMemo({count} memory items)"
 
     def memory(self, view: MemoryView, channel: str | None, shown: ShownItems) -> Held:
@@ -201,7 +207,7 @@ class HeldMemo:
                 if entry[1] in table:
                     look(entry)
             for ordinal in view.removed_since(state.removals):
-                state.drop(ordinal)
+                state.drop(view.order_of(ordinal))
         state.added, state.removals, state.logged = view.added, view.removals, len(shown.log)
         return state.result()
 
