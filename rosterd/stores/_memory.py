@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import anyio
@@ -60,6 +61,10 @@ class MemoryStore:
                 return self._indexes[worker]
             self._logs[worker] = log
             index = self._indexes[worker] = built
+            # The index lives as long as the daemon, as do the modules loaded
+            # before it: out of the collector's full walks, which otherwise
+            # hold the GIL for tens of ms every so often.
+            gc.freeze()
         return index
 
     async def aclose(self) -> None:
