@@ -139,6 +139,7 @@ def _compilation(number: int, count: int, record: ContextRecord) -> list[str]:
         "system": "system part (frozen for the session)",
         "turn": f"turn {record.turn} input",
         "run": "system part and input",
+        "step": f"turn {record.turn} step {record.step}: tool results",
     }[record.kind]
     status = "ok" if record.status == "ok" else "FAILED"
     lines = [f"compilation {number}/{count}: {what}, {status}, at {when(record.at)}"]
@@ -160,6 +161,12 @@ def _compilation(number: int, count: int, record: ContextRecord) -> list[str]:
     if record.cache:
         lines.append(_stability(record.cache))
     lines.append(_blocks(record.blocks))
+    if record.tools is not None and record.tools.items:
+        names = ", ".join(_tool_name(line) for line in record.tools.content.splitlines())
+        lines.append(
+            f"  tools ({names}): {record.tools.rendered_chars} chars, "
+            f"sha256 {record.tools.sha256[:_HASH]}, cached before the system text"
+        )
     held = _already_shown(record.blocks)
     if held:
         lines.append(f"  already in the conversation, left out: {held}")
@@ -175,6 +182,14 @@ def _compilation(number: int, count: int, record: ContextRecord) -> list[str]:
             )
         )
     return lines
+
+
+class _ToolLine(msgspec.Struct):
+    name: str
+
+
+def _tool_name(line: str) -> str:
+    return msgspec.json.decode(line, type=_ToolLine).name
 
 
 def _blocks(blocks: Sequence[BlockTrace]) -> str:

@@ -25,11 +25,12 @@ __all__ = (
     "MessageEnvelope",
     "MessagesOmitted",
     "TaskEnvelope",
+    "ToolEnvelope",
     "render_line",
     "render_lines",
 )
 
-BLOCK_TYPES = frozenset({"memory", "briefing", "history", "message", "task"})
+BLOCK_TYPES = frozenset({"memory", "briefing", "history", "message", "task", "tool"})
 
 
 class MemoryEnvelope(msgspec.Struct, frozen=True, tag_field="block", tag="memory"):
@@ -82,6 +83,16 @@ class TaskEnvelope(msgspec.Struct, frozen=True, tag_field="block", tag="task"):
     text: str
 
 
+class ToolEnvelope(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="block", tag="tool"):
+    """One tool result, quoted data; ``cut`` counts characters of text left out."""
+
+    call: str
+    connection: str
+    status: str
+    text: str
+    cut: int = 0
+
+
 Envelope = (
     MemoryEnvelope
     | BriefingContinuation
@@ -91,6 +102,7 @@ Envelope = (
     | MessageEnvelope
     | MessagesOmitted
     | TaskEnvelope
+    | ToolEnvelope
 )
 
 _encoder = msgspec.json.Encoder()

@@ -27,7 +27,7 @@ __all__ = (
 )
 
 BlockStatus = Literal["included", "shrunk", "omitted", "absent", "failed"]
-RecordKind = Literal["system", "turn", "run"]
+RecordKind = Literal["system", "turn", "run", "step"]
 BoundaryName = Literal["connections", "purpose", "system"]
 
 
@@ -122,7 +122,9 @@ class RolloverTrace(msgspec.Struct, frozen=True):
 class ContextRecord(msgspec.Struct, frozen=True):
     """One compilation. A session writes a ``system`` record when it opens and
     a ``turn`` record per turn; a task or direct run writes one ``run``
-    record holding both parts.
+    record holding both parts. Each later engine call of a turn (``step`` 2
+    and on) writes a ``step`` record holding the tool results it adds.
+    ``tools`` holds the tool definitions on ``system`` and ``run`` records.
     """
 
     kind: RecordKind
@@ -144,3 +146,5 @@ class ContextRecord(msgspec.Struct, frozen=True):
     error: FailureTrace | None = None
     cache: tuple[BoundaryCheck, ...] = ()
     rollover: RolloverTrace | None = None
+    step: int = 1
+    tools: BlockTrace | None = None

@@ -45,6 +45,7 @@ from ._system import (
     compile_system,
     sha256_text,
 )
+from ._tools import tools_block
 from ._trace import AlreadyShown, BlockStatus, BlockTrace, BudgetTrace, ContextRecord, RecordKind
 
 __all__ = ("Compilation", "compile_run", "compile_turn", "iso_time")
@@ -160,6 +161,7 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
             backlog=backlog.chars,
         ),
         blocks=(*prior, *blocks),
+        tools=tools_block(system.tools) if kind == "run" else None,
     )
     return Compilation(system=system, input_text=input_text, record=record)
 
