@@ -16,7 +16,7 @@ from ..compiler import SystemPrompt, ToolCall
 __all__ = ("ChatMessage", "DeltaSink", "Engine", "EngineReply", "EngineRequest", "Usage")
 
 
-class ChatMessage(msgspec.Struct, frozen=True):
+class ChatMessage(msgspec.Struct, frozen=True, omit_defaults=True):
     """A message of the transcript. An assistant message may carry the tool
     calls it made; a ``tool`` message is the result of the call ``call``."""
 

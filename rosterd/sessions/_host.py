@@ -2,7 +2,11 @@
 
 Task runs, direct runs and session turns all go through ``run_turn``:
 compile, write the trace (fsync), record the user turn, call the engine,
-record the reply. Nothing reaches an engine that was not traced first.
+record the reply. While the reply calls tools, the turn goes on in steps:
+the calls are answered (validated, then forwarded to the gateway or filing
+a gate), the results traced and recorded, and the engine called again with
+the request extended by the reply and its results, up to ``[gateway]
+max_steps`` engine calls. Nothing reaches an engine that was not traced first.
 """
 
 from __future__ import annotations
@@ -17,7 +21,16 @@ import anyio
 import msgspec
 
 from .._errors import CompileError, EngineError, ShutdownError
-from ..compiler import BoundaryCheck, Compilation, ContextRecord, check_prefix, prefix_state
+from ..compiler import (
+    BoundaryCheck,
+    Compilation,
+    ContextRecord,
+    RunMeta,
+    SystemPrompt,
+    check_prefix,
+    compile_step,
+    prefix_state,
+)
 from ..engines import (
     ChatMessage,
     DeltaSink,
@@ -30,6 +43,8 @@ from ..engines import (
 from ..org import EngineConfig, Org
 from ..stores import StateStores
 from ._cache import PrefixRegistry, judge_cache
+from ._calls import answer_calls
+from ._gateway import Gateway
 from ._runs import ActiveRun, RunStore, TranscriptEntry
 
 __all__ = ("Host", "TurnOutcome")
@@ -150,6 +165,61 @@ class Host:
             tg.start_soon(run.record, user)
             tg.start_soon(self.prefixes.put, worker, channel, own)
         transcript.append(ChatMessage(role="user", content=compilation.input_text))
+        reply = await self._complete(engine, run, record.turn, 1, system, transcript, on_delta)
+        if previous_input_tokens is not None:
+            reusable = previous_input_tokens
+        elif reply.usage is not None:
+            reusable = _prefix_tokens(checks, compilation, reply.usage)
+        else:
+            reusable = 0
+        idle_s = own.at - previous.at if previous is not None else None
+        await self._answered(
+            run, record.turn, 1, transcript, reply, engine, engine_config, checks, reusable, idle_s
+        )
+        step = 1
+        while reply.calls:
+            # Every step's request is the previous one plus the reply and
+            # its results: append-only, traced before it is sent.
+            step += 1
+            last = step > self.org.gateway.max_steps
+            stop = (
+                f"this turn reached its limit of {self.org.gateway.max_steps} engine calls "
+                "([gateway] max_steps); answer without tools"
+                if last
+                else None
+            )
+            earlier = reply.usage.input_tokens if reply.usage is not None else 0
+            await self._tool_step(run, system, record, step, reply, transcript, stop)
+            if last:
+                break
+            reply = await self._complete(
+                engine, run, record.turn, step, system, transcript, on_delta
+            )
+            await self._answered(
+                run,
+                record.turn,
+                step,
+                transcript,
+                reply,
+                engine,
+                engine_config,
+                checks,
+                earlier,
+                0.0,
+            )
+        return TurnOutcome(run=run.info.id, turn=record.turn, reply=reply, record=record)
+
+    async def _complete(
+        self,
+        engine: Engine,
+        run: ActiveRun,
+        turn: int,
+        step: int,
+        system: SystemPrompt,
+        transcript: list[ChatMessage],
+        on_delta: DeltaSink,
+    ) -> EngineReply:
+        """One engine call; a failure or a stop is recorded before it is raised."""
         call = anyio.CancelScope()
         if self._interrupted:
             call.cancel()
@@ -161,7 +231,9 @@ class Host:
                 )
         except EngineError as exc:
             await run.record(
-                TranscriptEntry(turn=record.turn, role="error", content=str(exc), at=self.clock())
+                TranscriptEntry(
+                    turn=turn, role="error", content=str(exc), at=self.clock(), step=step
+                )
             )
             raise
         finally:
@@ -172,35 +244,90 @@ class Host:
                 "answered; it is recorded, retry after the restart"
             )
             await run.record(
-                TranscriptEntry(turn=record.turn, role="error", content=str(error), at=self.clock())
+                TranscriptEntry(
+                    turn=turn, role="error", content=str(error), at=self.clock(), step=step
+                )
             )
             raise error
-        if previous_input_tokens is not None:
-            reusable = previous_input_tokens
-        elif reply.usage is not None:
-            reusable = _prefix_tokens(checks, compilation, reply.usage)
-        else:
-            reusable = 0
+        return reply
+
+    async def _answered(
+        self,
+        run: ActiveRun,
+        turn: int,
+        step: int,
+        transcript: list[ChatMessage],
+        reply: EngineReply,
+        engine: Engine,
+        engine_config: EngineConfig,
+        checks: Sequence[BoundaryCheck],
+        reusable: int,
+        idle_s: float | None,
+    ) -> None:
+        """Record *reply*, its calls and its cache verdict, and append it."""
         cache = judge_cache(
             checks,
             reply.usage,
             reusable_tokens=reusable,
             min_tokens=engine_config.cache_min_tokens,
             measured=engine.kind != "echo",
-            idle_s=own.at - previous.at if previous is not None else None,
+            idle_s=idle_s,
         )
         await run.record(
             TranscriptEntry(
-                turn=record.turn,
+                turn=turn,
                 role="assistant",
                 content=reply.text,
                 at=self.clock(),
                 usage=reply.usage,
                 cache=cache,
+                step=step,
+                calls=reply.calls,
             )
         )
-        transcript.append(ChatMessage(role="assistant", content=reply.text))
-        return TurnOutcome(run=run.info.id, turn=record.turn, reply=reply, record=record)
+        transcript.append(ChatMessage(role="assistant", content=reply.text, calls=reply.calls))
+
+    async def _tool_step(
+        self,
+        run: ActiveRun,
+        system: SystemPrompt,
+        record: ContextRecord,
+        step: int,
+        reply: EngineReply,
+        transcript: list[ChatMessage],
+        stop: str | None,
+    ) -> None:
+        """Answer *reply*'s calls; trace and record the results, then append them."""
+        now = self.clock()
+        results = await answer_calls(
+            reply.calls,
+            system.tools,
+            run.info,
+            Gateway(self.org.gateway),
+            self.stores.gates,
+            now,
+            stop=stop,
+        )
+        meta = RunMeta(run=run.info.id, turn=record.turn, now=self.clock())
+        lines, step_record = compile_step(record, results, system.budget.tool_result, meta, step)
+        entries = [
+            TranscriptEntry(
+                turn=record.turn, role="tool", content=line, at=meta.now, step=step, call=r.call
+            )
+            for r, line in zip(results, lines, strict=True)
+        ]
+
+        async def record_entries() -> None:
+            for entry in entries:
+                await run.record(entry)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run.trace, step_record)
+            tg.start_soon(record_entries)
+        transcript.extend(
+            ChatMessage(role="tool", content=line, call=r.call)
+            for r, line in zip(results, lines, strict=True)
+        )
 
     async def aclose(self) -> None:
         engines, self._engines = list(self._engines.values()), {}
