@@ -57,6 +57,7 @@ class FakeGateway:
             result = self.answer(params)
             if result is None:
                 await anyio.sleep_forever()
+                return
             reply = {"jsonrpc": "2.0", "id": request["id"], **result}
             await stream.send(json.dumps(reply).encode() + b"\n")
 
@@ -148,6 +149,7 @@ async def test_a_three_step_turn_is_traced_and_extends_each_request(
             opened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
             session = opened["session"]
             result, streamed = await say(client, session, "triage the issues")
+            page = await client.call("runs.context", {"run": session, "all": True})
 
     assert result["text"] == "All done: one issue opened."
     assert "Checking the issues." in streamed and streamed.endswith(result["text"])
@@ -197,6 +199,17 @@ async def test_a_three_step_turn_is_traced_and_extends_each_request(
     # (and so sent): trace first, always.
     assert gw.traced == [2, 3]
     assert trace[0]["tools"]["items"] == 2
+    # runs.context has each step as a request of its own, as it was sent.
+    requests = page["turns"]
+    assert [(r["turn"], r["step"]) for r in requests] == [(1, 1), (1, 2), (1, 3)]
+    for request, recorded in zip(requests, sim.requests, strict=True):
+        answered = [m["call"] for m in request["messages"] if m["role"] == "tool"]
+        assert answered == [m["call"] for m in tool_messages(recorded.body)]
+        tools = [json.loads(line)["name"] for line in request["tools"].splitlines()]
+        assert tools == ["github", "file_gate"]
+    assert [m["role"] for m in requests[2]["messages"]] == [
+        "user", "assistant", "tool", "assistant", "tool", "tool", "tool", "tool",
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
@@ -373,3 +386,21 @@ async def wait_task(client: RosterClient, task: str, *statuses: str) -> dict[str
             if state["status"] == "failed":
                 raise AssertionError(state)
             await anyio.sleep(0.02)
+
+
+async def test_a_resumed_session_sends_its_tool_steps_byte_for_byte(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    async with Simulator() as sim, gateway(tmp_path / "gw.sock", echo_answer, state) as gw:
+        org = make_org(tmp_path / "org", sim, "openai", f'socket = "{gw.path}"')
+        sim.script(Calls((("github", GET),)), Reply("first"), Reply("second"))
+        async with daemon(org, state) as process, await process.client() as client:
+            opened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
+            await say(client, opened["session"], "one")
+        async with daemon(org, state) as process, await process.client() as client:
+            again = await client.call("session.open", {"worker": "w0", "channel": "c0"})
+            assert again["session"] == opened["session"]
+            result, _ = await say(client, again["session"], "two")
+    assert result["text"] == "second"
+    prompts = [prompt_bytes(r) for r in sim.requests]
+    assert all(b.startswith(a) for a, b in itertools.pairwise(prompts))
+    assert len(tool_messages(sim.requests[2].body)) == 1

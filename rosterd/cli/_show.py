@@ -39,8 +39,8 @@ _SHRINK = {
 
 
 class TurnUsage(msgspec.Struct, frozen=True):
-    """One turn's usage, ``None`` where the provider reported none; ``cache``
-    is the daemon's verdict on its reuse."""
+    """One engine call's usage (a turn's, or one ``step`` of it), ``None`` where
+    the provider reported none; ``cache`` is the daemon's verdict on its reuse."""
 
     turn: int
     input_tokens: int | None
@@ -49,6 +49,7 @@ class TurnUsage(msgspec.Struct, frozen=True):
     cache_write_tokens: int | None
     output_tokens: int | None
     cache: CacheCheck | None = None
+    step: int = 1
 
 
 class UsageSummary(msgspec.Struct, frozen=True):
@@ -66,7 +67,7 @@ class UsageSummary(msgspec.Struct, frozen=True):
 
 def summarise_usage(entries: Sequence[TranscriptEntry]) -> UsageSummary:
     turns = [
-        _turn_usage(e.turn, e.usage, e.cache)
+        msgspec.structs.replace(_turn_usage(e.turn, e.usage, e.cache), step=e.step)
         for e in entries
         if e.role == "assistant" and (e.usage is not None or e.cache is not None)
     ]
@@ -277,7 +278,7 @@ def _usage(usage: UsageSummary) -> list[str]:
     )  # fmt: skip
     rows: list[tuple[object, ...]] = [
         (
-            t.turn,
+            t.turn if t.step == 1 else f"{t.turn}.{t.step}",
             *(
                 "-" if n is None else n
                 for n in (
