@@ -152,6 +152,7 @@ async def test_a_three_step_turn_is_traced_and_extends_each_request(
             page = await client.call("runs.context", {"run": session, "all": True})
 
     assert result["text"] == "All done: one issue opened."
+    assert result["steps"] == 3
     assert "Checking the issues." in streamed and streamed.endswith(result["text"])
     # The gateway saw exactly the two calls that passed validation, with host facts.
     assert [(c["method"], c["path"]) for c in gw.calls] == [

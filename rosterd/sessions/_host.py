@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Literal
 
 import anyio
 import msgspec
@@ -61,6 +62,8 @@ class TurnOutcome(msgspec.Struct, frozen=True):
     record: ContextRecord
     # The session this turn's session rolled over from, when it just did.
     rolled_from: str | None = None
+    # Engine calls the turn took: more than one when the model called tools.
+    steps: int = 1
 
 
 class Host:
@@ -165,7 +168,8 @@ class Host:
             tg.start_soon(run.record, user)
             tg.start_soon(self.prefixes.put, worker, channel, own)
         transcript.append(ChatMessage(role="user", content=compilation.input_text))
-        reply = await self._complete(engine, run, record.turn, 1, system, transcript, on_delta)
+        call = _Call(run, engine, engine_config, record, system, checks, transcript, on_delta)
+        reply = await self._complete(call, 1)
         if previous_input_tokens is not None:
             reusable = previous_input_tokens
         elif reply.usage is not None:
@@ -173,160 +177,100 @@ class Host:
         else:
             reusable = 0
         idle_s = own.at - previous.at if previous is not None else None
-        await self._answered(
-            run, record.turn, 1, transcript, reply, engine, engine_config, checks, reusable, idle_s
-        )
+        await self._answered(call, 1, reply, reusable, idle_s)
         step = 1
         while reply.calls:
             # Every step's request is the previous one plus the reply and
             # its results: append-only, traced before it is sent.
             step += 1
-            last = step > self.org.gateway.max_steps
+            max_steps = self.org.gateway.max_steps
             stop = (
-                f"this turn reached its limit of {self.org.gateway.max_steps} engine calls "
-                "([gateway] max_steps); answer without tools"
-                if last
+                f"this turn reached its limit of {max_steps} engine calls ([gateway] "
+                "max_steps); answer without tools"
+                if step > max_steps
                 else None
             )
-            earlier = reply.usage.input_tokens if reply.usage is not None else 0
-            await self._tool_step(run, system, record, step, reply, transcript, stop)
-            if last:
+            await self._tool_step(call, step, reply, stop)
+            if stop is not None:
                 break
-            reply = await self._complete(
-                engine, run, record.turn, step, system, transcript, on_delta
-            )
-            await self._answered(
-                run,
-                record.turn,
-                step,
-                transcript,
-                reply,
-                engine,
-                engine_config,
-                checks,
-                earlier,
-                0.0,
-            )
-        return TurnOutcome(run=run.info.id, turn=record.turn, reply=reply, record=record)
+            earlier = reply.usage.input_tokens if reply.usage is not None else 0
+            reply = await self._complete(call, step)
+            await self._answered(call, step, reply, earlier, 0.0)
+        return TurnOutcome(
+            run=run.info.id, turn=record.turn, reply=reply, record=record, steps=step
+        )
 
-    async def _complete(
-        self,
-        engine: Engine,
-        run: ActiveRun,
-        turn: int,
-        step: int,
-        system: SystemPrompt,
-        transcript: list[ChatMessage],
-        on_delta: DeltaSink,
-    ) -> EngineReply:
+    async def _complete(self, call: _Call, step: int) -> EngineReply:
         """One engine call; a failure or a stop is recorded before it is raised."""
-        call = anyio.CancelScope()
+        scope = anyio.CancelScope()
         if self._interrupted:
-            call.cancel()
-        self._calls.add(call)
+            scope.cancel()
+        self._calls.add(scope)
         try:
-            with call:
-                reply = await engine.complete(
-                    EngineRequest(system=system, messages=transcript), on_delta
+            with scope:
+                reply = await call.engine.complete(
+                    EngineRequest(system=call.system, messages=call.transcript), call.on_delta
                 )
         except EngineError as exc:
-            await run.record(
-                TranscriptEntry(
-                    turn=turn, role="error", content=str(exc), at=self.clock(), step=step
-                )
-            )
+            await call.run.record(call.entry(step, "error", str(exc), self.clock()))
             raise
         finally:
-            self._calls.discard(call)
-        if call.cancelled_caught:
+            self._calls.discard(scope)
+        if scope.cancelled_caught:
             error = ShutdownError(
                 "the daemon is shutting down: this turn was interrupted before the engine "
                 "answered; it is recorded, retry after the restart"
             )
-            await run.record(
-                TranscriptEntry(
-                    turn=turn, role="error", content=str(error), at=self.clock(), step=step
-                )
-            )
+            await call.run.record(call.entry(step, "error", str(error), self.clock()))
             raise error
         return reply
 
     async def _answered(
-        self,
-        run: ActiveRun,
-        turn: int,
-        step: int,
-        transcript: list[ChatMessage],
-        reply: EngineReply,
-        engine: Engine,
-        engine_config: EngineConfig,
-        checks: Sequence[BoundaryCheck],
-        reusable: int,
-        idle_s: float | None,
+        self, call: _Call, step: int, reply: EngineReply, reusable: int, idle_s: float | None
     ) -> None:
-        """Record *reply*, its calls and its cache verdict, and append it."""
+        """Record *reply*, its tool calls and its cache verdict, and append it."""
         cache = judge_cache(
-            checks,
+            call.checks,
             reply.usage,
             reusable_tokens=reusable,
-            min_tokens=engine_config.cache_min_tokens,
-            measured=engine.kind != "echo",
+            min_tokens=call.engine_config.cache_min_tokens,
+            measured=call.engine.kind != "echo",
             idle_s=idle_s,
         )
-        await run.record(
-            TranscriptEntry(
-                turn=turn,
-                role="assistant",
-                content=reply.text,
-                at=self.clock(),
-                usage=reply.usage,
-                cache=cache,
-                step=step,
-                calls=reply.calls,
-            )
+        entry = call.entry(step, "assistant", reply.text, self.clock())
+        await call.run.record(
+            msgspec.structs.replace(entry, usage=reply.usage, cache=cache, calls=reply.calls)
         )
-        transcript.append(ChatMessage(role="assistant", content=reply.text, calls=reply.calls))
+        call.transcript.append(ChatMessage(role="assistant", content=reply.text, calls=reply.calls))
 
     async def _tool_step(
-        self,
-        run: ActiveRun,
-        system: SystemPrompt,
-        record: ContextRecord,
-        step: int,
-        reply: EngineReply,
-        transcript: list[ChatMessage],
-        stop: str | None,
+        self, call: _Call, step: int, reply: EngineReply, stop: str | None
     ) -> None:
         """Answer *reply*'s calls; trace and record the results, then append them."""
-        now = self.clock()
+        run, record = call.run, call.record
         results = await answer_calls(
             reply.calls,
-            system.tools,
+            call.system.tools,
             run.info,
             Gateway(self.org.gateway),
             self.stores.gates,
-            now,
+            self.clock(),
             stop=stop,
         )
         meta = RunMeta(run=run.info.id, turn=record.turn, now=self.clock())
-        lines, step_record = compile_step(record, results, system.budget.tool_result, meta, step)
+        limit = call.system.budget.tool_result
+        lines, step_record = compile_step(record, results, limit, meta, step)
         entries = [
-            TranscriptEntry(
-                turn=record.turn, role="tool", content=line, at=meta.now, step=step, call=r.call
-            )
-            for r, line in zip(results, lines, strict=True)
+            msgspec.structs.replace(call.entry(step, "tool", line, meta.now), call=result.call)
+            for result, line in zip(results, lines, strict=True)
         ]
-
-        async def record_entries() -> None:
-            for entry in entries:
-                await run.record(entry)
-
+        # Both are fsynced before the engine sees a byte of this step.
         async with anyio.create_task_group() as tg:
             tg.start_soon(run.trace, step_record)
-            tg.start_soon(record_entries)
-        transcript.extend(
-            ChatMessage(role="tool", content=line, call=r.call)
-            for r, line in zip(results, lines, strict=True)
+            tg.start_soon(run.record_many, entries)
+        call.transcript.extend(
+            ChatMessage(role="tool", content=line, call=result.call)
+            for result, line in zip(results, lines, strict=True)
         )
 
     async def aclose(self) -> None:
@@ -344,6 +288,38 @@ class Host:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+class _Call:
+    """What every engine call of one turn shares."""
+
+    def __init__(
+        self,
+        run: ActiveRun,
+        engine: Engine,
+        engine_config: EngineConfig,
+        record: ContextRecord,
+        system: SystemPrompt,
+        checks: Sequence[BoundaryCheck],
+        transcript: list[ChatMessage],
+        on_delta: DeltaSink,
+    ) -> None:
+        self.run = run
+        self.engine = engine
+        self.engine_config = engine_config
+        self.record = record
+        self.system = system
+        self.checks = checks
+        self.transcript = transcript
+        self.on_delta = on_delta
+
+    def __repr__(self) -> str:
+        return f"_Call({self.run.info.id!r}, turn {self.record.turn})"
+
+    def entry(
+        self, step: int, role: Literal["assistant", "error", "tool"], content: str, at: float
+    ) -> TranscriptEntry:
+        return TranscriptEntry(turn=self.record.turn, role=role, content=content, at=at, step=step)
 
 
 def _prefix_tokens(checks: Sequence[BoundaryCheck], compilation: Compilation, usage: Usage) -> int:

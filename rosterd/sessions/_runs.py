@@ -247,6 +247,10 @@ class ActiveRun:
     async def record(self, entry: TranscriptEntry) -> None:
         await self._transcript.append(entry)
 
+    async def record_many(self, entries: Sequence[TranscriptEntry]) -> None:
+        """Append *entries* with one write and one fsync."""
+        await self._transcript.extend(entries)
+
     async def finish(self, status: RunStatus, at: float, error: str | None = None) -> None:
         await self.end(msgspec.structs.replace(self.info, status=status, ended_at=at, error=error))
 
