@@ -7,6 +7,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rosterd import ConfigError
 from rosterd.compiler import (
@@ -191,3 +193,16 @@ def test_a_connection_name_that_cannot_be_a_tool_is_a_config_error(tmp_path: Pat
     with pytest.raises(ConfigError, match="tool"):
         dotted = ORG_TOML.replace("[connections.linear]", '[connections."lin.ear"]')
         make_org(tmp_path, dotted.replace('"linear"', '"lin.ear"'))
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=3000), limit=st.integers(min_value=120, max_value=2000))
+def test_any_result_renders_as_one_bounded_envelope(text: str, limit: int) -> None:
+    line, cut = render_result(ToolResult("call_1", "github", "ok", text), limit)
+    assert len(line) <= limit
+    assert line.endswith("\n") and len(line.splitlines()) == 1
+    envelope = json.loads(line)
+    assert envelope["block"] == "tool" and envelope.get("cut", 0) == cut
+    kept = envelope["text"]
+    # Lone surrogates come back as U+FFFD; everything else is a prefix.
+    assert len(kept) + cut == len(text)

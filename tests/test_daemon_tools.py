@@ -21,6 +21,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from harness import DaemonProcess
 from simulator import Calls, Reply, Simulator, prompt_bytes, write_org
 
+from rosterd.cli import main
 from rosterd.client import RosterClient
 
 pytestmark = pytest.mark.anyio
@@ -89,8 +90,10 @@ def make_org(root: Path, sim: Simulator, api: str, gateway_toml: str) -> Path:
 
 
 @asynccontextmanager
-async def daemon(org: Path, state: Path) -> AsyncIterator[DaemonProcess]:
-    process = DaemonProcess(org, state)
+async def daemon(
+    org: Path, state: Path, env: dict[str, str] | None = None
+) -> AsyncIterator[DaemonProcess]:
+    process = DaemonProcess(org, state, env=env)
     await anyio.to_thread.run_sync(process.start)
     try:
         yield process
@@ -130,7 +133,7 @@ async def say(client: RosterClient, session: str, text: str) -> tuple[dict[str, 
 
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
 async def test_a_three_step_turn_is_traced_and_extends_each_request(
-    tmp_path: Path, api: str
+    tmp_path: Path, api: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state = tmp_path / "state"
     async with (
@@ -145,7 +148,8 @@ async def test_a_three_step_turn_is_traced_and_extends_each_request(
             ),
             Reply("All done: one issue opened."),
         )
-        async with daemon(org, state) as process, await process.client() as client:
+        secret = {"GITHUB_TOKEN": "ghp_never_leaves_the_host"}
+        async with daemon(org, state, secret) as process, await process.client() as client:
             opened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
             session = opened["session"]
             result, streamed = await say(client, session, "triage the issues")
@@ -208,6 +212,32 @@ async def test_a_three_step_turn_is_traced_and_extends_each_request(
         assert answered == [m["call"] for m in tool_messages(recorded.body)]
         tools = [json.loads(line)["name"] for line in request["tools"].splitlines()]
         assert tools == ["github", "file_gate"]
+    # rosterd holds no credential: the env var is named, its value never sent.
+    assert all(b"ghp_never" not in r.body for r in sim.requests)
+    assert "ghp_never" not in json.dumps(gw.calls)
+    assert "$GITHUB_TOKEN" in trace[0]["tools"]["content"]
+    assert (
+        await anyio.to_thread.run_sync(
+            main, ["server", "runs", "show", session, "--state", str(state)]
+        )
+        == 0
+    )
+    shown = capsys.readouterr().out
+    assert "tools (github, file_gate)" in shown
+    assert "turn 1 step 2: tool results" in shown and "turn 1 step 3" in shown
+    assert (
+        await anyio.to_thread.run_sync(
+            main, ["server", "runs", "context", session, "--all", "--state", str(state)]
+        )
+        == 0
+    )
+    printed = capsys.readouterr().out
+    first_call = tool_messages(sim.requests[1].body)[0]["call"]
+    assert f"=== turn 1 step 2 message 3/3 tool for {first_call} (" in printed
+    assert f"=== turn 1 step 2 message 2/3 call {first_call} github ({len(GET)} bytes) ===" in (
+        printed
+    )
+    assert printed.count("=== end of turn 1 step 3 ===") == 1
     assert [m["role"] for m in requests[2]["messages"]] == [
         "user", "assistant", "tool", "assistant", "tool", "tool", "tool", "tool",
     ]  # fmt: skip
@@ -225,6 +255,46 @@ async def test_without_a_gateway_every_call_gets_the_refusal(tmp_path: Path, api
     (envelope,) = tool_messages(sim.requests[1].body)
     assert envelope["status"] == "refused"
     assert envelope["text"] == "no gateway: enforcement is external"
+
+
+@pytest.mark.parametrize(
+    ("answer", "says"),
+    [
+        ({"error": {"code": -32000, "message": "denied by policy"}}, "denied by policy"),
+        ({"result": {"status": "refused", "text": "not on Fridays"}}, "not on Fridays"),
+        ({"result": {"status": "maybe"}}, "not a valid reply"),
+        ({"neither": 1}, "neither result nor error"),
+    ],
+)
+async def test_what_the_gateway_answers_is_the_result(
+    tmp_path: Path, answer: dict[str, Any], says: str
+) -> None:
+    state = tmp_path / "state"
+    async with (
+        Simulator() as sim,
+        gateway(tmp_path / "gw.sock", lambda params: answer, state) as gw,
+    ):
+        org = make_org(tmp_path / "org", sim, "openai", f'socket = "{gw.path}"')
+        sim.script(Calls((("github", GET),)), Reply("Noted."))
+        async with daemon(org, state) as process, await process.client() as client:
+            result = await client.call("run.direct", {"worker": "w0", "text": "look"})
+    assert result["text"] == "Noted."
+    (envelope,) = tool_messages(sim.requests[1].body)
+    assert says in envelope["text"]
+    assert envelope["status"] == ("refused" if "Fridays" in says else "error")
+
+
+async def test_an_unreachable_gateway_gives_an_error_result(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    async with Simulator() as sim:
+        missing = tmp_path / "no-such.sock"
+        org = make_org(tmp_path / "org", sim, "anthropic", f'socket = "{missing}"')
+        sim.script(Calls((("github", GET),)), Reply("Unreachable."))
+        async with daemon(org, state) as process, await process.client() as client:
+            result = await client.call("run.direct", {"worker": "w0", "text": "look"})
+    assert result["text"] == "Unreachable."
+    (envelope,) = tool_messages(sim.requests[1].body)
+    assert envelope["status"] == "error" and "unreachable" in envelope["text"]
 
 
 async def test_a_gateway_that_does_not_answer_gives_a_timeout_result(tmp_path: Path) -> None:
