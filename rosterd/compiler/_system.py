@@ -25,6 +25,7 @@ from ._trace import (
     FailureTrace,
     PolicyTrace,
     RecordKind,
+    sha256_text,
 )
 
 __all__ = (
@@ -229,10 +230,6 @@ def compile_failure(
 
 def _wrap(name: str, body: str) -> str:
     return f"<{name}>\n{body}{'' if body.endswith(chr(10)) else chr(10)}</{name}>\n"
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _trusted_block(name: str, body: str, source: str) -> BlockTrace:

@@ -14,7 +14,6 @@ of what was cut; ``compile_step`` traces the results of one tool step.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Literal
 
@@ -23,7 +22,7 @@ import msgspec
 from ..org import FILE_GATE, Org
 from ._envelopes import ToolEnvelope, render_line
 from ._inputs import RunMeta
-from ._trace import BlockTrace, ContextRecord
+from ._trace import BlockTrace, ContextRecord, sha256_text
 
 __all__ = (
     "GateRequest",
@@ -323,10 +322,6 @@ def compile_step(
         rollover=None,
     )
     return lines, record
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _envelope(result: ToolResult, text: str, cut: int) -> ToolEnvelope:

@@ -7,6 +7,7 @@ with their prefix hashes, and the route key.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Literal
 
 import msgspec
@@ -24,11 +25,17 @@ __all__ = (
     "PolicyTrace",
     "RecordKind",
     "RolloverTrace",
+    "sha256_text",
 )
 
 BlockStatus = Literal["included", "shrunk", "omitted", "absent", "failed"]
 RecordKind = Literal["system", "turn", "run", "step"]
 BoundaryName = Literal["connections", "purpose", "system"]
+
+
+def sha256_text(text: str) -> str:
+    """The hex sha256 of *text* as UTF-8: the hash of every traced content."""
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class AlreadyShown(msgspec.Struct, frozen=True):

@@ -45,10 +45,10 @@ class _CallParams(msgspec.Struct, frozen=True):
 
 
 class _Request(msgspec.Struct, frozen=True):
+    jsonrpc: str
     id: int
+    method: str
     params: _CallParams
-    method: str = "tool.call"
-    jsonrpc: str = "2.0"
 
 
 class _Result(msgspec.Struct, frozen=True):
@@ -94,7 +94,7 @@ class Gateway:
             query=request.query,
             body=request.body,
         )
-        line = _encode(_Request(id=1, params=params)) + b"\n"
+        line = _encode(_Request(jsonrpc="2.0", id=1, method="tool.call", params=params)) + b"\n"
         timeout = self._config.timeout_s
         with anyio.move_on_after(timeout):
             try:
