@@ -475,3 +475,31 @@ async def test_a_resumed_session_sends_its_tool_steps_byte_for_byte(tmp_path: Pa
     prompts = [prompt_bytes(r) for r in sim.requests]
     assert all(b.startswith(a) for a, b in itertools.pairwise(prompts))
     assert len(tool_messages(sim.requests[2].body)) == 1
+
+
+async def test_tools_stay_frozen_for_the_session_when_the_org_changes(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    async with Simulator() as sim, gateway(tmp_path / "gw.sock", echo_answer, state) as gw:
+        org = make_org(tmp_path / "org", sim, "openai", f'socket = "{gw.path}"')
+        sim.script(Reply("hello"), Calls((("github", DELETE),)), Reply("refused"), Reply("direct"))
+        async with daemon(org, state) as process, await process.client() as client:
+            opened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
+            await say(client, opened["session"], "one")
+            toml = org / "org.toml"
+            toml.write_text(
+                toml.read_text().replace('["GET", "POST"]', '["DELETE", "GET", "POST"]')
+            )
+            await say(client, opened["session"], "delete it")
+            # A new run sees the edit: it was loaded, and the session kept its tools.
+            await client.call("run.direct", {"worker": "w0", "text": "and now?"})
+    bodies = [json.loads(body) for body in sim.bodies()]
+
+    def methods(body: dict[str, Any]) -> list[str]:
+        tool = body["tools"][0]["function"]["parameters"]
+        return list(tool["properties"]["method"]["enum"])
+
+    assert [methods(b) for b in bodies] == [["GET", "POST"]] * 3 + [["DELETE", "GET", "POST"]]
+    assert bodies[0]["tools"] == bodies[1]["tools"] == bodies[2]["tools"]
+    (envelope,) = tool_messages(sim.requests[2].body)
+    assert envelope["status"] == "refused" and "DELETE" in envelope["text"]
+    assert gw.calls == []
