@@ -265,23 +265,23 @@ def check_call(tools: Sequence[ToolSpec], call: ToolCall) -> ToolRequest | GateR
 def render_result(result: ToolResult, limit: int) -> tuple[str, int]:
     """*result* as one envelope line of at most *limit* characters (when its
     fields allow), and how many characters of its text were cut."""
-    line = render_line(_envelope(result, result.text, 0))
-    if len(line) <= limit:
-        return line, 0
     text = result.text
-    keep = len(text)
-    # Escaping makes rendered and raw sizes differ; each pass removes at
-    # least the excess, so this ends within a few renders.
-    while keep > 0:
-        keep = max(0, keep - (len(line) - limit))
-        line = render_line(_envelope(result, text[:keep], len(text) - keep))
+    if len(text) <= limit:
+        line = render_line(_envelope(result, text, 0))
         if len(line) <= limit:
-            break
-    return line, len(text) - keep
+            return line, 0
+    # Escaping only lengthens text, so no more than *limit* characters can
+    # fit; each pass then removes at least the excess, ending in a few renders.
+    keep = min(len(text), limit)
+    while True:
+        line = render_line(_envelope(result, text[:keep], len(text) - keep))
+        if len(line) <= limit or keep == 0:
+            return line, len(text) - keep
+        keep = max(0, keep - (len(line) - limit))
 
 
 def compile_step(
-    system_record: ContextRecord,
+    first: ContextRecord,
     results: Sequence[ToolResult],
     limit: int,
     meta: RunMeta,
@@ -289,7 +289,8 @@ def compile_step(
 ) -> tuple[list[str], ContextRecord]:
     """The tool messages of step *step* and its trace record, one block per result.
 
-    *system_record* is the turn's first record, whose run facts the step shares.
+    *first* is the turn's own record (``turn`` or ``run``), whose run facts the
+    step shares: run, turn, worker, channel, engine, route key, boundaries.
     """
     lines: list[str] = []
     blocks: list[BlockTrace] = []
@@ -310,7 +311,7 @@ def compile_step(
             )
         )
     record = msgspec.structs.replace(
-        system_record,
+        first,
         kind="step",
         at=meta.now,
         step=step,
