@@ -11,10 +11,10 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 
 import anyio
 import msgspec
+from anyio.abc import AsyncResource
 
 from .._errors import CompileError, EngineError, ShutdownError
 from ..compiler import BoundaryCheck, Compilation, ContextRecord, check_prefix, prefix_state
@@ -48,7 +48,7 @@ class TurnOutcome(msgspec.Struct, frozen=True):
     rolled_from: str | None = None
 
 
-class Host:
+class Host(AsyncResource):
     """Org snapshot, stores, runs and engines of one daemon.
 
     ``org`` is the last good configuration; the watcher replaces it, and
@@ -206,17 +206,6 @@ class Host:
         engines, self._engines = list(self._engines.values()), {}
         for engine in engines:
             await engine.aclose()
-
-    async def __aenter__(self) -> Host:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def _prefix_tokens(checks: Sequence[BoundaryCheck], compilation: Compilation, usage: Usage) -> int:
