@@ -30,8 +30,8 @@ run: $(STAMP)
 	  $(BIN)/roster chat --socket $(STATE)/rosterd.sock --wait 10 --worker $(WORKER) --channel $(CHANNEL)
 
 test: $(STAMP)
-	$(BIN)/ruff check rosterd tests bench
-	$(BIN)/ruff format --check rosterd tests bench
+	$(BIN)/ruff check rosterd tests bench examples
+	$(BIN)/ruff format --check rosterd tests bench examples
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 

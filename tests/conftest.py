@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from harness import DaemonProcess, copy_org
+from harness import DaemonProcess, InProcessDaemon, copy_org, daemon_in_process
 from simulator import Simulator
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,6 +36,13 @@ def daemon(org_dir: Path, tmp_path: Path) -> Iterator[DaemonProcess]:
     process = DaemonProcess(org_dir, tmp_path / "state").start()
     yield process
     process.stop()
+
+
+@pytest.fixture
+async def served(org_dir: Path, tmp_path: Path) -> AsyncIterator[InProcessDaemon]:
+    """The daemon in the test's event loop on a copy of the example org (echo engine)."""
+    async with daemon_in_process(org_dir, tmp_path / "state") as daemon:
+        yield daemon
 
 
 @pytest.fixture

@@ -1,18 +1,26 @@
-"""Real daemon processes for tests: start, talk over the socket, stop, kill -9."""
+"""Daemons for tests: real processes (start, stop, kill -9) or in process with a manual clock."""
 
 from __future__ import annotations
 
+import logging
 import os
+import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
+import anyio
+
 from rosterd.client import RosterClient
+from rosterd.daemon import run_daemon
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_ORG = REPO / "examples" / "org"
@@ -63,6 +71,7 @@ class DaemonProcess:
         self.log_path = state.parent / f"{state.name}.log"
         self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
+        self._notify: socket.socket | None = None
 
     def __repr__(self) -> str:
         return f"DaemonProcess({self.state}, pid={self.process.pid if self.process else None})"
@@ -74,9 +83,17 @@ class DaemonProcess:
         ]  # fmt: skip
 
     def start(self, *, wait: bool = True, pass_fds: tuple[int, ...] = ()) -> DaemonProcess:
+        env = dict(self.env)
+        if wait and "NOTIFY_SOCKET" not in env:
+            # Readiness is the daemon's own READY=1, as systemd would see it.
+            self._close_notify()
+            self._notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            name = f"rosterd-test-{uuid.uuid4().hex}"
+            self._notify.bind(f"\0{name}")
+            env["NOTIFY_SOCKET"] = f"@{name}"
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it from here
         self.process = subprocess.Popen(
-            self.command(), stdout=log, stderr=log, env=self.env, pass_fds=pass_fds
+            self.command(), stdout=log, stderr=log, env=env, pass_fds=pass_fds
         )
         log.close()
         if wait:
@@ -84,20 +101,22 @@ class DaemonProcess:
         return self
 
     def wait_ready(self, timeout: float = 20.0) -> None:
+        """Until the daemon sends READY=1; fails at once if it exits first."""
+        self.wait_notified(b"READY=1", timeout)
+
+    def wait_notified(self, field: bytes, timeout: float = 20.0) -> None:
+        """Until the daemon sends *field* (``STOPPING=1``) to its notify socket."""
+        assert self.process is not None
+        assert self._notify is not None, "needs the harness's own notify socket"
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.process is not None
+        while (left := deadline - time.monotonic()) > 0:
+            # The timeout only bounds how late an early exit is noticed.
+            readable, _, _ = select.select([self._notify], [], [], min(left, 0.2))
+            if readable and field in self._notify.recv(4096).split(b"\n"):
+                return
             if self.process.poll() is not None:
                 raise AssertionError(f"daemon exited with {self.process.returncode}:\n{self.log()}")
-            if "ready on" in self.log():
-                with socket.socket(socket.AF_UNIX) as probe:
-                    try:
-                        probe.connect(str(self.socket))
-                        return
-                    except OSError:
-                        pass
-            time.sleep(0.02)
-        raise AssertionError(f"daemon not ready after {timeout} s:\n{self.log()}")
+        raise AssertionError(f"no {field!r} after {timeout} s:\n{self.log()}")
 
     def log(self) -> str:
         try:
@@ -109,7 +128,20 @@ class DaemonProcess:
         assert self.process is not None
         if self.process.poll() is None:
             self.process.send_signal(sig)
-        return self.process.wait(timeout)
+        return self.wait(timeout)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        """The exit code, once the daemon exited by itself or on a signal sent earlier."""
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout)
+        finally:
+            self._close_notify()
+
+    def _close_notify(self) -> None:
+        if self._notify is not None:
+            self._notify.close()
+            self._notify = None
 
     def kill9(self) -> None:
         self.stop(signal.SIGKILL)
@@ -129,3 +161,80 @@ def make_org(root: Path, channels: int, *, engine: str = 'kind = "echo"') -> Pat
         (root / "channels" / f"c{n}" / "purpose.md").write_text(f"Channel {n}.\n")
     (root / "org.toml").write_text("\n".join(lines))
     return root
+
+
+class ManualClock:
+    """A wall clock that moves only when the test says so."""
+
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+
+    def __repr__(self) -> str:
+        return f"ManualClock({self.now})"
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class InProcessDaemon:
+    """The daemon in the test's own event loop: no process start-up, an injected clock."""
+
+    def __init__(self, org: Path, state: Path, socket_path: Path, records: list[str]) -> None:
+        self.org = org
+        self.state = state
+        self.socket = socket_path
+        self._records = records
+
+    def __repr__(self) -> str:
+        return f"InProcessDaemon({self.state})"
+
+    async def client(self) -> RosterClient:
+        return await RosterClient.connect(self.socket)
+
+    def log(self) -> str:
+        """What the daemon logged so far, one line per record, as ``roster serve`` would."""
+        return "".join(f"{line}\n" for line in self._records)
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+@asynccontextmanager
+async def daemon_in_process(
+    org: Path, state: Path, *, clock: Callable[[], float] = time.time
+) -> AsyncIterator[InProcessDaemon]:
+    """Serve *org* until the block ends, then drain and stop as on SIGTERM."""
+    environ = {k: v for k, v in os.environ.items() if k not in _SYSTEMD_VARIABLES}
+    stop = anyio.Event()
+    lines = _Lines()
+    logger = logging.getLogger("rosterd")
+    level = logger.level
+    logger.addHandler(lines)
+    logger.setLevel(logging.DEBUG)
+    try:
+        async with anyio.create_task_group() as tg:
+            path = await tg.start(
+                partial(
+                    run_daemon, org, state, state / "rosterd.sock", environ, clock=clock, stop=stop
+                )
+            )
+            try:
+                yield InProcessDaemon(org, state, path, lines.lines)
+            finally:
+                stop.set()
+    finally:
+        logger.removeHandler(lines)
+        logger.setLevel(level)
+
+
+_SYSTEMD_VARIABLES = ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "WATCHDOG_USEC", "WATCHDOG_PID")

@@ -1,4 +1,4 @@
-"""Property tests of the context compiler (SPEC 1.2, 1.5, 1.7).
+"""Property tests of the context compiler (docs/contract.md: One compiler, Envelopes, Budgets).
 
 Orgs are built in memory with small budgets so that shrinking and failed
 compilations really happen; dynamic text covers every Unicode category

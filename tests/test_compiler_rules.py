@@ -1,4 +1,4 @@
-"""Example tests of the compiler's rules (SPEC 1 and 3), one rule per test."""
+"""Example tests of the compiler's rules (docs/contract.md), one rule per test."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
-from harness import DaemonProcess
+from harness import DaemonProcess, InProcessDaemon
 
 from rosterd.cli import main
 from rosterd.client import RosterClient, RpcError
@@ -56,9 +56,9 @@ def symlink_outside(org: Path) -> None:
     ],
 )
 async def test_a_broken_edit_is_reported_and_the_last_good_org_stays(
-    daemon: DaemonProcess, org_dir: Path, breakage: Callable[[Path], None], reported: str
+    served: InProcessDaemon, org_dir: Path, breakage: Callable[[Path], None], reported: str
 ) -> None:
-    async with await daemon.client() as client:
+    async with await served.client() as client:
         warm = (await client.call("session.open", {"worker": "ada", "channel": "general"}))[
             "session"
         ]
@@ -73,14 +73,14 @@ async def test_a_broken_edit_is_reported_and_the_last_good_org_stays(
         fresh = await client.call("session.open", {"worker": "grace", "channel": "general"})
         done = await client.call("session.send", {"session": fresh["session"], "text": "hi"})
         assert done["turn"] == 1
-    assert "org edit rejected" in daemon.log()
+    assert "org edit rejected" in served.log()
 
 
 @pytest.mark.anyio
-async def test_a_fixed_edit_clears_the_error(daemon: DaemonProcess, org_dir: Path) -> None:
+async def test_a_fixed_edit_clears_the_error(served: InProcessDaemon, org_dir: Path) -> None:
     toml = org_dir / "org.toml"
     good = toml.read_text()
-    async with await daemon.client() as client:
+    async with await served.client() as client:
         before = await client.call("daemon.status")
         toml.write_text(good.replace("memory = 4000", "memroy = 4000"))
         broken = await status_until(client, lambda s: s["config_error"] is not None)
@@ -92,11 +92,11 @@ async def test_a_fixed_edit_clears_the_error(daemon: DaemonProcess, org_dir: Pat
 
 @pytest.mark.anyio
 async def test_an_edit_saved_just_before_open_is_not_missed(
-    daemon: DaemonProcess, org_dir: Path
+    served: InProcessDaemon, org_dir: Path
 ) -> None:
     purpose = org_dir / "channels" / "general" / "purpose.md"
     purpose.write_text("Brand new purpose.\n")
-    async with await daemon.client() as client:
+    async with await served.client() as client:
         opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
         context = await client.call("runs.show", {"run": opened["session"]})
     blocks = {b["block"]: b for b in context["records"][0]["blocks"]}
@@ -177,9 +177,9 @@ def test_check_fails_naming_the_scope_over_budget(
 
 @pytest.mark.anyio
 async def test_an_edit_over_budget_is_accepted_and_fails_only_its_scope(
-    daemon: DaemonProcess, org_dir: Path
+    served: InProcessDaemon, org_dir: Path
 ) -> None:
-    async with await daemon.client() as client:
+    async with await served.client() as client:
         huge_purpose(org_dir)
         status = await status_until(client, lambda s: bool(s["over_budget"]))
         with pytest.raises(RpcError) as failure:

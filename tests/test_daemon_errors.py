@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from harness import REPO, DaemonProcess, set_engine
+from harness import REPO, DaemonProcess, InProcessDaemon, set_engine
 from simulator import Simulator
 
 from rosterd.client import RpcError
@@ -40,8 +40,8 @@ def test_no_code_is_the_bare_roster_error() -> None:
     assert 1000 not in protocol_codes()
 
 
-async def test_resolving_a_resolved_gate_is_a_conflict(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as client:
+async def test_resolving_a_resolved_gate_is_a_conflict(served: InProcessDaemon) -> None:
+    async with await served.client() as client:
         gate = await client.call("gate.file", {"worker": "ada", "summary": "ship it?"})
         await client.call("gate.resolve", {"gate": gate["id"], "outcome": "yes"})
         with pytest.raises(RpcError) as failure:
@@ -53,8 +53,8 @@ async def test_resolving_a_resolved_gate_is_a_conflict(daemon: DaemonProcess) ->
     assert (same["status"], same["outcome"]) == ("resolved", "yes")
 
 
-async def test_a_gate_on_another_workers_run_is_a_conflict(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as client:
+async def test_a_gate_on_another_workers_run_is_a_conflict(served: InProcessDaemon) -> None:
+    async with await served.client() as client:
         run = (await client.call("run.direct", {"worker": "ada", "text": "hi"}))["run"]
         with pytest.raises(RpcError) as failure:
             await client.call("gate.file", {"worker": "grace", "summary": "mine?", "run": run})
@@ -62,8 +62,8 @@ async def test_a_gate_on_another_workers_run_is_a_conflict(daemon: DaemonProcess
     assert "belongs to worker 'ada'" in str(failure.value)
 
 
-async def test_the_context_of_a_run_with_no_turns_is_a_conflict(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as client:
+async def test_the_context_of_a_run_with_no_turns_is_a_conflict(served: InProcessDaemon) -> None:
+    async with await served.client() as client:
         opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
         with pytest.raises(RpcError) as failure:
             await client.call("runs.context", {"run": opened["session"]})

@@ -63,10 +63,9 @@ async def test_socket_activation_serves_on_the_inherited_socket(
     fd = listener.fileno()
     wrapper = f"exec 3<&{fd}; export LISTEN_PID=$$ LISTEN_FDS=1; exec {inner}"
     process.command = lambda: ["bash", "-c", wrapper]  # type: ignore[method-assign]
-    process.start(wait=False, pass_fds=(fd,))
+    process.start(pass_fds=(fd,))
     listener.close()
     try:
-        process.wait_ready()
         async with await process.client() as client:
             status = await client.call("daemon.status")
         assert "ready on fd 3" in process.log()

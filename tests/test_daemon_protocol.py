@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-from harness import DaemonProcess
+from harness import InProcessDaemon
 
 from rosterd.client import RosterClient, RpcError
 
@@ -20,8 +20,8 @@ async def raw(client: RosterClient, data: bytes) -> dict[str, Any]:
 
 
 @pytest.mark.anyio
-async def test_socket_is_mode_0660(daemon: DaemonProcess) -> None:
-    assert stat.S_IMODE(os.stat(daemon.socket).st_mode) == 0o660
+async def test_socket_is_mode_0660(served: InProcessDaemon) -> None:
+    assert stat.S_IMODE(os.stat(served.socket).st_mode) == 0o660
 
 
 @pytest.mark.anyio
@@ -53,9 +53,9 @@ async def test_socket_is_mode_0660(daemon: DaemonProcess) -> None:
     ],
 )
 async def test_bad_lines_get_errors_and_the_connection_keeps_working(
-    daemon: DaemonProcess, line: bytes, code: int
+    served: InProcessDaemon, line: bytes, code: int
 ) -> None:
-    async with await daemon.client() as client:
+    async with await served.client() as client:
         reply = await raw(client, line + b"\n")
         assert reply["jsonrpc"] == "2.0"
         assert reply["error"]["code"] == code
@@ -65,8 +65,8 @@ async def test_bad_lines_get_errors_and_the_connection_keeps_working(
 
 
 @pytest.mark.anyio
-async def test_unknown_worker_and_channel_are_named(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as client:
+async def test_unknown_worker_and_channel_are_named(served: InProcessDaemon) -> None:
+    async with await served.client() as client:
         with pytest.raises(RpcError) as unknown_worker:
             await client.call("session.open", {"worker": "bob", "channel": "general"})
         with pytest.raises(RpcError) as unknown_channel:
@@ -80,8 +80,10 @@ async def test_unknown_worker_and_channel_are_named(daemon: DaemonProcess) -> No
 
 
 @pytest.mark.anyio
-async def test_a_line_over_1_mib_is_refused_and_the_next_line_works(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as client:
+async def test_a_line_over_1_mib_is_refused_and_the_next_line_works(
+    served: InProcessDaemon,
+) -> None:
+    async with await served.client() as client:
         huge = b'{"jsonrpc":"2.0","id":1,"method":"daemon.status","params":{"x":"' + b"a" * (
             1 << 20
         )
@@ -93,8 +95,8 @@ async def test_a_line_over_1_mib_is_refused_and_the_next_line_works(daemon: Daem
 
 
 @pytest.mark.anyio
-async def test_notifications_get_no_reply_but_take_effect(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as client:
+async def test_notifications_get_no_reply_but_take_effect(served: InProcessDaemon) -> None:
+    async with await served.client() as client:
         note = {"jsonrpc": "2.0", "method": "memory.add", "params": {"worker": "ada", "text": "n1"}}
         status_call = {
             "jsonrpc": "2.0",
@@ -110,8 +112,8 @@ async def test_notifications_get_no_reply_but_take_effect(daemon: DaemonProcess)
 
 
 @pytest.mark.anyio
-async def test_one_bad_client_does_not_disturb_another(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as good, await daemon.client() as bad:
+async def test_one_bad_client_does_not_disturb_another(served: InProcessDaemon) -> None:
+    async with await served.client() as good, await served.client() as bad:
         session = (await good.call("session.open", {"worker": "ada", "channel": "general"}))[
             "session"
         ]
@@ -124,13 +126,13 @@ async def test_one_bad_client_does_not_disturb_another(daemon: DaemonProcess) ->
 
 @pytest.mark.anyio
 async def test_a_client_that_disconnects_mid_turn_does_not_lose_the_turn(
-    daemon: DaemonProcess,
+    served: InProcessDaemon,
 ) -> None:
-    async with await daemon.client() as client:
+    async with await served.client() as client:
         session = (await client.call("session.open", {"worker": "ada", "channel": "general"}))[
             "session"
         ]
-    stream = await anyio.connect_unix(daemon.socket)
+    stream = await anyio.connect_unix(served.socket)
     request = {
         "jsonrpc": "2.0",
         "id": 1,
@@ -139,7 +141,7 @@ async def test_a_client_that_disconnects_mid_turn_does_not_lose_the_turn(
     }
     await stream.send(msgspec.json.encode(request) + b"\n")
     await stream.aclose()
-    async with await daemon.client() as client:
+    async with await served.client() as client:
         with anyio.fail_after(10):
             while True:
                 opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
@@ -151,10 +153,10 @@ async def test_a_client_that_disconnects_mid_turn_does_not_lose_the_turn(
 
 
 @pytest.mark.anyio
-async def test_a_hand_damaged_state_file_is_a_clear_error(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as client:
+async def test_a_hand_damaged_state_file_is_a_clear_error(served: InProcessDaemon) -> None:
+    async with await served.client() as client:
         run = (await client.call("run.direct", {"worker": "ada", "text": "hi"}))["run"]
-        (daemon.state / "runs" / run / "run.json").write_text('{"id": ')
+        (served.state / "runs" / run / "run.json").write_text('{"id": ')
         with pytest.raises(RpcError) as failure:
             await client.call("runs.show", {"run": run})
         status = await client.call("daemon.status")

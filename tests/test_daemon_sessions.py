@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import anyio
 import msgspec
 import pytest
-from harness import DaemonProcess
+from harness import DaemonProcess, InProcessDaemon, ManualClock, daemon_in_process
 
 from rosterd.client import RosterClient, RpcError
 
@@ -31,8 +32,8 @@ async def open_session(client: RosterClient, worker: str = "ada", channel: str =
 
 
 @pytest.mark.anyio
-async def test_turns_stream_deltas_and_are_traced_before_the_reply(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as client:
+async def test_turns_stream_deltas_and_are_traced_before_the_reply(served: InProcessDaemon) -> None:
+    async with await served.client() as client:
         session = await open_session(client)
         deltas: list[str] = []
 
@@ -44,15 +45,15 @@ async def test_turns_stream_deltas_and_are_traced_before_the_reply(daemon: Daemo
         result = await client.call("session.send", {"session": session, "text": "hi ada"}, on_note)
     assert "".join(deltas) == result["text"]
     assert "You said: hi ada" in result["text"]
-    records = context_records(daemon.state, session)
+    records = context_records(served.state, session)
     assert [r["kind"] for r in records] == ["system", "turn"]
     assert records[1]["status"] == "ok"
     assert records[1]["system_sha256"] == records[0]["system_sha256"]
 
 
 @pytest.mark.anyio
-async def test_two_frontends_share_one_session(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as first, await daemon.client() as second:
+async def test_two_frontends_share_one_session(served: InProcessDaemon) -> None:
+    async with await served.client() as first, await served.client() as second:
         one = await open_session(first)
         two = await open_session(second)
         assert one == two
@@ -62,8 +63,8 @@ async def test_two_frontends_share_one_session(daemon: DaemonProcess) -> None:
 
 
 @pytest.mark.anyio
-async def test_memory_added_after_turn_3_appears_in_turn_4_only(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as client:
+async def test_memory_added_after_turn_3_appears_in_turn_4_only(served: InProcessDaemon) -> None:
+    async with await served.client() as client:
         session = await open_session(client)
         for n in range(1, 4):
             await client.call("session.send", {"session": session, "text": f"turn {n}"})
@@ -71,7 +72,7 @@ async def test_memory_added_after_turn_3_appears_in_turn_4_only(daemon: DaemonPr
             "memory.add", {"worker": "ada", "text": "the deploy key rotates on Fridays"}
         )
         await client.call("session.send", {"session": session, "text": "turn 4"})
-    turns = [r for r in context_records(daemon.state, session) if r["kind"] == "turn"]
+    turns = [r for r in context_records(served.state, session) if r["kind"] == "turn"]
     memory = [[line for line in input_lines(r) if line["block"] == "memory"] for r in turns]
     assert memory[:3] == [[], [], []]
     assert [m["text"] for m in memory[3]] == ["the deploy key rotates on Fridays"]
@@ -79,9 +80,9 @@ async def test_memory_added_after_turn_3_appears_in_turn_4_only(daemon: DaemonPr
 
 @pytest.mark.anyio
 async def test_gates_filed_or_resolved_between_turns_are_in_the_next_briefing(
-    daemon: DaemonProcess,
+    served: InProcessDaemon,
 ) -> None:
-    async with await daemon.client() as client:
+    async with await served.client() as client:
         session = await open_session(client)
         await client.call("session.send", {"session": session, "text": "before"})
         gate = await client.call(
@@ -91,7 +92,7 @@ async def test_gates_filed_or_resolved_between_turns_are_in_the_next_briefing(
         await client.call("gate.resolve", {"gate": gate["id"], "outcome": "approved"})
         await client.call("session.send", {"session": session, "text": "after resolving"})
         await client.call("session.send", {"session": session, "text": "and later"})
-    turns = [r for r in context_records(daemon.state, session) if r["kind"] == "turn"]
+    turns = [r for r in context_records(served.state, session) if r["kind"] == "turn"]
     briefings = [[x for x in input_lines(r) if x["block"] == "briefing"] for r in turns]
     assert briefings[0] == []
     assert briefings[1] == [
@@ -112,22 +113,22 @@ async def test_gates_filed_or_resolved_between_turns_are_in_the_next_briefing(
 
 @pytest.mark.anyio
 async def test_identity_edit_applies_to_the_next_session_only(
-    daemon: DaemonProcess, org_dir: Path
+    served: InProcessDaemon, org_dir: Path
 ) -> None:
     identity = org_dir / "workers" / "ada" / "identity.md"
-    async with await daemon.client() as client:
+    async with await served.client() as client:
         session = await open_session(client)
         await client.call("session.send", {"session": session, "text": "one"})
         identity.write_text(identity.read_text() + "\nNew rule: answer in haiku.\n")
         again = await open_session(client)
         assert again == session
         await client.call("session.send", {"session": session, "text": "two"})
-        records = context_records(daemon.state, session)
+        records = context_records(served.state, session)
         assert {r["system_sha256"] for r in records} == {records[0]["system_sha256"]}
         await client.call("session.close", {"session": session})
         fresh = await open_session(client)
         assert fresh != session
-    system = context_records(daemon.state, fresh)[0]
+    system = context_records(served.state, fresh)[0]
     identity_block = next(b for b in system["blocks"] if b["block"] == "identity")
     assert "answer in haiku" in identity_block["content"]
     assert system["system_sha256"] != records[0]["system_sha256"]
@@ -159,8 +160,8 @@ async def test_oversized_identity_fails_open_with_1001_and_a_failed_trace(
 
 
 @pytest.mark.anyio
-async def test_oversized_message_fails_the_turn_and_loses_nothing(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as client:
+async def test_oversized_message_fails_the_turn_and_loses_nothing(served: InProcessDaemon) -> None:
+    async with await served.client() as client:
         session = await open_session(client)
         await client.call("session.send", {"session": session, "text": "fine"})
         with pytest.raises(RpcError) as failure:
@@ -169,7 +170,7 @@ async def test_oversized_message_fails_the_turn_and_loses_nothing(daemon: Daemon
         assert failure.value.data["block"] == "message"
         result = await client.call("session.send", {"session": session, "text": "still here"})
     assert result["turn"] == 3
-    records = context_records(daemon.state, session)
+    records = context_records(served.state, session)
     kinds = [(r["kind"], r["turn"], r["status"]) for r in records]
     assert kinds == [
         ("system", 0, "ok"),
@@ -205,24 +206,64 @@ async def test_restart_resumes_the_same_session_with_the_same_bytes(
 
 
 @pytest.mark.anyio
-async def test_idle_sessions_expire(org_dir: Path, tmp_path: Path) -> None:
-    toml = org_dir / "org.toml"
-    toml.write_text(toml.read_text().replace("session_idle_s = 900", "session_idle_s = 0.3"))
-    process = DaemonProcess(org_dir, tmp_path / "state").start()
-    try:
-        async with await process.client() as client:
-            session = await open_session(client)
-            await client.call("session.send", {"session": session, "text": "hello"})
-            await anyio.sleep(0.6)
-            with pytest.raises(RpcError) as failure:
-                await client.call("session.send", {"session": session, "text": "too late"})
-            assert failure.value.code == 1004
-            fresh = await open_session(client)
-    finally:
-        process.stop()
+async def test_idle_sessions_expire_at_their_limit_exactly(org_dir: Path, tmp_path: Path) -> None:
+    clock = ManualClock()
+    state = tmp_path / "state"
+    async with (
+        daemon_in_process(org_dir, state, clock=clock) as daemon,
+        await daemon.client() as client,
+    ):
+        session = await open_session(client)
+        await client.call("session.send", {"session": session, "text": "hello"})
+        clock.advance(899.9)
+        kept = await client.call("session.send", {"session": session, "text": "in time"})
+        clock.advance(900)
+        with pytest.raises(RpcError) as failure:
+            await client.call("session.send", {"session": session, "text": "too late"})
+        assert failure.value.code == 1004
+        fresh = await open_session(client)
+    assert kept["turn"] == 2
     assert fresh != session
-    info = msgspec.json.decode((process.state / "runs" / session / "run.json").read_bytes())
+    info = msgspec.json.decode((state / "runs" / session / "run.json").read_bytes())
     assert info["status"] == "expired"
+
+
+@pytest.mark.anyio
+async def test_the_reaper_expires_sessions_no_one_touches(org_dir: Path, tmp_path: Path) -> None:
+    toml = org_dir / "org.toml"
+    toml.write_text(toml.read_text().replace("session_idle_s = 900", "session_idle_s = 0.4"))
+    clock = ManualClock()
+    async with (
+        daemon_in_process(org_dir, tmp_path / "state", clock=clock) as daemon,
+        await daemon.client() as client,
+    ):
+        session = await open_session(client)
+        await client.call("session.send", {"session": session, "text": "hello"})
+        clock.advance(0.4)
+        # The reaper wakes every idle/4 s of real time; only the clock says who is idle.
+        with anyio.fail_after(10):
+            while True:
+                if not (await client.call("daemon.status"))["sessions"]:
+                    break
+                await anyio.sleep(0.05)
+    info = msgspec.json.decode((tmp_path / "state" / "runs" / session / "run.json").read_bytes())
+    assert info["status"] == "expired"
+
+
+@pytest.mark.anyio
+async def test_an_idle_session_is_not_reopened_but_replaced(org_dir: Path, tmp_path: Path) -> None:
+    clock = ManualClock()
+    async with (
+        daemon_in_process(org_dir, tmp_path / "state", clock=clock) as daemon,
+        await daemon.client() as client,
+    ):
+        session = await open_session(client)
+        await client.call("session.send", {"session": session, "text": "hello"})
+        clock.advance(900)
+        fresh = await open_session(client)
+        result = await client.call("session.send", {"session": fresh, "text": "again"})
+    assert fresh != session
+    assert result["turn"] == 1
 
 
 @pytest.mark.anyio
@@ -251,24 +292,24 @@ async def test_a_failed_last_turn_keeps_its_number_across_a_restart(
 
 @pytest.mark.anyio
 async def test_a_session_that_expired_while_the_daemon_was_down_is_not_resumed(
-    org_dir: Path, tmp_path: Path
+    org_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    toml = org_dir / "org.toml"
-    toml.write_text(toml.read_text().replace("session_idle_s = 900", "session_idle_s = 2"))
+    caplog.set_level(logging.INFO, logger="rosterd")
+    clock = ManualClock()
     state = tmp_path / "state"
-    process = DaemonProcess(org_dir, state).start()
-    async with await process.client() as client:
+    async with (
+        daemon_in_process(org_dir, state, clock=clock) as daemon,
+        await daemon.client() as client,
+    ):
         session = await open_session(client)
         await client.call("session.send", {"session": session, "text": "hello"})
-    assert process.stop() == 0
-    await anyio.sleep(2.3)
-    process = DaemonProcess(org_dir, state).start()
-    try:
-        async with await process.client() as client:
-            fresh = await open_session(client)
-    finally:
-        process.stop()
+    clock.advance(900)
+    async with (
+        daemon_in_process(org_dir, state, clock=clock) as daemon,
+        await daemon.client() as client,
+    ):
+        fresh = await open_session(client)
     assert fresh != session
     info = msgspec.json.decode((state / "runs" / session / "run.json").read_bytes())
     assert info["status"] == "expired"
-    assert "had expired while the daemon was down" in process.log()
+    assert "had expired while the daemon was down" in caplog.text

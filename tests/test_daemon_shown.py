@@ -11,7 +11,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 import pytest
-from harness import DaemonProcess
+from harness import DaemonProcess, InProcessDaemon
 from simulator import Simulator, Status, filler, write_org
 
 from rosterd.cli import main
@@ -231,8 +231,10 @@ async def test_what_was_shown_survives_a_restart_and_a_failed_engine_call(
 
 
 @pytest.mark.anyio
-async def test_a_new_session_and_a_direct_run_show_everything_again(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as client:
+async def test_a_new_session_and_a_direct_run_show_everything_again(
+    served: InProcessDaemon,
+) -> None:
+    async with await served.client() as client:
         await client.call("memory.add", {"worker": "ada", "text": "deploys freeze on Fridays"})
         first = await client.call("session.open", {"worker": "ada", "channel": "general"})
         await client.call("session.send", {"session": first["session"], "text": "one"})
@@ -243,7 +245,7 @@ async def test_a_new_session_and_a_direct_run_show_everything_again(daemon: Daem
         await client.call("session.send", {"session": second["session"], "text": "three"})
 
     def memory_of(run: str) -> list[list[str]]:
-        path = daemon.state / "runs" / run / "context.jsonl"
+        path = served.state / "runs" / run / "context.jsonl"
         records = [msgspec.json.decode(line) for line in path.read_bytes().splitlines()]
         return [
             [m["text"] for m in envelopes(block(r, "memory")["content"], "memory")]

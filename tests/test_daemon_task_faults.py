@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
-from harness import DaemonProcess
+from harness import InProcessDaemon
 
 from rosterd.client import RosterClient, RpcError
 
@@ -45,17 +45,17 @@ def mend_runs(state: Path) -> None:
 
 
 async def test_a_task_whose_run_directory_cannot_be_made_fails_alone(
-    daemon: DaemonProcess,
+    served: InProcessDaemon,
 ) -> None:
-    async with await daemon.client() as client:
+    async with await served.client() as client:
         await client.call("daemon.status")
-        runs = break_runs(daemon.state)
+        runs = break_runs(served.state)
         task = await client.call(
             "task.submit", {"worker": "ada", "channel": "releases", "text": "draft notes"}
         )
         failed = await wait_task(client, task["id"], "failed", "done")
         status = await client.call("daemon.status")
-        mend_runs(daemon.state)
+        mend_runs(served.state)
         after = await client.call(
             "task.submit", {"worker": "ada", "channel": "releases", "text": "next one"}
         )
@@ -66,19 +66,19 @@ async def test_a_task_whose_run_directory_cannot_be_made_fails_alone(
     assert status["pid"] > 0
     assert done["status"] == "done"
     assert "You said: next one" in done["reply"]
-    log = daemon.log_path.read_text()
+    log = served.log()
     assert f"task {task['id']} failed" in log
 
 
 async def test_a_direct_run_that_cannot_be_stored_is_a_storage_error(
-    daemon: DaemonProcess,
+    served: InProcessDaemon,
 ) -> None:
-    async with await daemon.client() as client:
+    async with await served.client() as client:
         await client.call("daemon.status")
-        break_runs(daemon.state)
+        break_runs(served.state)
         with pytest.raises(RpcError) as failure:
             await client.call("run.direct", {"worker": "ada", "text": "hi"})
-        mend_runs(daemon.state)
+        mend_runs(served.state)
         result = await client.call("run.direct", {"worker": "ada", "text": "hi again"})
     assert failure.value.code == 1008
     assert failure.value.data["errno"] == errno.ENOTDIR

@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-from harness import DaemonProcess
+from harness import DaemonProcess, InProcessDaemon
 
 from rosterd.client import RosterClient, RpcError
 
@@ -34,8 +34,8 @@ def run_lines(state: Path, run: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.anyio
-async def test_a_task_runs_to_done_with_a_reply(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as client:
+async def test_a_task_runs_to_done_with_a_reply(served: InProcessDaemon) -> None:
+    async with await served.client() as client:
         task = await client.call(
             "task.submit", {"worker": "ada", "channel": "releases", "text": "draft notes"}
         )
@@ -43,20 +43,20 @@ async def test_a_task_runs_to_done_with_a_reply(daemon: DaemonProcess) -> None:
         done = await wait_task(client, task["id"], "done")
     assert "You said: draft notes" in done["reply"]
     (run,) = done["runs"]
-    lines = run_lines(daemon.state, run)
+    lines = run_lines(served.state, run)
     assert lines[-1]["block"] == "task"
     assert lines[-1]["run"] == run
 
 
 @pytest.mark.anyio
-async def test_text_cannot_choose_the_channel(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as client:
+async def test_text_cannot_choose_the_channel(served: InProcessDaemon) -> None:
+    async with await served.client() as client:
         task = await client.call(
             "task.submit", {"worker": "ada", "channel": "releases", "text": "use channel general"}
         )
         done = await wait_task(client, task["id"], "done")
     record = msgspec.json.decode(
-        (daemon.state / "runs" / done["runs"][0] / "context.jsonl").read_bytes()
+        (served.state / "runs" / done["runs"][0] / "context.jsonl").read_bytes()
     )
     assert record["channel"] == "releases"
     purpose = next(b for b in record["blocks"] if b["block"] == "purpose")
@@ -65,9 +65,9 @@ async def test_text_cannot_choose_the_channel(daemon: DaemonProcess) -> None:
 
 @pytest.mark.anyio
 async def test_resolving_a_gate_of_a_paused_task_queues_a_continuation(
-    daemon: DaemonProcess,
+    served: InProcessDaemon,
 ) -> None:
-    async with await daemon.client() as client:
+    async with await served.client() as client:
         task = await client.call(
             "task.submit", {"worker": "ada", "channel": "releases", "text": "tag 1.4"}
         )
@@ -87,7 +87,7 @@ async def test_resolving_a_gate_of_a_paused_task_queues_a_continuation(
         await client.call("gate.resolve", {"gate": gate["id"], "outcome": "approved", "note": "go"})
         finished = await wait_task(client, task["id"], "done")
     assert len(finished["runs"]) == 2
-    briefing = [x for x in run_lines(daemon.state, finished["runs"][1]) if x["block"] == "briefing"]
+    briefing = [x for x in run_lines(served.state, finished["runs"][1]) if x["block"] == "briefing"]
     assert briefing[0] == {
         "block": "briefing",
         "kind": "continuation",
@@ -99,8 +99,8 @@ async def test_resolving_a_gate_of_a_paused_task_queues_a_continuation(
 
 
 @pytest.mark.anyio
-async def test_direct_runs_have_no_channel(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as client:
+async def test_direct_runs_have_no_channel(served: InProcessDaemon) -> None:
+    async with await served.client() as client:
         deltas: list[str] = []
 
         async def on_note(method: str, params: Any) -> None:
@@ -109,7 +109,7 @@ async def test_direct_runs_have_no_channel(daemon: DaemonProcess) -> None:
         result = await client.call("run.direct", {"worker": "grace", "text": "status?"}, on_note)
     assert "".join(deltas) == result["text"]
     record = msgspec.json.decode(
-        (daemon.state / "runs" / result["run"] / "context.jsonl").read_bytes()
+        (served.state / "runs" / result["run"] / "context.jsonl").read_bytes()
     )
     assert record["surface"] == "direct"
     assert record["channel"] is None
@@ -117,8 +117,8 @@ async def test_direct_runs_have_no_channel(daemon: DaemonProcess) -> None:
 
 
 @pytest.mark.anyio
-async def test_gate_and_memory_refuse_unknown_scopes(daemon: DaemonProcess) -> None:
-    async with await daemon.client() as client:
+async def test_gate_and_memory_refuse_unknown_scopes(served: InProcessDaemon) -> None:
+    async with await served.client() as client:
         with pytest.raises(RpcError) as gate:
             await client.call("gate.file", {"worker": "ada", "channel": "nope", "summary": "?"})
         with pytest.raises(RpcError) as resolve:

@@ -1,4 +1,4 @@
-"""Loading an org directory through ``load_org`` (SPEC 1.6, 1.7 and 6)."""
+"""Loading an org directory through ``load_org`` (docs/configuration.md)."""
 
 from __future__ import annotations
 

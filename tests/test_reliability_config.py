@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
-from harness import DaemonProcess
+from harness import DaemonProcess, InProcessDaemon
 from test_daemon_config import (
     break_toml,
     delete_identity,
@@ -44,11 +44,11 @@ async def turn(client: RosterClient, worker: str, channel: str, text: str) -> di
 @pytest.mark.anyio
 @pytest.mark.parametrize("breakage", BREAKAGES)
 async def test_frozen_prompts_do_not_move_and_new_sessions_get_the_last_good_files(
-    daemon: DaemonProcess, org_dir: Path, breakage: Callable[[Path], None]
+    served: InProcessDaemon, org_dir: Path, breakage: Callable[[Path], None]
 ) -> None:
     identity = (org_dir / "workers" / "ada" / "identity.md").read_text()
     purpose = (org_dir / "channels" / "general" / "purpose.md").read_text()
-    async with await daemon.client() as client:
+    async with await served.client() as client:
         before = await turn(client, "ada", "general", "before the edit")
         breakage(org_dir)
         await status_until(client, lambda s: s["config_error"] is not None)

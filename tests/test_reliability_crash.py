@@ -250,13 +250,11 @@ async def test_sigterm_drains_50_in_flight_turns(tmp_path: Path, simulator: Simu
                 await anyio.sleep(0.01)
         assert process.process is not None
         process.process.send_signal(signal.SIGTERM)
-        await anyio.sleep(0.2)
+        await anyio.to_thread.run_sync(process.wait_notified, b"STOPPING=1")
         with pytest.raises(RosterError):  # draining: no new connections
             async with await process.client() as late:
                 await late.call("daemon.status")
-    daemon = process.process
-    assert daemon is not None
-    assert await anyio.to_thread.run_sync(daemon.wait, 30) == 0
+    assert await anyio.to_thread.run_sync(process.wait, 30) == 0
     assert sorted(results) == list(range(50))
     for n, result in results.items():
         assert result["turn"] == 1
@@ -308,9 +306,7 @@ async def test_drain_that_runs_out_answers_in_flight_turns_with_1010_and_records
                 await anyio.sleep(0.01)
         assert process.process is not None
         process.process.send_signal(signal.SIGTERM)
-    daemon = process.process
-    assert daemon is not None
-    assert await anyio.to_thread.run_sync(daemon.wait, 20) == 0
+    assert await anyio.to_thread.run_sync(process.wait, 20) == 0
     assert "drain cut short; interrupting 4 engine calls" in process.log()
     assert {name: e.code for name, e in errors.items()} == {"c0": 1010, "c1": 1010, "direct": 1010}
     assert "shutting down" in errors["c0"].message
@@ -375,10 +371,9 @@ async def test_a_second_sigterm_stops_at_once_without_waiting_for_the_drain(
             while not simulator.requests:  # noqa: ASYNC110 - polled, no event to wait on
                 await anyio.sleep(0.01)
             daemon.send_signal(signal.SIGTERM)
-            while "draining" not in process.log():  # noqa: ASYNC110 - a log file
-                await anyio.sleep(0.01)
+            await anyio.to_thread.run_sync(process.wait_notified, b"STOPPING=1")
         daemon.send_signal(signal.SIGTERM)
-        assert await anyio.to_thread.run_sync(daemon.wait, 10) == 0
+        assert await anyio.to_thread.run_sync(process.wait, 10) == 0
     assert "SIGTERM again: stopping without waiting" in process.log()
     assert "drain cut short" not in process.log()
 

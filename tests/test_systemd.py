@@ -384,7 +384,7 @@ def test_socket_unit_matches_the_service() -> None:
     assert _one(sock, "SocketUser") == _one(service, "User")
     assert _one(sock, "SocketGroup") == _one(service, "Group")
     assert _one(sock, "Service") == SERVICE.name
-    # SPEC: the socket lives at $RUNTIME_DIRECTORY/rosterd.sock.
+    # docs/protocol.md, Connecting: the socket lives at $RUNTIME_DIRECTORY/rosterd.sock.
     runtime = "/run/" + _one(service, "RuntimeDirectory")
     assert _one(sock, "ListenStream") == f"{runtime}/rosterd.sock"
     assert _one(units["Install"], "WantedBy") == "sockets.target"

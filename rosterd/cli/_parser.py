@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import NoReturn
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, NoReturn
+
+from .. import __version__
 
 __all__ = ("build_parser",)
 
@@ -41,6 +45,24 @@ class _Parser(argparse.ArgumentParser):
         where = self.prog.removeprefix("roster").strip()
         prefix = f"roster: {where}: " if where else "roster: "
         self.exit(2, f"{prefix}{message} (see '{self.prog} --help')\n")
+
+
+class _Version(argparse.Action):
+    """The installed distribution's version, looked up only when asked for."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        try:
+            installed = version("rosterd")
+        except PackageNotFoundError:  # imported from a source tree, not installed
+            installed = f"{__version__} (not installed)"
+        print(f"roster {installed}")
+        parser.exit()
 
 
 def _client_options() -> _Parser:
@@ -81,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="roster",
         description="Run and talk to rosterd, the host daemon of Roster. "
         "Exit status: 0 ok, 1 failure, 2 usage.",
+    )
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="print the installed version and exit"
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     client = _client_options()

@@ -15,12 +15,13 @@ import os
 import resource
 import signal
 import socket
-from collections.abc import AsyncIterator, MutableMapping
+import time
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from pathlib import Path
 
 import anyio
 import anyio.to_thread
-from anyio.abc import SocketListener
+from anyio.abc import SocketListener, TaskStatus
 
 from .._errors import ConfigError
 from ..org import load_org
@@ -43,9 +44,21 @@ def default_socket_path(state: Path, environ: MutableMapping[str, str]) -> Path:
 
 
 async def run_daemon(
-    org_dir: Path, state: Path, socket_path: Path | None, environ: MutableMapping[str, str]
+    org_dir: Path,
+    state: Path,
+    socket_path: Path | None,
+    environ: MutableMapping[str, str],
+    *,
+    clock: Callable[[], float] = time.time,
+    stop: anyio.Event | None = None,
+    task_status: TaskStatus[Path] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve until SIGTERM or SIGINT; raises ``RosterError`` if it cannot start."""
+    """Serve until SIGTERM, SIGINT or *stop*; raises ``RosterError`` if it cannot start.
+
+    *stop* drains and exits as SIGTERM does, for a daemon embedded in another
+    program (the tests run one in process, with *clock* under their
+    control). ``task_status`` receives the socket path once it accepts.
+    """
     notifier = Notifier.from_env(environ)
     inherited = listen_fds(environ)
     watchdog_s = watchdog_interval(environ)
@@ -55,13 +68,23 @@ async def run_daemon(
         async with (
             notifier,
             StateStores(state) as stores,
-            Host(org, state, stores, environ) as host,
+            Host(org, state, stores, environ, clock) as host,
         ):
             await host.runs.recover(host.clock())
             watcher = OrgWatcher(org_dir, host)
             sessions = SessionManager(host, refresh_org=watcher.refresh)
             try:
-                await _serve(host, sessions, watcher, socket_path, inherited, notifier, watchdog_s)
+                await _serve(
+                    host,
+                    sessions,
+                    watcher,
+                    socket_path,
+                    inherited,
+                    notifier,
+                    watchdog_s,
+                    stop or anyio.Event(),
+                    task_status,
+                )
             finally:
                 await sessions.aclose()
     finally:
@@ -77,6 +100,8 @@ async def _serve(
     inherited: list[socket.socket],
     notifier: Notifier,
     watchdog_s: float | None,
+    stop: anyio.Event,
+    task_status: TaskStatus[Path],
 ) -> None:
     daemon = host.org.daemon
     tasks = TaskRunner(host, daemon.task_workers)
@@ -104,13 +129,15 @@ async def _serve(
                 where = f"fd {inherited[0].fileno()}" if inherited else str(path)
                 log.info("ready on %s (org %s, state %s)", where, watcher.root, host.state)
                 await notifier.ready(status=f"serving on {where}")
-                await _wait_for_stop(signals, watcher)
+                task_status.started(path)
+                await _wait_for_stop(signals, watcher, stop)
 
                 log.info(
                     "draining: %d connections, %d tasks running", server.connections, tasks.running
                 )
-                await notifier.stopping(status="draining in-flight turns")
                 await server.drain()
+                # After the drain began, so STOPPING=1 means no new client is taken.
+                await notifier.stopping(status="draining in-flight turns")
                 tasks.drain()
                 stop_watching.set()
                 tg.start_soon(_cancel_on_second_signal, signals, tg.cancel_scope)
@@ -175,14 +202,24 @@ def _lock_state(state: Path) -> tuple[Path, int]:
     return state, fd
 
 
-async def _wait_for_stop(signals: AsyncIterator[int], watcher: OrgWatcher) -> None:
-    async for signum in signals:
-        if signum == signal.SIGHUP:
-            log.info("SIGHUP: reloading the org")
-            await watcher.reload()
-            continue
-        log.info("%s received", signal.Signals(signum).name)
-        return
+async def _wait_for_stop(
+    signals: AsyncIterator[int], watcher: OrgWatcher, stop: anyio.Event
+) -> None:
+    async with anyio.create_task_group() as tg:
+
+        async def on_signals() -> None:
+            async for signum in signals:
+                if signum == signal.SIGHUP:
+                    log.info("SIGHUP: reloading the org")
+                    await watcher.reload()
+                    continue
+                log.info("%s received", signal.Signals(signum).name)
+                stop.set()
+                return
+
+        tg.start_soon(on_signals)
+        await stop.wait()
+        tg.cancel_scope.cancel()
 
 
 async def _cancel_on_second_signal(signals: AsyncIterator[int], serving: anyio.CancelScope) -> None:

@@ -97,7 +97,7 @@ class Methods:
                     route_key=session.system.route_key,
                 )
             case SessionSend(session=session_id, text=text, sender=sender):
-                session = self._sessions.get(session_id)
+                session = await self._sessions.get(session_id)
                 outcome = await session.send(text, sender, _deltas(notify, session_id))
                 return _turn_result(outcome)
             case SessionClose(session=session_id):

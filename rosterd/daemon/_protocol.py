@@ -74,7 +74,7 @@ SHUTTING_DOWN = 1010
 Id = Annotated[str, msgspec.Meta(pattern=r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")]
 Sender = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 Text = Annotated[str, msgspec.Meta(min_length=1)]
-# Input size limits, in characters (the README's reliability section).
+# Input size limits, in characters (docs/protocol.md, Limits).
 MEMORY_NOTE_MAX = 64 * 1024
 CHANNEL_MESSAGE_MAX = 256 * 1024
 GATE_TEXT_MAX = 64 * 1024

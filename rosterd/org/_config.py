@@ -35,7 +35,7 @@ FILE_GATE = "file_gate"
 
 
 class ContextBudget(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """``[context]``: the character budgets of one compilation (SPEC 1.7)."""
+    """``[context]``: the character budgets of one compilation (docs/contract.md, Budgets)."""
 
     total: Positive = 48000
     identity: Chars = 12000

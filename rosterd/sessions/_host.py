@@ -15,11 +15,11 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Literal
 
 import anyio
 import msgspec
+from anyio.abc import AsyncResource
 
 from .._errors import CompileError, EngineError, ShutdownError
 from ..compiler import (
@@ -66,7 +66,7 @@ class TurnOutcome(msgspec.Struct, frozen=True):
     steps: int = 1
 
 
-class Host:
+class Host(AsyncResource):
     """Org snapshot, stores, runs and engines of one daemon.
 
     ``org`` is the last good configuration; the watcher replaces it, and
@@ -277,17 +277,6 @@ class Host:
         engines, self._engines = list(self._engines.values()), {}
         for engine in engines:
             await engine.aclose()
-
-    async def __aenter__(self) -> Host:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 class _Call:

@@ -297,9 +297,9 @@ class SessionManager:
     def __len__(self) -> int:
         return len(self.sessions())
 
-    def get(self, session_id: str) -> Session:
+    async def get(self, session_id: str) -> Session:
         session = self._by_id.get(session_id)
-        if session is None or session.closed:
+        if session is None or session.closed or await self._expired(session):
             raise SessionError(f"no open session {session_id!r}; open one with session.open")
         return session
 
@@ -316,7 +316,7 @@ class SessionManager:
         scope = host.org.scope(Surface.SESSION, worker, channel)
         async with self._open_lock:
             session = self._by_pair.get((worker, channel))
-            if session is not None and not session.closed:
+            if session is not None and not session.closed and not await self._expired(session):
                 return session
             session = await self._resume(worker, channel) or await self.start(scope.worker, channel)
             self._by_pair[(worker, channel)] = session
@@ -324,18 +324,27 @@ class SessionManager:
             return session
 
     async def close(self, session_id: str) -> None:
-        session = self.get(session_id)
+        session = await self.get(session_id)
         await session.close("closed")
         self._forget(session)
 
     async def expire_idle(self) -> None:
-        idle = self._host.org.daemon.session_idle_s
-        now = self._host.clock()
         for session in self.sessions():
-            if not session.busy and now - session.last_activity >= idle:
-                log.info("session %s expired after %.0f s idle", session.id, idle)
-                await session.close("expired")
-                self._forget(session)
+            await self._expired(session)
+
+    async def _expired(self, session: Session) -> bool:
+        """Expire *session* if it has been idle too long; whether it was.
+
+        Checked on every use as well as by the reaper, so a session expires
+        at its idle limit exactly, whatever the reaper's pace.
+        """
+        idle = self._host.org.daemon.session_idle_s
+        if session.busy or self._host.clock() - session.last_activity < idle:
+            return False
+        log.info("session %s expired after %.0f s idle", session.id, idle)
+        await session.close("expired")
+        self._forget(session)
+        return True
 
     async def run_reaper(self) -> None:
         while True:

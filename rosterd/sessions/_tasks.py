@@ -13,6 +13,7 @@ import math
 import anyio
 import msgspec
 from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from .._errors import RosterError, ShutdownError
 from ..compiler import Continuation, RunMeta, TurnInput, compile_run
@@ -53,12 +54,14 @@ class TaskRunner:
         """Run the pool until ``drain()``; queued tasks from disk go first."""
         try:
             async with anyio.create_task_group() as tg:
-                for _ in range(self._workers):
-                    tg.start_soon(self._work)
+                with self._receive:
+                    for _ in range(self._workers):
+                        tg.start_soon(self._work, self._receive.clone())
                 for task in self._host.stores.tasks.pending():
                     self._send.send_nowait(task.id)
                 task_status.started()
         finally:
+            self._send.close()
             self.stopped.set()
 
     def drain(self) -> None:
@@ -96,8 +99,8 @@ class TaskRunner:
         await self._set(task, status="queued", continuation=continuation)
         self._enqueue(task.id)
 
-    async def _work(self) -> None:
-        async with self._receive.clone() as receive:
+    async def _work(self, receive: MemoryObjectReceiveStream[str]) -> None:
+        with receive:
             async for task_id in receive:
                 if self._draining:
                     break
