@@ -18,7 +18,7 @@ import anyio.abc
 import anyio.to_thread
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
-from harness import DaemonProcess
+from harness import daemon_in_process as daemon
 from simulator import Calls, Reply, Simulator, prompt_bytes, write_org
 
 from rosterd.cli import main
@@ -89,18 +89,6 @@ def make_org(root: Path, sim: Simulator, api: str, gateway_toml: str) -> Path:
     return root
 
 
-@asynccontextmanager
-async def daemon(
-    org: Path, state: Path, env: dict[str, str] | None = None
-) -> AsyncIterator[DaemonProcess]:
-    process = DaemonProcess(org, state, env=env)
-    await anyio.to_thread.run_sync(process.start)
-    try:
-        yield process
-    finally:
-        await anyio.to_thread.run_sync(process.stop)
-
-
 def records(state: Path, run: str) -> list[dict[str, Any]]:
     lines = (state / "runs" / run / "context.jsonl").read_bytes().splitlines()
     return [json.loads(line) for line in lines]
@@ -133,7 +121,7 @@ async def say(client: RosterClient, session: str, text: str) -> tuple[dict[str, 
 
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
 async def test_a_three_step_turn_is_traced_and_extends_each_request(
-    tmp_path: Path, api: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, api: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     state = tmp_path / "state"
     async with (
@@ -148,8 +136,8 @@ async def test_a_three_step_turn_is_traced_and_extends_each_request(
             ),
             Reply("All done: one issue opened."),
         )
-        secret = {"GITHUB_TOKEN": "ghp_never_leaves_the_host"}
-        async with daemon(org, state, secret) as process, await process.client() as client:
+        monkeypatch.setenv("GITHUB_TOKEN", "ghp_never_leaves_the_host")
+        async with daemon(org, state) as process, await process.client() as client:
             opened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
             session = opened["session"]
             result, streamed = await say(client, session, "triage the issues")
