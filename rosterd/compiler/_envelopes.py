@@ -25,6 +25,7 @@ __all__ = (
     "MessageEnvelope",
     "MessagesOmitted",
     "TaskEnvelope",
+    "memory_line",
     "render_line",
     "render_lines",
 )
@@ -123,6 +124,37 @@ def render_lines(envelopes: Sequence[Envelope]) -> list[str]:
                 text = text.replace(raw, escaped)
     # JSON escapes every other line break, so the only ones left are ours.
     return text.splitlines(keepends=True)
+
+
+class _LineCache:
+    """Rendered lines by key, dropped all at once past *max_chars*: the
+    stores hand the compiler the same items every turn, so each renders once
+    while it is in memory, and a cache cannot change what a line is."""
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+        self.lines: dict[tuple[str, str], str] = {}
+        self.chars = 0
+
+    def put(self, key: tuple[str, str], line: str) -> str:
+        if self.chars + len(line) > self.max_chars:
+            self.lines.clear()
+            self.chars = 0
+        self.lines[key] = line
+        self.chars += len(line)
+        return line
+
+
+_memory_lines = _LineCache(4 * 1024 * 1024)
+
+
+def memory_line(item_id: str, text: str) -> str:
+    """``render_line`` of a memory item's envelope."""
+    key = (item_id, text)
+    line = _memory_lines.lines.get(key)
+    if line is None:
+        line = _memory_lines.put(key, render_line(MemoryEnvelope(id=item_id, text=text)))
+    return line
 
 
 def _without_lone_surrogates(envelope: Envelope) -> Envelope:

@@ -17,7 +17,7 @@ from typing import Literal
 
 import msgspec
 
-from ._envelopes import MemoryEnvelope, render_line
+from ._envelopes import memory_line
 from ._inputs import Gate, MemoryItem, Shown
 from ._system import sha256_text
 from ._trace import AlreadyShown
@@ -54,7 +54,7 @@ def line_sha256(line: str) -> str:
 def _memory_sha256(item_id: str, text: str) -> str:
     # Every turn checks every item already shown: the store hands over the
     # same objects each turn, so this is a cache hit, not a render.
-    return line_sha256(render_line(MemoryEnvelope(id=item_id, text=text)))
+    return line_sha256(memory_line(item_id, text))
 
 
 def unshown_memory(

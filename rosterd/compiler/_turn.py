@@ -27,10 +27,10 @@ from ._envelopes import (
     BriefingOmitted,
     Envelope,
     HistoryEnvelope,
-    MemoryEnvelope,
     MessageEnvelope,
     MessagesOmitted,
     TaskEnvelope,
+    memory_line,
     render_line,
     render_lines,
 )
@@ -51,7 +51,6 @@ __all__ = ("Compilation", "compile_run", "compile_turn", "iso_time")
 
 _T = TypeVar("_T")
 _text = attrgetter("text")
-_id = attrgetter("id")
 _sender = attrgetter("sender")
 # No envelope renders shorter than this, so a smaller remainder fits nothing.
 _MIN_ENVELOPE = 24
@@ -294,13 +293,16 @@ def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, limit: int) -> _Fitt
     # Under pressure the lowest-ranked items go first, so what is kept is
     # always the top of the ranking. An item over the memory limit itself
     # could never be shown; it is left out without starving the rest.
-    lines, chars = _take_lines(
-        rank_memory(fresh, turn.text),
-        lambda batch: list(map(MemoryEnvelope, map(_id, batch), map(_text, batch))),
-        lambda m: len(m.id) + len(m.text),
-        cap,
-        skip_over=limit,
-    )
+    lines: list[str] = []
+    chars = 0
+    for item in rank_memory(fresh, turn.text):
+        line = memory_line(item.id, item.text)
+        if len(line) > limit:
+            continue
+        if chars + len(line) > cap:
+            break
+        lines.append(line)
+        chars += len(line)
     raw = sum(map(len, map(_text, fresh)))
     return _Fitted(lines, chars, len(lines), len(fresh) - len(lines), raw, known)
 
