@@ -25,6 +25,7 @@ __all__ = (
     "MessageEnvelope",
     "MessagesOmitted",
     "TaskEnvelope",
+    "gate_line",
     "memory_line",
     "render_line",
     "render_lines",
@@ -133,10 +134,10 @@ class _LineCache:
 
     def __init__(self, max_chars: int) -> None:
         self.max_chars = max_chars
-        self.lines: dict[tuple[str, str], str] = {}
+        self.lines: dict[tuple[str | None, ...], str] = {}
         self.chars = 0
 
-    def put(self, key: tuple[str, str], line: str) -> str:
+    def put(self, key: tuple[str | None, ...], line: str) -> str:
         if self.chars + len(line) > self.max_chars:
             self.lines.clear()
             self.chars = 0
@@ -146,6 +147,7 @@ class _LineCache:
 
 
 _memory_lines = _LineCache(4 * 1024 * 1024)
+_gate_lines = _LineCache(1024 * 1024)
 
 
 def memory_line(item_id: str, text: str) -> str:
@@ -154,6 +156,23 @@ def memory_line(item_id: str, text: str) -> str:
     line = _memory_lines.lines.get(key)
     if line is None:
         line = _memory_lines.put(key, render_line(MemoryEnvelope(id=item_id, text=text)))
+    return line
+
+
+def gate_line(gate: str, summary: str, outcome: str | None, note: str) -> str:
+    """``render_line`` of a gate's briefing envelope: open without *outcome*,
+    else resolved."""
+    key = (gate, summary, outcome, note)
+    line = _gate_lines.lines.get(key)
+    if line is None:
+        envelope: Envelope = (
+            BriefingGate(kind="gate", gate=gate, summary=summary)
+            if outcome is None
+            else BriefingContinuation(
+                kind="resolved", gate=gate, summary=summary, outcome=outcome, note=note
+            )
+        )
+        line = _gate_lines.put(key, render_line(envelope))
     return line
 
 

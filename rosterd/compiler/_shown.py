@@ -57,10 +57,18 @@ def _memory_sha256(item_id: str, text: str) -> str:
     return line_sha256(memory_line(item_id, text))
 
 
+@lru_cache(maxsize=4096)
+def _gate_sha256(line: str) -> str:
+    # The lines are the compiler's cached ones, the same objects every turn.
+    return line_sha256(line)
+
+
 def unshown_memory(
     items: Sequence[MemoryItem], shown: Mapping[str, Shown]
 ) -> tuple[list[MemoryItem], tuple[AlreadyShown, ...]]:
     """The items the conversation does not hold yet, and those left out."""
+    if not shown:
+        return list(items), ()
     fresh: list[MemoryItem] = []
     known: list[AlreadyShown] = []
     for item in items:
@@ -81,7 +89,7 @@ def unshown_gates(
     known: list[AlreadyShown] = []
     for gate, line in zip(gates, lines, strict=True):
         before = shown.get(gate.id)
-        if before is not None and before.sha256 == line_sha256(line):
+        if before is not None and before.sha256 == _gate_sha256(line):
             known.append(AlreadyShown(id=gate.id, since=before.turn))
         else:
             fresh.append(gate)

@@ -23,13 +23,13 @@ from .._errors import CompileError
 from ..org import Org, RunScope, Surface
 from ._envelopes import (
     BriefingContinuation,
-    BriefingGate,
     BriefingOmitted,
     Envelope,
     HistoryEnvelope,
     MessageEnvelope,
     MessagesOmitted,
     TaskEnvelope,
+    gate_line,
     memory_line,
     render_line,
     render_lines,
@@ -52,6 +52,8 @@ __all__ = ("Compilation", "compile_run", "compile_turn", "iso_time")
 _T = TypeVar("_T")
 _text = attrgetter("text")
 _sender = attrgetter("sender")
+_NO_HISTORY = absent_block("history", "not the first turn of a fresh session")
+_EMPTY_SHA256 = sha256_text("")
 # No envelope renders shorter than this, so a smaller remainder fits nothing.
 _MIN_ENVELOPE = 24
 
@@ -126,7 +128,7 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
         _block("briefing", "store: gates", briefing, budget.briefing),
         _block("history", "store: channel log", history, budget.history)
         if turn.history is not None
-        else absent_block("history", "not the first turn of a fresh session"),
+        else _NO_HISTORY,
         _block("backlog", "store: channel log since the last turn", backlog, budget.backlog),
         request,
     )
@@ -205,20 +207,10 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
     gates = sorted(_scoped_gates(scope, turn.gates), key=lambda g: (g.filed_at, g.id))
     resolved = [g for g in gates if g.outcome is not None]
     still_open = [g for g in gates if g.outcome is None]
-    lines = render_lines(
-        [
-            *(
-                BriefingContinuation(
-                    kind="resolved", gate=g.id, summary=g.summary, outcome=g.outcome, note=g.note
-                )
-                for g in resolved
-                if g.outcome is not None
-            ),
-            *(BriefingGate(kind="gate", gate=g.id, summary=g.summary) for g in still_open),
-        ]
-    )
+    gates = [*resolved, *still_open]
+    lines = [gate_line(g.id, g.summary, g.outcome, g.note) for g in gates]
     shown = turn.shown.gates if turn.shown is not None else {}
-    gates, lines, known = unshown_gates([*resolved, *still_open], lines, shown)
+    gates, lines, known = unshown_gates(gates, lines, shown)
     raw += sum(len(g.summary) + len(g.outcome or "") + len(g.note) for g in gates)
     # Keep the first gates (resolved, then oldest open) that fit together
     # with the note counting the rest.
@@ -295,7 +287,7 @@ def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, limit: int) -> _Fitt
     # could never be shown; it is left out without starving the rest.
     lines: list[str] = []
     chars = 0
-    for item in rank_memory(fresh, turn.text):
+    for item in rank_memory(fresh, turn.text) if fresh else ():
         line = memory_line(item.id, item.text)
         if len(line) > limit:
             continue
@@ -361,7 +353,7 @@ def _block(name: str, source: str, fitted: _Fitted, limit: int) -> BlockTrace:
         raw_chars=fitted.raw_chars,
         rendered_chars=fitted.chars,
         limit=limit,
-        sha256=sha256_text(content),
+        sha256=sha256_text(content) if content else _EMPTY_SHA256,
         content=content,
         items=fitted.items,
         omitted=fitted.omitted,
