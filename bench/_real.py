@@ -29,7 +29,7 @@ from simulator import write_org
 from rosterd.engines import Usage, open_engine
 from rosterd.org import EngineConfig
 
-__all__ = ("add_real_arguments", "run_real")
+__all__ = ("Measured", "add_real_arguments", "measure", "run_real", "table")
 
 SHAPE = Shape(workers=2, channels=2, turns=6)
 MAX_TOKENS = 128
@@ -46,6 +46,8 @@ class Measured:
     turns: int
     unmeasured: int
     failed: int
+    # Over every turn, turn 1 included: what reuse across sessions adds.
+    share_all_turns: float
 
     @property
     def cached_share(self) -> float:
@@ -75,13 +77,13 @@ def run_real(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         max_tokens=MAX_TOKENS,
         timeout_s=TIMEOUT_S,
     )
-    results = anyio.run(_measure, config)
+    results = anyio.run(measure, config)
     if args.json:
         rows = {name: {**asdict(m), "cached_share": m.cached_share} for name, m in results.items()}
         where = {"engine": config.kind, "base_url": config.base_url, "model": config.model}
         print(json.dumps({**where, "shape": asdict(SHAPE), "results": rows}, sort_keys=True))
     else:
-        print(_table(config, results))
+        print(table(config, results))
     return 0
 
 
@@ -98,7 +100,7 @@ def _engine_toml(config: EngineConfig) -> str:
     return "\n".join(lines)
 
 
-async def _measure(config: EngineConfig) -> dict[str, Measured]:
+async def measure(config: EngineConfig) -> dict[str, Measured]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         org = root / "org"
@@ -112,8 +114,7 @@ async def _measure(config: EngineConfig) -> dict[str, Measured]:
         try:
             for strategy in NAIVE:
                 replayed = await replay(strategy, recording, org, engine)
-                usages = [replayed.usages[i] for i in later]
-                results[strategy] = _summed(usages, failed=replayed.failed)
+                results[strategy] = _summed(replayed.usages, later, failed=replayed.failed)
         finally:
             await engine.aclose()
     return results
@@ -122,33 +123,41 @@ async def _measure(config: EngineConfig) -> dict[str, Measured]:
 def _rosterd(recording: Recording, later: list[int]) -> Measured:
     turns: Sequence[Turn] = recording.turns
     failed = sum(t.failed for t in turns)
-    return _summed([turns[i].usage for i in later], failed=failed)
+    return _summed([t.usage for t in turns], later, failed=failed)
 
 
-def _summed(usages: list[Usage | None], *, failed: int) -> Measured:
-    known = [u for u in usages if u is not None]
+def _summed(usages: list[Usage | None], later: list[int], *, failed: int) -> Measured:
+    """*usages* per turn of the recording; the figures are over the *later* ones."""
+    counted = [usages[i] for i in later]
+    known = [u for u in counted if u is not None]
+    every = [u for u in usages if u is not None]
+    prompt_all = sum(u.input_tokens for u in every)
     return Measured(
         prompt_tokens=sum(u.input_tokens for u in known),
         cached_tokens=sum(u.cached_input_tokens for u in known),
-        turns=len(usages),
-        unmeasured=len(usages) - len(known),
+        turns=len(counted),
+        unmeasured=len(counted) - len(known),
         failed=failed,
+        share_all_turns=sum(u.cached_input_tokens for u in every) / prompt_all
+        if prompt_all
+        else 0.0,
     )
 
 
-def _table(config: EngineConfig, results: dict[str, Measured]) -> str:
+def table(config: EngineConfig, results: dict[str, Measured]) -> str:
     shape = SHAPE
     lines = [
         f"{config.kind} server at {config.base_url} (model {config.model}): "
         f"{shape.workers} workers x {shape.channels} channels x {shape.turns} turns "
         "through the daemon, naive strategies replayed on the same conversation",
         "cached share of prompt tokens from turn 2 on, by the server's usage fields",
+        "(turn 1 of a session has nothing of its own to reuse; 'all turns' adds it)",
         f"{'strategy':<10} {'cached':>8} {'prompt tokens':>14} {'turns':>6} "
-        f"{'unmeasured':>11} {'failed turns':>13}",
+        f"{'unmeasured':>11} {'failed turns':>13} {'all turns':>10}",
     ]
     for name, m in results.items():
         lines.append(
             f"{LABELS[name]:<10} {m.cached_share:>8.2%} {m.prompt_tokens:>14,} {m.turns:>6} "
-            f"{m.unmeasured:>11} {m.failed:>13}"
+            f"{m.unmeasured:>11} {m.failed:>13} {m.share_all_turns:>10.2%}"
         )
     return "\n".join(lines)

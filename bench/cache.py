@@ -26,7 +26,8 @@ tokens the way each provider bills them: Anthropic uncached 1.0, cache write
 equivalents). ``--quick`` runs a small version.
 
 With ``--engine openai|anthropic --base-url URL`` it measures a real server
-instead (see ``_real.py``).
+instead (see ``_real.py``); the table it prints follows the simulator's,
+with the simulator standing in for the server.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from _daemon import serve
-from _real import add_real_arguments, run_real
+from _real import add_real_arguments, measure, run_real, table
 from _replay import NAIVE, replay
 from _workload import Recording, Shape, run_workload
 from simulator import CHARS_PER_TOKEN, Simulator, filler, prompt_bytes, write_org
@@ -111,6 +112,13 @@ def _turn_usages(recording: Recording) -> list[Usage]:
     failed = sum(t.failed for t in recording.turns)
     assert not failed, f"{failed} turns failed against the simulator"
     return _measured([t.usage for t in recording.turns])
+
+
+async def _real_mode_on_simulator(kind: EngineKind) -> str:
+    """What ``--engine KIND --base-url URL`` prints, with the simulator as the server."""
+    async with Simulator(reply=_reply) as sim:
+        config = EngineConfig(kind=kind, model=MODEL, base_url=_base_url(kind, sim))
+        return table(config, await measure(config))
 
 
 def read_share(usages: list[Usage]) -> float:
@@ -263,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"shape": shape.__dict__, "results": results}, sort_keys=True))
     else:
         print(_table(shape, results))
+        for kind in kinds:
+            print()
+            print(anyio.run(_real_mode_on_simulator, kind))
     if args.max_gap is not None:
         worst = max(row["bound"] - row["rosterd"] for row in results.values())
         if worst > args.max_gap:

@@ -70,6 +70,8 @@ async def test_real_server_mode_reports_the_servers_own_cached_share(
     # From turn 2 on a run id costs nothing more: naive (b) only loses turn 1.
     assert share["rosterd"] > share["naive_a"] and share["naive_b"] > share["naive_a"]
     assert abs(share["rosterd"] - share["naive_b"]) < 0.01
+    # Over all turns the run id costs naive (b) every session's first turn.
+    assert rows["rosterd"]["share_all_turns"] > rows["naive_b"]["share_all_turns"]
     # Every turn of every strategy reached the server, asking for the model given.
     shape = report["shape"]
     sent = shape["workers"] * shape["channels"] * shape["turns"]
@@ -84,8 +86,8 @@ async def test_real_server_mode_counts_failed_turns() -> None:
     async with Simulator() as server:
         server.script(Status(400, "this request is refused"))
         out = await _real_mode("--engine", "openai", "--base-url", server.openai_url)
-    assert re.search(r"^rosterd +\d+\.\d\d% +[\d,]+ +\d+ +0 +1$", out, re.M), out
-    assert re.search(r"^naive \(a\) +\d+\.\d\d% +[\d,]+ +\d+ +0 +0$", out, re.M), out
+    assert re.search(r"^rosterd +\d+\.\d\d% +[\d,]+ +\d+ +0 +1 +\d+\.\d\d%$", out, re.M), out
+    assert re.search(r"^naive \(a\) +\d+\.\d\d% +[\d,]+ +\d+ +0 +0 +\d+\.\d\d%$", out, re.M)
     assert "cached share of prompt tokens from turn 2 on" in out
 
 
