@@ -1,8 +1,9 @@
 """The cache benchmark's workload, driven through a real daemon over its socket.
 
 Workers x channels sessions, turn after turn; between turns memory notes
-are added, gates filed and resolved two turns later, a task is run, and
-halfway one worker's identity is edited and its sessions reopened. What
+are added, gates filed and resolved two turns later, a task runs on turns
+5, 15, 25..., and halfway one worker's identity is edited and its sessions
+reopened. What
 each turn sent is read back from the daemon (``runs.context``), so the
 naive strategies can be replayed on exactly the same conversation.
 """
@@ -24,6 +25,8 @@ from rosterd.engines import ChatMessage, Usage
 
 __all__ = ("Recording", "Shape", "Turn", "run_workload")
 
+# Messages posted to each channel before the sessions open: their first
+# turn's history.
 HISTORY = 5
 
 

@@ -36,8 +36,6 @@ import argparse
 import json
 import sys
 import tempfile
-from collections.abc import Callable
-from contextlib import AsyncExitStack
 from pathlib import Path
 
 import anyio
@@ -85,20 +83,22 @@ async def _through_daemon(
         )
         socket = root / "rosterd.sock"
         async with serve(org, root / "state", socket):
-            counter: Callable[[], int] = lambda: len(sim.requests)  # noqa: E731
-            recording = await run_workload(socket, org, shape, carry=carry, counter=counter)
+            recording = await run_workload(
+                socket, org, shape, carry=carry, counter=lambda: len(sim.requests)
+            )
         return recording, [prompt_bytes(r) for r in sim.requests]
 
 
 async def _replayed(
     kind: EngineKind, strategy: str, recording: Recording, org: Path
 ) -> list[Usage]:
-    async with AsyncExitStack() as stack:
-        sim = await stack.enter_async_context(Simulator(reply=_reply))
+    async with Simulator(reply=_reply) as sim:
         config = EngineConfig(kind=kind, model=MODEL, base_url=_base_url(kind, sim), max_retries=0)
         engine = open_engine(config, {})
-        stack.push_async_callback(engine.aclose)
-        replayed = await replay(strategy, recording, org, engine)
+        try:
+            replayed = await replay(strategy, recording, org, engine)
+        finally:
+            await engine.aclose()
     assert replayed.failed == 0, f"{strategy}: {replayed.failed} turns failed"
     return _measured(replayed.usages)
 
