@@ -17,7 +17,7 @@ from typing import Literal
 
 import msgspec
 
-from ._envelopes import MemoryEnvelope, render_line
+from ._envelopes import memory_line
 from ._inputs import Gate, MemoryItem, Shown
 from ._system import sha256_text
 from ._trace import AlreadyShown
@@ -54,13 +54,21 @@ def line_sha256(line: str) -> str:
 def _memory_sha256(item_id: str, text: str) -> str:
     # Every turn checks every item already shown: the store hands over the
     # same objects each turn, so this is a cache hit, not a render.
-    return line_sha256(render_line(MemoryEnvelope(id=item_id, text=text)))
+    return line_sha256(memory_line(item_id, text))
+
+
+@lru_cache(maxsize=4096)
+def _gate_sha256(line: str) -> str:
+    # The lines are the compiler's cached ones, the same objects every turn.
+    return line_sha256(line)
 
 
 def unshown_memory(
     items: Sequence[MemoryItem], shown: Mapping[str, Shown]
 ) -> tuple[list[MemoryItem], tuple[AlreadyShown, ...]]:
     """The items the conversation does not hold yet, and those left out."""
+    if not shown:
+        return list(items), ()
     fresh: list[MemoryItem] = []
     known: list[AlreadyShown] = []
     for item in items:
@@ -81,7 +89,7 @@ def unshown_gates(
     known: list[AlreadyShown] = []
     for gate, line in zip(gates, lines, strict=True):
         before = shown.get(gate.id)
-        if before is not None and before.sha256 == line_sha256(line):
+        if before is not None and before.sha256 == _gate_sha256(line):
             known.append(AlreadyShown(id=gate.id, since=before.turn))
         else:
             fresh.append(gate)

@@ -23,14 +23,14 @@ from .._errors import CompileError
 from ..org import Org, RunScope, Surface
 from ._envelopes import (
     BriefingContinuation,
-    BriefingGate,
     BriefingOmitted,
     Envelope,
     HistoryEnvelope,
-    MemoryEnvelope,
     MessageEnvelope,
     MessagesOmitted,
     TaskEnvelope,
+    gate_line,
+    memory_line,
     render_line,
     render_lines,
 )
@@ -52,8 +52,9 @@ __all__ = ("Compilation", "compile_run", "compile_turn", "iso_time")
 
 _T = TypeVar("_T")
 _text = attrgetter("text")
-_id = attrgetter("id")
 _sender = attrgetter("sender")
+_NO_HISTORY = absent_block("history", "not the first turn of a fresh session")
+_EMPTY_SHA256 = sha256_text("")
 # No envelope renders shorter than this, so a smaller remainder fits nothing.
 _MIN_ENVELOPE = 24
 
@@ -128,7 +129,7 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
         _block("briefing", "store: gates", briefing, budget.briefing),
         _block("history", "store: channel log", history, budget.history)
         if turn.history is not None
-        else absent_block("history", "not the first turn of a fresh session"),
+        else _NO_HISTORY,
         _block("backlog", "store: channel log since the last turn", backlog, budget.backlog),
         request,
     )
@@ -208,20 +209,10 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
     gates = sorted(_scoped_gates(scope, turn.gates), key=lambda g: (g.filed_at, g.id))
     resolved = [g for g in gates if g.outcome is not None]
     still_open = [g for g in gates if g.outcome is None]
-    lines = render_lines(
-        [
-            *(
-                BriefingContinuation(
-                    kind="resolved", gate=g.id, summary=g.summary, outcome=g.outcome, note=g.note
-                )
-                for g in resolved
-                if g.outcome is not None
-            ),
-            *(BriefingGate(kind="gate", gate=g.id, summary=g.summary) for g in still_open),
-        ]
-    )
+    gates = [*resolved, *still_open]
+    lines = [gate_line(g.id, g.summary, g.outcome, g.note) for g in gates]
     shown = turn.shown.gates if turn.shown is not None else {}
-    gates, lines, known = unshown_gates([*resolved, *still_open], lines, shown)
+    gates, lines, known = unshown_gates(gates, lines, shown)
     raw += sum(len(g.summary) + len(g.outcome or "") + len(g.note) for g in gates)
     # Keep the first gates (resolved, then oldest open) that fit together
     # with the note counting the rest.
@@ -296,13 +287,16 @@ def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, limit: int) -> _Fitt
     # Under pressure the lowest-ranked items go first, so what is kept is
     # always the top of the ranking. An item over the memory limit itself
     # could never be shown; it is left out without starving the rest.
-    lines, chars = _take_lines(
-        rank_memory(fresh, turn.text),
-        lambda batch: list(map(MemoryEnvelope, map(_id, batch), map(_text, batch))),
-        lambda m: len(m.id) + len(m.text),
-        cap,
-        skip_over=limit,
-    )
+    lines: list[str] = []
+    chars = 0
+    for item in rank_memory(fresh, turn.text) if fresh else ():
+        line = memory_line(item.id, item.text)
+        if len(line) > limit:
+            continue
+        if chars + len(line) > cap:
+            break
+        lines.append(line)
+        chars += len(line)
     raw = sum(map(len, map(_text, fresh)))
     return _Fitted(lines, chars, len(lines), len(fresh) - len(lines), raw, known)
 
@@ -361,7 +355,7 @@ def _block(name: str, source: str, fitted: _Fitted, limit: int) -> BlockTrace:
         raw_chars=fitted.raw_chars,
         rendered_chars=fitted.chars,
         limit=limit,
-        sha256=sha256_text(content),
+        sha256=sha256_text(content) if content else _EMPTY_SHA256,
         content=content,
         items=fitted.items,
         omitted=fitted.omitted,
