@@ -1,231 +1,124 @@
 """How much of the input is served from the provider's prompt cache, and what
 the input is billed.
 
-Runs 3 workers x 4 channels x 30 turns (memory and gates arrive between
-turns, gates are resolved two turns after filing) through the provider
-simulator, in Anthropic and OpenAI mode, for:
+Runs 3 workers x 4 channels x 30 turns through a real daemon over its
+socket (``roster serve``), the provider simulator served over HTTP behind
+the real engines, in Anthropic and OpenAI mode. Between turns memory notes
+are added, gates filed and resolved two turns later, every tenth turn a
+task runs, and halfway one worker's identity is edited and its sessions
+reopened. Strategies:
 
-- rosterd: the system part compiled once per session, each turn's fresh input
-  compiled alone (memory and gates the session already sent left out), the
-  transcript append-only;
-- naive (a): the system prompt rebuilt every turn with the memory and the
-  current time in it;
-- naive (b): rosterd's prompts, but with the run id in the system prompt;
-- message-only: rosterd's prompts without any memory or briefing, the floor
-  for what carrying them costs;
-- bound: 1 - fresh / all input tokens, where a token is fresh when no earlier
-  request (of any session) had the same prefix up to it: what a perfect
-  token-granular cache would serve for rosterd's requests.
+- rosterd: what the daemon sent;
+- naive (a): the same conversation replayed with the system prompt rebuilt
+  every turn with the memory and the current time in it;
+- naive (b): the daemon's requests replayed with the run id in the system
+  prompt;
+- message-only: the same workload through a daemon given no memory and no
+  gates, the floor for what carrying them costs;
+- bound: 1 - fresh / all input tokens of the daemon's turns, where a token
+  is fresh when no earlier request (of any session or task) had the same
+  prefix up to it: what a perfect token-granular cache would serve.
 
 The share is cache-read tokens over all input tokens, as the simulator
 reports them through the engines' usage. The billed input cost weighs those
 tokens the way each provider bills them: Anthropic uncached 1.0, cache write
 1.25, cache read 0.1; OpenAI uncached 1.0, cached 0.5 (in uncached-token
 equivalents). ``--quick`` runs a small version.
+
+With ``--engine openai|anthropic --base-url URL`` it measures a real server
+instead (see ``_real.py``); the table it prints follows the simulator's,
+with the simulator standing in for the server.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
-import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from _daemon import serve
+from _real import add_real_arguments, measure, run_real, table
+from _replay import NAIVE, replay
+from _workload import Recording, Shape, run_workload
 from simulator import CHARS_PER_TOKEN, Simulator, filler, prompt_bytes, write_org
 
-from rosterd.compiler import (
-    Boundary,
-    BoundaryName,
-    ChannelMessage,
-    Gate,
-    MemoryItem,
-    RunMeta,
-    SystemPrompt,
-    TurnInput,
-    compile_system,
-    compile_turn,
-    iso_time,
-)
-from rosterd.engines import (
-    AnthropicEngine,
-    ChatMessage,
-    Engine,
-    EngineRequest,
-    OpenAIEngine,
-    Usage,
-)
-from rosterd.org import EngineConfig, EngineKind, Org, Surface
-from rosterd.sessions import ShownLedger
+from rosterd.engines import Usage, open_engine
+from rosterd.org import EngineConfig, EngineKind
 
-START = 1_700_000_000.0
 STRATEGIES = ("rosterd", "naive_a", "naive_b", "message_only")
 # What carries memory and briefing, so what rosterd's cost is compared with.
 CARRIERS = ("rosterd", "naive_a", "naive_b")
-
-
-@dataclass
-class Shape:
-    workers: int
-    channels: int
-    turns: int
-
-
-@dataclass
-class World:
-    """Memory and gates as they stand before a turn; the same for every strategy."""
-
-    memory: dict[str, list[MemoryItem]]
-    gates: list[Gate]
-    resolved: list[Gate]
-
-    def advance(self, turn: int, workers: list[str], channels: list[str]) -> None:
-        for w, worker in enumerate(workers):
-            if turn % 3 == 0:
-                channel = channels[(turn // 3 + w) % len(channels)] if turn % 2 else None
-                item = MemoryItem(
-                    id=f"m-{worker}-{turn}",
-                    text=filler(f"memory {worker} {turn}", 180).strip(),
-                    created_at=START + turn,
-                    channel=channel,
-                )
-                self.memory[worker].append(item)
-            if turn % 5 == 1:
-                self.gates.append(
-                    Gate(
-                        id=f"g-{worker}-{turn}",
-                        worker=worker,
-                        summary=f"approve step {turn} of the rollout for {worker}",
-                        filed_at=START + turn,
-                        channel=channels[turn % len(channels)],
-                    )
-                )
-        # A gate is resolved two turns after it was filed; the next turn's
-        # briefing shows the outcome, as a session's does.
-        due = START + turn - 2
-        self.resolved = [
-            msgspec.structs.replace(g, outcome="approved") for g in self.gates if g.filed_at <= due
-        ]
-        self.gates = [g for g in self.gates if g.filed_at > due]
-
-
-class Session:
-    """One (worker, channel) chat, rendering its prompts by one strategy."""
-
-    def __init__(self, org: Org, strategy: str, worker: str, channel: str, run: str) -> None:
-        self.strategy = strategy
-        self.run = run
-        self.scope = org.scope(Surface.SESSION, worker, channel)
-        self.system = compile_system(org, self.scope, RunMeta(run=run, turn=0, now=START))
-        if strategy == "naive_b":
-            self.system = _prefixed(self.system, f"Run id: {run}\n")
-        self.messages: list[ChatMessage] = []
-        self.shown = ShownLedger()
-
-    def request(self, turn: int, text: str, world: World, history: bool) -> EngineRequest:
-        now = START + 60 * turn
-        worker = self.scope.worker
-        channel_history = _history(self.scope.channel or "") if history else None
-        carries = self.strategy != "message_only"
-        fresh = TurnInput(
-            text=text,
-            sender="alice",
-            memory=tuple(world.memory[worker]) if carries else (),
-            gates=(*world.resolved, *world.gates) if carries else (),
-            history=channel_history,
-            shown=self.shown.items(),
-        )
-        if self.strategy == "naive_a":
-            self.messages.append(ChatMessage(role="user", content=f"alice: {text}"))
-            system = _rebuilt(self.system, world.memory[worker], now)
-            return EngineRequest(system=system, messages=tuple(self.messages))
-        compiled = compile_turn(self.system, fresh, RunMeta(run=self.run, turn=turn, now=now))
-        self.shown.note(turn, compiled.input_text)
-        self.messages.append(ChatMessage(role="user", content=compiled.input_text))
-        return EngineRequest(system=self.system, messages=tuple(self.messages))
-
-
-def _with_boundaries(system: SystemPrompt, text: str, offsets: list[int]) -> SystemPrompt:
-    names: tuple[BoundaryName, ...] = ("connections", "purpose", "system")
-    marks = tuple(
-        Boundary(
-            name=name, offset=offset, sha256=hashlib.sha256(text[:offset].encode()).hexdigest()
-        )
-        for name, offset in zip(names, offsets, strict=True)
-    )
-    return msgspec.structs.replace(system, text=text, boundaries=marks)
-
-
-def _prefixed(system: SystemPrompt, prefix: str) -> SystemPrompt:
-    offsets = [b.offset + len(prefix) for b in system.boundaries]
-    return _with_boundaries(system, prefix + system.text, offsets)
-
-
-def _rebuilt(system: SystemPrompt, memory: list[MemoryItem], now: float) -> SystemPrompt:
-    # A typical hand-rolled prompt: who you are, then "now" and what you remember.
-    identity = system.blocks[0].content
-    notes = "".join(f"- {item.text}\n" for item in memory)
-    volatile = f"Current time: {iso_time(now)}\nMemory:\n{notes}"
-    text = identity + volatile + system.text[len(identity) :]
-    return _with_boundaries(system, text, [len(text)] * 3)
-
-
-def _history(channel: str) -> tuple[ChannelMessage, ...]:
-    return tuple(
-        ChannelMessage(seq=i, sender="bob", text=f"earlier note {i} in {channel}", at=START - i)
-        for i in range(5)
-    )
+MODEL = "sim-model"
 
 
 def _reply(number: int, prompt_chars: int) -> str:
     return filler(f"reply {number}", 300 + (number * 37) % 400).strip()
 
 
-def _engine(kind: EngineKind, sim: Simulator) -> Engine:
-    base = sim.openai_url if kind == "openai" else sim.anthropic_url
-    config = EngineConfig(kind=kind, model="sim-model", base_url=base, max_retries=0)
-    if kind == "openai":
-        return OpenAIEngine(config, api_key=None)
-    return AnthropicEngine(config, api_key=None)
+def _base_url(kind: EngineKind, sim: Simulator) -> str:
+    return sim.openai_url if kind == "openai" else sim.anthropic_url
 
 
-async def _ignore(piece: str) -> None:
-    pass
+def _engine_toml(kind: EngineKind, base_url: str) -> str:
+    return f'kind = "{kind}"\nmodel = "{MODEL}"\nbase_url = "{base_url}"\nmax_retries = 0'
 
 
-async def run_strategy(
-    kind: EngineKind, strategy: str, org: Org, shape: Shape
-) -> tuple[list[Usage], list[bytes]]:
-    workers = sorted(org.workers)[: shape.workers]
-    channels = sorted(org.channels)[: shape.channels]
-    world = World(memory={w: [] for w in workers}, gates=[], resolved=[])
-    sessions = [
-        Session(org, strategy, w, c, run=f"r-{w}-{c}-{strategy}") for w in workers for c in channels
-    ]
-    usages: list[Usage] = []
+async def _through_daemon(
+    root: Path, kind: EngineKind, shape: Shape, carry: bool
+) -> tuple[Recording, list[bytes]]:
+    """The workload through a daemon whose engine talks to a fresh simulator."""
     async with Simulator(reply=_reply) as sim:
-        engine = _engine(kind, sim)
+        org = root / "org"
+        write_org(
+            org,
+            workers=shape.workers,
+            channels=shape.channels,
+            engine=_engine_toml(kind, _base_url(kind, sim)),
+        )
+        socket = root / "rosterd.sock"
+        async with serve(org, root / "state", socket):
+            recording = await run_workload(
+                socket, org, shape, carry=carry, counter=lambda: len(sim.requests)
+            )
+        return recording, [prompt_bytes(r) for r in sim.requests]
+
+
+async def _replayed(
+    kind: EngineKind, strategy: str, recording: Recording, org: Path
+) -> list[Usage]:
+    async with Simulator(reply=_reply) as sim:
+        config = EngineConfig(kind=kind, model=MODEL, base_url=_base_url(kind, sim), max_retries=0)
+        engine = open_engine(config, {})
         try:
-            for turn in range(1, shape.turns + 1):
-                world.advance(turn, workers, channels)
-                for session in sessions:
-                    text = f"turn {turn}: what is next for {session.scope.channel}?"
-                    request = session.request(turn, text, world, history=turn == 1)
-                    reply = await engine.complete(request, _ignore)
-                    session.messages.append(ChatMessage(role="assistant", content=reply.text))
-                    assert reply.usage is not None, "the simulator always reports usage"
-                    usages.append(reply.usage)
+            replayed = await replay(strategy, recording, org, engine)
         finally:
             await engine.aclose()
-        prompts = [prompt_bytes(r) for r in sim.requests]
-    return usages, prompts
+    assert replayed.failed == 0, f"{strategy}: {replayed.failed} turns failed"
+    return _measured(replayed.usages)
+
+
+def _measured(usages: list[Usage | None]) -> list[Usage]:
+    assert all(u is not None for u in usages), "the simulator always reports usage"
+    return [u for u in usages if u is not None]
+
+
+def _turn_usages(recording: Recording) -> list[Usage]:
+    failed = sum(t.failed for t in recording.turns)
+    assert not failed, f"{failed} turns failed against the simulator"
+    return _measured([t.usage for t in recording.turns])
+
+
+async def _real_mode_on_simulator(kind: EngineKind) -> str:
+    """What ``--engine KIND --base-url URL`` prints, with the simulator as the server."""
+    async with Simulator(reply=_reply) as sim:
+        config = EngineConfig(kind=kind, model=MODEL, base_url=_base_url(kind, sim))
+        return table(config, await measure(config))
 
 
 def read_share(usages: list[Usage]) -> float:
@@ -245,11 +138,13 @@ def billed(kind: EngineKind, usages: list[Usage]) -> float:
     return cost
 
 
-def bound(prompts: list[bytes]) -> float:
-    """1 - fresh / all: a token is fresh unless an earlier prompt shares its prefix."""
+def bound(prompts: list[bytes], counted: list[int]) -> float:
+    """1 - fresh / all over the *counted* prompts: a token is fresh unless an
+    earlier prompt (counted or not) shares its prefix."""
     fresh = 0
     total = 0
-    for i, prompt in enumerate(prompts):
+    for i in counted:
+        prompt = prompts[i]
         tokens = len(prompt) // CHARS_PER_TOKEN
         shared = max((_common_prefix(prompt, earlier) for earlier in prompts[:i]), default=0)
         total += tokens
@@ -279,17 +174,25 @@ def _common_prefix(a: bytes, b: bytes, step: int = 4096) -> int:
 async def bench(shape: Shape, kinds: list[EngineKind]) -> dict[str, dict[str, float]]:
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        org = write_org(Path(tmp), workers=shape.workers, channels=shape.channels)
         for kind in kinds:
+            root = Path(tmp) / kind
+            recording, prompts = await _through_daemon(root / "rosterd", kind, shape, True)
+            floor, _ = await _through_daemon(root / "message_only", kind, shape, False)
+            usages = {
+                "rosterd": _turn_usages(recording),
+                "message_only": _turn_usages(floor),
+            }
+            for strategy in NAIVE:
+                org = root / "rosterd" / "org"
+                usages[strategy] = await _replayed(kind, strategy, recording, org)
             row: dict[str, float] = {}
             for strategy in STRATEGIES:
-                usages, prompts = await run_strategy(kind, strategy, org, shape)
-                row[strategy] = read_share(usages)
-                row[f"cost_{strategy}"] = billed(kind, usages)
-                if strategy == "rosterd":
-                    row["bound"] = bound(prompts)
-                    row["requests"] = len(usages)
-                    row["input_tokens"] = sum(u.input_tokens for u in usages)
+                row[strategy] = read_share(usages[strategy])
+                row[f"cost_{strategy}"] = billed(kind, usages[strategy])
+            counted = [t.before for t in recording.turns if t.before is not None]
+            row["bound"] = bound(prompts, counted)
+            row["requests"] = len(usages["rosterd"])
+            row["input_tokens"] = sum(u.input_tokens for u in usages["rosterd"])
             results[kind] = row
     return results
 
@@ -297,7 +200,7 @@ async def bench(shape: Shape, kinds: list[EngineKind]) -> dict[str, dict[str, fl
 def _table(shape: Shape, results: dict[str, dict[str, float]]) -> str:
     lines = [
         f"cache reads / input tokens, {shape.workers} workers x {shape.channels} channels "
-        f"x {shape.turns} turns",
+        f"x {shape.turns} turns through the daemon",
         f"{'provider':<10} {'rosterd':>8} {'naive(a)':>9} {'naive(b)':>9} {'bound':>7} "
         f"{'gap':>6} {'input tokens':>13}",
     ]
@@ -357,7 +260,10 @@ def main(argv: list[str] | None = None) -> int:
         help="exit 1 unless rosterd's billed input is the lowest of the strategies carrying "
         "memory and briefing and within this fraction of message-only",
     )
+    add_real_arguments(parser)
     args = parser.parse_args(argv)
+    if args.engine is not None or args.base_url is not None:
+        return run_real(parser, args)
     shape = Shape(2, 2, 8) if args.quick else Shape(3, 4, 30)
     kinds: list[EngineKind] = args.provider or ["anthropic", "openai"]
     results = anyio.run(bench, shape, kinds)
@@ -365,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"shape": shape.__dict__, "results": results}, sort_keys=True))
     else:
         print(_table(shape, results))
+        for kind in kinds:
+            print()
+            print(anyio.run(_real_mode_on_simulator, kind))
     if args.max_gap is not None:
         worst = max(row["bound"] - row["rosterd"] for row in results.values())
         if worst > args.max_gap:

@@ -22,6 +22,12 @@ SSE line end (LF, CR or CRLF), non-ASCII characters raw inside the JSON (as
 llama.cpp sends U+2028 or U+0085) and HTTP chunks as small as one byte, so a
 CRLF pair or a UTF-8 sequence is split between chunks. ``context_tokens``
 makes longer prompts fail with the provider's real "too long" error.
+
+``Calls`` makes a reply call tools, in either API's streamed shape, with the
+arguments split across deltas. Tool definitions count as the first part of
+the prompt (both APIs cache them before the system text), and the request's
+tool traffic is checked as the APIs check it: every call is answered by a
+result right after it, and only defined tools are called.
 """
 
 from __future__ import annotations
@@ -150,6 +156,13 @@ class Reply(msgspec.Struct, frozen=True):
     text: str
 
 
+class Calls(msgspec.Struct, frozen=True):
+    """Answer with these tool calls, each ``(name, arguments JSON text)``, after *text*."""
+
+    calls: tuple[tuple[str, str], ...]
+    text: str = ""
+
+
 class Omit(msgspec.Struct, frozen=True):
     """Answer normally but leave out *part* of the stream, as some servers do.
 
@@ -161,7 +174,9 @@ class Omit(msgspec.Struct, frozen=True):
     text: str | None = None
 
 
-Action = Status | Stall | Delay | Hangup | Malformed | Drop | Cut | ErrorEvent | Reply | Omit
+Action = (
+    Status | Stall | Delay | Hangup | Malformed | Drop | Cut | ErrorEvent | Reply | Omit | Calls
+)
 
 Server = Literal["provider", "llama.cpp"]
 
@@ -187,9 +202,33 @@ class Recorded(msgspec.Struct, frozen=True):
 # Wire shapes, strict like the real APIs ---------------------------------------
 
 
+class _OpenAIFunctionCall(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    arguments: str
+
+
+class _OpenAICall(msgspec.Struct, forbid_unknown_fields=True):
+    id: str
+    type: Literal["function"]
+    function: _OpenAIFunctionCall
+
+
 class _OpenAIMessage(msgspec.Struct, forbid_unknown_fields=True):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | None
+    tool_calls: list[_OpenAICall] | None = None
+    tool_call_id: str | None = None
+
+
+class _OpenAIFunction(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    description: str = ""
+    parameters: dict[str, object] | None = None
+
+
+class _OpenAITool(msgspec.Struct, forbid_unknown_fields=True):
+    type: Literal["function"]
+    function: _OpenAIFunction
 
 
 class _StreamOptions(msgspec.Struct, forbid_unknown_fields=True):
@@ -204,6 +243,7 @@ class _ChatRequest(msgspec.Struct, forbid_unknown_fields=True):
     prompt_cache_key: str | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
+    tools: list[_OpenAITool] | None = None
 
 
 class _CacheControl(msgspec.Struct, forbid_unknown_fields=True):
@@ -211,15 +251,39 @@ class _CacheControl(msgspec.Struct, forbid_unknown_fields=True):
     ttl: Literal["5m", "1h"] | None = None
 
 
-class _TextBlock(msgspec.Struct, forbid_unknown_fields=True):
-    type: Literal["text"]
+class _TextBlock(msgspec.Struct, forbid_unknown_fields=True, tag_field="type", tag="text"):
     text: str
     cache_control: _CacheControl | None = None
 
 
+class _ToolUseBlock(msgspec.Struct, forbid_unknown_fields=True, tag_field="type", tag="tool_use"):
+    id: str
+    name: str
+    input: dict[str, object]
+    cache_control: _CacheControl | None = None
+
+
+class _ToolResultBlock(
+    msgspec.Struct, forbid_unknown_fields=True, tag_field="type", tag="tool_result"
+):
+    tool_use_id: str
+    content: str
+    cache_control: _CacheControl | None = None
+
+
+_Block = _TextBlock | _ToolUseBlock | _ToolResultBlock
+
+
 class _AnthropicMessage(msgspec.Struct, forbid_unknown_fields=True):
     role: Literal["user", "assistant"]
-    content: str | list[_TextBlock]
+    content: str | list[_Block]
+
+
+class _AnthropicTool(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    input_schema: dict[str, object]
+    description: str = ""
+    cache_control: _CacheControl | None = None
 
 
 class _MessagesRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -228,6 +292,7 @@ class _MessagesRequest(msgspec.Struct, forbid_unknown_fields=True):
     messages: list[_AnthropicMessage]
     system: str | list[_TextBlock] | None = None
     stream: bool = False
+    tools: list[_AnthropicTool] | None = None
 
 
 class _Invalid(Exception):
@@ -410,16 +475,22 @@ class Simulator:
             body = _too_long_body(api, self.server, exc.tokens, exc.limit)
             await _send_json(stream, 400, body)
             return True
+        calls: tuple[tuple[str, str], ...] = ()
         if isinstance(action, Reply):
             text = action.text
+        if isinstance(action, Calls):
+            text, calls = action.text, action.calls
         if isinstance(action, Omit) and action.text is not None:
             text = action.text
         omit = action.part if isinstance(action, Omit) else None
         framing = self.framing
+        number = len(self.requests)
         events = (
-            _openai_events(model, text, usage, self._delta_chars, framing.raw)
+            _openai_events(model, text, usage, self._delta_chars, framing.raw, calls, number)
             if api == "openai"
-            else _anthropic_events(model, text, usage, self._delta_chars, framing.raw)
+            else _anthropic_events(
+                model, text, usage, self._delta_chars, framing.raw, calls, number
+            )
         )
         await _start_stream(stream)
         deltas = 0
@@ -482,6 +553,7 @@ class Simulator:
             raise _Invalid(400, "prompt_cache_key: string too long, at most 64 characters")
         if request.max_tokens is not None and request.max_completion_tokens is not None:
             raise _Invalid(400, "max_tokens and max_completion_tokens are exclusive")
+        _check_openai_tools(request)
         prompt = _openai_prompt(request)
         total = _tokens(len(prompt))
         self._fits(total)
@@ -504,6 +576,7 @@ class Simulator:
         request = _decode(body, _MessagesRequest)
         if not request.stream:
             raise _Invalid(400, "this simulator only streams")
+        _check_anthropic_tools(request)
         blocks = _anthropic_blocks(request)
         marks = sum(marked for _, marked in blocks)
         if marks > 4:
@@ -544,27 +617,99 @@ class Simulator:
 
 
 def _anthropic_blocks(request: _MessagesRequest) -> list[tuple[bytes, bool]]:
-    """The prompt as (serialised block, has cache_control), in cache order."""
+    """The prompt as (serialised block, has cache_control), in cache order:
+    tools, system, messages."""
     blocks: list[tuple[bytes, bool]] = []
+    for tool in request.tools or []:
+        blocks.append((b"<tool>" + msgspec.json.encode(tool), tool.cache_control is not None))
     system = request.system
     if isinstance(system, str):
-        system = [_TextBlock(type="text", text=system)]
+        system = [_TextBlock(text=system)]
     for block in system or []:
         blocks.append((block.text.encode(), block.cache_control is not None))
     for message in request.messages:
         content = message.content
         if isinstance(content, str):
-            content = [_TextBlock(type="text", text=content)]
-        for i, block in enumerate(content):
-            if not block.text:
-                raise _Invalid(400, "text content blocks must be non-empty")
+            content = [_TextBlock(text=content)]
+        for i, part in enumerate(content):
             marker = f"\n\n{message.role}: ".encode() if i == 0 else b""
-            blocks.append((marker + block.text.encode(), block.cache_control is not None))
+            match part:
+                case _TextBlock(text=text):
+                    if not text:
+                        raise _Invalid(400, "text content blocks must be non-empty")
+                    data = text.encode()
+                case _ToolUseBlock(id=call_id, name=name, input=arguments):
+                    data = f"<use {call_id} {name}>".encode() + msgspec.json.encode(arguments)
+                case _ToolResultBlock(tool_use_id=call_id, content=result):
+                    data = f"<result {call_id}>".encode() + result.encode()
+            blocks.append((marker + data, part.cache_control is not None))
     return blocks
 
 
+def _check_anthropic_tools(request: _MessagesRequest) -> None:
+    """Calls name defined tools; each is answered by the very next message."""
+    names = {tool.name for tool in request.tools or []}
+    messages = request.messages
+    for i, message in enumerate(messages):
+        if isinstance(message.content, str):
+            continue
+        uses = [b for b in message.content if isinstance(b, _ToolUseBlock)]
+        for use in uses:
+            if use.name not in names:
+                raise _Invalid(400, f"tool_use names an undefined tool {use.name!r}")
+        if not uses or i + 1 == len(messages):
+            continue
+        answer = messages[i + 1].content
+        answered = {
+            b.tool_use_id
+            for b in (answer if isinstance(answer, list) else [])
+            if isinstance(b, _ToolResultBlock)
+        }
+        missing = [use.id for use in uses if use.id not in answered]
+        if missing:
+            raise _Invalid(
+                400,
+                f"tool_use ids were found without tool_result blocks immediately after: "
+                f"{', '.join(missing)}",
+            )
+
+
+def _check_openai_tools(request: _ChatRequest) -> None:
+    names = {tool.function.name for tool in request.tools or []}
+    messages = request.messages
+    for i, message in enumerate(messages):
+        if message.role != "tool" and message.content is None and not message.tool_calls:
+            raise _Invalid(400, "content is required unless the message makes tool calls")
+        if not message.tool_calls:
+            continue
+        for call in message.tool_calls:
+            if call.function.name not in names:
+                raise _Invalid(400, f"tool call names an undefined tool {call.function.name!r}")
+        following = messages[i + 1 : i + 1 + len(message.tool_calls)]
+        if i + 1 == len(messages):
+            continue
+        answered = {m.tool_call_id for m in following if m.role == "tool"}
+        missing = [c.id for c in message.tool_calls if c.id not in answered]
+        if missing:
+            raise _Invalid(
+                400,
+                "An assistant message with 'tool_calls' must be followed by tool messages "
+                f"responding to each 'tool_call_id'. Missing: {', '.join(missing)}",
+            )
+
+
 def _openai_prompt(request: _ChatRequest) -> bytes:
-    return "".join(f"<|{m.role}|>{m.content}" for m in request.messages).encode()
+    tools = "".join(
+        f"<|tool|>{json.dumps(msgspec.to_builtins(t), sort_keys=True)}" for t in request.tools or []
+    )
+    parts = [tools]
+    for m in request.messages:
+        parts.append(f"<|{m.role}|>{m.content or ''}")
+        for call in m.tool_calls or []:
+            parts.append(f"<|call {call.id} {call.function.name}|>{call.function.arguments}")
+        if m.tool_call_id is not None:
+            parts.append(f"<|for {m.tool_call_id}|>")
+    return "".join(parts).encode()
 
 
 def reported(reply: EngineReply) -> Usage:
@@ -639,7 +784,15 @@ def _sse(data: object, raw: bool, event: str | None = None) -> bytes:
     return f"{head}data: {json.dumps(data, ensure_ascii=not raw)}\n\n".encode()
 
 
-def _openai_events(model: str, text: str, usage: _Usage, size: int, raw: bool) -> list[Frame]:
+def _openai_events(
+    model: str,
+    text: str,
+    usage: _Usage,
+    size: int,
+    raw: bool,
+    calls: tuple[tuple[str, str], ...] = (),
+    number: int = 0,
+) -> list[Frame]:
     # With include_usage every chunk carries "usage": null but the last one.
     base = {"id": "chatcmpl-sim", "object": "chat.completion.chunk", "model": model, "usage": None}
     role = {"role": "assistant", "content": ""}
@@ -647,7 +800,20 @@ def _openai_events(model: str, text: str, usage: _Usage, size: int, raw: bool) -
     for piece in _pieces(text, size):
         choice = {"index": 0, "delta": {"content": piece}, "finish_reason": None}
         frames.append((True, "delta", _sse({**base, "choices": [choice]}, raw)))
-    stop = {"index": 0, "delta": {}, "finish_reason": "stop"}
+    for index, (name, arguments) in enumerate(calls):
+        # The first delta of a call names it; its arguments follow in pieces.
+        head = {
+            "index": index,
+            "id": f"call_{number}_{index}",
+            "type": "function",
+            "function": {"name": name, "arguments": ""},
+        }
+        pieces = [{"index": index, "function": {"arguments": p}} for p in _pieces(arguments, size)]
+        for call in [head, *pieces]:
+            choice = {"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}
+            frames.append((False, "call", _sse({**base, "choices": [choice]}, raw)))
+    finish = "tool_calls" if calls else "stop"
+    stop = {"index": 0, "delta": {}, "finish_reason": finish}
     frames.append((False, "stop", _sse({**base, "choices": [stop]}, raw)))
     completion = _tokens(len(text)) + 1
     counts = {
@@ -661,7 +827,15 @@ def _openai_events(model: str, text: str, usage: _Usage, size: int, raw: bool) -
     return frames
 
 
-def _anthropic_events(model: str, text: str, usage: _Usage, size: int, raw: bool) -> list[Frame]:
+def _anthropic_events(
+    model: str,
+    text: str,
+    usage: _Usage,
+    size: int,
+    raw: bool,
+    calls: tuple[tuple[str, str], ...] = (),
+    number: int = 0,
+) -> list[Frame]:
     start = {
         "type": "message_start",
         "message": {
@@ -679,28 +853,45 @@ def _anthropic_events(model: str, text: str, usage: _Usage, size: int, raw: bool
             },
         },
     }
-    block = {
-        "type": "content_block_start",
-        "index": 0,
-        "content_block": {"type": "text", "text": ""},
-    }
-    frames = [
-        (False, "message_start", _sse(start, raw, "message_start")),
-        (False, "content_block_start", _sse(block, raw, "content_block_start")),
-        (False, "ping", _sse({"type": "ping"}, raw, "ping")),
-    ]
-    for piece in _pieces(text, size):
-        delta = {
-            "type": "content_block_delta",
+    frames = [(False, "message_start", _sse(start, raw, "message_start"))]
+    index = 0
+    if text or not calls:
+        block = {
+            "type": "content_block_start",
             "index": 0,
-            "delta": {"type": "text_delta", "text": piece},
+            "content_block": {"type": "text", "text": ""},
         }
-        frames.append((True, "delta", _sse(delta, raw, "content_block_delta")))
-    block_stop = {"type": "content_block_stop", "index": 0}
-    frames.append((False, "content_block_stop", _sse(block_stop, raw, "content_block_stop")))
+        frames += [
+            (False, "content_block_start", _sse(block, raw, "content_block_start")),
+            (False, "ping", _sse({"type": "ping"}, raw, "ping")),
+        ]
+        for piece in _pieces(text, size):
+            delta = {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": piece},
+            }
+            frames.append((True, "delta", _sse(delta, raw, "content_block_delta")))
+        block_stop = {"type": "content_block_stop", "index": 0}
+        frames.append((False, "content_block_stop", _sse(block_stop, raw, "content_block_stop")))
+        index = 1
+    for offset, (name, arguments) in enumerate(calls):
+        at = index + offset
+        use = {"type": "tool_use", "id": f"toolu_{number}_{offset}", "name": name, "input": {}}
+        begin = {"type": "content_block_start", "index": at, "content_block": use}
+        frames.append((False, "call", _sse(begin, raw, "content_block_start")))
+        for piece in ["", *_pieces(arguments, size)]:
+            delta = {
+                "type": "content_block_delta",
+                "index": at,
+                "delta": {"type": "input_json_delta", "partial_json": piece},
+            }
+            frames.append((False, "call", _sse(delta, raw, "content_block_delta")))
+        stop = {"type": "content_block_stop", "index": at}
+        frames.append((False, "call", _sse(stop, raw, "content_block_stop")))
     end = {
         "type": "message_delta",
-        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+        "delta": {"stop_reason": "tool_use" if calls else "end_turn", "stop_sequence": None},
         "usage": {"output_tokens": _tokens(len(text)) + 1},
     }
     frames.append((False, "message_delta", _sse(end, raw, "message_delta")))

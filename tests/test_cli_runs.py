@@ -60,7 +60,7 @@ def parse_context(data: bytes) -> list[tuple[str, bytes]]:
         end = data.index(b"\n", pos)
         header = data[pos:end].decode()
         pos = end + 1
-        if re.fullmatch(r"=== end of turn \d+ ===", header):
+        if re.fullmatch(r"=== end of turn \d+( step \d+)? ===", header):
             continue
         match = re.fullmatch(r"=== (.+) \((\d+) bytes\) ===", header)
         assert match is not None, header
@@ -133,16 +133,19 @@ def test_list_show_context_work_after_the_daemon_stopped(
     code, out, err = cli("server", "runs", "context", session, "--all", "--state", state)
     assert (code, err) == (0, "")
     parts = parse_context(out)
-    assert parts[0] == ("turn 1 system", every[0]["system"].encode())
+    assert parts[0] == ("turn 1 tools", every[0]["tools"].encode())
+    assert parts[1] == ("turn 1 system", every[0]["system"].encode())
     assert [header for header, _ in parts] == [
+        "turn 1 tools",
         "turn 1 system",
         "turn 1 message 1/1 user",
+        "turn 2 tools",
         "turn 2 system",
         "turn 2 message 1/3 user",
         "turn 2 message 2/3 assistant",
         "turn 2 message 3/3 user",
     ]
-    assert [content for _, content in parts[3:]] == [m["content"].encode() for m in second]
+    assert [content for _, content in parts[5:]] == [m["content"].encode() for m in second]
 
     code, out, err = cli("server", "runs", "show", "nope", "--state", state)
     assert (code, out, err) == (1, b"", "roster: unknown run 'nope'\n")
@@ -261,7 +264,12 @@ async def test_runs_context_is_exactly_what_the_engine_received(tmp_path: Path) 
     text = await _roster("server", "runs", "context", session, "--all", "--state", state)
     parts = parse_context(text)
     received = [m["content"].encode() for body in bodies[:3] for m in body["messages"]]
-    assert [content for _, content in parts] == received
+    assert [content for header, content in parts if not header.endswith("tools")] == received
+    # The tool definitions, in their canonical form, head each request.
+    tools = [content for header, content in parts if header.endswith("tools")]
+    assert len(tools) == 3
+    sent = [t["function"]["name"] for t in bodies[0]["tools"]]
+    assert [json.loads(line)["name"] for line in tools[0].splitlines()] == sent
     assert "naïve café — ✓".encode() in parts[-3][1]
 
     (only,) = json.loads(

@@ -125,11 +125,17 @@ def render_context(requests: list[TurnRequest]) -> bytes:
         out.append(data + b"\n")
 
     for request in requests:
-        part(f"turn {request.turn} system", request.system)
+        label = f"turn {request.turn}" + (f" step {request.step}" if request.step > 1 else "")
+        if request.tools:
+            part(f"{label} tools", request.tools)
+        part(f"{label} system", request.system)
         count = len(request.messages)
         for number, message in enumerate(request.messages, 1):
-            part(f"turn {request.turn} message {number}/{count} {message.role}", message.content)
-        out.append(f"=== end of turn {request.turn} ===\n".encode())
+            answers = f" for {message.call}" if message.call is not None else ""
+            part(f"{label} message {number}/{count} {message.role}{answers}", message.content)
+            for call in message.calls:
+                part(f"{label} message {number}/{count} call {call.id} {call.name}", call.arguments)
+        out.append(f"=== end of {label} ===\n".encode())
     return b"".join(out)
 
 

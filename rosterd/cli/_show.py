@@ -39,8 +39,8 @@ _SHRINK = {
 
 
 class TurnUsage(msgspec.Struct, frozen=True):
-    """One turn's usage, ``None`` where the provider reported none; ``cache``
-    is the daemon's verdict on its reuse."""
+    """One engine call's usage (a turn's, or one ``step`` of it), ``None`` where
+    the provider reported none; ``cache`` is the daemon's verdict on its reuse."""
 
     turn: int
     input_tokens: int | None
@@ -49,6 +49,7 @@ class TurnUsage(msgspec.Struct, frozen=True):
     cache_write_tokens: int | None
     output_tokens: int | None
     cache: CacheCheck | None = None
+    step: int = 1
 
 
 class UsageSummary(msgspec.Struct, frozen=True):
@@ -66,7 +67,7 @@ class UsageSummary(msgspec.Struct, frozen=True):
 
 def summarise_usage(entries: Sequence[TranscriptEntry]) -> UsageSummary:
     turns = [
-        _turn_usage(e.turn, e.usage, e.cache)
+        msgspec.structs.replace(_turn_usage(e.turn, e.usage, e.cache), step=e.step)
         for e in entries
         if e.role == "assistant" and (e.usage is not None or e.cache is not None)
     ]
@@ -139,6 +140,7 @@ def _compilation(number: int, count: int, record: ContextRecord) -> list[str]:
         "system": "system part (frozen for the session)",
         "turn": f"turn {record.turn} input",
         "run": "system part and input",
+        "step": f"turn {record.turn} step {record.step}: tool results",
     }[record.kind]
     status = "ok" if record.status == "ok" else "FAILED"
     lines = [f"compilation {number}/{count}: {what}, {status}, at {when(record.at)}"]
@@ -160,6 +162,12 @@ def _compilation(number: int, count: int, record: ContextRecord) -> list[str]:
     if record.cache:
         lines.append(_stability(record.cache))
     lines.append(_blocks(record.blocks))
+    if record.tools is not None and record.tools.items:
+        names = ", ".join(_tool_name(line) for line in record.tools.content.splitlines())
+        lines.append(
+            f"  tools ({names}): {record.tools.rendered_chars} chars, "
+            f"sha256 {record.tools.sha256[:_HASH]}, cached before the system text"
+        )
     held = _already_shown(record.blocks)
     if held:
         lines.append(f"  already in the conversation, left out: {held}")
@@ -175,6 +183,14 @@ def _compilation(number: int, count: int, record: ContextRecord) -> list[str]:
             )
         )
     return lines
+
+
+class _ToolLine(msgspec.Struct):
+    name: str
+
+
+def _tool_name(line: str) -> str:
+    return msgspec.json.decode(line, type=_ToolLine).name
 
 
 def _blocks(blocks: Sequence[BlockTrace]) -> str:
@@ -262,7 +278,7 @@ def _usage(usage: UsageSummary) -> list[str]:
     )  # fmt: skip
     rows: list[tuple[object, ...]] = [
         (
-            t.turn,
+            t.turn if t.step == 1 else f"{t.turn}.{t.step}",
             *(
                 "-" if n is None else n
                 for n in (

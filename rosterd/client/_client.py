@@ -8,12 +8,11 @@ from __future__ import annotations
 import itertools
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import anyio
 import msgspec
-from anyio.abc import SocketStream
+from anyio.abc import AsyncResource, SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from .._errors import ProtocolError, RosterError
@@ -43,7 +42,7 @@ class _Reply(msgspec.Struct):
     error: dict[str, Any] | None = None
 
 
-class RosterClient:
+class RosterClient(AsyncResource):
     """One connection; calls are made one at a time, as the daemon serves them."""
 
     def __init__(self, stream: SocketStream, path: Path) -> None:
@@ -120,14 +119,3 @@ class RosterClient:
 
     async def aclose(self) -> None:
         await self._stream.aclose()
-
-    async def __aenter__(self) -> RosterClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

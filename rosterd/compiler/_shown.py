@@ -19,7 +19,7 @@ from typing import Literal
 
 import msgspec
 
-from ._envelopes import BriefingGate, MemoryEnvelope, render_line
+from ._envelopes import gate_line, memory_line
 from ._gates import GateView
 from ._inputs import Gate, Shown, ShownItems
 from ._memory import MemoryView
@@ -68,7 +68,7 @@ def line_sha256(line: str) -> str:
 def _memory_sha256(item_id: str, text: str) -> str:
     # Every turn checks every item already shown: the same texts each turn,
     # so this is a cache hit, not a render.
-    return line_sha256(render_line(MemoryEnvelope(id=item_id, text=text)))
+    return line_sha256(memory_line(item_id, text))
 
 
 class Held(msgspec.Struct, frozen=True):
@@ -248,8 +248,14 @@ def held_open_gates(gates: GateView, channel: str | None, shown: ShownItems) -> 
 
 
 @lru_cache(maxsize=4096)
+def _gate_sha256(line: str) -> str:
+    # The lines are the compiler's cached ones, the same objects every turn.
+    return line_sha256(line)
+
+
+@lru_cache(maxsize=4096)
 def _open_gate_sha256(gate_id: str, summary: str) -> str:
-    return line_sha256(render_line(BriefingGate(kind="gate", gate=gate_id, summary=summary)))
+    return line_sha256(gate_line(gate_id, summary, None, ""))
 
 
 def unshown_gates(
@@ -261,7 +267,7 @@ def unshown_gates(
     known: list[AlreadyShown] = []
     for gate, line in zip(gates, lines, strict=True):
         before = shown.get(gate.id)
-        if before is not None and before.sha256 == line_sha256(line):
+        if before is not None and before.sha256 == _gate_sha256(line):
             known.append(AlreadyShown(id=gate.id, since=before.turn))
         else:
             fresh.append(gate)

@@ -16,6 +16,7 @@ from .._errors import CompileError
 from ..org import ContextBudget, Org, RunScope, Surface
 from ._inputs import RunMeta
 from ._policy import POLICY_SHA256, POLICY_TEXT, POLICY_VERSION
+from ._tools import ToolSpec, compile_tools, tools_block
 from ._trace import (
     BlockTrace,
     Boundary,
@@ -24,6 +25,7 @@ from ._trace import (
     FailureTrace,
     PolicyTrace,
     RecordKind,
+    sha256_text,
 )
 
 __all__ = (
@@ -73,7 +75,10 @@ _SCOPE_TEXT = {
 
 
 class SystemPrompt(msgspec.Struct, frozen=True):
-    """A compiled, immutable system part; a session freezes one at start."""
+    """A compiled, immutable system part; a session freezes one at start.
+
+    ``tools`` are frozen with it: providers cache them before the system text.
+    """
 
     scope: RunScope
     text: str
@@ -82,6 +87,7 @@ class SystemPrompt(msgspec.Struct, frozen=True):
     route_key: str
     engine_fingerprint: str
     budget: ContextBudget
+    tools: tuple[ToolSpec, ...] = ()
 
     @property
     def sha256(self) -> str:
@@ -106,6 +112,7 @@ class SystemPrompt(msgspec.Struct, frozen=True):
             boundaries=self.boundaries,
             budget=None,
             blocks=self.blocks,
+            tools=tools_block(self.tools),
         )
 
 
@@ -180,6 +187,7 @@ def compile_system(org: Org, scope: RunScope, meta: RunMeta) -> SystemPrompt:
         route_key=route_key(fingerprint, scope.worker, boundaries[0].sha256),
         engine_fingerprint=fingerprint,
         budget=budget,
+        tools=compile_tools(org, scope.worker),
     )
 
 
@@ -222,10 +230,6 @@ def compile_failure(
 
 def _wrap(name: str, body: str) -> str:
     return f"<{name}>\n{body}{'' if body.endswith(chr(10)) else chr(10)}</{name}>\n"
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _trusted_block(name: str, body: str, source: str) -> BlockTrace:

@@ -7,6 +7,7 @@ with their prefix hashes, and the route key.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Literal
 
 import msgspec
@@ -24,11 +25,17 @@ __all__ = (
     "PolicyTrace",
     "RecordKind",
     "RolloverTrace",
+    "sha256_text",
 )
 
 BlockStatus = Literal["included", "shrunk", "omitted", "absent", "failed"]
-RecordKind = Literal["system", "turn", "run"]
+RecordKind = Literal["system", "turn", "run", "step"]
 BoundaryName = Literal["connections", "purpose", "system"]
+
+
+def sha256_text(text: str) -> str:
+    """The hex sha256 of *text* as UTF-8: the hash of every traced content."""
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class AlreadyShown(msgspec.Struct, frozen=True):
@@ -122,7 +129,9 @@ class RolloverTrace(msgspec.Struct, frozen=True):
 class ContextRecord(msgspec.Struct, frozen=True):
     """One compilation. A session writes a ``system`` record when it opens and
     a ``turn`` record per turn; a task or direct run writes one ``run``
-    record holding both parts.
+    record holding both parts. Each later engine call of a turn (``step`` 2
+    and on) writes a ``step`` record holding the tool results it adds.
+    ``tools`` holds the tool definitions on ``system`` and ``run`` records.
     """
 
     kind: RecordKind
@@ -144,3 +153,5 @@ class ContextRecord(msgspec.Struct, frozen=True):
     error: FailureTrace | None = None
     cache: tuple[BoundaryCheck, ...] = ()
     rollover: RolloverTrace | None = None
+    step: int = 1
+    tools: BlockTrace | None = None

@@ -24,14 +24,14 @@ from .._errors import CompileError
 from ..org import Org, RunScope, Surface
 from ._envelopes import (
     BriefingContinuation,
-    BriefingGate,
     BriefingOmitted,
     Envelope,
     HistoryEnvelope,
-    MemoryEnvelope,
     MessageEnvelope,
     MessagesOmitted,
     TaskEnvelope,
+    gate_line,
+    memory_line,
     render_line,
     render_lines,
 )
@@ -47,15 +47,17 @@ from ._system import (
     compile_system,
     sha256_text,
 )
+from ._tools import tools_block
 from ._trace import AlreadyShown, BlockStatus, BlockTrace, BudgetTrace, ContextRecord, RecordKind
 
 __all__ = ("Compilation", "compile_run", "compile_turn", "iso_time")
 
 _T = TypeVar("_T")
 _text = attrgetter("text")
-_id = attrgetter("id")
 _sender = attrgetter("sender")
 _filed = attrgetter("filed_at", "id")
+_NO_HISTORY = absent_block("history", "not the first turn of a fresh session")
+_EMPTY_SHA256 = sha256_text("")
 # No envelope renders shorter than this, so a smaller remainder fits nothing.
 _MIN_ENVELOPE = 24
 
@@ -130,7 +132,7 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
         _block("briefing", "store: gates", briefing, budget.briefing),
         _block("history", "store: channel log", history, budget.history)
         if turn.history is not None
-        else absent_block("history", "not the first turn of a fresh session"),
+        else _NO_HISTORY,
         _block("backlog", "store: channel log since the last turn", backlog, budget.backlog),
         request,
     )
@@ -163,6 +165,7 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
             backlog=backlog.chars,
         ),
         blocks=(*prior, *blocks),
+        tools=tools_block(system.tools) if kind == "run" else None,
     )
     return Compilation(system=system, input_text=input_text, record=record)
 
@@ -212,14 +215,7 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
         (g for g in gates.resolved if g.channel is None or g.channel == scope.channel),
         key=_filed,
     )
-    resolved_lines = render_lines(
-        [
-            BriefingContinuation(
-                kind="resolved", gate=g.id, summary=g.summary, outcome=g.outcome or "", note=g.note
-            )
-            for g in resolved
-        ]
-    )
+    resolved_lines = [gate_line(g.id, g.summary, g.outcome, g.note) for g in resolved]
     resolved, resolved_lines, known = unshown_gates(resolved, resolved_lines, shown)
     held = Held() if turn.shown is None else held_open_gates(gates, scope.channel, turn.shown)
     open_count, open_raw = gates.totals(scope.channel)
@@ -228,10 +224,7 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
     raw += sum(len(g.summary) + len(g.outcome or "") + len(g.note) for g in resolved)
     lines_to_fit: Iterable[str] = chain(
         resolved_lines,
-        (
-            render_line(BriefingGate(kind="gate", gate=g.id, summary=g.summary))
-            for g in gates.open(scope.channel, held.ordinals)
-        ),
+        (gate_line(g.id, g.summary, None, "") for g in gates.open(scope.channel, held.ordinals)),
     )
     # Keep the first gates (resolved, then oldest open) that fit together
     # with the note counting the rest. Every gate line is longer than that
@@ -315,13 +308,16 @@ def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, limit: int) -> _Fitt
     # Under pressure the lowest-ranked items go first, so what is kept is
     # always the top of the ranking. An item over the memory limit itself
     # could never be shown; it is left out without starving the rest.
-    lines, chars = _take_lines(
-        memory.ranked(turn.text, scope.channel, held.ordinals),
-        lambda batch: list(map(MemoryEnvelope, map(_id, batch), map(_text, batch))),
-        lambda m: len(m.id) + len(m.text),
-        cap,
-        skip_over=limit,
-    )
+    lines: list[str] = []
+    chars = 0
+    for item in memory.ranked(turn.text, scope.channel, held.ordinals):
+        line = memory_line(item.id, item.text)
+        if len(line) > limit:
+            continue
+        if chars + len(line) > cap:
+            break
+        lines.append(line)
+        chars += len(line)
     fresh = eligible - len(held.known)
     return _Fitted(lines, chars, len(lines), fresh - len(lines), raw - held.raw_chars, held.known)
 
@@ -384,7 +380,7 @@ def _block(name: str, source: str, fitted: _Fitted, limit: int) -> BlockTrace:
         raw_chars=fitted.raw_chars,
         rendered_chars=fitted.chars,
         limit=limit,
-        sha256=sha256_text(content),
+        sha256=sha256_text(content) if content else _EMPTY_SHA256,
         content=content,
         items=fitted.items,
         omitted=fitted.omitted,

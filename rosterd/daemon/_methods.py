@@ -202,6 +202,7 @@ def _turn_result(outcome: TurnOutcome) -> TurnResult:
         used=budget.used if budget else 0,
         total=budget.total if budget else 0,
         rolled_from=outcome.rolled_from,
+        steps=outcome.steps,
     )
 
 

@@ -42,6 +42,8 @@ class TurnResult(msgspec.Struct, frozen=True):
     # Set when the session rolled over to answer this turn: ``run`` is the
     # new session, this the one it continues.
     rolled_from: str | None = None
+    # Engine calls of the turn; ``text`` and ``usage`` are the last one's.
+    steps: int = 1
 
 
 class SessionOpened(msgspec.Struct, frozen=True):

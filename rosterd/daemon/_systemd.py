@@ -13,10 +13,9 @@ import os
 import re
 import socket
 from collections.abc import Mapping, MutableMapping
-from types import TracebackType
 
 import anyio
-from anyio.abc import ConnectedUNIXDatagramSocket
+from anyio.abc import AsyncResource, ConnectedUNIXDatagramSocket
 
 from .._errors import ConfigError
 
@@ -32,7 +31,7 @@ _STATUS_MAX = 512
 _FIELD = re.compile(r"[A-Z][A-Z0-9_]*")
 
 
-class Notifier:
+class Notifier(AsyncResource):
     """Sends sd_notify datagrams (``READY=1``, ``STATUS=...``) to ``$NOTIFY_SOCKET``.
 
     Build it with :meth:`from_env` and use it as an async context manager; the
@@ -69,17 +68,6 @@ class Notifier:
         else:
             state = "idle" if self.enabled else "disabled"
         return f"Notifier(address={self._address!r}, state={state!r})"
-
-    async def __aenter__(self) -> Notifier:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         self._closed = True

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import anyio
 import anyio.to_thread
-from watchfiles import Change, awatch
+from watchfiles import Change, DefaultFilter, awatch
 
 from .._errors import RosterError
 from ..compiler import OverBudget, over_budget
@@ -59,7 +59,7 @@ class OrgWatcher:
 
     async def run(self, stop: anyio.Event) -> None:
         async for _ in awatch(
-            self.root, stop_event=stop, watch_filter=_org_file, debounce=200, step=50
+            self.root, stop_event=stop, watch_filter=_OrgFiles(), debounce=200, step=50
         ):
             await self.reload()
 
@@ -110,5 +110,12 @@ class OrgWatcher:
         return stamps
 
 
-def _org_file(change: Change, path: str) -> bool:
-    return path.endswith((".toml", ".md"))
+class _OrgFiles(DefaultFilter):
+    """TOML and Markdown files, less what watchfiles ignores by default.
+
+    An editor's lock, swap and backup files (``.#identity.md``,
+    ``.identity.md.swp``, ``identity.md~``) are not edits of the org.
+    """
+
+    def __call__(self, change: Change, path: str) -> bool:
+        return path.endswith((".toml", ".md")) and super().__call__(change, path)

@@ -9,17 +9,23 @@ more system boundaries than the rest, the earliest go first. A later
 breakpoint covers everything an earlier one does for this session; the
 earlier ones only let *other* sessions (other channels of the worker) share
 a shorter prefix, so they are the cheapest to lose.
+
+Tool definitions, frozen with the system part, go in ``tools``, which the
+API caches before the system text: every system breakpoint covers them. A
+call is a ``tool_use`` block whose input streams as ``input_json_delta``
+pieces; results go back as ``tool_result`` blocks of a user message.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import msgspec
 
-from ..compiler import SystemPrompt
+from ..compiler import SystemPrompt, ToolCall, ToolSpec
 from ..org import EngineConfig
-from ._base import DeltaSink, EngineReply, EngineRequest, Usage
+from ._base import ChatMessage, DeltaSink, EngineReply, EngineRequest, Usage
 from ._http import Backoff, ProviderHttp, ServerSentEvent
 
 __all__ = ("ANTHROPIC_VERSION", "DEFAULT_ANTHROPIC_URL", "MAX_BREAKPOINTS", "AnthropicEngine")
@@ -42,17 +48,42 @@ class _TextBlock(msgspec.Struct, frozen=True, omit_defaults=True):
     cache_control: _CacheControl | None = None
 
 
+class _ToolUseBlock(msgspec.Struct, frozen=True, omit_defaults=True):
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: msgspec.Raw
+    cache_control: _CacheControl | None = None
+
+
+class _ToolResultBlock(msgspec.Struct, frozen=True, omit_defaults=True):
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: str
+    cache_control: _CacheControl | None = None
+
+
+_Block = _TextBlock | _ToolUseBlock | _ToolResultBlock
+
+
 class _Message(msgspec.Struct, frozen=True):
     role: Literal["user", "assistant"]
-    content: list[_TextBlock]
+    content: list[_Block]
 
 
-class _MessagesRequest(msgspec.Struct, frozen=True):
+class _Tool(msgspec.Struct, frozen=True):
+    name: str
+    description: str
+    input_schema: msgspec.Raw
+
+
+class _MessagesRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     model: str
     max_tokens: int
     system: list[_TextBlock]
     messages: list[_Message]
     stream: bool
+    tools: list[_Tool] | None = None
 
 
 class _Usage(msgspec.Struct):
@@ -69,6 +100,13 @@ class _StartedMessage(msgspec.Struct):
 class _Delta(msgspec.Struct):
     type: str = ""
     text: str = ""
+    partial_json: str = ""
+
+
+class _ContentBlock(msgspec.Struct):
+    type: str = ""
+    id: str = ""
+    name: str = ""
 
 
 class _ErrorDetail(msgspec.Struct):
@@ -81,6 +119,8 @@ class _Event(msgspec.Struct):
     # and event types added to the API later are ignored, as it asks.
     type: str
     message: _StartedMessage | None = None
+    index: int = 0
+    content_block: _ContentBlock | None = None
     delta: _Delta | None = None
     usage: _Usage | None = None
     error: _ErrorDetail | None = None
@@ -144,15 +184,12 @@ class AnthropicEngine:
         """The exact bytes ``complete`` posts for *request*."""
         # Every message is a block list, marked or not, so a turn's bytes differ
         # from the previous request's only by where the last marker sits.
-        messages = [
-            _Message(role=m.role, content=[_TextBlock(type="text", text=m.content)])
-            for m in request.messages
-        ]
+        messages = _messages(request.messages)
         system_budget = MAX_BREAKPOINTS
         if messages:
             last = messages[-1]
-            block = msgspec.structs.replace(last.content[0], cache_control=_EPHEMERAL)
-            messages[-1] = _Message(role=last.role, content=[block])
+            block = msgspec.structs.replace(last.content[-1], cache_control=_EPHEMERAL)
+            messages[-1] = _Message(role=last.role, content=[*last.content[:-1], block])
             system_budget -= 1
         chat = _MessagesRequest(
             model=self._config.model,
@@ -160,6 +197,7 @@ class AnthropicEngine:
             system=system_blocks(request.system, system_budget),
             messages=messages,
             stream=True,
+            tools=_tools(request.system.tools),
         )
         return _encode(chat)
 
@@ -172,12 +210,67 @@ class AnthropicEngine:
         await self._http.aclose()
 
 
+def _messages(transcript: Sequence[ChatMessage]) -> list[_Message]:
+    """The transcript as API messages; consecutive tool results share one user message."""
+    messages: list[_Message] = []
+    for m in transcript:
+        if m.role == "tool":
+            result = _ToolResultBlock(
+                type="tool_result", tool_use_id=m.call or "", content=m.content
+            )
+            if messages and messages[-1].role == "user" and _is_results(messages[-1]):
+                messages[-1] = _Message(role="user", content=[*messages[-1].content, result])
+            else:
+                messages.append(_Message(role="user", content=[result]))
+            continue
+        blocks: list[_Block] = []
+        if m.content or not m.calls:
+            blocks.append(_TextBlock(type="text", text=m.content))
+        blocks.extend(
+            _ToolUseBlock(type="tool_use", id=c.id, name=c.name, input=_input(c.arguments))
+            for c in m.calls
+        )
+        messages.append(_Message(role=m.role, content=blocks))
+    return messages
+
+
+def _is_results(message: _Message) -> bool:
+    return all(isinstance(block, _ToolResultBlock) for block in message.content)
+
+
+def _input(arguments: str) -> msgspec.Raw:
+    # The API takes the input as an object; what the model streamed is sent
+    # back as it came when it is one, else as {} (the call got an error result).
+    try:
+        value = msgspec.json.decode(arguments)
+    except msgspec.DecodeError:
+        return _EMPTY_INPUT
+    return msgspec.Raw(arguments.encode()) if isinstance(value, dict) else _EMPTY_INPUT
+
+
+_EMPTY_INPUT = msgspec.Raw(b"{}")
+
+
+def _tools(tools: Sequence[ToolSpec]) -> list[_Tool] | None:
+    if not tools:
+        return None
+    return [_Tool(t.name, t.description, msgspec.Raw(t.schema.encode())) for t in tools]
+
+
+class _StreamedUse:
+    def __init__(self, call_id: str, name: str) -> None:
+        self.id = call_id
+        self.name = name
+        self.input: list[str] = []
+
+
 class _Stream:
     """The state of one streamed message, fed one event at a time."""
 
     def __init__(self, http: ProviderHttp, on_delta: DeltaSink) -> None:
         self._http = http
         self._on_delta = on_delta
+        self._uses: dict[int, _StreamedUse] = {}
         self._parts: list[str] = []
         self._usage = _Usage()
         self._started = False
@@ -201,11 +294,21 @@ class _Stream:
                 self._started = True
                 if parsed.message is not None:
                     self._merge(parsed.message.usage)
+            case "content_block_start":
+                block = parsed.content_block
+                if block is not None and block.type == "tool_use":
+                    if not block.id or not block.name:
+                        raise self._http.error("a tool_use block has no id or no name")
+                    self._uses[parsed.index] = _StreamedUse(block.id, block.name)
             case "content_block_delta":
                 delta = parsed.delta
-                if delta is not None and delta.type == "text_delta" and delta.text:
+                if delta is None:
+                    return
+                if delta.type == "text_delta" and delta.text:
                     self._parts.append(delta.text)
                     await self._on_delta(delta.text)
+                elif delta.type == "input_json_delta" and parsed.index in self._uses:
+                    self._uses[parsed.index].input.append(delta.partial_json)
             case "message_delta":
                 if parsed.usage is not None:
                     self._merge(parsed.usage)
@@ -224,9 +327,13 @@ class _Stream:
             # llama-server sends message_start only with its first decoded
             # token, so none when that token is an incomplete UTF-8 sequence.
             self._http.deviation("a stream without message_start; its usage is unknown")
+        calls = tuple(
+            ToolCall(id=use.id, name=use.name, arguments="".join(use.input) or "{}")
+            for _, use in sorted(self._uses.items())
+        )
         u = self._usage
         if u.input_tokens is None:
-            return EngineReply(text="".join(self._parts), usage=None)
+            return EngineReply(text="".join(self._parts), usage=None, calls=calls)
         read = u.cache_read_input_tokens or 0
         written = u.cache_creation_input_tokens or 0
         usage = Usage(
@@ -237,4 +344,4 @@ class _Stream:
             cache_write_tokens=written,
             output_tokens=u.output_tokens or 0,
         )
-        return EngineReply(text="".join(self._parts), usage=usage)
+        return EngineReply(text="".join(self._parts), usage=usage, calls=calls)

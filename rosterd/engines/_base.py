@@ -11,14 +11,19 @@ from typing import Literal, Protocol
 
 import msgspec
 
-from ..compiler import SystemPrompt
+from ..compiler import SystemPrompt, ToolCall
 
 __all__ = ("ChatMessage", "DeltaSink", "Engine", "EngineReply", "EngineRequest", "Usage")
 
 
-class ChatMessage(msgspec.Struct, frozen=True):
-    role: Literal["user", "assistant"]
+class ChatMessage(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A message of the transcript. An assistant message may carry the tool
+    calls it made; a ``tool`` message is the result of the call ``call``."""
+
+    role: Literal["user", "assistant", "tool"]
     content: str
+    calls: tuple[ToolCall, ...] = ()
+    call: str | None = None
 
 
 class EngineRequest(msgspec.Struct, frozen=True):
@@ -40,10 +45,12 @@ class Usage(msgspec.Struct, frozen=True):
 
 
 class EngineReply(msgspec.Struct, frozen=True):
-    """``usage`` is ``None`` when the provider did not report it: unknown, not zero."""
+    """``usage`` is ``None`` when the provider did not report it: unknown, not zero.
+    ``calls`` are the tool calls the model made, unvalidated."""
 
     text: str
     usage: Usage | None
+    calls: tuple[ToolCall, ...] = ()
 
 
 DeltaSink = Callable[[str], Awaitable[None]]

@@ -4,6 +4,8 @@ The request is the frozen system text as the system message followed by the
 append-only transcript, so every turn's prompt extends the previous one and
 the provider's automatic prefix cache can reuse it. ``prompt_cache_key`` is
 the route key: requests that share a cached prefix are routed together.
+Tool definitions, frozen with the system part, go in ``tools``; a streamed
+call arrives as ``tool_calls`` deltas whose arguments may be split anywhere.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from ..compiler import ToolCall, ToolSpec
 from ..org import EngineConfig
-from ._base import DeltaSink, EngineReply, EngineRequest, Usage
+from ._base import ChatMessage, DeltaSink, EngineReply, EngineRequest, Usage
 from ._http import Backoff, ProviderHttp, ServerSentEvent
 
 __all__ = ("DEFAULT_OPENAI_URL", "OpenAIEngine")
@@ -22,9 +25,34 @@ __all__ = ("DEFAULT_OPENAI_URL", "OpenAIEngine")
 DEFAULT_OPENAI_URL = "https://api.openai.com/v1"
 
 
-class _Message(msgspec.Struct, frozen=True):
-    role: Literal["system", "user", "assistant"]
-    content: str
+class _CallFunction(msgspec.Struct, frozen=True):
+    name: str
+    arguments: str
+
+
+class _OutCall(msgspec.Struct, frozen=True):
+    id: str
+    function: _CallFunction
+    type: Literal["function"] = "function"
+
+
+class _Message(msgspec.Struct, frozen=True, omit_defaults=True):
+    role: Literal["system", "user", "assistant", "tool"]
+    # None only for an assistant message that made calls and said nothing.
+    content: str | None
+    tool_calls: list[_OutCall] | None = None
+    tool_call_id: str | None = None
+
+
+class _Function(msgspec.Struct, frozen=True):
+    name: str
+    description: str
+    parameters: msgspec.Raw
+
+
+class _Tool(msgspec.Struct, frozen=True):
+    function: _Function
+    type: Literal["function"] = "function"
 
 
 class _StreamOptions(msgspec.Struct, frozen=True):
@@ -37,12 +65,25 @@ class _ChatRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     stream: bool
     stream_options: _StreamOptions
     prompt_cache_key: str
+    tools: list[_Tool] | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
 
 
+class _FunctionDelta(msgspec.Struct):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _CallDelta(msgspec.Struct):
+    index: int = 0
+    id: str | None = None
+    function: _FunctionDelta | None = None
+
+
 class _Delta(msgspec.Struct):
     content: str | None = None
+    tool_calls: list[_CallDelta] | None = None
 
 
 class _Choice(msgspec.Struct):
@@ -111,11 +152,12 @@ class OpenAIEngine:
             model=self._config.model,
             messages=[
                 _Message(role="system", content=request.system.text),
-                *(_Message(role=m.role, content=m.content) for m in request.messages),
+                *map(_message, request.messages),
             ],
             stream=True,
             stream_options=_StreamOptions(),
             prompt_cache_key=request.system.route_key,
+            tools=_tools(request.system.tools),
             max_tokens=None if self._completion_field else limit,
             max_completion_tokens=limit if self._completion_field else None,
         )
@@ -130,12 +172,44 @@ class OpenAIEngine:
         await self._http.aclose()
 
 
+def _message(message: ChatMessage) -> _Message:
+    if message.role == "tool":
+        return _Message(role="tool", content=message.content, tool_call_id=message.call)
+    if not message.calls:
+        return _Message(role=message.role, content=message.content)
+    return _Message(
+        role=message.role,
+        content=message.content or None,
+        tool_calls=[
+            _OutCall(id=c.id, function=_CallFunction(name=c.name, arguments=c.arguments))
+            for c in message.calls
+        ],
+    )
+
+
+def _tools(tools: tuple[ToolSpec, ...]) -> list[_Tool] | None:
+    if not tools:
+        return None
+    return [
+        _Tool(function=_Function(t.name, t.description, msgspec.Raw(t.schema.encode())))
+        for t in tools
+    ]
+
+
+class _StreamedCall:
+    def __init__(self) -> None:
+        self.id = ""
+        self.name = ""
+        self.arguments: list[str] = []
+
+
 class _Stream:
     """The state of one streamed completion, fed one event at a time."""
 
     def __init__(self, http: ProviderHttp, on_delta: DeltaSink) -> None:
         self._http = http
         self._on_delta = on_delta
+        self._calls: dict[int, _StreamedCall] = {}
         self._parts: list[str] = []
         self._usage: Usage | None = None
         self._done = False
@@ -166,6 +240,15 @@ class _Stream:
                 output_tokens=chunk.usage.completion_tokens,
             )
         for choice in chunk.choices[:1]:
+            # Only the first delta of a call names its id and function; later
+            # ones carry pieces of the arguments under the same index.
+            for delta in choice.delta.tool_calls or ():
+                call = self._calls.setdefault(delta.index, _StreamedCall())
+                call.id = delta.id or call.id
+                if delta.function is not None:
+                    call.name = delta.function.name or call.name
+                    if delta.function.arguments:
+                        call.arguments.append(delta.function.arguments)
             if choice.delta.content:
                 self._parts.append(choice.delta.content)
                 await self._on_delta(choice.delta.content)
@@ -175,4 +258,10 @@ class _Stream:
             raise self._http.error("the stream ended before [DONE]", retryable=True)
         if self._usage is None:
             self._http.deviation("streams report no usage; cache use is unmeasured")
-        return EngineReply(text="".join(self._parts), usage=self._usage)
+        calls = tuple(
+            ToolCall(id=c.id, name=c.name, arguments="".join(c.arguments))
+            for _, c in sorted(self._calls.items())
+        )
+        if any(not c.id or not c.name for c in calls):
+            raise self._http.error("a streamed tool call has no id or no name")
+        return EngineReply(text="".join(self._parts), usage=self._usage, calls=calls)

@@ -1,6 +1,7 @@
 """Org configuration: org.toml and the trusted files it refers to."""
 
 from ._config import (
+    FILE_GATE,
     ChannelConfig,
     ConnectionConfig,
     ContextBudget,
@@ -9,12 +10,14 @@ from ._config import (
     EngineConfig,
     EngineKind,
     EngineOverlay,
+    GatewayConfig,
     WorkerConfig,
 )
 from ._load import identity_path, load_org, purpose_path
 from ._org import Org, RunScope, Surface
 
 __all__ = (
+    "FILE_GATE",
     "ChannelConfig",
     "ConnectionConfig",
     "ContextBudget",
@@ -23,6 +26,7 @@ __all__ = (
     "EngineConfig",
     "EngineKind",
     "EngineOverlay",
+    "GatewayConfig",
     "Org",
     "RunScope",
     "Surface",

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 import msgspec
 
 __all__ = (
+    "FILE_GATE",
     "ChannelConfig",
     "ConnectionConfig",
     "ContextBudget",
@@ -19,6 +20,7 @@ __all__ = (
     "EngineConfig",
     "EngineKind",
     "EngineOverlay",
+    "GatewayConfig",
     "WorkerConfig",
 )
 
@@ -28,6 +30,8 @@ Seconds = Annotated[float, msgspec.Meta(gt=0)]
 EnvName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 HttpMethod = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 EngineKind = Literal["echo", "openai", "anthropic"]
+# The built-in tool every worker has besides one per connection.
+FILE_GATE = "file_gate"
 
 
 class ContextBudget(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -46,6 +50,8 @@ class ContextBudget(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     backlog: Chars = 8000
     # A session whose next request would pass this rolls over to a new one.
     session_chars: Positive = 200000
+    # One tool result envelope as rendered; a longer result is cut, with a count.
+    tool_result: Positive = 4000
 
 
 class ContextOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -62,6 +68,7 @@ class ContextOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     backlog_messages: Chars | None = None
     backlog: Chars | None = None
     session_chars: Positive | None = None
+    tool_result: Positive | None = None
 
 
 class EngineConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -104,6 +111,18 @@ class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     idle_timeout_s: Seconds = 60.0
     # None: a quarter of max_connections, so one uid cannot take every slot.
     max_connections_per_uid: Positive | None = None
+
+
+class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``[gateway]``: where tool calls go; rosterd never executes one itself.
+
+    Without ``socket`` every call gets a refusal result. ``max_steps`` bounds
+    the engine calls of one turn, the first included.
+    """
+
+    socket: str | None = None
+    timeout_s: Seconds = 30.0
+    max_steps: Positive = 8
 
 
 class WorkerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -17,11 +17,13 @@ import msgspec
 from .._errors import ConfigError, InvalidIdError
 from .._ids import check_id
 from ._config import (
+    FILE_GATE,
     ChannelConfig,
     ConnectionConfig,
     ContextBudget,
     DaemonConfig,
     EngineConfig,
+    GatewayConfig,
     WorkerConfig,
 )
 from ._org import Org
@@ -29,11 +31,13 @@ from ._org import Org
 __all__ = ("identity_path", "load_org", "purpose_path")
 
 _T = TypeVar("_T")
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _UNKNOWN_FIELD = re.compile(r"Object contains unknown field `(.*)`")
 _TABLES: dict[str, type[Any]] = {
     "context": ContextBudget,
     "daemon": DaemonConfig,
     "engine": EngineConfig,
+    "gateway": GatewayConfig,
 }
 _NAMED_TABLES: dict[str, tuple[str, type[Any]]] = {
     "workers": ("worker", WorkerConfig),
@@ -89,6 +93,7 @@ def load_org(root: Path) -> Org:
     channels: dict[str, ChannelConfig] = sections.get("channels", {})
     connections: dict[str, ConnectionConfig] = sections.get("connections", {})
     _check_references(toml_path, workers, channels, connections)
+    _check_tool_names(toml_path, connections)
 
     identities: dict[str, str] = {}
     for name in workers:
@@ -110,6 +115,7 @@ def load_org(root: Path) -> Org:
         connections=connections,
         identities=identities,
         purposes=purposes,
+        gateway=sections.get("gateway", GatewayConfig()),
     )
 
 
@@ -132,6 +138,19 @@ def _checked_name(kind: str, name: str, path: Path, where: str) -> str:
         return check_id(kind, name)
     except InvalidIdError as exc:
         raise ConfigError(f"{path}: [{where}] {exc}", path=str(path), key=where) from None
+
+
+def _check_tool_names(path: Path, connections: dict[str, ConnectionConfig]) -> None:
+    # Each connection is offered to the model as a tool of the same name;
+    # both APIs allow only these characters in a tool name.
+    for name in connections:
+        if not _TOOL_NAME.fullmatch(name) or name == FILE_GATE:
+            raise ConfigError(
+                f"{path}: [connections.{name}] names a tool: use letters, digits, '_' "
+                f"and '-' only, and not {FILE_GATE!r}",
+                path=str(path),
+                key=f"connections.{name}",
+            )
 
 
 def _check_references(

@@ -19,6 +19,7 @@ from ._config import (
     ContextBudget,
     DaemonConfig,
     EngineConfig,
+    GatewayConfig,
     WorkerConfig,
 )
 
@@ -52,6 +53,7 @@ class Org(msgspec.Struct, frozen=True):
     connections: dict[str, ConnectionConfig]
     identities: dict[str, str]
     purposes: dict[str, str]
+    gateway: GatewayConfig = GatewayConfig()
 
     def budget_for(self, worker: str) -> ContextBudget:
         overlay = self._worker(worker).context

@@ -2,7 +2,11 @@
 
 Task runs, direct runs and session turns all go through ``run_turn``:
 compile, write the trace (fsync), record the user turn, call the engine,
-record the reply. Nothing reaches an engine that was not traced first.
+record the reply. While the reply calls tools, the turn goes on in steps:
+the calls are answered (validated, then forwarded to the gateway or filing
+a gate), the results traced and recorded, and the engine called again with
+the request extended by the reply and its results, up to ``[gateway]
+max_steps`` engine calls. Nothing reaches an engine that was not traced first.
 """
 
 from __future__ import annotations
@@ -11,14 +15,24 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
+from typing import Literal
 
 import anyio
 import anyio.to_thread
 import msgspec
+from anyio.abc import AsyncResource
 
 from .._errors import CompileError, EngineError, ShutdownError
-from ..compiler import BoundaryCheck, Compilation, ContextRecord, check_prefix, prefix_state
+from ..compiler import (
+    BoundaryCheck,
+    Compilation,
+    ContextRecord,
+    RunMeta,
+    SystemPrompt,
+    check_prefix,
+    compile_step,
+    prefix_state,
+)
 from ..engines import (
     ChatMessage,
     DeltaSink,
@@ -31,6 +45,8 @@ from ..engines import (
 from ..org import EngineConfig, Org
 from ..stores import StateStores
 from ._cache import PrefixRegistry, judge_cache
+from ._calls import answer_calls
+from ._gateway import Gateway
 from ._runs import ActiveRun, RunStore, TranscriptEntry
 
 __all__ = ("Host", "TurnOutcome")
@@ -47,9 +63,11 @@ class TurnOutcome(msgspec.Struct, frozen=True):
     record: ContextRecord
     # The session this turn's session rolled over from, when it just did.
     rolled_from: str | None = None
+    # Engine calls the turn took: more than one when the model called tools.
+    steps: int = 1
 
 
-class Host:
+class Host(AsyncResource):
     """Org snapshot, stores, runs and engines of one daemon.
 
     ``org`` is the last good configuration; the watcher replaces it, and
@@ -155,73 +173,147 @@ class Host:
             tg.start_soon(run.record, user)
             tg.start_soon(self.prefixes.put, worker, channel, own)
         transcript.append(ChatMessage(role="user", content=compilation.input_text))
-        call = anyio.CancelScope()
-        if self._interrupted:
-            call.cancel()
-        self._calls.add(call)
-        try:
-            with call:
-                reply = await engine.complete(
-                    EngineRequest(system=system, messages=transcript), on_delta
-                )
-        except EngineError as exc:
-            await run.record(
-                TranscriptEntry(turn=record.turn, role="error", content=str(exc), at=self.clock())
-            )
-            raise
-        finally:
-            self._calls.discard(call)
-        if call.cancelled_caught:
-            error = ShutdownError(
-                "the daemon is shutting down: this turn was interrupted before the engine "
-                "answered; it is recorded, retry after the restart"
-            )
-            await run.record(
-                TranscriptEntry(turn=record.turn, role="error", content=str(error), at=self.clock())
-            )
-            raise error
+        call = _Call(run, engine, engine_config, record, system, checks, transcript, on_delta)
+        reply = await self._complete(call, 1)
         if previous_input_tokens is not None:
             reusable = previous_input_tokens
         elif reply.usage is not None:
             reusable = _prefix_tokens(checks, compilation, reply.usage)
         else:
             reusable = 0
+        idle_s = own.at - previous.at if previous is not None else None
+        await self._answered(call, 1, reply, reusable, idle_s)
+        step = 1
+        while reply.calls:
+            # Every step's request is the previous one plus the reply and
+            # its results: append-only, traced before it is sent.
+            step += 1
+            max_steps = self.org.gateway.max_steps
+            stop = (
+                f"this turn reached its limit of {max_steps} engine calls ([gateway] "
+                "max_steps); answer without tools"
+                if step > max_steps
+                else None
+            )
+            await self._tool_step(call, step, reply, stop)
+            if stop is not None:
+                break
+            earlier = reply.usage.input_tokens if reply.usage is not None else 0
+            reply = await self._complete(call, step)
+            await self._answered(call, step, reply, earlier, 0.0)
+        return TurnOutcome(
+            run=run.info.id, turn=record.turn, reply=reply, record=record, steps=step
+        )
+
+    async def _complete(self, call: _Call, step: int) -> EngineReply:
+        """One engine call; a failure or a stop is recorded before it is raised."""
+        scope = anyio.CancelScope()
+        if self._interrupted:
+            scope.cancel()
+        self._calls.add(scope)
+        try:
+            with scope:
+                reply = await call.engine.complete(
+                    EngineRequest(system=call.system, messages=call.transcript), call.on_delta
+                )
+        except EngineError as exc:
+            await call.run.record(call.entry(step, "error", str(exc), self.clock()))
+            raise
+        finally:
+            self._calls.discard(scope)
+        if scope.cancelled_caught:
+            error = ShutdownError(
+                "the daemon is shutting down: this turn was interrupted before the engine "
+                "answered; it is recorded, retry after the restart"
+            )
+            await call.run.record(call.entry(step, "error", str(error), self.clock()))
+            raise error
+        return reply
+
+    async def _answered(
+        self, call: _Call, step: int, reply: EngineReply, reusable: int, idle_s: float | None
+    ) -> None:
+        """Record *reply*, its tool calls and its cache verdict, and append it."""
         cache = judge_cache(
-            checks,
+            call.checks,
             reply.usage,
             reusable_tokens=reusable,
-            min_tokens=engine_config.cache_min_tokens,
-            measured=engine.kind != "echo",
-            idle_s=own.at - previous.at if previous is not None else None,
+            min_tokens=call.engine_config.cache_min_tokens,
+            measured=call.engine.kind != "echo",
+            idle_s=idle_s,
         )
-        await run.record(
-            TranscriptEntry(
-                turn=record.turn,
-                role="assistant",
-                content=reply.text,
-                at=self.clock(),
-                usage=reply.usage,
-                cache=cache,
-            )
+        entry = call.entry(step, "assistant", reply.text, self.clock())
+        await call.run.record(
+            msgspec.structs.replace(entry, usage=reply.usage, cache=cache, calls=reply.calls)
         )
-        transcript.append(ChatMessage(role="assistant", content=reply.text))
-        return TurnOutcome(run=run.info.id, turn=record.turn, reply=reply, record=record)
+        call.transcript.append(ChatMessage(role="assistant", content=reply.text, calls=reply.calls))
+
+    async def _tool_step(
+        self, call: _Call, step: int, reply: EngineReply, stop: str | None
+    ) -> None:
+        """Answer *reply*'s calls; trace and record the results, then append them."""
+        run, record = call.run, call.record
+        results = await answer_calls(
+            reply.calls,
+            call.system.tools,
+            run.info,
+            Gateway(self.org.gateway),
+            self.stores.gates,
+            self.clock(),
+            stop=stop,
+        )
+        meta = RunMeta(run=run.info.id, turn=record.turn, now=self.clock())
+        limit = call.system.budget.tool_result
+        lines, step_record = compile_step(record, results, limit, meta, step)
+        entries = [
+            msgspec.structs.replace(call.entry(step, "tool", line, meta.now), call=result.call)
+            for result, line in zip(results, lines, strict=True)
+        ]
+        # Both are fsynced before the engine sees a byte of this step.
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run.trace, step_record)
+            tg.start_soon(run.record_many, entries)
+        call.transcript.extend(
+            ChatMessage(role="tool", content=line, call=result.call)
+            for result, line in zip(results, lines, strict=True)
+        )
 
     async def aclose(self) -> None:
         engines, self._engines = list(self._engines.values()), {}
         for engine in engines:
             await engine.aclose()
 
-    async def __aenter__(self) -> Host:
-        return self
 
-    async def __aexit__(
+class _Call:
+    """What every engine call of one turn shares."""
+
+    def __init__(
         self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        run: ActiveRun,
+        engine: Engine,
+        engine_config: EngineConfig,
+        record: ContextRecord,
+        system: SystemPrompt,
+        checks: Sequence[BoundaryCheck],
+        transcript: list[ChatMessage],
+        on_delta: DeltaSink,
     ) -> None:
-        await self.aclose()
+        self.run = run
+        self.engine = engine
+        self.engine_config = engine_config
+        self.record = record
+        self.system = system
+        self.checks = checks
+        self.transcript = transcript
+        self.on_delta = on_delta
+
+    def __repr__(self) -> str:
+        return f"_Call({self.run.info.id!r}, turn {self.record.turn})"
+
+    def entry(
+        self, step: int, role: Literal["assistant", "error", "tool"], content: str, at: float
+    ) -> TranscriptEntry:
+        return TranscriptEntry(turn=self.record.turn, role=role, content=content, at=at, step=step)
 
 
 def _prefix_tokens(checks: Sequence[BoundaryCheck], compilation: Compilation, usage: Usage) -> int:

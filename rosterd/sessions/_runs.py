@@ -22,7 +22,7 @@ import msgspec
 
 from .._errors import ConflictError, NotFoundError
 from .._ids import check_id
-from ..compiler import ContextRecord, SystemPrompt
+from ..compiler import ContextRecord, SystemPrompt, ToolCall
 from ..engines import ChatMessage, Usage
 from ..org import EngineConfig, Surface
 from ..stores import JsonlLog, read_document, read_log, repair_tail, write_document
@@ -66,16 +66,24 @@ class RunInfo(msgspec.Struct, frozen=True):
 
 
 class TranscriptEntry(msgspec.Struct, frozen=True):
-    """``user`` entries hold the compiled input text exactly as sent."""
+    """``user`` entries hold the compiled input text exactly as sent.
+
+    A turn's engine calls are its steps: the user entry is sent at step 1;
+    an assistant entry of step *s* may hold tool ``calls``, whose ``tool``
+    entries (``call`` names the one each answers) are sent at step *s* + 1.
+    """
 
     turn: int
-    role: Literal["user", "assistant", "error"]
+    role: Literal["user", "assistant", "error", "tool"]
     content: str
     at: float
     usage: Usage | None = None
     cache: CacheCheck | None = None
     # A session's user turns: the channel seq its input has seen up to.
     seen: int | None = None
+    step: int = 1
+    calls: tuple[ToolCall, ...] = ()
+    call: str | None = None
 
 
 class SessionState(msgspec.Struct, frozen=True):
@@ -92,35 +100,62 @@ class SessionPointer(msgspec.Struct, frozen=True):
 def chat_messages(entries: Sequence[TranscriptEntry]) -> list[ChatMessage]:
     """The engine-facing transcript: failures are recorded, never sent."""
     return [
-        ChatMessage(role=entry.role, content=entry.content)
+        ChatMessage(role=entry.role, content=entry.content, calls=entry.calls, call=entry.call)
         for entry in entries
         if entry.role != "error"
     ]
 
 
 def request_at_turn(
-    records: Sequence[ContextRecord], entries: Sequence[TranscriptEntry], turn: int
+    records: Sequence[ContextRecord],
+    entries: Sequence[TranscriptEntry],
+    turn: int,
+    step: int = 1,
 ) -> tuple[str, list[ChatMessage]]:
-    """The exact system text and messages the engine received at *turn*."""
-    system = next((r for r in records if r.kind in ("system", "run") and r.status == "ok"), None)
-    if system is None:
-        raise NotFoundError("compiled system part", f"turn {turn}")
+    """The exact system text and messages the engine received at *turn*, *step*."""
+    system = _system_record(records, turn)
     text = "".join(
         b.content for b in system.blocks if b.block in _SYSTEM_BLOCKS and b.status != "absent"
     )
-    sent = [e for e in entries if e.turn < turn or (e.turn == turn and e.role == "user")]
+    sent = [
+        e
+        for e in entries
+        if e.turn < turn
+        or (e.turn == turn and (e.step < step or (e.step == step and e.role in _SENT_AT_STEP)))
+    ]
     return text, chat_messages(sent)
+
+
+def _system_record(records: Sequence[ContextRecord], turn: int) -> ContextRecord:
+    system = next((r for r in records if r.kind in ("system", "run") and r.status == "ok"), None)
+    if system is None:
+        raise NotFoundError("compiled system part", f"turn {turn}")
+    return system
+
+
+def _steps(entries: Sequence[TranscriptEntry]) -> list[tuple[int, int]]:
+    """Every (turn, step) whose request reached the engine, in order: a turn's
+    first step, and each later one that got an answer or a failure."""
+    sent = {(e.turn, 1) for e in entries if e.role == "user"}
+    sent |= {(e.turn, e.step) for e in entries if e.role in ("assistant", "error")}
+    return sorted(sent)
+
+
+_SENT_AT_STEP = frozenset({"user", "tool"})
 
 
 _SYSTEM_BLOCKS = frozenset({"identity", "policy", "connections", "purpose", "scope"})
 
 
 class TurnRequest(msgspec.Struct, frozen=True):
-    """The exact request of one turn: system text and messages, as sent."""
+    """The exact request of one turn's step: tool definitions (one canonical
+    JSON line each), system text and messages, as sent."""
 
     turn: int
     system: str
     messages: list[ChatMessage]
+    step: int = 1
+    tools: str = ""
 
 
 # A runs.context page holds whole turns, as many as fit in this many characters
@@ -131,7 +166,8 @@ CONTEXT_PAGE_TURNS = 100
 
 
 class ContextPage(msgspec.Struct, frozen=True):
-    """Requests of consecutive turns; ``next`` is the ``after`` of the next page."""
+    """Requests of consecutive turns, each step of a turn its own request;
+    ``next`` is the ``after`` of the next page."""
 
     turns: list[TurnRequest]
     next: int | None = None
@@ -157,20 +193,31 @@ def context_page(
                 f"{failed.limit}); see 'roster server runs show {run}'"
             )
         raise ConflictError(f"run {run!r} has no turns yet: nothing was sent to the engine")
+    tools_record = _system_record(records, turns[-1]).tools
+    tools = tools_record.content if tools_record is not None else ""
+    steps: dict[int, list[int]] = {}
+    for turn, step in _steps(entries):
+        steps.setdefault(turn, []).append(step)
+
+    def request(turn: int, step: int) -> TurnRequest:
+        system, messages = request_at_turn(records, entries, turn, step)
+        return TurnRequest(turn, system, messages, step=step, tools=tools)
+
     if not every:
-        system, messages = request_at_turn(records, entries, turns[-1])
-        return ContextPage([TurnRequest(turn=turns[-1], system=system, messages=messages)])
+        last = turns[-1]
+        return ContextPage([request(last, steps[last][-1])])
     pending = [turn for turn in turns if turn > after]
     page: list[TurnRequest] = []
     chars = 0
     for turn in pending[:limit]:
-        system, messages = request_at_turn(records, entries, turn)
-        size = len(system) + sum(len(message.content) for message in messages)
+        requests = [request(turn, step) for step in steps[turn]]
+        size = sum(len(r.system) + sum(len(m.content) for m in r.messages) for r in requests)
         if page and chars + size > CONTEXT_PAGE_CHARS:
             break
-        page.append(TurnRequest(turn=turn, system=system, messages=messages))
+        page.extend(requests)
         chars += size
-    return ContextPage(page, next=page[-1].turn if len(page) < len(pending) else None)
+    done = len({r.turn for r in page})
+    return ContextPage(page, next=page[-1].turn if done < len(pending) else None)
 
 
 class ActiveRun:
@@ -199,6 +246,10 @@ class ActiveRun:
 
     async def record(self, entry: TranscriptEntry) -> None:
         await self._transcript.append(entry)
+
+    async def record_many(self, entries: Sequence[TranscriptEntry]) -> None:
+        """Append *entries* with one write and one fsync."""
+        await self._transcript.extend(entries)
 
     async def finish(self, status: RunStatus, at: float, error: str | None = None) -> None:
         await self.end(msgspec.structs.replace(self.info, status=status, ended_at=at, error=error))

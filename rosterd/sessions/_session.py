@@ -132,6 +132,7 @@ class Session:
             # request is as short as this pair's requests get.
             may_roll = bool(self._transcript)
             briefed_at, seen = self._briefed_at, self._seen
+            mark = len(self._transcript)
             try:
                 return await self._turn(text, sender, on_delta, may_roll=may_roll)
             except _SessionFull as full:
@@ -139,11 +140,13 @@ class Session:
             except EngineError as exc:
                 if not (exc.context_exceeded and may_roll):
                     raise
-                # The refused turn is dropped from what this session would
-                # send; the new session answers it from scratch.
-                refused = self._transcript.pop()
-                self._chars -= len(refused.content)
-                self._counted -= 1
+                # The refused turn, every tool step of it included, is dropped
+                # from what this session would send; the new session answers
+                # it from scratch.
+                refused = self._transcript[mark:]
+                del self._transcript[mark:]
+                self._chars -= sum(len(message.content) for message in refused)
+                self._counted = len(self._transcript)
                 # Nothing of the refused turn reached the model: what it
                 # briefed and showed is still owed.
                 self._briefed_at, self._seen = briefed_at, seen

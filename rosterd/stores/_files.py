@@ -25,6 +25,7 @@ import aiofiles
 import anyio
 import anyio.to_thread
 import msgspec
+from anyio.abc import AsyncResource
 
 from .._errors import StorageError
 
@@ -45,7 +46,7 @@ T = TypeVar("T")
 _encoder = msgspec.json.Encoder()
 
 
-class JsonlLog(Generic[T]):
+class JsonlLog(AsyncResource, Generic[T]):
     """An append-only JSONL file of one record type, one record per line.
 
     Open it with ``await JsonlLog.open(path, type)``, which returns the log
@@ -94,12 +95,6 @@ class JsonlLog(Generic[T]):
         if not self._closed:
             self._closed = True
             await anyio.to_thread.run_sync(os.close, self._fd)
-
-    async def __aenter__(self) -> JsonlLog[T]:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
 
 async def read_log(path: Path, record_type: type[T], *, repair: bool = False) -> list[T]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from contextlib import AsyncExitStack
 from pathlib import Path
-from types import TracebackType
 
 import anyio.to_thread
+from anyio.abc import AsyncResource
 
 from ._channels import ChannelStore
 from ._files import make_private_dir, remove_leftover_tmp
@@ -17,7 +17,7 @@ from ._tasks import TaskStore
 __all__ = ("StateStores",)
 
 
-class StateStores:
+class StateStores(AsyncResource):
     """Channels, memory, gates and tasks under one state directory.
 
     ``async with StateStores(state_dir) as stores:`` recovers every store
@@ -52,14 +52,6 @@ class StateStores:
             stack.push_async_callback(self.tasks.aclose)
             self._stack = stack.pop_all()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         await self._stack.aclose()
