@@ -23,19 +23,22 @@ import random
 import statistics
 import time
 from collections.abc import Callable
+from itertools import islice
 from pathlib import Path
 
 import msgspec
 
 from rosterd.compiler import (
     Gate,
+    GateIndex,
+    MemoryIndex,
     MemoryItem,
+    MemoryView,
     RunMeta,
     SystemPrompt,
     TurnInput,
     compile_system,
     compile_turn,
-    rank_memory,
 )
 from rosterd.engines import ChatMessage, EngineRequest
 from rosterd.org import Surface, load_org
@@ -127,9 +130,13 @@ def messages(rng: random.Random, count: int) -> list[str]:
 class Turns:
     """The per-turn path of a warm session, and the floor, over fresh inputs."""
 
-    def __init__(self, system: SystemPrompt, inputs: list[TurnInput]) -> None:
+    def __init__(
+        self, system: SystemPrompt, inputs: list[TurnInput], plain: dict[str, TurnInput]
+    ) -> None:
         self.system = system
         self.inputs = inputs
+        # The floor encodes each input with its plain items, as a request would carry them.
+        self.plain = plain
         self.next = 0
         self.encoder = msgspec.json.Encoder()
 
@@ -166,16 +173,16 @@ class Turns:
 
         return one
 
-    def ranking(self) -> Callable[[], float]:
-        """The part of compile_turn the floor has no counterpart for."""
+    def ranking(self, take: int) -> Callable[[], float]:
+        """The part of compile_turn the floor has no counterpart for: ranking
+        the notes, as far as a compilation takes them (*take*)."""
         scope = self.system.scope
 
         def one() -> float:
             turn, _ = self.fresh()
             start = time.perf_counter()
-            assert isinstance(turn.memory, tuple)  # the bench passes plain items
-            eligible = [m for m in turn.memory if m.channel in (None, scope.channel)]
-            rank_memory(eligible, turn.text)
+            assert isinstance(turn.memory, MemoryView)  # the bench passes the store's view
+            list(islice(turn.memory.ranked(turn.text, scope.channel), take))
             return time.perf_counter() - start
 
         return one
@@ -184,7 +191,7 @@ class Turns:
         def one() -> float:
             turn, _ = self.fresh()
             start = time.perf_counter()
-            hashlib.sha256(self.encoder.encode(turn)).hexdigest()
+            hashlib.sha256(self.encoder.encode(self.plain[turn.text])).hexdigest()
             return time.perf_counter() - start
 
         return one
@@ -214,20 +221,28 @@ def main(argv: list[str] | None = None) -> int:
     system = compile_system(org, scope, RunMeta(run="sess-bench", turn=0, now=1_700_000_000.0))
     memory = memory_items(rng, args.memory)
     open_gates = gates(rng)
+    # As the daemon does: the stores hand over snapshots of their indexes.
+    memory_view = MemoryIndex(memory).snapshot()
+    gate_view = GateIndex(WORKER, open_gates).snapshot()
+    texts = messages(rng, 4096)
+    plain = {
+        text: TurnInput(text=text, sender="alice", memory=memory, gates=open_gates)
+        for text in texts
+    }
     inputs = [
-        TurnInput(text=text, sender="alice", memory=memory, gates=open_gates)
-        for text in messages(rng, 4096)
+        TurnInput(text=text, sender="alice", memory=memory_view, gates=gate_view) for text in texts
     ]
-    turns = Turns(system, inputs)
+    turns = Turns(system, inputs, plain)
     sample = compile_turn(system, inputs[0], RunMeta(run="sess-bench", turn=0, now=0.0))
     blocks = {b.block: b for b in sample.record.blocks}
-    floor_bytes = len(msgspec.json.encode(inputs[0]))
+    floor_bytes = len(msgspec.json.encode(plain[inputs[0].text]))
 
     variants = {
         "compile_turn": turns.compile_only(),
         "turn@10": turns.session_turn(10),
         "turn@1000": turns.session_turn(1000),
-        "ranking": turns.ranking(),
+        # The items shown and the first that did not fit.
+        "ranking": turns.ranking(blocks["memory"].items + 1),
         "floor": turns.floor(),
     }
     measure(variants, 1, per_round)  # warm up caches and the allocator
@@ -250,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         "compile_turn": "compile_turn alone",
         "turn@10": "per-turn path, transcript of 10 messages",
         "turn@1000": "per-turn path, transcript of 1000 messages",
-        "ranking": "  of which: rank_memory (fresh message)",
+        "ranking": "  of which: ranking the notes it takes",
         "floor": "floor: msgspec encode + sha256 of the input",
     }
     for name, label in labels.items():
