@@ -142,6 +142,9 @@ def seed_state(state: Path, notes: int, rng: random.Random, vocabulary: list[str
                 id=f"g-{n}", worker="ada", summary=summary, filed_at=start + 4 * n, channel=channel
             )
             gates.write(encode(gate) + b"\n")
+    # Months-old state is on disk, not dirty in the page cache: left dirty, it
+    # would be flushed by the daemon's first fsyncs and charged to its turns.
+    os.sync()
 
 
 async def poll_status(socket: Path, latencies: list[float], stop: anyio.Event) -> None:
