@@ -1,16 +1,19 @@
 """The client commands: one RPC call each, printed for people or as JSON.
 
-``run``, ``task``, ``memory``, ``gate``, ``channel`` and ``status``. Every
-one connects to the daemon's socket, makes its call and exits; errors from
-the daemon become one line on stderr.
+``run``, ``task``, ``memory``, ``gate``, ``channel`` and ``status``. Each is
+a row of ``COMMANDS``: the method, its params from the arguments, the reply's
+type and how it reads for people. Every one connects to the daemon's socket,
+makes its call and exits; errors from the daemon become one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..client import RosterClient
 from ..compiler import ChannelMessage, MemoryItem
@@ -23,9 +26,30 @@ from ._views import summary_line
 __all__ = ("COMMANDS",)
 
 
-async def _call(socket: Path, method: str, params: dict[str, Any], *, stream: bool = False) -> Any:
-    async with await RosterClient.connect(socket) as client:
-        return await client.call(method, params, stream_deltas if stream else None)
+_T = TypeVar("_T")
+_Args = argparse.Namespace
+
+
+@dataclass(frozen=True)
+class _Call(Generic[_T]):
+    method: str
+    params: Callable[[_Args], dict[str, Any]]
+    reply: type[_T]
+    show: Callable[[_T, _Args, Path], None]
+    # Streamed deltas are the reply as people read it; --json wants one object.
+    stream: bool = False
+
+    async def __call__(self, args: _Args, socket: Path) -> int:
+        stream = self.stream and not args.json
+        async with await RosterClient.connect(socket) as client:
+            result = await client.call(
+                self.method, self.params(args), stream_deltas if stream else None
+            )
+        if args.json:
+            emit_json(result)
+        else:
+            self.show(convert(result, self.reply, f"{self.method} reply"), args, socket)
+        return 0
 
 
 def _optional(**params: object) -> dict[str, Any]:
@@ -33,37 +57,20 @@ def _optional(**params: object) -> dict[str, Any]:
     return {name: value for name, value in params.items() if value is not None}
 
 
-async def run(args: argparse.Namespace, socket: Path) -> int:
-    text = read_text(args.text, "message")
-    params = {"worker": args.worker, "text": text, "from": args.sender}
-    result = await _call(socket, "run.direct", params, stream=not args.json)
-    if args.json:
-        emit_json(result)
-        return 0
-    turn = convert(result, TurnResult, "run.direct reply")
+def _where(channel: str | None) -> str:
+    return f"#{channel}" if channel else "all channels"
+
+
+def _show_run(turn: TurnResult, args: _Args, socket: Path) -> None:
     print()
     print(summary_line(turn), file=sys.stderr)
-    return 0
 
 
-async def task_submit(args: argparse.Namespace, socket: Path) -> int:
-    text = read_text(args.text, "task")
-    params = {"worker": args.worker, "channel": args.channel, "text": text}
-    result = await _call(socket, "task.submit", params)
-    if args.json:
-        emit_json(result)
-        return 0
-    task = convert(result, TaskState, "task.submit reply")
+def _show_submitted(task: TaskState, args: _Args, socket: Path) -> None:
     print(f"{task.id} {task.status}: {task.worker} in #{task.channel}")
-    return 0
 
 
-async def task_get(args: argparse.Namespace, socket: Path) -> int:
-    result = await _call(socket, "task.get", {"task": args.task})
-    if args.json:
-        emit_json(result)
-        return 0
-    task = convert(result, TaskState, "task.get reply")
+def _show_task(task: TaskState, args: _Args, socket: Path) -> None:
     print(f"{task.id}  {task.status}")
     print(f"worker {task.worker} · channel #{task.channel}")
     print(f"submitted {when(task.submitted_at)} · updated {when(task.updated_at)}")
@@ -76,18 +83,12 @@ async def task_get(args: argparse.Namespace, socket: Path) -> int:
         print(f"reply: {task.reply}")
     if task.error is not None:
         print(f"error: {task.error}")
-    return 0
 
 
-async def task_list(args: argparse.Namespace, socket: Path) -> int:
-    result = await _call(socket, "task.list", {})
-    if args.json:
-        emit_json(result)
-        return 0
-    tasks = convert(result, list[TaskState], "task.list reply")
+def _show_tasks(tasks: list[TaskState], args: _Args, socket: Path) -> None:
     if not tasks:
         print("no tasks")
-        return 0
+        return
     rows = [
         (
             t.id,
@@ -101,74 +102,36 @@ async def task_list(args: argparse.Namespace, socket: Path) -> int:
         for t in tasks
     ]
     print(table(("TASK", "STATUS", "WORKER", "CHANNEL", "SUBMITTED", "RUNS", "TEXT"), rows))
-    return 0
 
 
-async def memory_add(args: argparse.Namespace, socket: Path) -> int:
-    text = read_text(args.text, "memory text")
-    params = _optional(worker=args.worker, channel=args.channel, text=text)
-    result = await _call(socket, "memory.add", params)
-    if args.json:
-        emit_json(result)
-        return 0
-    item = convert(result, MemoryItem, "memory.add reply")
-    scope = f"#{item.channel}" if item.channel else "all channels"
-    print(f"memory {item.id} added for {args.worker} ({scope})")
-    return 0
+def _show_memory_added(item: MemoryItem, args: _Args, socket: Path) -> None:
+    print(f"memory {item.id} added for {args.worker} ({_where(item.channel)})")
 
 
-async def memory_list(args: argparse.Namespace, socket: Path) -> int:
-    result = await _call(socket, "memory.list", {"worker": args.worker})
-    if args.json:
-        emit_json(result)
-        return 0
-    items = convert(result, list[MemoryItem], "memory.list reply")
+def _show_memory(items: list[MemoryItem], args: _Args, socket: Path) -> None:
     if not items:
         print(f"no memory for {args.worker}")
-        return 0
+        return
     rows = [
         (m.id, f"#{m.channel}" if m.channel else "*", when(m.created_at), short(m.text, 70))
         for m in items
     ]
     print(table(("ID", "CHANNEL", "CREATED", "TEXT"), rows))
-    return 0
 
 
-async def gate_file(args: argparse.Namespace, socket: Path) -> int:
-    summary = read_text(args.summary, "gate summary")
-    params = _optional(worker=args.worker, channel=args.channel, run=args.run, summary=summary)
-    result = await _call(socket, "gate.file", params)
-    if args.json:
-        emit_json(result)
-        return 0
-    gate = convert(result, GateState, "gate.file reply")
-    where = [f"#{gate.channel}" if gate.channel else "all channels"]
-    if gate.run:
-        where.append(f"run {gate.run}")
+def _show_filed(gate: GateState, args: _Args, socket: Path) -> None:
+    where = [_where(gate.channel), *([f"run {gate.run}"] if gate.run else [])]
     print(f"gate {gate.id} filed for {gate.worker} ({', '.join(where)})")
-    return 0
 
 
-async def gate_resolve(args: argparse.Namespace, socket: Path) -> int:
-    params = {"gate": args.gate, "outcome": args.outcome, "note": args.note}
-    result = await _call(socket, "gate.resolve", params)
-    if args.json:
-        emit_json(result)
-        return 0
-    gate = convert(result, GateState, "gate.resolve reply")
+def _show_resolved(gate: GateState, args: _Args, socket: Path) -> None:
     print(f"gate {gate.id} resolved: {gate.outcome}")
-    return 0
 
 
-async def gate_list(args: argparse.Namespace, socket: Path) -> int:
-    result = await _call(socket, "gate.list", _optional(worker=args.worker))
-    if args.json:
-        emit_json(result)
-        return 0
-    gates = convert(result, list[GateState], "gate.list reply")
+def _show_gates(gates: list[GateState], args: _Args, socket: Path) -> None:
     if not gates:
         print("no gates")
-        return 0
+        return
     rows = [
         (
             g.id,
@@ -184,27 +147,13 @@ async def gate_list(args: argparse.Namespace, socket: Path) -> int:
     ]
     headers = ("GATE", "STATUS", "WORKER", "CHANNEL", "RUN", "FILED", "SUMMARY", "OUTCOME")
     print(table(headers, rows))
-    return 0
 
 
-async def channel_post(args: argparse.Namespace, socket: Path) -> int:
-    text = read_text(args.text, "message")
-    params = {"channel": args.channel, "from": args.sender, "text": text}
-    result = await _call(socket, "channel.post", params)
-    if args.json:
-        emit_json(result)
-        return 0
-    message = convert(result, ChannelMessage, "channel.post reply")
+def _show_posted(message: ChannelMessage, args: _Args, socket: Path) -> None:
     print(f"posted message {message.seq} to #{args.channel} as {message.sender}")
-    return 0
 
 
-async def status(args: argparse.Namespace, socket: Path) -> int:
-    result = await _call(socket, "daemon.status", {})
-    if args.json:
-        emit_json(result)
-        return 0
-    info = convert(result, StatusResult, "daemon.status reply")
+def _show_status(info: StatusResult, args: _Args, socket: Path) -> None:
     print(f"rosterd {info.version} · pid {info.pid} · socket {socket}")
     print(f"sessions {info.sessions} warm · tasks {info.tasks_running} running")
     print(f"config generation {info.config_generation}, loaded {when(info.config_loaded_at)}")
@@ -212,19 +161,60 @@ async def status(args: argparse.Namespace, socket: Path) -> int:
         print(f"config error (last good configuration in force): {info.config_error}")
     for problem in info.over_budget:
         print(f"over budget (its runs fail): {describe_over_budget(problem)}")
-    return 0
 
 
-COMMANDS = {
-    "run": run,
-    "task submit": task_submit,
-    "task get": task_get,
-    "task list": task_list,
-    "memory add": memory_add,
-    "memory list": memory_list,
-    "gate file": gate_file,
-    "gate resolve": gate_resolve,
-    "gate list": gate_list,
-    "channel post": channel_post,
-    "status": status,
+COMMANDS: dict[str, Callable[[_Args, Path], Awaitable[int]]] = {
+    "run": _Call(
+        "run.direct",
+        lambda a: {"worker": a.worker, "text": read_text(a.text, "message"), "from": a.sender},
+        TurnResult,
+        _show_run,
+        stream=True,
+    ),
+    "task submit": _Call(
+        "task.submit",
+        lambda a: {"worker": a.worker, "channel": a.channel, "text": read_text(a.text, "task")},
+        TaskState,
+        _show_submitted,
+    ),
+    "task get": _Call("task.get", lambda a: {"task": a.task}, TaskState, _show_task),
+    "task list": _Call("task.list", lambda a: {}, list[TaskState], _show_tasks),
+    "memory add": _Call(
+        "memory.add",
+        lambda a: _optional(
+            worker=a.worker, channel=a.channel, text=read_text(a.text, "memory text")
+        ),
+        MemoryItem,
+        _show_memory_added,
+    ),
+    "memory list": _Call(
+        "memory.list", lambda a: {"worker": a.worker}, list[MemoryItem], _show_memory
+    ),
+    "gate file": _Call(
+        "gate.file",
+        lambda a: _optional(
+            worker=a.worker,
+            channel=a.channel,
+            run=a.run,
+            summary=read_text(a.summary, "gate summary"),
+        ),
+        GateState,
+        _show_filed,
+    ),
+    "gate resolve": _Call(
+        "gate.resolve",
+        lambda a: {"gate": a.gate, "outcome": a.outcome, "note": a.note},
+        GateState,
+        _show_resolved,
+    ),
+    "gate list": _Call(
+        "gate.list", lambda a: _optional(worker=a.worker), list[GateState], _show_gates
+    ),
+    "channel post": _Call(
+        "channel.post",
+        lambda a: {"channel": a.channel, "from": a.sender, "text": read_text(a.text, "message")},
+        ChannelMessage,
+        _show_posted,
+    ),
+    "status": _Call("daemon.status", lambda a: {}, StatusResult, _show_status),
 }
