@@ -16,14 +16,13 @@ from pathlib import Path
 
 import msgspec
 
-from .._errors import CompileError, ConfigError
-from ..compiler import BlockTrace, RunMeta, TurnInput, compile_run, compile_system, compile_turn
-from ..org import Org, Surface, load_org
+from .._errors import ConfigError
+from ..compiler import BlockTrace, dry_run
+from ..org import load_org
 from ._output import emit_json, table
 
 __all__ = ("CheckReport", "check", "check_org")
 
-PLACEHOLDER = "roster check: a short placeholder message."
 _COLUMNS = ("identity", "policy", "connections", "purpose", "scope")
 
 
@@ -60,61 +59,26 @@ def check_org(root: Path) -> CheckReport:
     runs: list[CheckedRun] = []
     # One line per distinct problem, naming every compilation it breaks.
     problems: dict[str, list[str]] = {}
-    for scope in org.scopes():
-        checked, problem = _dry_run(org, scope.surface, scope.worker, scope.channel)
-        runs.append(checked)
-        if problem is not None:
+    for run in dry_run(org):
+        scope = run.scope
+        runs.append(
+            CheckedRun(
+                worker=scope.worker,
+                channel=scope.channel,
+                surface=scope.surface.value,
+                ok=run.error is None,
+                blocks=_blocks(run.blocks),
+                used=run.used,
+                total=org.budget_for(scope.worker).total,
+                error=str(run.error) if run.error is not None else None,
+            )
+        )
+        if run.error is not None:
             where = f"{scope.worker} {scope.surface.value}"
             where += f" #{scope.channel}" if scope.channel else ""
-            problems.setdefault(problem, []).append(where)
+            problems.setdefault(f"{run.source}: {run.error}", []).append(where)
     lines = [f"{problem} [{', '.join(where)}]" for problem, where in problems.items()]
     return CheckReport(org=str(root), ok=not lines, runs=runs, problems=lines)
-
-
-def _dry_run(
-    org: Org, surface: Surface, worker: str, channel: str | None
-) -> tuple[CheckedRun, str | None]:
-    scope = org.scope(surface, worker, channel)
-    meta = RunMeta(run="check", turn=1, now=0.0)
-    # A fresh session's first turn carries history; an empty channel log is
-    # what a new deployment starts with.
-    turn = TurnInput(
-        text=PLACEHOLDER, sender="check", history=() if surface is Surface.SESSION else None
-    )
-    total = org.budget_for(worker).total
-    system_blocks: tuple[BlockTrace, ...] = ()
-    try:
-        if surface is Surface.SESSION:
-            system = compile_system(org, scope, meta)
-            system_blocks = system.blocks
-            record = compile_turn(system, turn, meta).record
-        else:
-            record = compile_run(org, scope, turn, meta).record
-    except CompileError as exc:
-        failed = exc.record.blocks if exc.record is not None else ()
-        source = next((b.source for b in failed if b.status == "failed"), exc.block)
-        checked = CheckedRun(
-            worker=worker,
-            channel=channel,
-            surface=surface.value,
-            ok=False,
-            blocks=_blocks((*system_blocks, *failed)),
-            used=None,
-            total=total,
-            error=str(exc),
-        )
-        return checked, f"{source}: {exc}"
-    used = record.budget.used if record.budget is not None else None
-    checked = CheckedRun(
-        worker=worker,
-        channel=channel,
-        surface=surface.value,
-        ok=True,
-        blocks=_blocks((*system_blocks, *record.blocks)),
-        used=used,
-        total=total,
-    )
-    return checked, None
 
 
 def _blocks(traces: tuple[BlockTrace, ...]) -> list[CheckedBlock]:

@@ -5,7 +5,7 @@ No IO happens here. The daemon loads the org and the stores, calls
 trace record (or ``CompileError.record``) and only then calls an engine.
 """
 
-from ._audit import OverBudget, over_budget
+from ._audit import DryRun, OverBudget, dry_run, over_budget
 from ._envelopes import BLOCK_TYPES, render_line
 from ._gates import GateIndex, GateView
 from ._inputs import (
@@ -69,6 +69,7 @@ __all__ = (
     "Compilation",
     "ContextRecord",
     "Continuation",
+    "DryRun",
     "FailureTrace",
     "Gate",
     "GateIndex",
@@ -102,6 +103,7 @@ __all__ = (
     "compile_system",
     "compile_tools",
     "compile_turn",
+    "dry_run",
     "iso_time",
     "over_budget",
     "prefix_state",

@@ -1,9 +1,12 @@
-"""Which scopes of an org cannot compile: the one check start and reload share.
+"""Which scopes of an org compile: the one dry run ``roster check``, start and reload share.
 
-A mandatory block over budget (an identity, a purpose, the system part over
-the total) breaks only the scopes that include it. The org is still good:
-every other worker and channel runs, and each broken scope is listed so the
-daemon can report it while only that scope's compilations fail.
+Every scope the org allows (worker x channel x surface, and a direct run per
+worker) is compiled as the daemon would compile it, with empty stores and a
+short placeholder message. A mandatory block over budget (an identity, a
+purpose, the system part over the total) breaks only the scopes that include
+it. The org is still good: every other worker and channel runs, and each
+broken scope is listed so the daemon can report it while only that scope's
+compilations fail.
 """
 
 from __future__ import annotations
@@ -11,11 +14,15 @@ from __future__ import annotations
 import msgspec
 
 from .._errors import CompileError
-from ..org import Org
-from ._inputs import RunMeta
+from ..org import Org, RunScope, Surface
+from ._inputs import RunMeta, TurnInput
 from ._system import compile_system
+from ._trace import BlockTrace
+from ._turn import compile_run, compile_turn
 
-__all__ = ("OverBudget", "over_budget")
+__all__ = ("DryRun", "OverBudget", "dry_run", "over_budget")
+
+_PLACEHOLDER = "roster check: a short placeholder message."
 
 
 class OverBudget(msgspec.Struct, frozen=True):
@@ -30,23 +37,59 @@ class OverBudget(msgspec.Struct, frozen=True):
     reason: str
 
 
+class DryRun(msgspec.Struct, frozen=True):
+    """One scope compiled with empty stores: its blocks, and the failure if any.
+
+    ``source`` names where the failing block's text comes from (a file of
+    the org), so a problem can point at what to edit.
+    """
+
+    scope: RunScope
+    blocks: tuple[BlockTrace, ...]
+    used: int | None
+    error: CompileError | None = None
+    source: str | None = None
+
+
+def dry_run(org: Org) -> tuple[DryRun, ...]:
+    """Every scope the org allows, compiled as its first turn would be."""
+    return tuple(_compile(org, scope) for scope in org.scopes())
+
+
 def over_budget(org: Org) -> tuple[OverBudget, ...]:
-    """Every scope the org allows whose system part is over a budget."""
-    meta = RunMeta(run="check", turn=0, now=0.0)
-    found: list[OverBudget] = []
-    for scope in org.scopes():
-        try:
-            compile_system(org, scope, meta)
-        except CompileError as exc:
-            found.append(
-                OverBudget(
-                    worker=scope.worker,
-                    channel=scope.channel,
-                    surface=scope.surface.value,
-                    block=exc.block,
-                    size=exc.size,
-                    limit=exc.limit,
-                    reason=exc.reason,
-                )
-            )
-    return tuple(found)
+    """Every scope the org allows that cannot compile, and why."""
+    return tuple(
+        OverBudget(
+            worker=run.scope.worker,
+            channel=run.scope.channel,
+            surface=run.scope.surface.value,
+            block=run.error.block,
+            size=run.error.size,
+            limit=run.error.limit,
+            reason=run.error.reason,
+        )
+        for run in dry_run(org)
+        if run.error is not None
+    )
+
+
+def _compile(org: Org, scope: RunScope) -> DryRun:
+    meta = RunMeta(run="check", turn=1, now=0.0)
+    # A fresh session's first turn carries history; an empty channel log is
+    # what a new deployment starts with.
+    session = scope.surface is Surface.SESSION
+    turn = TurnInput(text=_PLACEHOLDER, sender="check", history=() if session else None)
+    system_blocks: tuple[BlockTrace, ...] = ()
+    try:
+        if session:
+            system = compile_system(org, scope, meta)
+            system_blocks = system.blocks
+            record = compile_turn(system, turn, meta).record
+        else:
+            record = compile_run(org, scope, turn, meta).record
+    except CompileError as exc:
+        failed = exc.record.blocks if exc.record is not None else ()
+        source = next((b.source for b in failed if b.status == "failed"), exc.block)
+        return DryRun(scope, (*system_blocks, *failed), None, exc, source)
+    used = record.budget.used if record.budget is not None else None
+    return DryRun(scope, (*system_blocks, *record.blocks), used)
