@@ -25,10 +25,14 @@ from anyio.abc import AsyncResource
 from .._errors import CompileError, EngineError, ShutdownError
 from ..compiler import (
     BoundaryCheck,
+    ChannelMessage,
     Compilation,
     ContextRecord,
+    Continuation,
     RunMeta,
+    ShownItems,
     SystemPrompt,
+    TurnInput,
     check_prefix,
     compile_step,
     prefix_state,
@@ -116,6 +120,38 @@ class Host(AsyncResource):
         if engine is None:
             engine = self._engines[config] = open_engine(config, self._env)
         return engine
+
+    async def turn_input(
+        self,
+        worker: str,
+        text: str,
+        sender: str,
+        *,
+        resolved_since: float | None = None,
+        continuation: Continuation | None = None,
+        history: tuple[ChannelMessage, ...] | None = None,
+        backlog: tuple[ChannelMessage, ...] = (),
+        backlog_omitted: int = 0,
+        shown: ShownItems | None = None,
+    ) -> TurnInput:
+        """The fresh input of a turn of *worker*, for every surface alike.
+
+        Memory and the briefing's gates come from the stores as they are now
+        (gates resolved after *resolved_since* come with their outcome); a
+        session adds its own parts (history, backlog, what it already shows)
+        and a continuation run its gate's outcome.
+        """
+        return TurnInput(
+            text=text,
+            sender=sender,
+            memory=await self.stores.memory.view(worker),
+            gates=self.stores.gates.briefing_for(worker, resolved_since),
+            continuation=continuation,
+            history=history,
+            backlog=backlog,
+            backlog_omitted=backlog_omitted,
+            shown=shown,
+        )
 
     async def run_turn(
         self,

@@ -28,7 +28,6 @@ from ..compiler import (
     RolloverTrace,
     RunMeta,
     SystemPrompt,
-    TurnInput,
     compile_system,
     compile_turn,
 )
@@ -162,11 +161,11 @@ class Session:
         backlog, omitted, last_seq = await host.stores.channels.since(
             self.channel, self._seen, exclude_run=self.id, limit=budget.backlog_messages
         )
-        turn_input = TurnInput(
-            text=text,
-            sender=sender,
-            memory=await host.stores.memory.view(self.worker),
-            gates=host.stores.gates.briefing_for(self.worker, self._briefed_at),
+        turn_input = await host.turn_input(
+            self.worker,
+            text,
+            sender,
+            resolved_since=self._briefed_at,
             history=self._history if turn == 1 else None,
             backlog=backlog,
             backlog_omitted=omitted,

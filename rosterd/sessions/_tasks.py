@@ -16,7 +16,7 @@ from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from .._errors import RosterError, ShutdownError
-from ..compiler import Continuation, RunMeta, TurnInput, compile_run
+from ..compiler import Continuation, RunMeta, compile_run
 from ..engines import DeltaSink
 from ..org import Surface
 from ..stores import GateState, TaskState
@@ -143,12 +143,8 @@ class TaskRunner:
         try:
             org = host.org
             scope = org.scope(Surface.TASK, task.worker, task.channel)
-            turn = TurnInput(
-                text=task.text,
-                sender="task",
-                memory=await host.stores.memory.view(task.worker),
-                gates=host.stores.gates.open_for(task.worker),
-                continuation=task.continuation,
+            turn = await host.turn_input(
+                task.worker, task.text, "task", continuation=task.continuation
             )
             meta = RunMeta(run=run_id, turn=1, now=now)
             outcome = await host.run_turn(
@@ -199,12 +195,7 @@ async def direct_run(
         )
     )
     try:
-        turn = TurnInput(
-            text=text,
-            sender=sender,
-            memory=await host.stores.memory.view(worker),
-            gates=host.stores.gates.open_for(worker),
-        )
+        turn = await host.turn_input(worker, text, sender)
         meta = RunMeta(run=run_id, turn=1, now=now)
         outcome = await host.run_turn(
             run, org.engine_for(worker), lambda: compile_run(org, scope, turn, meta), [], on_delta

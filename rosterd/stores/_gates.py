@@ -104,12 +104,9 @@ class GateStore:
     def all(self) -> list[GateState]:
         return sorted(self._table.values(), key=lambda g: (g.filed_at, g.id))
 
-    def open_for(self, worker: str) -> GateView:
-        """Open gates of *worker*; the compiler narrows them to the run's channel."""
-        return self.briefing_for(worker, resolved_since=None)
-
     def briefing_for(self, worker: str, resolved_since: float | None) -> GateView:
-        """Open gates of *worker*, and those resolved after *resolved_since*."""
+        """Open gates of *worker*, and those resolved after *resolved_since*;
+        the compiler narrows them to the run's channel."""
         recent = []
         if resolved_since is not None:
             for gate in reversed(self._resolved):
