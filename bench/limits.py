@@ -24,7 +24,11 @@ import time
 from pathlib import Path
 
 import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
 from _daemon import open_fds, rss_kib, serve, write_org
+from harness import HOLD_CONNECTIONS
 
 from rosterd.client import RosterClient
 
@@ -32,34 +36,6 @@ MESSAGE_MAX = 262_144
 NOTE_MAX = 65_536
 OTHER_UID = 65534
 SYSTEM_PYTHON = "/usr/bin/python3"
-# Stdlib only, run as the second uid: opens the connections, prints how each
-# was answered (0 served, else the error code), holds them until stdin closes.
-_HOLDER = """
-import json, socket, sys
-held, codes = [], []
-for _ in range(int(sys.argv[2])):
-    sock = socket.socket(socket.AF_UNIX)
-    sock.settimeout(10)
-    sock.connect(sys.argv[1])
-    try:
-        sock.sendall(b'{"jsonrpc":"2.0","id":1,"method":"daemon.status"}\\n')
-    except OSError:
-        pass
-    data = b""
-    try:
-        while not data.endswith(b"\\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    except OSError:
-        pass
-    reply = json.loads(data) if data else {"error": {"code": -1}}
-    codes.append(reply.get("error", {}).get("code", 0))
-    held.append(sock)
-print(json.dumps(codes), flush=True)
-sys.stdin.read()
-"""
 
 
 def mib(kib: int) -> str:
@@ -114,7 +90,7 @@ async def idle_connections(socket: Path, pid: int, count: int, runs: int) -> Non
     command = [
         "prlimit", f"--nofile={count + 64}:{count + 64}",
         "setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
-        SYSTEM_PYTHON, "-c", _HOLDER, str(socket), str(count),
+        SYSTEM_PYTHON, "-c", HOLD_CONNECTIONS, str(socket), str(count),
     ]  # fmt: skip
     async with await anyio.open_process(command) as holder:
         assert holder.stdout is not None and holder.stdin is not None

@@ -27,6 +27,38 @@ EXAMPLE_ORG = REPO / "examples" / "org"
 _START = "import sys; from rosterd.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
+# A stdlib-only script (another uid cannot read this checkout's virtualenv) run with
+# ``python3 -c``: opens argv[2] connections to the socket argv[1], each asking
+# daemon.status, prints each one's error code (0 when served) as a JSON list, then
+# holds them all until stdin closes.
+HOLD_CONNECTIONS = """
+import json, socket, sys
+held, codes = [], []
+for _ in range(int(sys.argv[2])):
+    sock = socket.socket(socket.AF_UNIX)
+    sock.settimeout(10)
+    sock.connect(sys.argv[1])
+    try:
+        sock.sendall(b'{"jsonrpc":"2.0","id":1,"method":"daemon.status"}\\n')
+    except OSError:
+        pass  # a refusing daemon may close first; its refusal is still there to read
+    data = b""
+    try:
+        while not data.endswith(b"\\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass
+    reply = json.loads(data) if data else {"error": {"code": -1}}
+    codes.append(reply.get("error", {}).get("code", 0))
+    held.append(sock)
+print(json.dumps(codes), flush=True)
+sys.stdin.read()
+"""
+
+
 def run_bench(script: str, *args: str, timeout: float = 110.0) -> str:
     """Run ``bench/<script>`` as its own process; its stdout, once it exited 0."""
     done = subprocess.run(

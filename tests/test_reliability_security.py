@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-from harness import DaemonProcess, set_engine
+from harness import HOLD_CONNECTIONS, DaemonProcess, set_engine
 from simulator import Simulator, Status
 
 from rosterd.client import RosterClient, RpcError
@@ -148,42 +148,12 @@ async def test_a_client_of_an_allowed_uid_or_gid_is_served(
     assert not seen["closed"]
 
 
-# Opens connections as a given uid, each asking daemon.status, then holds them all
-# until stdin closes; prints each one's error code (0 when it was served).
-_HOLDER = """
-import json, socket, sys
-held, codes = [], []
-for _ in range(int(sys.argv[2])):
-    sock = socket.socket(socket.AF_UNIX)
-    sock.settimeout(10)
-    sock.connect(sys.argv[1])
-    try:
-        sock.sendall(b'{"jsonrpc":"2.0","id":1,"method":"daemon.status"}\\n')
-    except OSError:
-        pass  # a refusing daemon may close first; its refusal is still there to read
-    data = b""
-    try:
-        while not data.endswith(b"\\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    except OSError:
-        pass
-    reply = json.loads(data) if data else {"error": {"code": -1}}
-    codes.append(reply.get("error", {}).get("code", 0))
-    held.append(sock)
-print(json.dumps(codes), flush=True)
-sys.stdin.read()
-"""
-
-
 @asynccontextmanager
 async def holding(socket: Path, uid: int, count: int) -> AsyncIterator[list[int]]:
     command = [
         # gid nobody: the socket's group, so any of these uids may write it.
         "setpriv", f"--reuid={uid}", f"--regid={NOBODY}", "--clear-groups",
-        str(SYSTEM_PYTHON), "-c", _HOLDER, str(socket), str(count),
+        str(SYSTEM_PYTHON), "-c", HOLD_CONNECTIONS, str(socket), str(count),
     ]  # fmt: skip
     async with await anyio.open_process(command) as holder:
         assert holder.stdout is not None and holder.stdin is not None
