@@ -19,6 +19,7 @@ from operator import itemgetter
 from typing import TypeVar
 
 from ._inputs import Gate
+from ._scoped import scoped_totals
 
 __all__ = ("GateIndex", "GateView", "gate_view")
 
@@ -122,11 +123,7 @@ class GateView:
 
     def totals(self, channel: str | None) -> tuple[int, int]:
         """Count and raw characters of the open gates a run in *channel* sees."""
-        count, chars = self._totals.get(None, (0, 0))
-        if channel is not None:
-            more, more_chars = self._totals.get(channel, (0, 0))
-            count, chars = count + more, chars + more_chars
-        return count, chars
+        return scoped_totals(self._totals, channel)
 
     def open_with_ids(
         self, ids: Mapping[str, _V], channel: str | None

@@ -31,6 +31,7 @@ from operator import itemgetter
 from typing import TypeVar
 
 from ._inputs import MemoryItem
+from ._scoped import scoped_totals
 
 __all__ = ("MemoryIndex", "MemoryView", "memory_view", "rank_memory", "words")
 
@@ -160,11 +161,7 @@ class MemoryView:
 
     def totals(self, channel: str | None) -> tuple[int, int]:
         """Count and characters of the notes a run in *channel* may see."""
-        count, chars = self._totals.get(None, (0, 0))
-        if channel is not None:
-            more, more_chars = self._totals.get(channel, (0, 0))
-            count, chars = count + more, chars + more_chars
-        return count, chars
+        return scoped_totals(self._totals, channel)
 
     @property
     def index(self) -> MemoryIndex:
