@@ -61,7 +61,8 @@ class TaskRunner:
                     self._send.send_nowait(task.id)
                 task_status.started()
         finally:
-            self._send.close()
+            # However the pool ends, later submits and resolutions stay queued on disk.
+            self.drain()
             self.stopped.set()
 
     def drain(self) -> None:
