@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
 from itertools import chain
 from operator import attrgetter
 from typing import TypeVar
@@ -253,7 +254,9 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
     )
 
 
+@lru_cache(maxsize=1024)
 def _omitted_chars(gates: int) -> int:
+    # Asked once per gate line kept: a count's note renders once.
     return len(render_line(BriefingOmitted(kind="omitted", gates=gates))) if gates > 0 else 0
 
 
@@ -308,9 +311,11 @@ def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, limit: int) -> _Fitt
     # Under pressure the lowest-ranked items go first, so what is kept is
     # always the top of the ranking. An item over the memory limit itself
     # could never be shown; it is left out without starving the rest.
+    fresh = eligible - len(held.known)
     lines: list[str] = []
     chars = 0
-    for item in memory.ranked(turn.text, scope.channel, held.ordinals):
+    # Nothing fresh (a session's usual turn): no message to split into words.
+    for item in memory.ranked(turn.text, scope.channel, held.ordinals) if fresh else ():
         line = memory_line(item.id, item.text)
         if len(line) > limit:
             continue
@@ -318,7 +323,6 @@ def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, limit: int) -> _Fitt
             break
         lines.append(line)
         chars += len(line)
-    fresh = eligible - len(held.known)
     return _Fitted(lines, chars, len(lines), fresh - len(lines), raw - held.raw_chars, held.known)
 
 
