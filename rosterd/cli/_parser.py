@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn
 
 from .. import __version__
@@ -57,6 +56,9 @@ class _Version(argparse.Action):
         values: str | Sequence[Any] | None,
         option_string: str | None = None,
     ) -> None:
+        # Not at the top: importlib.metadata costs every other command a sixth of its start.
+        from importlib.metadata import PackageNotFoundError, version
+
         try:
             installed = version("rosterd")
         except PackageNotFoundError:  # imported from a source tree, not installed
