@@ -9,8 +9,8 @@ import pytest
 from harness import REPO, DaemonProcess, InProcessDaemon, set_engine
 from simulator import Simulator
 
-from rosterd.client import RpcError
 from rosterd import protocol
+from rosterd.client import RpcError
 
 pytestmark = pytest.mark.anyio
 
