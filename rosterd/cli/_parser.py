@@ -57,11 +57,11 @@ class _Version(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         # Not at the top: importlib.metadata costs every other command a sixth of its start.
-        from importlib.metadata import PackageNotFoundError, version
+        import importlib.metadata
 
         try:
-            installed = version("rosterd")
-        except PackageNotFoundError:  # imported from a source tree, not installed
+            installed = importlib.metadata.version("rosterd")
+        except importlib.metadata.PackageNotFoundError:  # imported from a source tree, not installed
             installed = f"{__version__} (not installed)"
         print(f"roster {installed}")
         parser.exit()
