@@ -61,7 +61,7 @@ class _Version(argparse.Action):
 
         try:
             installed = importlib.metadata.version("rosterd")
-        except importlib.metadata.PackageNotFoundError:  # imported from a source tree, not installed
+        except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
             installed = f"{__version__} (not installed)"
         print(f"roster {installed}")
         parser.exit()

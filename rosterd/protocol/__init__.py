@@ -7,9 +7,9 @@
 - ``_framing``: one JSON-RPC object per line, requests and replies;
 - ``_socket``: where the daemon listens by default.
 
-It imports no I/O library and no part of the daemon, so a client (the
-``roster`` CLI among them) loads only this, the compiler's data types and
-msgspec.
+It imports neither the daemon's parts (sessions, engines, stores) nor their
+libraries (httpx, watchfiles, aiofiles): a client, the ``roster`` CLI among
+them, loads this, the pure compiler whose data types it sends, and msgspec.
 """
 
 from ._codes import (
