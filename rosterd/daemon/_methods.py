@@ -14,11 +14,13 @@ from ..protocol import (
     BlockSummary,
     ChannelPost,
     Closed,
+    ContextPage,
     DaemonStatus,
     Delta,
     GateFile,
     GateList,
     GateResolve,
+    GateState,
     MemoryAdd,
     MemoryList,
     Params,
@@ -39,7 +41,6 @@ from ..protocol import (
 )
 from ..sessions import (
     CONTEXT_PAGE_TURNS,
-    ContextPage,
     Host,
     SessionManager,
     TaskRunner,
@@ -47,7 +48,6 @@ from ..sessions import (
     context_page,
     direct_run,
 )
-from ..stores import GateState
 from ._watch import OrgWatcher
 
 __all__ = ("Methods", "Notify")
