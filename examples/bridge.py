@@ -8,7 +8,8 @@ daemon serving the org, e.g.::
     printf 'bob: is 1.4 ready?\\nalice: the build is green\\n' |
         python examples/bridge.py --socket .state/rosterd.sock --worker ada --channel general
 
-It uses only the public client, ``rosterd.client``; see docs/frontend.md.
+It uses only the public client, ``rosterd.client``, and the protocol's
+types, ``rosterd.protocol``; see docs/frontend.md.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 import anyio
 
 from rosterd import RosterError
 from rosterd.client import RosterClient, RpcError
+from rosterd.protocol import SESSION_ERROR, Delta, TurnResult
 
 
 def parse_line(line: str, default_sender: str) -> tuple[str, str]:
@@ -31,9 +32,6 @@ def parse_line(line: str, default_sender: str) -> tuple[str, str]:
     if sep and name and " " not in name:
         return name, text.strip()
     return default_sender, line.strip()
-
-
-SESSION_ENDED = 1004  # closed, expired or unknown: open the pair again
 
 
 class Room:
@@ -46,40 +44,35 @@ class Room:
         self.session = ""
 
     async def open(self) -> None:
-        params = {"worker": self.worker, "channel": self.channel}
-        opened = await self.client.call("session.open", params)
-        self.session = opened["session"]
+        opened = await self.client.session_open(self.worker, self.channel)
+        self.session = opened.session
         print(f"# session {self.session} ({self.worker} in #{self.channel})", file=sys.stderr)
 
-    async def say(self, sender: str, text: str) -> Any:
+    async def say(self, sender: str, text: str) -> TurnResult:
         """One turn; the reply streams to stdout as ``turn.delta`` notifications."""
         try:
             return await self._send(sender, text)
         except RpcError as exc:
-            if exc.code != SESSION_ENDED:
+            if exc.code != SESSION_ERROR:
                 raise
             # Idle expiry, or another frontend closed it: nothing of this turn
             # was recorded, so it is sent again to a fresh session.
             await self.open()
             return await self._send(sender, text)
 
-    async def _send(self, sender: str, text: str) -> Any:
-        params = {"session": self.session, "from": sender, "text": text}
-        result = await self.client.call("session.send", params, on_notification=_show)
-        if result.get("rolled_from"):
+    async def _send(self, sender: str, text: str) -> TurnResult:
+        result = await self.client.session_send(self.session, text, sender, on_delta=_show)
+        if result.rolled_from is not None:
             # The conversation grew past its bound: a new session answered.
             # The old id would still reach it; the new one is the truth.
-            self.session = result["run"]
-            print(
-                f"# session {result['rolled_from']} rolled over to {self.session}", file=sys.stderr
-            )
+            self.session = result.run
+            print(f"# session {result.rolled_from} rolled over to {self.session}", file=sys.stderr)
         return result
 
 
-async def _show(method: str, params: Any) -> None:
-    if method == "turn.delta":
-        sys.stdout.write(params["text"])
-        sys.stdout.flush()
+async def _show(delta: Delta) -> None:
+    sys.stdout.write(delta.text)
+    sys.stdout.flush()
 
 
 async def bridge(socket: Path, worker: str, channel: str, default_sender: str) -> int:
@@ -102,7 +95,7 @@ async def bridge(socket: Path, worker: str, channel: str, default_sender: str) -
                 failures += 1
                 continue
             print()
-            print(f"# run {result['run']} turn {result['turn']}", file=sys.stderr)
+            print(f"# run {result.run} turn {result.turn}", file=sys.stderr)
     return 1 if failures else 0
 
 

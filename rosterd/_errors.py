@@ -6,7 +6,7 @@ boundary where they arise, so callers only ever catch ``RosterError``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .compiler import ContextRecord
@@ -20,6 +20,7 @@ __all__ = (
     "NotFoundError",
     "ProtocolError",
     "RosterError",
+    "RpcError",
     "SessionError",
     "ShutdownError",
     "StorageError",
@@ -91,6 +92,15 @@ class ProtocolError(RosterError):
     def __init__(self, message: str, *, code: int) -> None:
         super().__init__(message)
         self.code = code
+
+
+class RpcError(RosterError):
+    """An error reply from the daemon, to a client: its JSON-RPC code and data."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.data = data
 
 
 class StorageError(RosterError):

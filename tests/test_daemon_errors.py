@@ -9,8 +9,8 @@ import pytest
 from harness import REPO, DaemonProcess, InProcessDaemon, set_engine
 from simulator import Simulator
 
+from rosterd import protocol
 from rosterd.client import RpcError
-from rosterd.daemon import _protocol
 
 pytestmark = pytest.mark.anyio
 
@@ -19,7 +19,7 @@ def protocol_codes() -> set[int]:
     """The error codes the protocol module defines: JSON-RPC's and ours."""
     return {
         value
-        for name, value in vars(_protocol).items()
+        for name, value in vars(protocol).items()
         if name.isupper()
         and isinstance(value, int)
         and (-32768 <= value <= -32000 or 1000 <= value <= 1999)

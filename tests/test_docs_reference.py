@@ -10,8 +10,8 @@ import msgspec
 import pytest
 from harness import REPO
 
+from rosterd import protocol
 from rosterd.compiler import ChannelMessage, MemoryItem
-from rosterd.daemon import SessionOpened, StatusResult, TurnResult, _protocol
 from rosterd.org import (
     ChannelConfig,
     ConnectionConfig,
@@ -20,8 +20,17 @@ from rosterd.org import (
     EngineConfig,
     WorkerConfig,
 )
-from rosterd.sessions import ContextPage, RunInfo, TranscriptEntry, TurnRequest
-from rosterd.stores import GateState, TaskState
+from rosterd.protocol import (
+    ContextPage,
+    GateState,
+    RunInfo,
+    SessionOpened,
+    StatusResult,
+    TaskState,
+    TranscriptEntry,
+    TurnRequest,
+    TurnResult,
+)
 
 DOCS = REPO / "docs"
 
@@ -52,12 +61,12 @@ METHODS = _sections(DOCS / "protocol.md", "###")
 
 
 def test_every_method_has_a_section_and_every_section_is_a_method() -> None:
-    assert set(METHODS) == set(_protocol.METHODS)
+    assert set(METHODS) == set(protocol.METHODS)
 
 
-@pytest.mark.parametrize("method", sorted(_protocol.METHODS))
+@pytest.mark.parametrize("method", sorted(protocol.METHODS))
 def test_every_param_of_a_method_is_documented(method: str) -> None:
-    params = _names(_protocol.METHODS[method])
+    params = _names(protocol.METHODS[method])
     assert params - _mentioned(params, METHODS[method]) == set()
 
 
@@ -94,7 +103,7 @@ def test_the_error_table_lists_exactly_the_codes_the_protocol_defines() -> None:
     errors = _sections(DOCS / "protocol.md", "##")["Errors"]
     defined = {
         value
-        for name, value in vars(_protocol).items()
+        for name, value in vars(protocol).items()
         if name.isupper()
         and isinstance(value, int)
         and (-32768 <= value <= -32000 or 1000 <= value <= 1999)
@@ -103,7 +112,7 @@ def test_the_error_table_lists_exactly_the_codes_the_protocol_defines() -> None:
 
 
 def test_no_page_mentions_an_error_code_the_protocol_does_not_define() -> None:
-    defined = {str(v) for v in vars(_protocol).values() if isinstance(v, int)}
+    defined = {str(v) for v in vars(protocol).values() if isinstance(v, int)}
     for path in [REPO / "README.md", *sorted(DOCS.glob("*.md"))]:
         cited = set(re.findall(r"`(1\d{3})`|error (1\d{3})|code (1\d{3})", path.read_text()))
         assert {c for group in cited for c in group if c} <= defined, path.name

@@ -102,7 +102,7 @@ def test_version_run_from_a_source_tree_says_so(
         raise importlib.metadata.PackageNotFoundError(name)
 
     # What importlib.metadata answers when rosterd is imported from a checkout.
-    monkeypatch.setattr("rosterd.cli._parser.version", not_installed)
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
     assert main(["--version"]) == 0
     assert capsys.readouterr().out == f"roster {rosterd.__version__} (not installed)\n"
 

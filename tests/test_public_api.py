@@ -13,6 +13,7 @@ MODULES = [
     "rosterd.compiler",
     "rosterd.engines",
     "rosterd.sessions",
+    "rosterd.protocol",
     "rosterd.daemon",
     "rosterd.client",
     "rosterd.cli",

@@ -21,7 +21,7 @@ from harness import DaemonProcess, copy_org
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rosterd.daemon._protocol import LINE_LIMIT, METHODS
+from rosterd.protocol import LINE_LIMIT, METHODS
 
 CASES = 500
 ERROR_CODES = {-32700, -32600, -32601, -32602, *range(1001, 1011)}

@@ -1,8 +1,8 @@
 """The client commands: one RPC call each, printed for people or as JSON.
 
 ``run``, ``task``, ``memory``, ``gate``, ``channel`` and ``status``. Each is
-a row of ``COMMANDS``: the method, its params from the arguments, the reply's
-type and how it reads for people. Every one connects to the daemon's socket,
+a row of ``COMMANDS``: the typed client call its arguments make, and how
+the reply reads for people. Every one connects to the daemon's socket,
 makes its call and exits; errors from the daemon become one line on stderr.
 """
 
@@ -13,14 +13,13 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
-from ..client import RosterClient
+from ..client import OnDelta, RosterClient
 from ..compiler import ChannelMessage, MemoryItem
-from ..daemon import StatusResult, TurnResult, describe_over_budget
-from ..stores import GateState, TaskState
+from ..protocol import GateState, StatusResult, TaskState, TurnResult, describe_over_budget
 from ._chat import stream_deltas
-from ._output import convert, emit_json, read_text, short, table, when
+from ._output import emit_json, read_text, short, table, when
 from ._views import summary_line
 
 __all__ = ("COMMANDS",)
@@ -32,29 +31,22 @@ _Args = argparse.Namespace
 
 @dataclass(frozen=True)
 class _Call(Generic[_T]):
-    method: str
-    params: Callable[[_Args], dict[str, Any]]
-    reply: type[_T]
+    call: Callable[[RosterClient, _Args], Awaitable[_T]]
     show: Callable[[_T, _Args, Path], None]
-    # Streamed deltas are the reply as people read it; --json wants one object.
-    stream: bool = False
 
     async def __call__(self, args: _Args, socket: Path) -> int:
-        stream = self.stream and not args.json
         async with await RosterClient.connect(socket) as client:
-            result = await client.call(
-                self.method, self.params(args), stream_deltas if stream else None
-            )
+            result = await self.call(client, args)
         if args.json:
             emit_json(result)
         else:
-            self.show(convert(result, self.reply, f"{self.method} reply"), args, socket)
+            self.show(result, args, socket)
         return 0
 
 
-def _optional(**params: object) -> dict[str, Any]:
-    """Params without the options the user left out."""
-    return {name: value for name, value in params.items() if value is not None}
+def _deltas(args: _Args) -> OnDelta | None:
+    """Streamed deltas are the reply as people read it; --json wants one object."""
+    return None if args.json else stream_deltas
 
 
 def _where(channel: str | None) -> str:
@@ -165,56 +157,29 @@ def _show_status(info: StatusResult, args: _Args, socket: Path) -> None:
 
 COMMANDS: dict[str, Callable[[_Args, Path], Awaitable[int]]] = {
     "run": _Call(
-        "run.direct",
-        lambda a: {"worker": a.worker, "text": read_text(a.text, "message"), "from": a.sender},
-        TurnResult,
+        lambda c, a: c.run_direct(a.worker, read_text(a.text, "message"), a.sender, _deltas(a)),
         _show_run,
-        stream=True,
     ),
     "task submit": _Call(
-        "task.submit",
-        lambda a: {"worker": a.worker, "channel": a.channel, "text": read_text(a.text, "task")},
-        TaskState,
+        lambda c, a: c.task_submit(a.worker, a.channel, read_text(a.text, "task")),
         _show_submitted,
     ),
-    "task get": _Call("task.get", lambda a: {"task": a.task}, TaskState, _show_task),
-    "task list": _Call("task.list", lambda a: {}, list[TaskState], _show_tasks),
+    "task get": _Call(lambda c, a: c.task_get(a.task), _show_task),
+    "task list": _Call(lambda c, a: c.task_list(), _show_tasks),
     "memory add": _Call(
-        "memory.add",
-        lambda a: _optional(
-            worker=a.worker, channel=a.channel, text=read_text(a.text, "memory text")
-        ),
-        MemoryItem,
+        lambda c, a: c.memory_add(a.worker, read_text(a.text, "memory text"), a.channel),
         _show_memory_added,
     ),
-    "memory list": _Call(
-        "memory.list", lambda a: {"worker": a.worker}, list[MemoryItem], _show_memory
-    ),
+    "memory list": _Call(lambda c, a: c.memory_list(a.worker), _show_memory),
     "gate file": _Call(
-        "gate.file",
-        lambda a: _optional(
-            worker=a.worker,
-            channel=a.channel,
-            run=a.run,
-            summary=read_text(a.summary, "gate summary"),
-        ),
-        GateState,
+        lambda c, a: c.gate_file(a.worker, read_text(a.summary, "gate summary"), a.channel, a.run),
         _show_filed,
     ),
-    "gate resolve": _Call(
-        "gate.resolve",
-        lambda a: {"gate": a.gate, "outcome": a.outcome, "note": a.note},
-        GateState,
-        _show_resolved,
-    ),
-    "gate list": _Call(
-        "gate.list", lambda a: _optional(worker=a.worker), list[GateState], _show_gates
-    ),
+    "gate resolve": _Call(lambda c, a: c.gate_resolve(a.gate, a.outcome, a.note), _show_resolved),
+    "gate list": _Call(lambda c, a: c.gate_list(a.worker), _show_gates),
     "channel post": _Call(
-        "channel.post",
-        lambda a: {"channel": a.channel, "from": a.sender, "text": read_text(a.text, "message")},
-        ChannelMessage,
+        lambda c, a: c.channel_post(a.channel, a.sender, read_text(a.text, "message")),
         _show_posted,
     ),
-    "status": _Call("daemon.status", lambda a: {}, StatusResult, _show_status),
+    "status": _Call(lambda c, a: c.daemon_status(), _show_status),
 }

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.to_thread
 
 from .._errors import RosterError
 from ..client import RosterClient, RpcError
-from ..daemon import Delta, SessionOpened, TurnResult
-from ._output import convert
+from ..protocol import COMPILE_FAILED, Delta
 from ._views import summary_line
 
 __all__ = ("chat", "connect_waiting", "describe_rpc_error", "stream_deltas")
@@ -35,27 +33,24 @@ async def connect_waiting(path: Path, wait_s: float) -> RosterClient:
     return await RosterClient.connect(path)
 
 
-async def stream_deltas(method: str, params: Any) -> None:
+async def stream_deltas(delta: Delta) -> None:
     """Write each ``turn.delta`` to stdout as it arrives."""
-    if method == "turn.delta":
-        delta = convert(params, Delta, "turn.delta notification")
-        sys.stdout.write(delta.text)
-        sys.stdout.flush()
+    sys.stdout.write(delta.text)
+    sys.stdout.flush()
 
 
 def describe_rpc_error(exc: RpcError) -> str:
     """The daemon's message, plus where to look when a compilation failed."""
     data = exc.data if isinstance(exc.data, dict) else {}
     run = data.get("run")
-    if exc.code == 1001 and isinstance(run, str):
+    if exc.code == COMPILE_FAILED and isinstance(run, str):
         return f"{exc} (run {run}; see 'roster server runs show {run}')"
     return str(exc)
 
 
 async def chat(path: Path, worker: str, channel: str, sender: str, wait_s: float) -> int:
     async with await connect_waiting(path, wait_s) as client:
-        reply = await client.call("session.open", {"worker": worker, "channel": channel})
-        opened = convert(reply, SessionOpened, "session.open reply")
+        opened = await client.session_open(worker, channel)
         resumed = f", resumed after turn {opened.turns}" if opened.turns else ""
         print(
             f"session {opened.session} with {worker} in #{channel}{resumed}. Ctrl-D to leave.",
@@ -72,13 +67,11 @@ async def chat(path: Path, worker: str, channel: str, sender: str, wait_s: float
             text = line.rstrip("\n")
             if not text.strip():
                 continue
-            params = {"session": session, "text": text, "from": sender}
             try:
-                result = await client.call("session.send", params, stream_deltas)
+                turn = await client.session_send(session, text, sender, stream_deltas)
             except RpcError as exc:
                 print(f"\nroster: {describe_rpc_error(exc)}", file=sys.stderr)
                 continue
-            turn = convert(result, TurnResult, "session.send reply")
             print()
             if turn.rolled_from is not None:
                 session = turn.run

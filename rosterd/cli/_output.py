@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Sequence
-from typing import Any, TypeVar
 
 import msgspec
 
-from .._errors import RosterError
 from ..compiler import iso_time
 
 __all__ = (
     "UsageError",
-    "convert",
     "emit_json",
     "read_text",
     "short",
@@ -25,7 +22,6 @@ __all__ = (
     "when",
 )
 
-_T = TypeVar("_T")
 _ELLIPSIS = "..."
 
 
@@ -36,14 +32,6 @@ class UsageError(Exception):
 def emit_json(value: object) -> None:
     data = msgspec.json.format(msgspec.json.encode(value), indent=2)
     sys.stdout.write(data.decode() + "\n")
-
-
-def convert(value: Any, kind: type[_T], what: str) -> _T:
-    """A daemon reply as a typed view; a reply of the wrong shape is a failure."""
-    try:
-        return msgspec.convert(value, type=kind)
-    except msgspec.ValidationError as exc:
-        raise RosterError(f"unexpected {what} from the daemon: {exc}") from None
 
 
 def read_text(words: Sequence[str], what: str) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn
 
 from .. import __version__
@@ -57,9 +56,12 @@ class _Version(argparse.Action):
         values: str | Sequence[Any] | None,
         option_string: str | None = None,
     ) -> None:
+        # Not at the top: importlib.metadata costs every other command a sixth of its start.
+        import importlib.metadata
+
         try:
-            installed = version("rosterd")
-        except PackageNotFoundError:  # imported from a source tree, not installed
+            installed = importlib.metadata.version("rosterd")
+        except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
             installed = f"{__version__} (not installed)"
         print(f"roster {installed}")
         parser.exit()

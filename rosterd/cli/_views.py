@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..daemon import TurnResult
+from ..protocol import TurnResult
 
 __all__ = ("summary_line",)
 

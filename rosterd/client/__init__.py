@@ -1,5 +1,6 @@
-"""A Python client for the rosterd socket protocol."""
+"""A typed Python client for the rosterd socket protocol (``rosterd.protocol``)."""
 
-from ._client import RosterClient, RpcError
+from .._errors import RpcError
+from ._client import OnDelta, OnNotification, RosterClient
 
-__all__ = ("RosterClient", "RpcError")
+__all__ = ("OnDelta", "OnNotification", "RosterClient", "RpcError")

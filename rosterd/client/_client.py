@@ -1,6 +1,8 @@
-"""An async JSON-RPC client for the daemon's Unix socket.
+"""An async client for the daemon's Unix socket: one typed method per RPC method.
 
-Used by the CLI and the tests; frontends in Python can use it too.
+Used by the CLI and the tests; frontends in Python can use it too. Each
+method takes the method's params and returns its result as the protocol's
+Struct; an error reply raises ``RpcError``.
 """
 
 from __future__ import annotations
@@ -8,38 +10,63 @@ from __future__ import annotations
 import itertools
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
 from anyio.abc import AsyncResource, SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from .._errors import ProtocolError, RosterError
+from .._errors import ProtocolError, RosterError, RpcError
+from ..compiler import ChannelMessage, MemoryItem
+from ..protocol import (
+    METHODS,
+    PARSE_ERROR,
+    ChannelPost,
+    Closed,
+    ContextPage,
+    DaemonStatus,
+    Delta,
+    GateFile,
+    GateList,
+    GateResolve,
+    GateState,
+    MemoryAdd,
+    MemoryList,
+    Params,
+    Reply,
+    RunDirect,
+    RunInfo,
+    RunsContext,
+    RunShown,
+    RunsList,
+    RunsShow,
+    SessionClose,
+    SessionOpen,
+    SessionOpened,
+    SessionSend,
+    StatusResult,
+    TaskGet,
+    TaskList,
+    TaskState,
+    TaskSubmit,
+    TurnResult,
+    decode_reply,
+    encode_request,
+)
 
-__all__ = ("RosterClient", "RpcError")
+__all__ = ("OnDelta", "OnNotification", "RosterClient")
 
+_T = TypeVar("_T")
+
+# Replies (a run's whole trace, say) may be longer than a request may be.
 _LINE_LIMIT = 16 << 20
 
+OnDelta = Callable[[Delta], Awaitable[None]]
 OnNotification = Callable[[str, Any], Awaitable[None]]
+_OnReply = Callable[[Reply], Awaitable[None]]
 
-
-class RpcError(RosterError):
-    """An error reply from the daemon, with its JSON-RPC code and data."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.data = data
-
-
-class _Reply(msgspec.Struct):
-    jsonrpc: str = "2.0"
-    id: int | str | None = None
-    method: str | None = None
-    params: Any = None
-    result: Any = None
-    error: dict[str, Any] | None = None
+_METHOD_OF: dict[type[Params], str] = {kind: name for name, kind in METHODS.items()}
 
 
 class RosterClient(AsyncResource):
@@ -51,7 +78,6 @@ class RosterClient(AsyncResource):
         self._path = path
         self._ids = itertools.count(1)
         self._lock = anyio.Lock()
-        self._decoder = msgspec.json.Decoder(_Reply)
 
     def __repr__(self) -> str:
         return f"RosterClient({str(self._path)!r})"
@@ -67,31 +93,92 @@ class RosterClient(AsyncResource):
             ) from None
         return cls(stream, path)
 
+    async def daemon_status(self) -> StatusResult:
+        return await self._call(DaemonStatus(), StatusResult)
+
+    async def session_open(self, worker: str, channel: str) -> SessionOpened:
+        return await self._call(SessionOpen(worker, channel), SessionOpened)
+
+    async def session_send(
+        self, session: str, text: str, sender: str = "operator", on_delta: OnDelta | None = None
+    ) -> TurnResult:
+        """One turn; the reply streams to *on_delta* before the result returns."""
+        return await self._call(SessionSend(session, text, sender), TurnResult, on_delta)
+
+    async def session_close(self, session: str) -> Closed:
+        return await self._call(SessionClose(session), Closed)
+
+    async def run_direct(
+        self, worker: str, text: str, sender: str = "operator", on_delta: OnDelta | None = None
+    ) -> TurnResult:
+        return await self._call(RunDirect(worker, text, sender), TurnResult, on_delta)
+
+    async def task_submit(self, worker: str, channel: str, text: str) -> TaskState:
+        return await self._call(TaskSubmit(worker, channel, text), TaskState)
+
+    async def task_get(self, task: str) -> TaskState:
+        return await self._call(TaskGet(task), TaskState)
+
+    async def task_list(self) -> list[TaskState]:
+        return await self._call(TaskList(), list[TaskState])
+
+    async def channel_post(self, channel: str, sender: str, text: str) -> ChannelMessage:
+        return await self._call(ChannelPost(channel, sender, text), ChannelMessage)
+
+    async def memory_add(self, worker: str, text: str, channel: str | None = None) -> MemoryItem:
+        return await self._call(MemoryAdd(worker, text, channel), MemoryItem)
+
+    async def memory_list(self, worker: str) -> list[MemoryItem]:
+        return await self._call(MemoryList(worker), list[MemoryItem])
+
+    async def gate_file(
+        self, worker: str, summary: str, channel: str | None = None, run: str | None = None
+    ) -> GateState:
+        return await self._call(GateFile(worker, summary, channel, run), GateState)
+
+    async def gate_resolve(self, gate: str, outcome: str, note: str = "") -> GateState:
+        return await self._call(GateResolve(gate, outcome, note), GateState)
+
+    async def gate_list(self, worker: str | None = None) -> list[GateState]:
+        return await self._call(GateList(worker), list[GateState])
+
+    async def runs_list(self) -> list[RunInfo]:
+        return await self._call(RunsList(), list[RunInfo])
+
+    async def runs_show(self, run: str) -> RunShown:
+        return await self._call(RunsShow(run), RunShown)
+
+    async def runs_context(
+        self, run: str, all: bool = False, after: int | None = None, limit: int | None = None
+    ) -> ContextPage:
+        """The latest turn's request, or with *all* a page of every turn's."""
+        return await self._call(RunsContext(run, all, after, limit), ContextPage)
+
     async def call(
         self,
         method: str,
         params: dict[str, Any] | None = None,
         on_notification: OnNotification | None = None,
     ) -> Any:
-        """Call *method* and return its result; notifications go to *on_notification*."""
-        request_id = next(self._ids)
-        line = msgspec.json.encode(
-            {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}
-        )
-        async with self._lock:
-            await self._send(line + b"\n")
-            while True:
-                reply = await self._read()
-                if reply.method is not None and reply.id is None:
-                    if on_notification is not None:
-                        await on_notification(reply.method, reply.params)
-                    continue
-                if reply.error is not None:
-                    error = reply.error
-                    raise RpcError(
-                        int(error.get("code", 0)), str(error.get("message", "")), error.get("data")
-                    )
-                return reply.result
+        """Untyped: any method with any params, the result as plain JSON values.
+
+        For protocol tests, and for methods of a newer daemon than this client.
+        """
+
+        async def notified(reply: Reply) -> None:
+            if on_notification is not None and reply.method is not None:
+                await on_notification(reply.method, msgspec.json.decode(reply.params))
+
+        def request(request_id: int) -> bytes:
+            envelope = {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "method": method,
+                "params": params or {},
+            }
+            return msgspec.json.encode(envelope) + b"\n"
+
+        return msgspec.json.decode(await self._exchange(request, notified))
 
     async def send_raw(self, data: bytes) -> Any:
         """Send raw bytes and return the next reply decoded (for protocol tests)."""
@@ -99,17 +186,46 @@ class RosterClient(AsyncResource):
             await self._send(data)
             return msgspec.json.decode(await self._line())
 
+    async def _call(self, params: Params, kind: type[_T], on_delta: OnDelta | None = None) -> _T:
+        method = _METHOD_OF[type(params)]
+
+        async def notified(reply: Reply) -> None:
+            if on_delta is not None and reply.method == "turn.delta":
+                await on_delta(_decode(reply.params, Delta, "turn.delta notification"))
+
+        result = await self._exchange(
+            lambda request_id: encode_request(request_id, method, params), notified
+        )
+        return _decode(result, kind, f"{method} reply")
+
+    async def _exchange(
+        self, request: Callable[[int], bytes], on_notification: _OnReply
+    ) -> msgspec.Raw:
+        """Send one request and return its undecoded result; notifications
+        that arrive before it go to *on_notification*."""
+        async with self._lock:
+            await self._send(request(next(self._ids)))
+            while True:
+                reply = await self._read()
+                if reply.method is not None and reply.id is None:
+                    await on_notification(reply)
+                    continue
+                if reply.error is not None:
+                    error = reply.error
+                    raise RpcError(error.code, error.message, error.data)
+                return reply.result
+
     async def _send(self, data: bytes) -> None:
         try:
             await self._stream.send(data)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             raise RosterError("the daemon closed the connection") from None
 
-    async def _read(self) -> _Reply:
+    async def _read(self) -> Reply:
         try:
-            return self._decoder.decode(await self._line())
+            return decode_reply(await self._line())
         except msgspec.DecodeError as exc:
-            raise ProtocolError(f"bad reply from daemon: {exc}", code=-32700) from None
+            raise ProtocolError(f"bad reply from daemon: {exc}", code=PARSE_ERROR) from None
 
     async def _line(self) -> bytes:
         try:
@@ -119,3 +235,11 @@ class RosterClient(AsyncResource):
 
     async def aclose(self) -> None:
         await self._stream.aclose()
+
+
+def _decode(raw: msgspec.Raw, kind: type[_T], what: str) -> _T:
+    """A result of the expected shape; any other is the daemon's fault, not the caller's."""
+    try:
+        return msgspec.json.decode(raw, type=kind)
+    except msgspec.ValidationError as exc:
+        raise RosterError(f"unexpected {what} from the daemon: {exc}") from None

@@ -1,33 +1,15 @@
-"""The daemon: Unix-socket JSON-RPC server, file watching and systemd glue."""
+"""The daemon: Unix-socket JSON-RPC server, file watching and systemd glue.
 
-from ._daemon import default_socket_path, run_daemon
-from ._protocol import LINE_LIMIT, METHODS
-from ._results import (
-    BlockSummary,
-    Closed,
-    Delta,
-    RunShown,
-    SessionOpened,
-    StatusResult,
-    TurnResult,
-)
+The wire format it serves is ``rosterd.protocol``.
+"""
+
+from ._daemon import run_daemon
 from ._systemd import Notifier, listen_fds, watchdog_interval
-from ._watch import OrgWatcher, describe_over_budget
+from ._watch import OrgWatcher
 
 __all__ = (
-    "LINE_LIMIT",
-    "METHODS",
-    "BlockSummary",
-    "Closed",
-    "Delta",
     "Notifier",
     "OrgWatcher",
-    "RunShown",
-    "SessionOpened",
-    "StatusResult",
-    "TurnResult",
-    "default_socket_path",
-    "describe_over_budget",
     "listen_fds",
     "run_daemon",
     "watchdog_interval",

@@ -24,7 +24,8 @@ import anyio.to_thread
 from anyio.abc import SocketListener, TaskStatus
 
 from .._errors import ConfigError
-from ..org import load_org
+from ..org import OrgSource
+from ..protocol import default_socket_path
 from ..sessions import Host, SessionManager, TaskRunner
 from ..stores import StateStores
 from ._methods import Methods
@@ -32,15 +33,9 @@ from ._server import RpcServer
 from ._systemd import Notifier, listen_fds, watchdog_interval
 from ._watch import OrgWatcher
 
-__all__ = ("default_socket_path", "run_daemon")
+__all__ = ("run_daemon",)
 
 log = logging.getLogger("rosterd.daemon")
-
-
-def default_socket_path(state: Path, environ: MutableMapping[str, str]) -> Path:
-    """``$RUNTIME_DIRECTORY/rosterd.sock`` under systemd, else ``<state>/rosterd.sock``."""
-    runtime = environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
-    return Path(runtime) / "rosterd.sock" if runtime else state / "rosterd.sock"
 
 
 async def run_daemon(
@@ -62,16 +57,16 @@ async def run_daemon(
     notifier = Notifier.from_env(environ)
     inherited = listen_fds(environ)
     watchdog_s = watchdog_interval(environ)
-    org = await anyio.to_thread.run_sync(load_org, org_dir)
+    source = await OrgSource.load(org_dir, clock)
     state, lock = await anyio.to_thread.run_sync(_lock_state, state)
     try:
         async with (
             notifier,
             StateStores(state) as stores,
-            Host(org, state, stores, environ, clock) as host,
+            Host(source, state, stores, environ, clock) as host,
         ):
             await host.runs.recover(host.clock())
-            watcher = OrgWatcher(org_dir, host)
+            watcher = OrgWatcher(source)
             sessions = SessionManager(host, refresh_org=watcher.refresh)
             try:
                 await _serve(
@@ -127,7 +122,7 @@ async def _serve(
                 if watchdog_s is not None:
                     tg.start_soon(_watchdog, notifier, watchdog_s / 2)
                 where = f"fd {inherited[0].fileno()}" if inherited else str(path)
-                log.info("ready on %s (org %s, state %s)", where, watcher.root, host.state)
+                log.info("ready on %s (org %s, state %s)", where, watcher.source.root, host.state)
                 await notifier.ready(status=f"serving on {where}")
                 task_status.started(path)
                 await _wait_for_stop(signals, watcher, stop)

@@ -9,46 +9,44 @@ from .. import __version__
 from .._errors import ConflictError, NotFoundError, ProtocolError
 from ..compiler import ChannelMessage, MemoryItem
 from ..org import Surface
+from ..protocol import (
+    INVALID_PARAMS,
+    BlockSummary,
+    ChannelPost,
+    Closed,
+    ContextPage,
+    DaemonStatus,
+    Delta,
+    GateFile,
+    GateList,
+    GateResolve,
+    GateState,
+    MemoryAdd,
+    MemoryList,
+    Params,
+    RunDirect,
+    RunsContext,
+    RunShown,
+    RunsList,
+    RunsShow,
+    SessionClose,
+    SessionOpen,
+    SessionOpened,
+    SessionSend,
+    StatusResult,
+    TaskGet,
+    TaskList,
+    TaskSubmit,
+    TurnResult,
+)
 from ..sessions import (
     CONTEXT_PAGE_TURNS,
-    ContextPage,
     Host,
     SessionManager,
     TaskRunner,
     TurnOutcome,
     context_page,
     direct_run,
-)
-from ..stores import GateState
-from ._protocol import (
-    INVALID_PARAMS,
-    ChannelPost,
-    DaemonStatus,
-    GateFile,
-    GateList,
-    GateResolve,
-    MemoryAdd,
-    MemoryList,
-    Params,
-    RunDirect,
-    RunsContext,
-    RunsList,
-    RunsShow,
-    SessionClose,
-    SessionOpen,
-    SessionSend,
-    TaskGet,
-    TaskList,
-    TaskSubmit,
-)
-from ._results import (
-    BlockSummary,
-    Closed,
-    Delta,
-    RunShown,
-    SessionOpened,
-    StatusResult,
-    TurnResult,
 )
 from ._watch import OrgWatcher
 
@@ -80,9 +78,9 @@ class Methods:
                     pid=os.getpid(),
                     sessions=len(self._sessions),
                     tasks_running=self._tasks.running,
-                    config_error=self._watcher.error,
-                    config_loaded_at=self._watcher.loaded_at,
-                    config_generation=self._watcher.generation,
+                    config_error=self._watcher.source.error,
+                    config_loaded_at=self._watcher.source.loaded_at,
+                    config_generation=self._watcher.source.generation,
                     over_budget=self._watcher.over_budget,
                 )
             case SessionOpen(worker=worker, channel=channel):

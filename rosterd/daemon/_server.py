@@ -22,8 +22,7 @@ from anyio.abc import SocketListener, SocketStream, TaskStatus
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from .._errors import RosterError
-from ._methods import Methods
-from ._protocol import (
+from ..protocol import (
     BUSY,
     FORBIDDEN,
     INTERNAL_ERROR,
@@ -37,6 +36,7 @@ from ._protocol import (
     encode_result,
     error_object,
 )
+from ._methods import Methods
 
 __all__ = ("RpcServer", "peer_credentials")
 

@@ -12,80 +12,51 @@ their own compilations fail.
 from __future__ import annotations
 
 import logging
-import os
-from pathlib import Path
 
 import anyio
 import anyio.to_thread
 from watchfiles import Change, DefaultFilter, awatch
 
-from .._errors import RosterError
 from ..compiler import OverBudget, over_budget
-from ..org import Org, identity_path, load_org, purpose_path
-from ..sessions import Host
+from ..org import OrgSource
+from ..protocol import describe_over_budget
 
-__all__ = ("OrgWatcher", "describe_over_budget")
+__all__ = ("OrgWatcher",)
 
 log = logging.getLogger("rosterd.config")
 
-_Stamps = dict[str, tuple[int, int]]
-
-
-def describe_over_budget(problem: OverBudget) -> str:
-    where = f"{problem.worker} {problem.surface}"
-    where += f" #{problem.channel}" if problem.channel is not None else ""
-    return (
-        f"{where}: block {problem.block!r} is {problem.size} characters, "
-        f"over its limit of {problem.limit}"
-    )
-
 
 class OrgWatcher:
-    """Keeps ``host.org`` the last good snapshot of the org directory."""
+    """Has *source* reload when the org's files change, and lists the scopes over budget."""
 
-    def __init__(self, root: Path, host: Host) -> None:
-        self.root = root.resolve()
-        self._host = host
-        self._stamps = self._stat(host.org)
-        self._lock = anyio.Lock()
-        self.error: str | None = None
+    def __init__(self, source: OrgSource) -> None:
+        self.source = source
         self.over_budget: tuple[OverBudget, ...] = ()
-        self.generation = 1
-        self.loaded_at = host.clock()
-        self._report(over_budget(host.org))
+        self._report(over_budget(source.current()))
 
     def __repr__(self) -> str:
-        return f"OrgWatcher({str(self.root)!r}, generation {self.generation})"
+        return f"OrgWatcher({self.source!r})"
 
     async def run(self, stop: anyio.Event) -> None:
         async for _ in awatch(
-            self.root, stop_event=stop, watch_filter=_OrgFiles(), debounce=200, step=50
+            self.source.root, stop_event=stop, watch_filter=_OrgFiles(), debounce=200, step=50
         ):
             await self.reload()
 
     async def refresh(self) -> None:
         """Reload now if any watched file changed since the last load."""
-        if await anyio.to_thread.run_sync(self._stat, self._host.org) != self._stamps:
+        if await self.source.changed():
             await self.reload()
 
     async def reload(self) -> None:
-        async with self._lock:
-            try:
-                org = await anyio.to_thread.run_sync(load_org, self.root)
-            except RosterError as exc:
-                if str(exc) != self.error:
-                    log.error("org edit rejected, keeping the last good config: %s", exc)
-                self.error = str(exc)
-                self._stamps = await anyio.to_thread.run_sync(self._stat, self._host.org)
-                return
-            self._host.org = org
-            self._stamps = await anyio.to_thread.run_sync(self._stat, org)
-            self.error = None
-            self.generation += 1
-            self.loaded_at = self._host.clock()
-            log.info("org reloaded (generation %d)", self.generation)
-            # A dry run of every scope: off the loop, as loading the files is.
-            self._report(await anyio.to_thread.run_sync(over_budget, org))
+        org = await self.source.reload()
+        if org is None:
+            return
+        # A dry run of every scope: off the loop, as loading the files is.
+        problems = await anyio.to_thread.run_sync(over_budget, org)
+        # A reload that started later may have finished first: report only what is in force.
+        if org is self.source.current():
+            self._report(problems)
 
     def _report(self, problems: tuple[OverBudget, ...]) -> None:
         """Log each scope over budget once, when it first shows up."""
@@ -96,19 +67,6 @@ class OrgWatcher:
                     describe_over_budget(problem),
                 )
         self.over_budget = problems
-
-    def _stat(self, org: Org) -> _Stamps:
-        paths = [self.root / "org.toml"]
-        paths += [identity_path(self.root, w) for w in org.workers]
-        paths += [purpose_path(self.root, c) for c in org.channels]
-        stamps: _Stamps = {}
-        for path in paths:
-            try:
-                info = os.stat(path)
-            except OSError:
-                continue
-            stamps[str(path)] = (info.st_mtime_ns, info.st_size)
-        return stamps
 
 
 class _OrgFiles(DefaultFilter):

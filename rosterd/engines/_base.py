@@ -7,23 +7,14 @@ last message is the new user turn; an engine never rebuilds or reorders it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Literal, Protocol
+from typing import Protocol
 
 import msgspec
 
 from ..compiler import SystemPrompt, ToolCall
+from ..protocol import ChatMessage, Usage
 
 __all__ = ("ChatMessage", "DeltaSink", "Engine", "EngineReply", "EngineRequest", "Usage")
-
-
-class ChatMessage(msgspec.Struct, frozen=True, omit_defaults=True):
-    """A message of the transcript. An assistant message may carry the tool
-    calls it made; a ``tool`` message is the result of the call ``call``."""
-
-    role: Literal["user", "assistant", "tool"]
-    content: str
-    calls: tuple[ToolCall, ...] = ()
-    call: str | None = None
 
 
 class EngineRequest(msgspec.Struct, frozen=True):
@@ -32,16 +23,6 @@ class EngineRequest(msgspec.Struct, frozen=True):
 
     system: SystemPrompt
     messages: Sequence[ChatMessage]
-
-
-class Usage(msgspec.Struct, frozen=True):
-    """Token counts as the provider reports them; ``input_tokens`` includes
-    the cached ones, so ``input_tokens - cached_input_tokens`` were fresh."""
-
-    input_tokens: int = 0
-    cached_input_tokens: int = 0
-    cache_write_tokens: int = 0
-    output_tokens: int = 0
 
 
 class EngineReply(msgspec.Struct, frozen=True):

@@ -15,6 +15,7 @@ from ._config import (
 )
 from ._load import identity_path, load_org, purpose_path
 from ._org import Org, RunScope, Surface
+from ._source import OrgSource
 
 __all__ = (
     "FILE_GATE",
@@ -28,6 +29,7 @@ __all__ = (
     "EngineOverlay",
     "GatewayConfig",
     "Org",
+    "OrgSource",
     "RunScope",
     "Surface",
     "WorkerConfig",

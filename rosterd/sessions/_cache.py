@@ -11,27 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
-
-import msgspec
 
 from .._ids import check_id
 from ..compiler import BoundaryCheck, PrefixState
-from ..engines import Usage
+from ..protocol import CacheCheck, Usage, Verdict
 from ..stores import read_document, write_document
 
 __all__ = ("CacheCheck", "PrefixRegistry", "Verdict", "judge_cache")
-
-Verdict = Literal["hit", "cold", "prefix-changed", "provider-miss", "below-minimum", "unmeasured"]
-
-
-class CacheCheck(msgspec.Struct, frozen=True):
-    """Per turn: expected and reported reuse, and why they differ."""
-
-    expected_tokens: int
-    reported_tokens: int
-    verdict: Verdict
-    cause: str | None = None
 
 
 def judge_cache(

@@ -46,7 +46,7 @@ from ..engines import (
     Usage,
     open_engine,
 )
-from ..org import EngineConfig, Org
+from ..org import EngineConfig, Org, OrgSource
 from ..stores import StateStores
 from ._cache import PrefixRegistry, judge_cache
 from ._calls import answer_calls
@@ -72,21 +72,17 @@ class TurnOutcome(msgspec.Struct, frozen=True):
 
 
 class Host(AsyncResource):
-    """Org snapshot, stores, runs and engines of one daemon.
-
-    ``org`` is the last good configuration; the watcher replaces it, and
-    only new sessions and runs see the replacement.
-    """
+    """Org source, stores, runs and engines of one daemon."""
 
     def __init__(
         self,
-        org: Org,
+        org_source: OrgSource,
         state: Path,
         stores: StateStores,
         env: Mapping[str, str],
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.org = org
+        self.org_source = org_source
         self.state = state
         self.stores = stores
         self.runs = RunStore(state)
@@ -100,6 +96,11 @@ class Host(AsyncResource):
 
     def __repr__(self) -> str:
         return f"Host({str(self.state)!r}, {len(self._engines)} engines)"
+
+    @property
+    def org(self) -> Org:
+        """The last good configuration; only new sessions and runs see a reload."""
+        return self.org_source.current()
 
     @property
     def calls_in_flight(self) -> int:

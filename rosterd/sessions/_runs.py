@@ -15,18 +15,16 @@ import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
 
 import aiofiles.os
 import msgspec
 
 from .._errors import ConflictError, NotFoundError
 from .._ids import check_id
-from ..compiler import ContextRecord, SystemPrompt, ToolCall
-from ..engines import ChatMessage, Usage
+from ..compiler import ContextRecord, SystemPrompt
 from ..org import EngineConfig, Surface
+from ..protocol import ChatMessage, ContextPage, RunInfo, RunStatus, TranscriptEntry, TurnRequest
 from ..stores import JsonlLog, read_document, read_log, repair_tail, write_document
-from ._cache import CacheCheck
 
 __all__ = (
     "CONTEXT_PAGE_CHARS",
@@ -45,45 +43,6 @@ __all__ = (
 )
 
 log = logging.getLogger("rosterd.sessions")
-
-RunStatus = Literal["open", "closed", "expired", "rolled-over", "done", "failed", "interrupted"]
-
-
-class RunInfo(msgspec.Struct, frozen=True):
-    id: str
-    surface: str
-    worker: str
-    channel: str | None
-    created_at: float
-    status: RunStatus = "open"
-    task: str | None = None
-    ended_at: float | None = None
-    error: str | None = None
-    # A session that reached its bound continues in a new one: both name the other.
-    rolled_from: str | None = None
-    rolled_to: str | None = None
-    rollover: str | None = None
-
-
-class TranscriptEntry(msgspec.Struct, frozen=True):
-    """``user`` entries hold the compiled input text exactly as sent.
-
-    A turn's engine calls are its steps: the user entry is sent at step 1;
-    an assistant entry of step *s* may hold tool ``calls``, whose ``tool``
-    entries (``call`` names the one each answers) are sent at step *s* + 1.
-    """
-
-    turn: int
-    role: Literal["user", "assistant", "error", "tool"]
-    content: str
-    at: float
-    usage: Usage | None = None
-    cache: CacheCheck | None = None
-    # A session's user turns: the channel seq its input has seen up to.
-    seen: int | None = None
-    step: int = 1
-    calls: tuple[ToolCall, ...] = ()
-    call: str | None = None
 
 
 class SessionState(msgspec.Struct, frozen=True):
@@ -147,30 +106,11 @@ _SENT_AT_STEP = frozenset({"user", "tool"})
 _SYSTEM_BLOCKS = frozenset({"identity", "policy", "connections", "purpose", "scope"})
 
 
-class TurnRequest(msgspec.Struct, frozen=True):
-    """The exact request of one turn's step: tool definitions (one canonical
-    JSON line each), system text and messages, as sent."""
-
-    turn: int
-    system: str
-    messages: list[ChatMessage]
-    step: int = 1
-    tools: str = ""
-
-
 # A runs.context page holds whole turns, as many as fit in this many characters
 # of prompt text (at least one): following every page costs memory of one page,
 # while a session's turns together are quadratic in its length.
 CONTEXT_PAGE_CHARS = 1 << 20
 CONTEXT_PAGE_TURNS = 100
-
-
-class ContextPage(msgspec.Struct, frozen=True):
-    """Requests of consecutive turns, each step of a turn its own request;
-    ``next`` is the ``after`` of the next page."""
-
-    turns: list[TurnRequest]
-    next: int | None = None
 
 
 def context_page(

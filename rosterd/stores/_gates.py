@@ -3,40 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 import msgspec
 
 from .._errors import ConflictError, NotFoundError
-from ..compiler import Gate, GateIndex, GateView
+from ..compiler import GateIndex, GateView
+from ..protocol import GateState
 from ._files import StateTable
 
 __all__ = ("GateState", "GateStore")
-
-
-class GateState(msgspec.Struct, frozen=True):
-    id: str
-    worker: str
-    summary: str
-    filed_at: float
-    channel: str | None = None
-    run: str | None = None
-    status: Literal["open", "resolved"] = "open"
-    outcome: str | None = None
-    note: str = ""
-    resolved_at: float | None = None
-
-    def as_gate(self) -> Gate:
-        return Gate(
-            id=self.id,
-            worker=self.worker,
-            summary=self.summary,
-            filed_at=self.filed_at,
-            channel=self.channel,
-            run=self.run,
-            outcome=self.outcome,
-            note=self.note,
-        )
 
 
 class GateStore:

@@ -3,33 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
-
-import msgspec
 
 from .._errors import NotFoundError
-from ..compiler import Continuation
+from ..protocol import TaskState, TaskStatus
 from ._files import StateTable
 
 __all__ = ("TaskState", "TaskStatus", "TaskStore")
-
-TaskStatus = Literal["queued", "running", "paused", "done", "failed"]
-
-
-class TaskState(msgspec.Struct, frozen=True):
-    """A task; ``runs`` lists its run ids, a continuation run after each gate."""
-
-    id: str
-    worker: str
-    channel: str
-    text: str
-    submitted_at: float
-    status: TaskStatus = "queued"
-    runs: tuple[str, ...] = ()
-    reply: str | None = None
-    error: str | None = None
-    continuation: Continuation | None = None
-    updated_at: float = 0.0
 
 
 class TaskStore:

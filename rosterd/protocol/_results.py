@@ -1,7 +1,9 @@
-"""The daemon's replies: result and notification shapes of the socket protocol.
+"""Result and notification shapes of the methods that have their own.
 
-Clients decode with these too; msgspec ignores fields it does not know, so
-an older client keeps working with a daemon that adds fields.
+The other methods reply with a record (``_records``) or a compiler input
+(a memory item, a channel message) as it is. Clients decode with these
+too; msgspec ignores fields it does not know, so an older client keeps
+working with a daemon that adds fields.
 """
 
 from __future__ import annotations
@@ -9,8 +11,7 @@ from __future__ import annotations
 import msgspec
 
 from ..compiler import ContextRecord, OverBudget
-from ..engines import Usage
-from ..sessions import RunInfo, TranscriptEntry
+from ._records import RunInfo, TranscriptEntry, Usage
 
 __all__ = (
     "BlockSummary",
@@ -20,6 +21,7 @@ __all__ = (
     "SessionOpened",
     "StatusResult",
     "TurnResult",
+    "describe_over_budget",
 )
 
 
@@ -65,6 +67,16 @@ class StatusResult(msgspec.Struct, frozen=True):
     config_generation: int
     # Scopes whose compilations fail (1001) until their files are fixed.
     over_budget: tuple[OverBudget, ...] = ()
+
+
+def describe_over_budget(problem: OverBudget) -> str:
+    """One ``over_budget`` entry as the daemon logs it and ``roster status`` prints it."""
+    where = f"{problem.worker} {problem.surface}"
+    where += f" #{problem.channel}" if problem.channel is not None else ""
+    return (
+        f"{where}: block {problem.block!r} is {problem.size} characters, "
+        f"over its limit of {problem.limit}"
+    )
 
 
 class RunShown(msgspec.Struct, frozen=True):

@@ -1,0 +1,140 @@
+"""Running a parsed command line. Exit codes: 0 ok, 1 failure, 2 usage.
+
+Errors go to stderr as one line; a user mistake (unknown run, daemon down,
+bad org) never shows a traceback. The client commands need only the
+protocol and the client; a command that needs more (the daemon, the
+compiler over an org, the run store) imports it when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+import anyio
+import msgspec
+
+from .._errors import InvalidIdError, RosterError, RpcError
+from ..protocol import INVALID_PARAMS, default_socket_path
+from ._calls import COMMANDS
+from ._chat import chat, describe_rpc_error
+from ._output import UsageError
+
+__all__ = ("run",)
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
+def _socket(args: argparse.Namespace) -> Path:
+    if args.socket:
+        return Path(args.socket)
+    if (env := _env_path("ROSTER_SOCKET")) is not None:
+        return env
+    state = _env_path("ROSTER_STATE") or Path(".state")
+    return default_socket_path(state, os.environ)
+
+
+def _state(args: argparse.Namespace) -> Path:
+    state = Path(args.state) if args.state else _env_path("ROSTER_STATE")
+    if state is None:
+        raise UsageError("no state directory: pass --state DIR or set ROSTER_STATE")
+    return state
+
+
+def _org(args: argparse.Namespace) -> Path:
+    org = Path(args.org) if args.org else _env_path("ROSTER_ORG")
+    if org is None:
+        raise UsageError("no org directory: pass --org DIR or set ROSTER_ORG")
+    return org
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _dispatch(args)
+    except UsageError as exc:
+        print(f"roster: {exc}", file=sys.stderr)
+        return 2
+    except RpcError as exc:
+        print(f"roster: {describe_rpc_error(exc)}", file=sys.stderr)
+        return 2 if exc.code == INVALID_PARAMS else 1
+    except InvalidIdError as exc:
+        print(f"roster: {exc}", file=sys.stderr)
+        return 2
+    except RosterError as exc:
+        print(f"roster: {exc}", file=sys.stderr)
+        return 1
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        # Only a state file edited or damaged by hand gets here.
+        print(f"roster: unreadable state file: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader (``| head``) left; not an error of ours.
+        # As the Python docs advise, so the exit-time flush does not fail too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as exc:
+        print(f"roster: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 1
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    handler: str = args.handler
+    if handler in COMMANDS:
+        return anyio.run(COMMANDS[handler], args, _socket(args))
+    match handler:
+        case "serve":
+            return _serve(args)
+        case "chat":
+            return anyio.run(chat, _socket(args), args.worker, args.channel, args.sender, args.wait)
+        case "check":
+            return _check(args)
+        case "runs list" | "runs show" | "runs context" | "stats cache":
+            return _server(args)
+    raise AssertionError(f"no handler for {handler!r}")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    if not args.org or not args.state:
+        raise UsageError("serve needs --org and --state (or ROSTER_ORG and ROSTER_STATE)")
+    logging.basicConfig(
+        level=args.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # The daemon (engines, httpx, watchfiles) loads for this command only.
+    from ..daemon import run_daemon
+
+    socket_path = Path(args.socket) if args.socket else _env_path("ROSTER_SOCKET")
+    anyio.run(run_daemon, Path(args.org), Path(args.state), socket_path, os.environ)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    # The org loader and the whole compiler, for this command only.
+    from ._check import check
+
+    return check(_org(args), args.json)
+
+
+def _server(args: argparse.Namespace) -> int:
+    # The run store (sessions, aiofiles), for the commands that read the state directly.
+    from ._runs import runs_context, runs_list, runs_show
+    from ._stats import stats_cache
+
+    state = _state(args)
+    match args.handler:
+        case "runs list":
+            return anyio.run(runs_list, state, args.json)
+        case "runs show":
+            return anyio.run(runs_show, state, args.run, args.json)
+        case "runs context":
+            return anyio.run(runs_context, state, args.run, args.all, args.json)
+    return anyio.run(stats_cache, state, args.worker, args.channel, args.json)

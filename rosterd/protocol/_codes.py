@@ -1,0 +1,102 @@
+"""Error codes: every error a client can cause, as a JSON-RPC error object.
+
+Our errors map to their code here, in one place; the daemon sends the
+object, a client raises it as ``RpcError`` with the same code and data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from .._errors import (
+    CompileError,
+    ConfigError,
+    ConflictError,
+    EngineError,
+    InvalidIdError,
+    NotFoundError,
+    ProtocolError,
+    RosterError,
+    SessionError,
+    ShutdownError,
+    StorageError,
+)
+
+__all__ = (
+    "BUSY",
+    "COMPILE_FAILED",
+    "CONFIG_ERROR",
+    "CONFLICT",
+    "ENGINE_FAILED",
+    "FORBIDDEN",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "NOT_FOUND",
+    "PARSE_ERROR",
+    "SESSION_ERROR",
+    "SHUTTING_DOWN",
+    "STORAGE_FAILED",
+    "ErrorObject",
+    "error_object",
+)
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+COMPILE_FAILED = 1001
+ENGINE_FAILED = 1002
+NOT_FOUND = 1003
+SESSION_ERROR = 1004
+CONFIG_ERROR = 1005
+FORBIDDEN = 1006
+BUSY = 1007
+STORAGE_FAILED = 1008
+CONFLICT = 1009
+SHUTTING_DOWN = 1010
+
+
+class ErrorObject(msgspec.Struct, omit_defaults=True):
+    code: int
+    message: str
+    data: Any = None
+
+
+def error_object(exc: RosterError) -> ErrorObject:
+    """The JSON-RPC error for one of our errors; no traceback, no secrets."""
+    match exc:
+        case CompileError():
+            run = exc.record.run if exc.record is not None else None
+            data = {"run": run, "block": exc.block, "size": exc.size, "limit": exc.limit}
+            return ErrorObject(COMPILE_FAILED, str(exc), data)
+        case EngineError():
+            data = {
+                "provider": exc.provider,
+                "status": exc.status,
+                "retryable": exc.retryable,
+                "context_exceeded": exc.context_exceeded,
+            }
+            return ErrorObject(ENGINE_FAILED, str(exc), data)
+        case NotFoundError():
+            return ErrorObject(NOT_FOUND, str(exc), {"kind": exc.kind, "name": exc.name})
+        case InvalidIdError():
+            return ErrorObject(INVALID_PARAMS, str(exc), {"kind": exc.kind, "value": exc.value})
+        case SessionError():
+            return ErrorObject(SESSION_ERROR, str(exc))
+        case ConfigError():
+            return ErrorObject(CONFIG_ERROR, str(exc), {"path": exc.path, "key": exc.key})
+        case ShutdownError():
+            return ErrorObject(SHUTTING_DOWN, str(exc))
+        case StorageError():
+            return ErrorObject(STORAGE_FAILED, str(exc), {"op": exc.op, "errno": exc.errno})
+        case ConflictError():
+            return ErrorObject(CONFLICT, str(exc))
+        case ProtocolError():
+            return ErrorObject(exc.code, str(exc))
+    # Every error raised on purpose has a class above; one without is a bug.
+    return ErrorObject(INTERNAL_ERROR, f"internal error: {exc}")

@@ -1,0 +1,164 @@
+"""The records the daemon keeps and serves as they are: runs, transcripts,
+tasks, gates, usage and the exact requests an engine received.
+
+The daemon writes them to the state directory and sends them in replies,
+so the files and the wire share one shape.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from ..compiler import Continuation, Gate, ToolCall
+
+__all__ = (
+    "CacheCheck",
+    "ChatMessage",
+    "ContextPage",
+    "GateState",
+    "RunInfo",
+    "RunStatus",
+    "TaskState",
+    "TaskStatus",
+    "TranscriptEntry",
+    "TurnRequest",
+    "Usage",
+    "Verdict",
+)
+
+
+class ChatMessage(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A message of the transcript. An assistant message may carry the tool
+    calls it made; a ``tool`` message is the result of the call ``call``."""
+
+    role: Literal["user", "assistant", "tool"]
+    content: str
+    calls: tuple[ToolCall, ...] = ()
+    call: str | None = None
+
+
+class Usage(msgspec.Struct, frozen=True):
+    """Token counts as the provider reports them; ``input_tokens`` includes
+    the cached ones, so ``input_tokens - cached_input_tokens`` were fresh."""
+
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+
+
+Verdict = Literal["hit", "cold", "prefix-changed", "provider-miss", "below-minimum", "unmeasured"]
+
+
+class CacheCheck(msgspec.Struct, frozen=True):
+    """Per turn: expected and reported reuse, and why they differ."""
+
+    expected_tokens: int
+    reported_tokens: int
+    verdict: Verdict
+    cause: str | None = None
+
+
+RunStatus = Literal["open", "closed", "expired", "rolled-over", "done", "failed", "interrupted"]
+
+
+class RunInfo(msgspec.Struct, frozen=True):
+    id: str
+    surface: str
+    worker: str
+    channel: str | None
+    created_at: float
+    status: RunStatus = "open"
+    task: str | None = None
+    ended_at: float | None = None
+    error: str | None = None
+    # A session that reached its bound continues in a new one: both name the other.
+    rolled_from: str | None = None
+    rolled_to: str | None = None
+    rollover: str | None = None
+
+
+class TranscriptEntry(msgspec.Struct, frozen=True):
+    """``user`` entries hold the compiled input text exactly as sent.
+
+    A turn's engine calls are its steps: the user entry is sent at step 1;
+    an assistant entry of step *s* may hold tool ``calls``, whose ``tool``
+    entries (``call`` names the one each answers) are sent at step *s* + 1.
+    """
+
+    turn: int
+    role: Literal["user", "assistant", "error", "tool"]
+    content: str
+    at: float
+    usage: Usage | None = None
+    cache: CacheCheck | None = None
+    # A session's user turns: the channel seq its input has seen up to.
+    seen: int | None = None
+    step: int = 1
+    calls: tuple[ToolCall, ...] = ()
+    call: str | None = None
+
+
+class TurnRequest(msgspec.Struct, frozen=True):
+    """The exact request of one turn's step: tool definitions (one canonical
+    JSON line each), system text and messages, as sent."""
+
+    turn: int
+    system: str
+    messages: list[ChatMessage]
+    step: int = 1
+    tools: str = ""
+
+
+class ContextPage(msgspec.Struct, frozen=True):
+    """Requests of consecutive turns, each step of a turn its own request;
+    ``next`` is the ``after`` of the next page."""
+
+    turns: list[TurnRequest]
+    next: int | None = None
+
+
+TaskStatus = Literal["queued", "running", "paused", "done", "failed"]
+
+
+class TaskState(msgspec.Struct, frozen=True):
+    """A task; ``runs`` lists its run ids, a continuation run after each gate."""
+
+    id: str
+    worker: str
+    channel: str
+    text: str
+    submitted_at: float
+    status: TaskStatus = "queued"
+    runs: tuple[str, ...] = ()
+    reply: str | None = None
+    error: str | None = None
+    continuation: Continuation | None = None
+    updated_at: float = 0.0
+
+
+class GateState(msgspec.Struct, frozen=True):
+    id: str
+    worker: str
+    summary: str
+    filed_at: float
+    channel: str | None = None
+    run: str | None = None
+    status: Literal["open", "resolved"] = "open"
+    outcome: str | None = None
+    note: str = ""
+    resolved_at: float | None = None
+
+    def as_gate(self) -> Gate:
+        return Gate(
+            id=self.id,
+            worker=self.worker,
+            summary=self.summary,
+            filed_at=self.filed_at,
+            channel=self.channel,
+            run=self.run,
+            outcome=self.outcome,
+            note=self.note,
+        )

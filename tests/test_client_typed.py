@@ -1,0 +1,98 @@
+"""The typed client: one method per socket method, each returning the
+protocol's Struct, against a daemon on the example org (echo engine)."""
+
+from __future__ import annotations
+
+import pytest
+from harness import InProcessDaemon
+
+from rosterd.client import RosterClient, RpcError
+from rosterd.compiler import ChannelMessage, MemoryItem
+from rosterd.protocol import (
+    METHODS,
+    NOT_FOUND,
+    SESSION_ERROR,
+    Closed,
+    ContextPage,
+    Delta,
+    GateState,
+    RunInfo,
+    RunShown,
+    SessionOpened,
+    StatusResult,
+    TaskState,
+    TurnResult,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def test_every_method_of_the_protocol_is_a_method_of_the_client() -> None:
+    missing = [m for m in METHODS if not callable(getattr(RosterClient, m.replace(".", "_"), None))]
+    assert missing == []
+
+
+async def test_a_session_from_open_to_close(served: InProcessDaemon) -> None:
+    deltas: list[Delta] = []
+
+    async def on_delta(delta: Delta) -> None:
+        deltas.append(delta)
+
+    async with await served.client() as client:
+        status = await client.daemon_status()
+        assert isinstance(status, StatusResult) and status.config_generation == 1
+        opened = await client.session_open("ada", "general")
+        assert isinstance(opened, SessionOpened) and opened.turns == 0
+        turn = await client.session_send(opened.session, "is 1.4 green?", "bob", on_delta)
+        assert isinstance(turn, TurnResult)
+        assert (turn.run, turn.turn) == (opened.session, 1)
+        assert "You said: is 1.4 green?" in turn.text
+        assert "".join(d.text for d in deltas) == turn.text
+        assert {d.run for d in deltas} == {opened.session}
+        assert "message" in [b.block for b in turn.blocks]
+
+        shown = await client.runs_show(opened.session)
+        assert isinstance(shown, RunShown) and shown.info.worker == "ada"
+        assert [e.role for e in shown.transcript] == ["user", "assistant"]
+        assert [r.kind for r in shown.records] == ["system", "turn"]
+        page = await client.runs_context(opened.session)
+        assert isinstance(page, ContextPage)
+        assert [m.role for m in page.turns[0].messages] == ["user"]
+        every = await client.runs_context(opened.session, all=True, limit=1)
+        assert [r.turn for r in every.turns] == [1] and every.next is None
+        runs = await client.runs_list()
+        assert [r.id for r in runs] == [opened.session] and isinstance(runs[0], RunInfo)
+
+        assert await client.session_close(opened.session) == Closed(closed=opened.session)
+        with pytest.raises(RpcError) as ended:
+            await client.session_send(opened.session, "still there?")
+        assert ended.value.code == SESSION_ERROR
+
+
+async def test_direct_runs_tasks_memory_gates_and_channels(served: InProcessDaemon) -> None:
+    async with await served.client() as client:
+        direct = await client.run_direct("grace", "hello")
+        assert isinstance(direct, TurnResult) and direct.run.startswith("d-")
+
+        task = await client.task_submit("ada", "general", "write the notes")
+        assert isinstance(task, TaskState) and task.worker == "ada"
+        assert (await client.task_get(task.id)).id == task.id
+        assert [t.id for t in await client.task_list()] == [task.id]
+
+        note = await client.memory_add("ada", "the build is green", channel="general")
+        assert isinstance(note, MemoryItem) and note.channel == "general"
+        assert await client.memory_list("ada") == [note]
+
+        gate = await client.gate_file("ada", "ship 1.4?")
+        assert isinstance(gate, GateState) and gate.status == "open" and gate.channel is None
+        resolved = await client.gate_resolve(gate.id, "yes", note="go")
+        assert (resolved.status, resolved.outcome, resolved.note) == ("resolved", "yes", "go")
+        assert await client.gate_list(worker="grace") == []
+        assert [g.id for g in await client.gate_list()] == [gate.id]
+
+        posted = await client.channel_post("general", "alice", "lunch at noon")
+        assert isinstance(posted, ChannelMessage) and posted.sender == "alice"
+
+        with pytest.raises(RpcError) as unknown:
+            await client.runs_show("s-nothing")
+        assert unknown.value.code == NOT_FOUND

@@ -1,0 +1,80 @@
+"""``OrgSource``: the org in force, swapped whole on reload, kept on a broken edit."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from harness import ManualClock, copy_org
+
+from rosterd import ConfigError
+from rosterd.org import OrgSource
+
+pytestmark = pytest.mark.anyio
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+async def test_a_reload_swaps_in_a_new_snapshot_and_leaves_the_old_one_as_it_was(
+    tmp_path: Path,
+) -> None:
+    clock = ManualClock()
+    org_dir = copy_org(tmp_path / "org")
+    source = await OrgSource.load(org_dir, clock)
+    before = source.current()
+    assert (source.generation, source.loaded_at, source.error) == (1, clock(), None)
+    assert not await source.changed()
+
+    _edit(org_dir / "org.toml", "total = 48000", "total = 40000")
+    clock.advance(5)
+    assert await source.changed()
+    after = await source.reload()
+
+    assert after is not None and after is source.current()
+    assert after.context.total == 40000
+    assert before.context.total == 48000  # a session holding the old one keeps it
+    assert (source.generation, source.loaded_at) == (2, clock())
+    assert not await source.changed()
+
+
+async def test_a_broken_edit_keeps_the_snapshot_in_force_and_says_why_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    org_dir = copy_org(tmp_path / "org")
+    source = await OrgSource.load(org_dir)
+    good = source.current()
+    _edit(org_dir / "org.toml", "[workers.grace]", "[workers.grace")
+
+    with caplog.at_level(logging.ERROR, logger="rosterd.config"):
+        assert await source.reload() is None
+        assert await source.reload() is None
+    assert source.current() is good
+    assert source.generation == 1
+    assert source.error is not None and "org.toml" in source.error
+    assert len([r for r in caplog.records if "org edit rejected" in r.message]) == 1
+    # The broken files were read: until they change again there is nothing to reload.
+    assert not await source.changed()
+
+    _edit(org_dir / "org.toml", "[workers.grace", "[workers.grace]")
+    assert await source.changed()
+    assert await source.reload() is not None
+    assert source.error is None
+    assert source.generation == 2
+
+
+async def test_an_identity_edit_is_a_change(tmp_path: Path) -> None:
+    org_dir = copy_org(tmp_path / "org")
+    source = await OrgSource.load(org_dir)
+    identity = next((org_dir / "workers").glob("*/identity.md"))
+    identity.write_text(identity.read_text() + "\nOne more line, and a longer file.\n")
+    assert await source.changed()
+
+
+async def test_an_org_that_does_not_load_has_no_source(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        await OrgSource.load(tmp_path / "missing")
