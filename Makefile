@@ -33,7 +33,7 @@ test: $(STAMP)
 	$(BIN)/ruff check rosterd tests bench examples
 	$(BIN)/ruff format --check rosterd tests bench examples
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist worksteal
 
 bench: $(STAMP)
 	$(BIN)/python bench/compile.py

@@ -198,14 +198,14 @@ async def run(seconds: float, rate: float, max_requests: int, steady: bool) -> i
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--minutes", type=float, default=10.0, help="duration (default 10)")
-    parser.add_argument("--quick", action="store_true", help="20 seconds, for tests")
+    parser.add_argument("--quick", action="store_true", help="10 seconds, for tests")
     parser.add_argument("--rate", type=float, default=40.0, help="requests per second, all clients")
     parser.add_argument("--max-requests", type=int, help="request budget (default: rate x time)")
     parser.add_argument(
         "--steady", action="store_true", help="turns and reads only: stored state stays bounded"
     )
     args = parser.parse_args(argv)
-    seconds = 20.0 if args.quick else args.minutes * 60
+    seconds = 10.0 if args.quick else args.minutes * 60
     budget = args.max_requests or int(args.rate * seconds)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     return anyio.run(run, seconds, args.rate, budget, args.steady)

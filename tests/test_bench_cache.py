@@ -18,6 +18,8 @@ import pytest
 from harness import REPO, run_bench
 from simulator import Simulator, Status
 
+pytestmark = pytest.mark.bench
+
 CARRIERS = ("rosterd", "naive_a", "naive_b")
 
 

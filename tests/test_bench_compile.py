@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from harness import run_bench
+
+pytestmark = pytest.mark.bench
 
 
 def test_bench_compile_quick_prints_its_ratios() -> None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import re
 
+import pytest
 from harness import run_bench
+
+pytestmark = pytest.mark.bench
 
 
 def test_bench_limits_quick_reports_memory_and_idle_connections() -> None:

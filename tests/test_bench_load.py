@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from harness import run_bench
+
+pytestmark = pytest.mark.bench
 
 
 def test_bench_load_quick_reports_throughput_latency_and_memory() -> None:

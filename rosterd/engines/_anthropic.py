@@ -26,7 +26,7 @@ import msgspec
 from ..compiler import SystemPrompt, ToolCall, ToolSpec
 from ..org import EngineConfig
 from ._base import ChatMessage, DeltaSink, EngineReply, EngineRequest, Usage
-from ._http import Backoff, ProviderHttp, ServerSentEvent
+from ._http import Backoff, HttpEngine, ProviderHttp, ServerSentEvent
 
 __all__ = ("ANTHROPIC_VERSION", "DEFAULT_ANTHROPIC_URL", "MAX_BREAKPOINTS", "AnthropicEngine")
 
@@ -151,15 +151,15 @@ def system_blocks(system: SystemPrompt, breakpoints: int) -> list[_TextBlock]:
     return blocks
 
 
-class AnthropicEngine:
+class AnthropicEngine(HttpEngine):
     """Streams from ``{base_url}/v1/messages``."""
 
     kind = "anthropic"
+    path = "/v1/messages"
 
     def __init__(
         self, config: EngineConfig, *, api_key: str | None, backoff: Backoff | None = None
     ) -> None:
-        self._config = config
         headers = {
             "accept": "text/event-stream",
             "content-type": "application/json",
@@ -167,21 +167,15 @@ class AnthropicEngine:
         }
         if api_key:
             headers["x-api-key"] = api_key
-        self._http = ProviderHttp(
-            provider="anthropic",
+        super().__init__(
+            config,
             base_url=config.base_url or DEFAULT_ANTHROPIC_URL,
             headers=headers,
-            timeout_s=config.timeout_s,
-            max_retries=config.max_retries,
-            secret=api_key,
-            backoff=backoff or Backoff(),
+            api_key=api_key,
+            backoff=backoff,
         )
 
-    def __repr__(self) -> str:
-        return f"AnthropicEngine(model={self._config.model!r}, http={self._http!r})"
-
     def body(self, request: EngineRequest) -> bytes:
-        """The exact bytes ``complete`` posts for *request*."""
         # Every message is a block list, marked or not, so a turn's bytes differ
         # from the previous request's only by where the last marker sits.
         messages = _messages(request.messages)
@@ -201,13 +195,8 @@ class AnthropicEngine:
         )
         return _encode(chat)
 
-    async def complete(self, request: EngineRequest, on_delta: DeltaSink) -> EngineReply:
-        stream = _Stream(self._http, on_delta)
-        await self._http.stream_events("/v1/messages", self.body(request), stream.feed)
-        return stream.reply()
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
+    def parser(self, on_delta: DeltaSink) -> _Stream:
+        return _Stream(self._http, on_delta)
 
 
 def _messages(transcript: Sequence[ChatMessage]) -> list[_Message]:

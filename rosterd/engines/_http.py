@@ -17,6 +17,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from typing import ClassVar, Protocol
 
 import anyio
 import httpx
@@ -24,8 +25,10 @@ import msgspec
 from httpx_sse import EventSource, ServerSentEvent
 
 from .._errors import EngineError
+from ..org import EngineConfig
+from ._base import DeltaSink, EngineReply, EngineRequest
 
-__all__ = ("Backoff", "ProviderHttp", "ServerSentEvent")
+__all__ = ("Backoff", "HttpEngine", "ProviderHttp", "ServerSentEvent", "StreamParser")
 
 logger = logging.getLogger("rosterd.engines")
 
@@ -269,3 +272,57 @@ def _retry_after(headers: httpx.Headers) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+class StreamParser(Protocol):
+    """The state of one streamed reply, fed one event at a time."""
+
+    async def feed(self, event: ServerSentEvent) -> None: ...
+
+    def reply(self) -> EngineReply: ...
+
+
+class HttpEngine:
+    """What the provider engines share: a ``ProviderHttp`` for their endpoint,
+    whose events one parser per reply turns into an ``EngineReply``."""
+
+    kind: str
+    path: ClassVar[str]
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        *,
+        base_url: str,
+        headers: Mapping[str, str],
+        api_key: str | None,
+        backoff: Backoff | None,
+    ) -> None:
+        self._config = config
+        self._http = ProviderHttp(
+            provider=self.kind,
+            base_url=base_url,
+            headers=headers,
+            timeout_s=config.timeout_s,
+            max_retries=config.max_retries,
+            secret=api_key,
+            backoff=backoff or Backoff(),
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self._config.model!r}, http={self._http!r})"
+
+    def body(self, request: EngineRequest) -> bytes:
+        """The exact bytes ``complete`` posts for *request*."""
+        raise NotImplementedError
+
+    def parser(self, on_delta: DeltaSink) -> StreamParser:
+        raise NotImplementedError
+
+    async def complete(self, request: EngineRequest, on_delta: DeltaSink) -> EngineReply:
+        parser = self.parser(on_delta)
+        await self._http.stream_events(self.path, self.body(request), parser.feed)
+        return parser.reply()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()

@@ -18,7 +18,7 @@ import msgspec
 from ..compiler import ToolCall, ToolSpec
 from ..org import EngineConfig
 from ._base import ChatMessage, DeltaSink, EngineReply, EngineRequest, Usage
-from ._http import Backoff, ProviderHttp, ServerSentEvent
+from ._http import Backoff, HttpEngine, ProviderHttp, ServerSentEvent
 
 __all__ = ("DEFAULT_OPENAI_URL", "OpenAIEngine")
 
@@ -116,15 +116,15 @@ _encode = msgspec.json.Encoder().encode
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
 
 
-class OpenAIEngine:
+class OpenAIEngine(HttpEngine):
     """Streams Chat Completions from ``{base_url}/chat/completions``."""
 
     kind = "openai"
+    path = "/chat/completions"
 
     def __init__(
         self, config: EngineConfig, *, api_key: str | None, backoff: Backoff | None = None
     ) -> None:
-        self._config = config
         base_url = config.base_url or DEFAULT_OPENAI_URL
         headers = {"accept": "text/event-stream", "content-type": "application/json"}
         if api_key:
@@ -132,21 +132,11 @@ class OpenAIEngine:
         # OpenAI's own API rejects max_tokens for its reasoning models; the
         # compatible servers (vLLM, llama.cpp, Ollama) all understand max_tokens.
         self._completion_field = urlsplit(base_url).hostname == "api.openai.com"
-        self._http = ProviderHttp(
-            provider="openai",
-            base_url=base_url,
-            headers=headers,
-            timeout_s=config.timeout_s,
-            max_retries=config.max_retries,
-            secret=api_key,
-            backoff=backoff or Backoff(),
+        super().__init__(
+            config, base_url=base_url, headers=headers, api_key=api_key, backoff=backoff
         )
 
-    def __repr__(self) -> str:
-        return f"OpenAIEngine(model={self._config.model!r}, http={self._http!r})"
-
     def body(self, request: EngineRequest) -> bytes:
-        """The exact bytes ``complete`` posts for *request*."""
         limit = self._config.max_tokens
         chat = _ChatRequest(
             model=self._config.model,
@@ -163,13 +153,8 @@ class OpenAIEngine:
         )
         return _encode(chat)
 
-    async def complete(self, request: EngineRequest, on_delta: DeltaSink) -> EngineReply:
-        stream = _Stream(self._http, on_delta)
-        await self._http.stream_events("/chat/completions", self.body(request), stream.feed)
-        return stream.reply()
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
+    def parser(self, on_delta: DeltaSink) -> _Stream:
+        return _Stream(self._http, on_delta)
 
 
 def _message(message: ChatMessage) -> _Message:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -160,23 +161,20 @@ def _check_references(
     connections: dict[str, ConnectionConfig],
 ) -> None:
     for name, worker in workers.items():
-        for service in worker.connections:
-            if service not in connections:
-                raise ConfigError(
-                    f"{path}: workers.{name}.connections names {service!r}, "
-                    f"expected one of [connections.*]: {sorted(connections)}",
-                    path=str(path),
-                    key=f"workers.{name}.connections",
-                )
+        _check_named(path, f"workers.{name}.connections", worker.connections, connections)
     for channel_id, channel in channels.items():
-        for member in channel.workers:
-            if member not in workers:
-                raise ConfigError(
-                    f"{path}: channels.{channel_id}.workers names {member!r}, "
-                    f"expected one of [workers.*]: {sorted(workers)}",
-                    path=str(path),
-                    key=f"channels.{channel_id}.workers",
-                )
+        _check_named(path, f"channels.{channel_id}.workers", channel.workers, workers)
+
+
+def _check_named(path: Path, key: str, names: list[str], table: Mapping[str, object]) -> None:
+    table_name = key.rpartition(".")[2]
+    for name in names:
+        if name not in table:
+            raise ConfigError(
+                f"{path}: {key} names {name!r}, expected one of [{table_name}.*]: {sorted(table)}",
+                path=str(path),
+                key=key,
+            )
 
 
 def _read_text(root: Path, path: Path, *, required: bool) -> str | None:
