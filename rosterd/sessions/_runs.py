@@ -22,7 +22,7 @@ import msgspec
 
 from .._errors import ConflictError, NotFoundError
 from .._ids import check_id
-from ..compiler import ContextRecord, SystemPrompt, ToolCall
+from ..compiler import SYSTEM_ORDER, ContextRecord, SystemPrompt, ToolCall
 from ..engines import ChatMessage, Usage
 from ..org import EngineConfig, Surface
 from ..stores import JsonlLog, read_document, read_log, repair_tail, write_document
@@ -115,7 +115,7 @@ def request_at_turn(
     """The exact system text and messages the engine received at *turn*, *step*."""
     system = _system_record(records, turn)
     text = "".join(
-        b.content for b in system.blocks if b.block in _SYSTEM_BLOCKS and b.status != "absent"
+        b.content for b in system.blocks if b.block in SYSTEM_ORDER and b.status != "absent"
     )
     sent = [
         e
@@ -142,9 +142,6 @@ def _steps(entries: Sequence[TranscriptEntry]) -> list[tuple[int, int]]:
 
 
 _SENT_AT_STEP = frozenset({"user", "tool"})
-
-
-_SYSTEM_BLOCKS = frozenset({"identity", "policy", "connections", "purpose", "scope"})
 
 
 class TurnRequest(msgspec.Struct, frozen=True):
