@@ -4,18 +4,31 @@ No IO happens here. The daemon loads the org and the stores, calls
 ``compile_system`` / ``compile_turn`` / ``compile_run``, writes the returned
 trace record (or ``CompileError.record``) and only then calls an engine.
 
-Where things are:
+Each block is rendered in ``_blocks``, which also holds the block names
+(``BlockName``) and the order (``SYSTEM_ORDER``; then ``ADVISORY_ORDER``
+and the request):
 
-- ``_blocks``: every block's name (``BlockName``), the order of both parts
-  (``SYSTEM_ORDER``; ``ADVISORY_ORDER`` then the request) and every block's
-  renderer: ``identity_block``, ``policy_block``, ``connections_block``,
-  ``purpose_block``, ``scope_block``; ``memory_line``; ``continuation_line``,
-  ``gate_line``, ``gates_omitted_line`` (briefing); ``history_envelopes``;
-  ``message_envelopes``, ``messages_omitted_line`` (backlog);
-  ``request_block`` (message, task); ``tools_block``; ``render_result`` and
-  ``tool_block`` (tool). ``advisory_block`` traces a fitted input block.
+=============  ==============================================================
+block          rendered by (``_blocks``)
+=============  ==============================================================
+identity       ``identity_block``
+policy         ``policy_block``
+connections    ``connections_block``
+purpose        ``purpose_block``
+scope          ``scope_block``
+memory         ``memory_line``
+briefing       ``continuation_line``, ``gate_line``, ``gates_omitted_line``
+history        ``history_envelopes``
+backlog        ``message_envelopes``, ``messages_omitted_line``
+message, task  ``request_block``
+tools          ``tools_block``
+tool           ``render_result``, ``tool_block``
+=============  ==============================================================
+
+``advisory_block`` traces a fitted input block. The rest:
+
 - ``_system``: the system part's budget checks, assembly and cache
-  boundaries. ``_turn``: fitting the input part into what the total leaves.
+  boundaries; ``_turn``: which input lines fit in what the total leaves.
 - ``_trace``: the record types, and ``context_record``, the one builder of
   every record (system, turn, run, tool step, failure).
 - ``_envelopes``: the JSON envelope types and their one-line encoding.

@@ -75,6 +75,11 @@ __all__ = (
     "tools_block",
 )
 
+_canonical = msgspec.json.Encoder(order="deterministic")
+_text = attrgetter("text")
+_sender = attrgetter("sender")
+_EMPTY_SHA256 = sha256_text("")
+
 SystemBlock = Literal["identity", "policy", "connections", "purpose", "scope"]
 AdvisoryBlock = Literal["memory", "briefing", "history", "backlog"]
 RequestBlock = Literal["message", "task"]
@@ -116,11 +121,6 @@ _ADVISORY_SOURCE: dict[AdvisoryBlock, str] = {
     "history": "store: channel log",
     "backlog": "store: channel log since the last turn",
 }
-
-_canonical = msgspec.json.Encoder(order="deterministic")
-_text = attrgetter("text")
-_sender = attrgetter("sender")
-_EMPTY_SHA256 = sha256_text("")
 
 _CONNECTIONS_NOTE = (
     "Requests to these services go through the host, which checks host and method and "
