@@ -17,13 +17,11 @@ from pathlib import Path
 import msgspec
 
 from .._errors import ConfigError
-from ..compiler import BlockTrace, dry_run
+from ..compiler import REQUEST_BLOCKS, SYSTEM_ORDER, BlockTrace, dry_run
 from ..org import load_org
 from ._output import emit_json, table
 
 __all__ = ("CheckReport", "check", "check_org")
-
-_COLUMNS = ("identity", "policy", "connections", "purpose", "scope")
 
 
 class CheckedBlock(msgspec.Struct, frozen=True):
@@ -99,7 +97,7 @@ def render(report: CheckReport) -> str:
     rows = []
     for run in report.runs:
         blocks = {b.block: b for b in run.blocks}
-        request = blocks.get("task") or blocks.get("message")
+        request = next((blocks[name] for name in REQUEST_BLOCKS if name in blocks), None)
         used = f"{run.used}/{run.total}" if run.used is not None else f"-/{run.total}"
         left = run.total - run.used if run.used is not None else None
         rows.append(
@@ -107,7 +105,7 @@ def render(report: CheckReport) -> str:
                 run.worker,
                 f"#{run.channel}" if run.channel else "-",
                 run.surface,
-                *(_cell(blocks, name) for name in _COLUMNS),
+                *(_cell(blocks, name) for name in SYSTEM_ORDER),
                 _cell(blocks, request.block) if request is not None else "-",
                 used,
                 left,
@@ -118,7 +116,7 @@ def render(report: CheckReport) -> str:
         "WORKER",
         "CHANNEL",
         "SURFACE",
-        *(name.upper() for name in _COLUMNS),
+        *(name.upper() for name in SYSTEM_ORDER),
         "REQUEST",
         "USED/TOTAL",
         "LEFT",

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from ..compiler import BlockTrace, BoundaryCheck, BudgetTrace, ContextRecord
+from ..compiler import SHRINK_RULE, BlockTrace, BoundaryCheck, BudgetTrace, ContextRecord
 from ..engines import Usage
 from ..sessions import CacheCheck, RunInfo, TranscriptEntry
 from ._output import short, table, when
@@ -28,13 +28,6 @@ _BOUNDARY_LABEL = {
     "connections": "after connections",
     "purpose": "after purpose",
     "system": "end of system",
-}
-# What each advisory block gives up first when the budget is tight.
-_SHRINK = {
-    "memory": "lowest-ranked items dropped to fit",
-    "history": "oldest messages dropped to fit",
-    "backlog": "oldest messages dropped to fit; an envelope counts them",
-    "briefing": "gates dropped to fit; the continuation is kept",
 }
 
 
@@ -223,7 +216,7 @@ def _why(block: BlockTrace) -> str:
         case "included":
             return ""
         case "shrunk":
-            reason = _SHRINK.get(block.block, "dropped to fit")
+            reason = SHRINK_RULE.get(block.block, "dropped to fit")
             return f"kept {block.items} of {block.items + block.omitted}: {reason}"
         case "omitted":
             return f"all {block.omitted} dropped: no room left in the budget"

@@ -3,10 +3,57 @@
 No IO happens here. The daemon loads the org and the stores, calls
 ``compile_system`` / ``compile_turn`` / ``compile_run``, writes the returned
 trace record (or ``CompileError.record``) and only then calls an engine.
+
+Each block is rendered in ``_blocks``, which also holds the block names
+(``BlockName``) and the order (``SYSTEM_ORDER``; then ``ADVISORY_ORDER``
+and the request):
+
+=============  ==============================================================
+block          rendered by (``_blocks``)
+=============  ==============================================================
+identity       ``identity_block``
+policy         ``policy_block``
+connections    ``connections_block``
+purpose        ``purpose_block``
+scope          ``scope_block``
+memory         ``memory_line``
+briefing       ``continuation_line``, ``gate_line``, ``gates_omitted_line``
+history        ``history_envelopes``
+backlog        ``message_envelopes``, ``messages_omitted_line``
+message, task  ``request_block``
+tools          ``tools_block``
+tool           ``render_result``, ``tool_block``
+=============  ==============================================================
+
+``advisory_block`` traces a fitted input block. The rest:
+
+- ``_system``: the system part's budget checks, assembly and cache
+  boundaries; ``_turn``: which input lines fit in what the total leaves.
+- ``_trace``: the record types, and ``context_record``, the one builder of
+  every record (system, turn, run, tool step, failure).
+- ``_envelopes``: the JSON envelope types and their one-line encoding.
+- ``_memory`` / ``_gates``: ranked and scoped views of the stores' items;
+  ``_shown``: what a session's conversation already holds; ``_tools``: tool
+  definitions, call checks and ``compile_step``; ``_stability``: prefix
+  checks between compilations; ``_audit``: the dry run of every scope.
 """
 
 from ._audit import DryRun, OverBudget, dry_run, over_budget
-from ._envelopes import BLOCK_TYPES, render_line
+from ._blocks import (
+    ADVISORY_ORDER,
+    BLOCK_TYPES,
+    REQUEST_BLOCKS,
+    SHRINK_RULE,
+    SYSTEM_ORDER,
+    AdvisoryBlock,
+    BlockName,
+    RequestBlock,
+    SystemBlock,
+    iso_time,
+    render_result,
+    tools_block,
+)
+from ._envelopes import render_line
 from ._gates import GateIndex, GateView
 from ._inputs import (
     ChannelMessage,
@@ -34,8 +81,6 @@ from ._tools import (
     check_call,
     compile_step,
     compile_tools,
-    render_result,
-    tools_block,
 )
 from ._trace import (
     AlreadyShown,
@@ -51,14 +96,20 @@ from ._trace import (
     RecordKind,
     RolloverTrace,
 )
-from ._turn import Compilation, compile_run, compile_turn, iso_time
+from ._turn import Compilation, compile_run, compile_turn
 
 __all__ = (
+    "ADVISORY_ORDER",
     "BLOCK_TYPES",
     "POLICY_SHA256",
     "POLICY_TEXT",
     "POLICY_VERSION",
+    "REQUEST_BLOCKS",
+    "SHRINK_RULE",
+    "SYSTEM_ORDER",
+    "AdvisoryBlock",
     "AlreadyShown",
+    "BlockName",
     "BlockStatus",
     "BlockTrace",
     "Boundary",
@@ -84,11 +135,13 @@ __all__ = (
     "PrefixState",
     "RecordKind",
     "Refusal",
+    "RequestBlock",
     "RolloverTrace",
     "RunMeta",
     "Shown",
     "ShownItems",
     "ShownKind",
+    "SystemBlock",
     "SystemPrompt",
     "ToolCall",
     "ToolRequest",

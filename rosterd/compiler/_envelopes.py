@@ -15,7 +15,6 @@ from typing import Literal
 import msgspec
 
 __all__ = (
-    "BLOCK_TYPES",
     "BriefingContinuation",
     "BriefingGate",
     "BriefingOmitted",
@@ -26,13 +25,9 @@ __all__ = (
     "MessagesOmitted",
     "TaskEnvelope",
     "ToolEnvelope",
-    "gate_line",
-    "memory_line",
     "render_line",
     "render_lines",
 )
-
-BLOCK_TYPES = frozenset({"memory", "briefing", "history", "message", "task", "tool"})
 
 
 class MemoryEnvelope(msgspec.Struct, frozen=True, tag_field="block", tag="memory"):
@@ -137,55 +132,6 @@ def render_lines(envelopes: Sequence[Envelope]) -> list[str]:
                 text = text.replace(raw, escaped)
     # JSON escapes every other line break, so the only ones left are ours.
     return text.splitlines(keepends=True)
-
-
-class _LineCache:
-    """Rendered lines by key, dropped all at once past *max_chars*: the
-    stores hand the compiler the same items every turn, so each renders once
-    while it is in memory, and a cache cannot change what a line is."""
-
-    def __init__(self, max_chars: int) -> None:
-        self.max_chars = max_chars
-        self.lines: dict[tuple[str | None, ...], str] = {}
-        self.chars = 0
-
-    def put(self, key: tuple[str | None, ...], line: str) -> str:
-        if self.chars + len(line) > self.max_chars:
-            self.lines.clear()
-            self.chars = 0
-        self.lines[key] = line
-        self.chars += len(line)
-        return line
-
-
-_memory_lines = _LineCache(4 * 1024 * 1024)
-_gate_lines = _LineCache(1024 * 1024)
-
-
-def memory_line(item_id: str, text: str) -> str:
-    """``render_line`` of a memory item's envelope."""
-    key = (item_id, text)
-    line = _memory_lines.lines.get(key)
-    if line is None:
-        line = _memory_lines.put(key, render_line(MemoryEnvelope(id=item_id, text=text)))
-    return line
-
-
-def gate_line(gate: str, summary: str, outcome: str | None, note: str) -> str:
-    """``render_line`` of a gate's briefing envelope: open without *outcome*,
-    else resolved."""
-    key = (gate, summary, outcome, note)
-    line = _gate_lines.lines.get(key)
-    if line is None:
-        envelope: Envelope = (
-            BriefingGate(kind="gate", gate=gate, summary=summary)
-            if outcome is None
-            else BriefingContinuation(
-                kind="resolved", gate=gate, summary=summary, outcome=outcome, note=note
-            )
-        )
-        line = _gate_lines.put(key, render_line(envelope))
-    return line
 
 
 def _without_lone_surrogates(envelope: Envelope) -> Envelope:

@@ -12,19 +12,18 @@ transcript.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Container, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from operator import itemgetter
 from typing import Literal
 
 import msgspec
 
-from ._envelopes import gate_line, memory_line
+from ._blocks import gate_line, memory_line
 from ._gates import GateView
 from ._inputs import Gate, Shown, ShownItems
 from ._memory import MemoryView
-from ._system import sha256_text
-from ._trace import AlreadyShown
+from ._trace import AlreadyShown, sha256_text
 
 __all__ = (
     "Held",
@@ -221,29 +220,39 @@ def held_memory(memory: MemoryView, channel: str | None, shown: ShownItems) -> H
     """
     if shown.memo is not None:
         return shown.memo.memory(memory, channel, shown)
-    ordinals: list[int] = []
-    known: list[AlreadyShown] = []
-    chars = 0
-    for ordinal, item, before in memory.with_ids(shown.memory, channel):
-        if before.sha256 == _memory_sha256(item.id, item.text):
-            ordinals.append(ordinal)
-            known.append(AlreadyShown(id=item.id, since=before.turn))
-            chars += len(item.text)
-    return Held(frozenset(ordinals), tuple(known), chars)
+    return _held(
+        (ordinal, item.id, before, _memory_sha256(item.id, item.text), len(item.text))
+        for ordinal, item, before in memory.with_ids(shown.memory, channel)
+    )
 
 
 def held_open_gates(gates: GateView, channel: str | None, shown: ShownItems) -> Held:
     """The open gates in scope whose line the conversation already holds."""
     if shown.memo is not None:
         return shown.memo.gates(gates, channel, shown)
+    return _held(
+        (
+            ordinal,
+            gate.id,
+            before,
+            _open_gate_sha256(gate.id, gate.summary),
+            len(gate.summary) + len(gate.note),
+        )
+        for ordinal, gate, before in gates.open_with_ids(shown.gates, channel)
+    )
+
+
+def _held(candidates: Iterable[tuple[int, str, Shown, str, int]]) -> Held:
+    """Of (ordinal, id, ledger entry, sha256 of the line now, raw characters),
+    the items whose line is still the one the ledger noted."""
     ordinals: list[int] = []
     known: list[AlreadyShown] = []
     chars = 0
-    for ordinal, gate, before in gates.open_with_ids(shown.gates, channel):
-        if before.sha256 == _open_gate_sha256(gate.id, gate.summary):
+    for ordinal, item_id, before, sha256, size in candidates:
+        if before.sha256 == sha256:
             ordinals.append(ordinal)
-            known.append(AlreadyShown(id=gate.id, since=before.turn))
-            chars += len(gate.summary) + len(gate.note)
+            known.append(AlreadyShown(id=item_id, since=before.turn))
+            chars += size
     return Held(frozenset(ordinals), tuple(known), chars)
 
 

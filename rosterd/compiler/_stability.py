@@ -10,18 +10,11 @@ from __future__ import annotations
 
 import msgspec
 
+from ._blocks import CHANGE_CAUSE, SYSTEM_ORDER
 from ._system import SystemPrompt
 from ._trace import Boundary, BoundaryCheck
 
 __all__ = ("PrefixState", "check_prefix", "prefix_state")
-
-_CAUSES = {
-    "identity": "identity edited",
-    "policy": "policy version changed",
-    "connections": "connections changed",
-    "purpose": "purpose edited",
-    "scope": "surface changed",
-}
 
 
 class PrefixState(msgspec.Struct, frozen=True):
@@ -68,14 +61,15 @@ def check_prefix(previous: PrefixState | None, system: SystemPrompt) -> tuple[Bo
             # A prefix hash covers every block before it: the first block
             # whose own hash differs is what broke this and later boundaries.
             changed = next(
-                (b.block for b in system.blocks if before.get(b.block) != b.sha256), "scope"
+                (b.block for b in system.blocks if before.get(b.block) != b.sha256),
+                SYSTEM_ORDER[-1],
             )
         checks.append(
             BoundaryCheck(
                 name=boundary.name,
                 status="changed",
                 block=changed,
-                cause=_CAUSES.get(changed, "changed"),
+                cause=CHANGE_CAUSE.get(changed, "changed"),
                 previous_run=previous.run,
             )
         )

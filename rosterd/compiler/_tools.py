@@ -19,10 +19,10 @@ from typing import Literal
 
 import msgspec
 
-from ..org import FILE_GATE, Org
-from ._envelopes import ToolEnvelope, render_line
+from ..org import FILE_GATE, Org, RunScope, Surface
+from ._blocks import render_result, tool_block
 from ._inputs import RunMeta
-from ._trace import BlockTrace, ContextRecord, sha256_text
+from ._trace import BlockTrace, ContextRecord, context_record, sha256_text
 
 __all__ = (
     "GateRequest",
@@ -35,8 +35,6 @@ __all__ = (
     "check_call",
     "compile_step",
     "compile_tools",
-    "render_result",
-    "tools_block",
 )
 
 ToolStatus = Literal["ok", "refused", "error", "timeout"]
@@ -186,33 +184,6 @@ def compile_tools(org: Org, worker: str) -> tuple[ToolSpec, ...]:
     return tuple(tools)
 
 
-def tools_block(tools: Sequence[ToolSpec]) -> BlockTrace:
-    """The trace form of the definitions: one canonical JSON line per tool."""
-    lines = [
-        _canonical.encode(
-            {
-                "name": t.name,
-                "description": t.description,
-                "parameters": msgspec.Raw(t.schema.encode()),
-            }
-        ).decode()
-        + "\n"
-        for t in tools
-    ]
-    content = "".join(lines)
-    return BlockTrace(
-        block="tools",
-        source="org.toml [connections] and the built-in file_gate",
-        status="included" if tools else "absent",
-        raw_chars=sum(len(t.schema) + len(t.description) for t in tools),
-        rendered_chars=len(content),
-        limit=None,
-        sha256=sha256_text(content),
-        content=content,
-        items=len(tools),
-    )
-
-
 def check_call(tools: Sequence[ToolSpec], call: ToolCall) -> ToolRequest | GateRequest | Refusal:
     """Validate *call* against the tool it names; never raises."""
     tool = next((t for t in tools if t.name == call.name), None)
@@ -262,24 +233,6 @@ def check_call(tools: Sequence[ToolSpec], call: ToolCall) -> ToolRequest | GateR
     )
 
 
-def render_result(result: ToolResult, limit: int) -> tuple[str, int]:
-    """*result* as one envelope line of at most *limit* characters (when its
-    fields allow), and how many characters of its text were cut."""
-    text = result.text
-    if len(text) <= limit:
-        line = render_line(_envelope(result, text, 0))
-        if len(line) <= limit:
-            return line, 0
-    # Escaping only lengthens text, so no more than *limit* characters can
-    # fit; each pass then removes at least the excess, ending in a few renders.
-    keep = min(len(text), limit)
-    while True:
-        line = render_line(_envelope(result, text[:keep], len(text) - keep))
-        if len(line) <= limit or keep == 0:
-            return line, len(text) - keep
-        keep = max(0, keep - (len(line) - limit))
-
-
 def compile_step(
     first: ContextRecord,
     results: Sequence[ToolResult],
@@ -297,35 +250,17 @@ def compile_step(
     for result in results:
         line, cut = render_result(result, limit)
         lines.append(line)
-        blocks.append(
-            BlockTrace(
-                block="tool",
-                source=f"{result.connection}: call {result.call} ({result.status})",
-                status="shrunk" if cut else "included",
-                raw_chars=len(result.text),
-                rendered_chars=len(line),
-                limit=limit,
-                sha256=sha256_text(line),
-                content=line,
-                items=1,
-            )
-        )
-    record = msgspec.structs.replace(
-        first,
-        kind="step",
-        at=meta.now,
-        step=step,
+        blocks.append(tool_block(result, line, cut, limit))
+    record = context_record(
+        "step",
+        RunScope(Surface(first.surface), first.worker, first.channel),
+        RunMeta(run=first.run, turn=first.turn, now=meta.now),
+        first.engine_fingerprint,
+        tuple(blocks),
+        route_key=first.route_key,
+        system_sha256=first.system_sha256,
         input_sha256=sha256_text("".join(lines)),
-        budget=None,
-        blocks=tuple(blocks),
-        tools=None,
-        cache=(),
-        rollover=None,
+        boundaries=first.boundaries,
+        step=step,
     )
     return lines, record
-
-
-def _envelope(result: ToolResult, text: str, cut: int) -> ToolEnvelope:
-    return ToolEnvelope(
-        call=result.call, connection=result.connection, status=result.status, text=text, cut=cut
-    )

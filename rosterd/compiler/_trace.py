@@ -12,6 +12,10 @@ from typing import Literal
 
 import msgspec
 
+from ..org import RunScope
+from ._inputs import RunMeta
+from ._policy import POLICY_SHA256, POLICY_VERSION
+
 __all__ = (
     "AlreadyShown",
     "BlockStatus",
@@ -25,6 +29,7 @@ __all__ = (
     "PolicyTrace",
     "RecordKind",
     "RolloverTrace",
+    "context_record",
     "sha256_text",
 )
 
@@ -155,3 +160,50 @@ class ContextRecord(msgspec.Struct, frozen=True):
     rollover: RolloverTrace | None = None
     step: int = 1
     tools: BlockTrace | None = None
+
+
+_POLICY = PolicyTrace(version=POLICY_VERSION, sha256=POLICY_SHA256)
+
+
+def context_record(
+    kind: RecordKind,
+    scope: RunScope,
+    meta: RunMeta,
+    engine_fingerprint: str,
+    blocks: tuple[BlockTrace, ...],
+    *,
+    route_key: str | None = None,
+    system_sha256: str | None = None,
+    input_sha256: str | None = None,
+    boundaries: tuple[Boundary, ...] = (),
+    budget: BudgetTrace | None = None,
+    tools: BlockTrace | None = None,
+    error: FailureTrace | None = None,
+    step: int = 1,
+) -> ContextRecord:
+    """The one way a record is made: every kind, failed (with *error*) or ok.
+
+    The run, turn and time come from *meta*, worker, channel and surface
+    from *scope*; what a failed compilation never reached stays unset.
+    """
+    return ContextRecord(
+        kind=kind,
+        status="ok" if error is None else "failed",
+        run=meta.run,
+        turn=meta.turn,
+        at=meta.now,
+        surface=scope.surface.value,
+        worker=scope.worker,
+        channel=scope.channel,
+        policy=_POLICY,
+        engine_fingerprint=engine_fingerprint,
+        route_key=route_key,
+        system_sha256=system_sha256,
+        input_sha256=input_sha256,
+        boundaries=boundaries,
+        budget=budget,
+        blocks=blocks,
+        error=error,
+        step=step,
+        tools=tools,
+    )

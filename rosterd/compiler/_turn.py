@@ -12,9 +12,7 @@ before any of that: the conversation holds them, so they cost no budget.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
-from functools import lru_cache
 from itertools import chain
 from operator import attrgetter
 from typing import TypeVar
@@ -23,42 +21,40 @@ import msgspec
 
 from .._errors import CompileError
 from ..org import Org, RunScope, Surface
-from ._envelopes import (
-    BriefingContinuation,
-    BriefingOmitted,
-    Envelope,
-    HistoryEnvelope,
-    MessageEnvelope,
-    MessagesOmitted,
-    TaskEnvelope,
+from ._blocks import (
+    NO_HISTORY,
+    Fitted,
+    advisory_block,
+    continuation_line,
     gate_line,
+    gates_omitted_chars,
+    gates_omitted_line,
+    history_envelopes,
     memory_line,
-    render_line,
-    render_lines,
+    message_envelopes,
+    messages_omitted_line,
+    request_block,
+    tools_block,
 )
+from ._envelopes import Envelope, render_lines
 from ._gates import gate_view
 from ._inputs import ChannelMessage, RunMeta, TurnInput
 from ._memory import memory_view
 from ._shown import Held, held_memory, held_open_gates, unshown_gates
-from ._system import (
-    POLICY,
-    SystemPrompt,
-    absent_block,
-    compile_failure,
-    compile_system,
+from ._system import SystemPrompt, compile_failure, compile_system
+from ._trace import (
+    BlockTrace,
+    BudgetTrace,
+    ContextRecord,
+    RecordKind,
+    context_record,
     sha256_text,
 )
-from ._tools import tools_block
-from ._trace import AlreadyShown, BlockStatus, BlockTrace, BudgetTrace, ContextRecord, RecordKind
 
-__all__ = ("Compilation", "compile_run", "compile_turn", "iso_time")
+__all__ = ("Compilation", "compile_run", "compile_turn")
 
 _T = TypeVar("_T")
-_text = attrgetter("text")
-_sender = attrgetter("sender")
 _filed = attrgetter("filed_at", "id")
-_NO_HISTORY = absent_block("history", "not the first turn of a fresh session")
-_EMPTY_SHA256 = sha256_text("")
 # No envelope renders shorter than this, so a smaller remainder fits nothing.
 _MIN_ENVELOPE = 24
 
@@ -69,15 +65,6 @@ class Compilation(msgspec.Struct, frozen=True):
     system: SystemPrompt
     input_text: str
     record: ContextRecord
-
-
-class _Fitted(msgspec.Struct, frozen=True):
-    lines: list[str]
-    chars: int
-    items: int
-    omitted: int
-    raw_chars: int
-    already_shown: tuple[AlreadyShown, ...] = ()
 
 
 def compile_run(org: Org, scope: RunScope, turn: TurnInput, meta: RunMeta) -> Compilation:
@@ -93,19 +80,13 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
     kind: RecordKind = "turn" if scope.surface is Surface.SESSION else "run"
     prior = () if kind == "turn" else system.blocks
 
-    request_name, request_line = _request(scope, turn, meta)
-    request = _block(
-        request_name,
-        f"rpc: {scope.surface.value}",
-        _Fitted([request_line], len(request_line), 1, 0, len(turn.text)),
-        budget.task,
-    )
+    request = request_block(scope, turn, meta, budget.task)
     advisory = budget.total - system_chars - request.rendered_chars
     over_own = request.rendered_chars > budget.task
     if over_own or advisory < 0:
         limit = budget.task if over_own else budget.total - system_chars
         reason = (
-            f"a {request_name} is never truncated"
+            f"a {request.block} is never truncated"
             if over_own
             else f"the system part takes {system_chars} of the total {budget.total}"
         )
@@ -114,7 +95,7 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
     try:
         briefing = _fit_briefing(scope, turn, min(budget.briefing, advisory))
     except _ContinuationTooLarge as exc:
-        failed = _block("briefing", "store: gates", exc.fitted, budget.briefing)
+        failed = advisory_block("briefing", exc.fitted, budget.briefing)
         reason = "the continuation outcome is kept whole"
         raise _failure(system, meta, prior, failed, exc.limit, reason) from None
     history = _fit_history(
@@ -129,27 +110,22 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
     memory = _fit_memory(scope, turn, min(budget.memory, advisory - taken), budget.memory)
 
     blocks = (
-        _block("memory", "store: memory", memory, budget.memory),
-        _block("briefing", "store: gates", briefing, budget.briefing),
-        _block("history", "store: channel log", history, budget.history)
+        advisory_block("memory", memory, budget.memory),
+        advisory_block("briefing", briefing, budget.briefing),
+        advisory_block("history", history, budget.history)
         if turn.history is not None
-        else _NO_HISTORY,
-        _block("backlog", "store: channel log since the last turn", backlog, budget.backlog),
+        else NO_HISTORY,
+        advisory_block("backlog", backlog, budget.backlog),
         request,
     )
     input_text = "".join(block.content for block in blocks)
     used = system_chars + len(input_text)
-    record = ContextRecord(
-        kind=kind,
-        status="ok",
-        run=meta.run,
-        turn=meta.turn,
-        at=meta.now,
-        surface=scope.surface.value,
-        worker=scope.worker,
-        channel=scope.channel,
-        policy=POLICY,
-        engine_fingerprint=system.engine_fingerprint,
+    record = context_record(
+        kind,
+        scope,
+        meta,
+        system.engine_fingerprint,
+        (*prior, *blocks),
         route_key=system.route_key,
         system_sha256=system.sha256,
         input_sha256=sha256_text(input_text),
@@ -165,50 +141,27 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
             used=used,
             backlog=backlog.chars,
         ),
-        blocks=(*prior, *blocks),
         tools=tools_block(system.tools) if kind == "run" else None,
     )
     return Compilation(system=system, input_text=input_text, record=record)
 
 
-def iso_time(now: float) -> str:
-    """*now* as UTC to the second it falls in, e.g. ``2023-11-14T22:13:20Z``."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
-
-
-def _request(scope: RunScope, turn: TurnInput, meta: RunMeta) -> tuple[str, str]:
-    at = iso_time(meta.now)
-    if scope.surface is Surface.TASK:
-        return "task", render_line(TaskEnvelope(run=meta.run, at=at, text=turn.text))
-    return "message", render_line(MessageEnvelope(sender=turn.sender, at=at, text=turn.text))
-
-
 class _ContinuationTooLarge(Exception):
-    def __init__(self, fitted: _Fitted, limit: int) -> None:
+    def __init__(self, fitted: Fitted, limit: int) -> None:
         self.fitted = fitted
         self.limit = limit
 
 
-def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
+def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> Fitted:
     head: list[str] = []
     raw = 0
     if turn.continuation is not None:
         c = turn.continuation
-        head.append(
-            render_line(
-                BriefingContinuation(
-                    kind="continuation",
-                    gate=c.gate,
-                    summary=c.summary,
-                    outcome=c.outcome,
-                    note=c.note,
-                )
-            )
-        )
+        head.append(continuation_line(c))
         raw += len(c.summary) + len(c.outcome) + len(c.note)
     head_chars = sum(map(len, head))
     if head_chars > cap:
-        raise _ContinuationTooLarge(_Fitted(head, head_chars, 1, 0, raw), cap)
+        raise _ContinuationTooLarge(Fitted(head, head_chars, 1, 0, raw), cap)
 
     gates = gate_view(turn.gates, scope.worker)
     shown = turn.shown.gates if turn.shown is not None else {}
@@ -233,18 +186,18 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
     # not fit ends it, and the gates after it are never rendered.
     lines: list[str] = []
     chars = head_chars
-    if chars + _omitted_chars(total) <= cap:
+    if chars + gates_omitted_chars(total) <= cap:
         for line in lines_to_fit:
-            if chars + len(line) + _omitted_chars(total - len(lines) - 1) > cap:
+            if chars + len(line) + gates_omitted_chars(total - len(lines) - 1) > cap:
                 break
             lines.append(line)
             chars += len(line)
     kept = len(lines)
     omitted_line = ""
-    if kept < total and chars + _omitted_chars(total - kept) <= cap:
-        omitted_line = render_line(BriefingOmitted(kind="omitted", gates=total - kept))
+    if kept < total and chars + gates_omitted_chars(total - kept) <= cap:
+        omitted_line = gates_omitted_line(total - kept)
     body = [*head, *lines, *([omitted_line] if omitted_line else [])]
-    return _Fitted(
+    return Fitted(
         body,
         sum(map(len, body)),
         len(head) + kept,
@@ -254,49 +207,43 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> _Fitted:
     )
 
 
-@lru_cache(maxsize=1024)
-def _omitted_chars(gates: int) -> int:
-    # Asked once per gate line kept: a count's note renders once.
-    return len(render_line(BriefingOmitted(kind="omitted", gates=gates))) if gates > 0 else 0
-
-
-def _fit_history(turn: TurnInput, cap: int, max_messages: int) -> _Fitted:
+def _fit_history(turn: TurnInput, cap: int, max_messages: int) -> Fitted:
     messages = sorted(turn.history or (), key=lambda m: m.seq)
     newest = messages[-max_messages:] if max_messages else []
     # Newest first, so the oldest are the ones that do not fit.
     lines, chars = _take_lines(
         newest[::-1],
-        lambda batch: list(map(HistoryEnvelope, map(_sender, batch), map(_text, batch))),
+        history_envelopes,
         lambda m: len(m.sender) + len(m.text),
         cap,
     )
     lines.reverse()
     raw = sum(len(m.text) for m in messages)
-    return _Fitted(lines, chars, len(lines), len(messages) - len(lines), raw)
+    return Fitted(lines, chars, len(lines), len(messages) - len(lines), raw)
 
 
-def _fit_backlog(turn: TurnInput, cap: int, max_messages: int) -> _Fitted:
+def _fit_backlog(turn: TurnInput, cap: int, max_messages: int) -> Fitted:
     messages = sorted(turn.backlog, key=lambda m: m.seq)
     newest = messages[-max_messages:] if max_messages else []
     total = turn.backlog_omitted + len(messages)
     raw = sum(len(m.text) for m in messages)
     lines = _newest_messages(newest, cap)
     if len(lines) == total:
-        return _Fitted(lines, sum(map(len, lines)), total, 0, raw)
+        return Fitted(lines, sum(map(len, lines)), total, 0, raw)
     # Room for the count is kept first; the count can only get smaller.
-    reserve = len(render_line(MessagesOmitted(omitted=total)))
+    reserve = len(messages_omitted_line(total))
     if cap < reserve:
-        return _Fitted([], 0, 0, total, raw)
+        return Fitted([], 0, 0, total, raw)
     lines = _newest_messages(newest, cap - reserve)
-    body = [render_line(MessagesOmitted(omitted=total - len(lines))), *lines]
-    return _Fitted(body, sum(map(len, body)), len(lines), total - len(lines), raw)
+    body = [messages_omitted_line(total - len(lines)), *lines]
+    return Fitted(body, sum(map(len, body)), len(lines), total - len(lines), raw)
 
 
 def _newest_messages(messages: Sequence[ChannelMessage], cap: int) -> list[str]:
     """Message envelopes of the newest *messages* that fit in *cap*, oldest first."""
     lines, _ = _take_lines(
         messages[::-1],
-        lambda batch: [MessageEnvelope(m.sender, iso_time(m.at), m.text) for m in batch],
+        message_envelopes,
         lambda m: len(m.sender) + len(m.text) + len('"at":"2000-01-01T00:00:00Z",'),
         cap,
     )
@@ -304,7 +251,7 @@ def _newest_messages(messages: Sequence[ChannelMessage], cap: int) -> list[str]:
     return lines
 
 
-def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, limit: int) -> _Fitted:
+def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, limit: int) -> Fitted:
     memory = memory_view(turn.memory)
     held = Held() if turn.shown is None else held_memory(memory, scope.channel, turn.shown)
     eligible, raw = memory.totals(scope.channel)
@@ -323,7 +270,7 @@ def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, limit: int) -> _Fitt
             break
         lines.append(line)
         chars += len(line)
-    return _Fitted(lines, chars, len(lines), fresh - len(lines), raw - held.raw_chars, held.known)
+    return Fitted(lines, chars, len(lines), fresh - len(lines), raw - held.raw_chars, held.known)
 
 
 def _take_lines(
@@ -363,33 +310,6 @@ def _take_lines(
             lines.append(line)
             chars += len(line)
     return lines, chars
-
-
-def _block(name: str, source: str, fitted: _Fitted, limit: int) -> BlockTrace:
-    total = fitted.items + fitted.omitted
-    status: BlockStatus
-    if total == 0:
-        status = "absent"
-    elif fitted.omitted == 0:
-        status = "included"
-    elif fitted.items == 0:
-        status = "omitted"
-    else:
-        status = "shrunk"
-    content = "".join(fitted.lines)
-    return BlockTrace(
-        block=name,
-        source=source,
-        status=status,
-        raw_chars=fitted.raw_chars,
-        rendered_chars=fitted.chars,
-        limit=limit,
-        sha256=sha256_text(content) if content else _EMPTY_SHA256,
-        content=content,
-        items=fitted.items,
-        omitted=fitted.omitted,
-        already_shown=fitted.already_shown,
-    )
 
 
 def _failure(

@@ -21,7 +21,7 @@ import msgspec
 
 from .._errors import ConflictError, NotFoundError
 from .._ids import check_id
-from ..compiler import ContextRecord, SystemPrompt
+from ..compiler import SYSTEM_ORDER, ContextRecord, SystemPrompt
 from ..org import EngineConfig, Surface
 from ..protocol import ChatMessage, ContextPage, RunInfo, RunStatus, TranscriptEntry, TurnRequest
 from ..stores import JsonlLog, read_document, read_log, repair_tail, write_document
@@ -74,7 +74,7 @@ def request_at_turn(
     """The exact system text and messages the engine received at *turn*, *step*."""
     system = _system_record(records, turn)
     text = "".join(
-        b.content for b in system.blocks if b.block in _SYSTEM_BLOCKS and b.status != "absent"
+        b.content for b in system.blocks if b.block in SYSTEM_ORDER and b.status != "absent"
     )
     sent = [
         e
@@ -101,9 +101,6 @@ def _steps(entries: Sequence[TranscriptEntry]) -> list[tuple[int, int]]:
 
 
 _SENT_AT_STEP = frozenset({"user", "tool"})
-
-
-_SYSTEM_BLOCKS = frozenset({"identity", "policy", "connections", "purpose", "scope"})
 
 
 # A runs.context page holds whole turns, as many as fit in this many characters

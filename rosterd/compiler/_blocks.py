@@ -1,0 +1,453 @@
+"""Every block of a prompt: its name, its place in the order, how it renders.
+
+The system part is ``SystemBlock`` in order, stable to volatile, each block
+wrapped as ``<name>\\n…\\n</name>\\n``. The input part is ``AdvisoryBlock`` in
+order, then the request (``RequestBlock``), one JSON envelope per line. A
+tool loop adds ``tools`` (the definitions, on ``system`` and ``run``
+records) and one ``tool`` block per result of a step. ``_system`` and
+``_turn`` decide what fits; what a block's bytes are is decided here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from operator import attrgetter
+from typing import TYPE_CHECKING, Literal, get_args
+
+import msgspec
+
+from ..org import Org, RunScope, Surface
+from ._envelopes import (
+    BriefingContinuation,
+    BriefingGate,
+    BriefingOmitted,
+    Envelope,
+    HistoryEnvelope,
+    MemoryEnvelope,
+    MessageEnvelope,
+    MessagesOmitted,
+    TaskEnvelope,
+    ToolEnvelope,
+    render_line,
+)
+from ._inputs import ChannelMessage, Continuation, RunMeta, TurnInput
+from ._policy import POLICY_TEXT, POLICY_VERSION
+from ._trace import AlreadyShown, BlockStatus, BlockTrace, BoundaryName, sha256_text
+
+if TYPE_CHECKING:
+    from ._tools import ToolResult, ToolSpec
+
+__all__ = (
+    "ADVISORY_ORDER",
+    "BLOCK_TYPES",
+    "BOUNDARY_AFTER",
+    "CHANGE_CAUSE",
+    "NO_HISTORY",
+    "REQUEST_BLOCKS",
+    "SHRINK_RULE",
+    "SYSTEM_ORDER",
+    "AdvisoryBlock",
+    "BlockName",
+    "Fitted",
+    "RequestBlock",
+    "SystemBlock",
+    "absent_block",
+    "advisory_block",
+    "connections_block",
+    "continuation_line",
+    "gate_line",
+    "gates_omitted_chars",
+    "gates_omitted_line",
+    "history_envelopes",
+    "identity_block",
+    "iso_time",
+    "memory_line",
+    "message_envelopes",
+    "messages_omitted_line",
+    "policy_block",
+    "purpose_block",
+    "render_result",
+    "request_block",
+    "scope_block",
+    "tool_block",
+    "tools_block",
+)
+
+_canonical = msgspec.json.Encoder(order="deterministic")
+_text = attrgetter("text")
+_sender = attrgetter("sender")
+_EMPTY_SHA256 = sha256_text("")
+
+SystemBlock = Literal["identity", "policy", "connections", "purpose", "scope"]
+AdvisoryBlock = Literal["memory", "briefing", "history", "backlog"]
+RequestBlock = Literal["message", "task"]
+BlockName = Literal[SystemBlock, AdvisoryBlock, RequestBlock, "tools", "tool"]
+
+SYSTEM_ORDER: tuple[SystemBlock, ...] = get_args(SystemBlock)
+# The input part: these in order, then the request.
+ADVISORY_ORDER: tuple[AdvisoryBlock, ...] = get_args(AdvisoryBlock)
+REQUEST_BLOCKS: tuple[RequestBlock, ...] = get_args(RequestBlock)
+# The ``block`` tag an envelope line may carry: the backlog's lines are
+# message envelopes, and tool results are envelopes of their own.
+BLOCK_TYPES: frozenset[BlockName] = frozenset(
+    {"memory", "briefing", "history", "message", "task", "tool"}
+)
+# The cache boundary each of these blocks ends.
+BOUNDARY_AFTER: Mapping[str, BoundaryName] = {
+    "connections": "connections",
+    "purpose": "purpose",
+    "scope": "system",
+}
+# What a changed hash of a system block tells about its cause.
+CHANGE_CAUSE: Mapping[str, str] = {
+    "identity": "identity edited",
+    "policy": "policy version changed",
+    "connections": "connections changed",
+    "purpose": "purpose edited",
+    "scope": "surface changed",
+}
+# What each advisory block gives up first when the budget is tight.
+SHRINK_RULE: Mapping[str, str] = {
+    "memory": "lowest-ranked items dropped to fit",
+    "briefing": "gates dropped to fit; the continuation is kept",
+    "history": "oldest messages dropped to fit",
+    "backlog": "oldest messages dropped to fit; an envelope counts them",
+}
+_ADVISORY_SOURCE: dict[AdvisoryBlock, str] = {
+    "memory": "store: memory",
+    "briefing": "store: gates",
+    "history": "store: channel log",
+    "backlog": "store: channel log since the last turn",
+}
+
+_CONNECTIONS_NOTE = (
+    "Requests to these services go through the host, which checks host and method and "
+    "injects the credential named by env; refer to a credential only by that name."
+)
+
+_SCOPE_TEXT = {
+    Surface.SESSION: (
+        "Surface: channel session. You are worker {worker} in channel {channel}, in a live "
+        "chat. Each user turn is JSON envelopes, one per line: memory (advisory notes, "
+        "quoted data), briefing (gate outcomes and open gates), history (the channel's "
+        "recent messages, first turn only), the messages others posted in the channel "
+        "since your last turn, oldest first, and last the message to answer."
+    ),
+    Surface.TASK: (
+        "Surface: task run. You are worker {worker}, running one queued task for channel "
+        "{channel}. The input is JSON envelopes, one per line: memory (advisory notes, "
+        "quoted data), briefing (a continuation outcome, then open gates) and the task "
+        "to carry out."
+    ),
+    Surface.DIRECT: (
+        "Surface: direct run. You are worker {worker}, answering one ad-hoc request "
+        "outside any channel. The input is JSON envelopes, one per line: memory "
+        "(advisory notes, quoted data), briefing (open gates) and the message to answer."
+    ),
+}
+
+
+# -- the system part: trusted text, wrapped whole ---------------------------
+
+
+def identity_block(org: Org, worker: str) -> BlockTrace:
+    return _trusted_block("identity", org.identities[worker], f"workers/{worker}/identity.md")
+
+
+def policy_block() -> BlockTrace:
+    return _POLICY_BLOCK
+
+
+def connections_block(org: Org, worker: str) -> BlockTrace:
+    """One canonical JSON line per connected service, sorted, then the usage note."""
+    names = sorted(set(org.workers[worker].connections))
+    if not names:
+        return absent_block("connections", "org.toml: no connections")
+    lines = []
+    for name in names:
+        connection = org.connections[name]
+        entry = {
+            "connection": name,
+            "hosts": sorted(set(connection.hosts)),
+            "methods": sorted(set(connection.methods)),
+            "env": f"${connection.env}" if connection.env else None,
+            "note": connection.note,
+        }
+        lines.append(_canonical.encode(entry).decode())
+    body = "\n".join([*lines, _CONNECTIONS_NOTE]) + "\n"
+    block = _trusted_block("connections", body, f"org.toml [connections] {' '.join(names)}")
+    return msgspec.structs.replace(block, items=len(names))
+
+
+def purpose_block(org: Org, scope: RunScope) -> BlockTrace:
+    """The channel's purpose.md, absent without a channel or file."""
+    if scope.channel is None:
+        return absent_block("purpose", "no channel")
+    source = f"channels/{scope.channel}/purpose.md"
+    text = org.purposes.get(scope.channel)
+    return (
+        absent_block("purpose", source) if text is None else _trusted_block("purpose", text, source)
+    )
+
+
+def scope_block(scope: RunScope) -> BlockTrace:
+    """The host's framing of the surface: names only, nothing volatile."""
+    text = _SCOPE_TEXT[scope.surface].format(
+        worker=_canonical.encode(scope.worker).decode(),
+        channel=_canonical.encode(scope.channel).decode(),
+    )
+    return _trusted_block("scope", text, f"host scope: {scope.surface.value}")
+
+
+def absent_block(name: BlockName, source: str) -> BlockTrace:
+    return BlockTrace(
+        block=name,
+        source=source,
+        status="absent",
+        raw_chars=0,
+        rendered_chars=0,
+        limit=None,
+        sha256=_EMPTY_SHA256,
+        content="",
+    )
+
+
+def _trusted_block(name: SystemBlock, body: str, source: str) -> BlockTrace:
+    rendered = f"<{name}>\n{body}{'' if body.endswith(chr(10)) else chr(10)}</{name}>\n"
+    return BlockTrace(
+        block=name,
+        source=source,
+        status="included",
+        raw_chars=len(body),
+        rendered_chars=len(rendered),
+        limit=None,
+        sha256=sha256_text(rendered),
+        content=rendered,
+    )
+
+
+_POLICY_BLOCK = _trusted_block("policy", POLICY_TEXT, f"rosterd policy v{POLICY_VERSION}")
+
+
+# -- the input part: envelope lines, fitted by ``_turn`` --------------------
+
+
+class Fitted(msgspec.Struct, frozen=True):
+    """What fitting chose of an input block: its lines, their characters,
+    envelopes kept and dropped, raw characters of the block's items, and the
+    items left out because the conversation holds them."""
+
+    lines: list[str]
+    chars: int
+    items: int
+    omitted: int
+    raw_chars: int
+    already_shown: tuple[AlreadyShown, ...] = ()
+
+
+NO_HISTORY = absent_block("history", "not the first turn of a fresh session")
+
+
+def advisory_block(name: AdvisoryBlock, fitted: Fitted, limit: int) -> BlockTrace:
+    return _input_block(name, _ADVISORY_SOURCE[name], fitted, limit)
+
+
+def request_block(scope: RunScope, turn: TurnInput, meta: RunMeta, limit: int) -> BlockTrace:
+    """The message or task, whole: it is never truncated."""
+    at = iso_time(meta.now)
+    name: RequestBlock
+    if scope.surface is Surface.TASK:
+        name, line = "task", render_line(TaskEnvelope(run=meta.run, at=at, text=turn.text))
+    else:
+        name = "message"
+        line = render_line(MessageEnvelope(sender=turn.sender, at=at, text=turn.text))
+    fitted = Fitted([line], len(line), 1, 0, len(turn.text))
+    return _input_block(name, f"rpc: {scope.surface.value}", fitted, limit)
+
+
+def _input_block(name: BlockName, source: str, fitted: Fitted, limit: int) -> BlockTrace:
+    total = fitted.items + fitted.omitted
+    status: BlockStatus
+    if total == 0:
+        status = "absent"
+    elif fitted.omitted == 0:
+        status = "included"
+    elif fitted.items == 0:
+        status = "omitted"
+    else:
+        status = "shrunk"
+    content = "".join(fitted.lines)
+    return BlockTrace(
+        block=name,
+        source=source,
+        status=status,
+        raw_chars=fitted.raw_chars,
+        rendered_chars=fitted.chars,
+        limit=limit,
+        sha256=sha256_text(content) if content else _EMPTY_SHA256,
+        content=content,
+        items=fitted.items,
+        omitted=fitted.omitted,
+        already_shown=fitted.already_shown,
+    )
+
+
+def iso_time(now: float) -> str:
+    """*now* as UTC to the second it falls in, e.g. ``2023-11-14T22:13:20Z``."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+
+
+class _LineCache:
+    """Rendered lines by key, dropped all at once past *max_chars*: the
+    stores hand the compiler the same items every turn, so each renders once
+    while it is in memory, and a cache cannot change what a line is."""
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+        self.lines: dict[tuple[str | None, ...], str] = {}
+        self.chars = 0
+
+    def put(self, key: tuple[str | None, ...], line: str) -> str:
+        if self.chars + len(line) > self.max_chars:
+            self.lines.clear()
+            self.chars = 0
+        self.lines[key] = line
+        self.chars += len(line)
+        return line
+
+
+_memory_lines = _LineCache(4 * 1024 * 1024)
+_gate_lines = _LineCache(1024 * 1024)
+
+
+def memory_line(item_id: str, text: str) -> str:
+    """A ``memory`` line: one note."""
+    key = (item_id, text)
+    line = _memory_lines.lines.get(key)
+    if line is None:
+        line = _memory_lines.put(key, render_line(MemoryEnvelope(id=item_id, text=text)))
+    return line
+
+
+def continuation_line(continuation: Continuation) -> str:
+    """The ``briefing`` line a continuation run starts with."""
+    c = continuation
+    return render_line(
+        BriefingContinuation(
+            kind="continuation", gate=c.gate, summary=c.summary, outcome=c.outcome, note=c.note
+        )
+    )
+
+
+def gate_line(gate: str, summary: str, outcome: str | None, note: str) -> str:
+    """A ``briefing`` line of one gate: open without *outcome*, else resolved."""
+    key = (gate, summary, outcome, note)
+    line = _gate_lines.lines.get(key)
+    if line is None:
+        envelope: Envelope = (
+            BriefingGate(kind="gate", gate=gate, summary=summary)
+            if outcome is None
+            else BriefingContinuation(
+                kind="resolved", gate=gate, summary=summary, outcome=outcome, note=note
+            )
+        )
+        line = _gate_lines.put(key, render_line(envelope))
+    return line
+
+
+def gates_omitted_line(gates: int) -> str:
+    """The ``briefing`` line counting gates left out."""
+    return render_line(BriefingOmitted(kind="omitted", gates=gates))
+
+
+@lru_cache(maxsize=1024)
+def gates_omitted_chars(gates: int) -> int:
+    """The length of ``gates_omitted_line``, 0 for no gates."""
+    # Asked once per gate line kept: a count's note renders once.
+    return len(gates_omitted_line(gates)) if gates > 0 else 0
+
+
+def history_envelopes(messages: Sequence[ChannelMessage]) -> list[Envelope]:
+    """The ``history`` envelopes of *messages*."""
+    return list(map(HistoryEnvelope, map(_sender, messages), map(_text, messages)))
+
+
+def message_envelopes(messages: Sequence[ChannelMessage]) -> list[Envelope]:
+    """The ``backlog``'s message envelopes of *messages*."""
+    return [MessageEnvelope(m.sender, iso_time(m.at), m.text) for m in messages]
+
+
+def messages_omitted_line(omitted: int) -> str:
+    """The ``backlog`` line counting older messages left out."""
+    return render_line(MessagesOmitted(omitted=omitted))
+
+
+# -- tools -----------------------------------------------------------------
+
+
+def tools_block(tools: Sequence[ToolSpec]) -> BlockTrace:
+    """The trace form of the definitions: one canonical JSON line per tool."""
+    lines = [
+        _canonical.encode(
+            {
+                "name": t.name,
+                "description": t.description,
+                "parameters": msgspec.Raw(t.schema.encode()),
+            }
+        ).decode()
+        + "\n"
+        for t in tools
+    ]
+    content = "".join(lines)
+    return BlockTrace(
+        block="tools",
+        source="org.toml [connections] and the built-in file_gate",
+        status="included" if tools else "absent",
+        raw_chars=sum(len(t.schema) + len(t.description) for t in tools),
+        rendered_chars=len(content),
+        limit=None,
+        sha256=sha256_text(content),
+        content=content,
+        items=len(tools),
+    )
+
+
+def render_result(result: ToolResult, limit: int) -> tuple[str, int]:
+    """*result* as one envelope line of at most *limit* characters (when its
+    fields allow), and how many characters of its text were cut."""
+    text = result.text
+    if len(text) <= limit:
+        line = render_line(_tool_envelope(result, text, 0))
+        if len(line) <= limit:
+            return line, 0
+    # Escaping only lengthens text, so no more than *limit* characters can
+    # fit; each pass then removes at least the excess, ending in a few renders.
+    keep = min(len(text), limit)
+    while True:
+        line = render_line(_tool_envelope(result, text[:keep], len(text) - keep))
+        if len(line) <= limit or keep == 0:
+            return line, len(text) - keep
+        keep = max(0, keep - (len(line) - limit))
+
+
+def tool_block(result: ToolResult, line: str, cut: int, limit: int) -> BlockTrace:
+    """The ``tool`` block of *result*, rendered by ``render_result`` as *line*."""
+    return BlockTrace(
+        block="tool",
+        source=f"{result.connection}: call {result.call} ({result.status})",
+        status="shrunk" if cut else "included",
+        raw_chars=len(result.text),
+        rendered_chars=len(line),
+        limit=limit,
+        sha256=sha256_text(line),
+        content=line,
+        items=1,
+    )
+
+
+def _tool_envelope(result: ToolResult, text: str, cut: int) -> ToolEnvelope:
+    return ToolEnvelope(
+        call=result.call, connection=result.connection, status=result.status, text=text, cut=cut
+    )
