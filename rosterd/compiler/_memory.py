@@ -11,6 +11,14 @@ a message then touches only the notes that share one of its words, plus as
 many of the newest others as the caller takes: the ranking is a lazy
 iterator, and the compiler stops taking once the memory block is full.
 
+A small index (up to ``SCAN_LIMIT`` notes) also keeps each note's words
+as a bitmask over the index's vocabulary, and all its notes in one recency
+order. When the message's words are held by more notes than the view has
+(few notes, many shared words: every note is a candidate), counting
+postings costs more than scanning: each note's shared words are then one
+``&`` and ``bit_count``, and a stable sort of the recency walk by that count
+gives the same order as the heap (shared words, then newest, then id).
+
 The index is append-only: a ``MemoryView`` is a snapshot of its first *n*
 notes, so later additions never change a compilation under way, and a view
 may be read from a worker thread while the event loop adds notes (every
@@ -26,25 +34,44 @@ from array import array
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping
-from itertools import islice
+from itertools import islice, repeat
 from operator import itemgetter
 from typing import TypeVar
 
 from ._inputs import MemoryItem
 from ._scoped import scoped_totals
 
-__all__ = ("MemoryIndex", "MemoryView", "memory_view", "rank_memory", "words")
+__all__ = ("SCAN_LIMIT", "MemoryIndex", "MemoryView", "memory_view", "rank_memory", "words")
 
+# Notes an index keeps scan masks for: a mask is as wide as the vocabulary
+# seen so far, so the masks' memory grows with the square of the notes.
+SCAN_LIMIT = 512
 _WORD = re.compile(r"[^\W_]{3,}")
+# ASCII letters lower-cased and digits kept, every other byte a space: the
+# same runs as ``_WORD`` matches, short ones included.
+_ASCII_WORDS = bytes(
+    c + 32 if 65 <= c <= 90 else c if 48 <= c <= 57 or 97 <= c <= 122 else 32 for c in range(256)
+)
 # Walk order of equally relevant notes: newest first, then id, then age.
 _Key = tuple[float, str, int]
 _V = TypeVar("_V")
 _first = itemgetter(0)
+# A place in the walk, below SCAN_LIMIT, fits in the low bits of a score.
+_PLACE_BITS = (SCAN_LIMIT - 1).bit_length()
+_PLACE_MASK = (1 << _PLACE_BITS) - 1
 
 
 def words(text: str) -> set[str]:
     """The words ranking compares: three letters or more, lower-cased."""
     return set(_WORD.findall(text.lower()))
+
+
+def _query_words(text: str) -> set[str]:
+    """``words`` of a message, maybe with shorter runs too: no note holds
+    one, so they match nothing. ASCII (the usual message) skips the regex."""
+    if text.isascii():
+        return set(text.encode().translate(_ASCII_WORDS).decode().split())
+    return words(text)
 
 
 class MemoryIndex:
@@ -66,10 +93,20 @@ class MemoryIndex:
         # so the newest note, the usual addition, is an append.
         self._recent: dict[str | None, list[int]] = {}
         self._totals: dict[str | None, tuple[int, int]] = {}
+        # While the index is small: a bit per word, how many notes hold
+        # each word, every ordinal in reverse walk order (whatever the
+        # channel) and, alongside, each note's words as a mask of bits.
+        # Not kept past SCAN_LIMIT notes.
+        self._bits: dict[str, int] = {}
+        self._held: dict[str, int] = {}
+        self._walk: list[int] = []
+        self._walk_masks: list[int] = []
         for item in items:
             self._enter(item)
-        for ordinals in self._recent.values():
+        masks = dict(zip(self._walk, self._walk_masks))
+        for ordinals in (*self._recent.values(), self._walk):
             ordinals.sort(key=self._key, reverse=True)
+        self._walk_masks = list(map(masks.__getitem__, self._walk))
 
     def __repr__(self) -> str:
         return f"MemoryIndex({len(self._items)} notes, {len(self._postings)} words)"
@@ -83,29 +120,46 @@ class MemoryIndex:
 
     def add(self, item: MemoryItem) -> None:
         ordinal = self._enter(item)
-        ordinals = self._recent[item.channel]
-        if len(ordinals) > 1 and self._key(ordinals[-2]) < self._key(ordinal):
-            # Out of recency order (a clock that went back, equal times):
-            # a new list, since views may be reading the old one.
-            ordinals.pop()
-            at = _insertion_point(ordinals, self._key(ordinal), self._key)
-            self._recent[item.channel] = [*ordinals[:at], ordinal, *ordinals[at:]]
+        # Out of recency order (a clock that went back, equal times): new
+        # lists, since views may be reading the old ones.
+        recent = self._recent[item.channel]
+        at = self._out_of_order(recent)
+        if at is not None:
+            self._recent[item.channel] = [*recent[:at], ordinal, *recent[at:]]
+        if ordinal < SCAN_LIMIT and (at := self._out_of_order(self._walk)) is not None:
+            mask = self._walk_masks.pop()
+            self._walk = [*self._walk[:at], ordinal, *self._walk[at:]]
+            self._walk_masks = [*self._walk_masks[:at], mask, *self._walk_masks[at:]]
 
     def snapshot(self) -> MemoryView:
         """The notes added so far, unaffected by later additions."""
+        size = len(self._items)
         return MemoryView(
             self,
-            len(self._items),
+            size,
             {channel: (ordinals, len(ordinals)) for channel, ordinals in self._recent.items()},
             dict(self._totals),
+            (self._walk, self._walk_masks) if size <= SCAN_LIMIT else None,
         )
+
+    def _out_of_order(self, ordinals: list[int]) -> int | None:
+        """If the ordinal just appended to *ordinals* breaks their reverse
+        walk order, take it off and say where it belongs."""
+        if len(ordinals) < 2 or self._key(ordinals[-2]) > self._key(ordinals[-1]):
+            return None
+        ordinal = ordinals.pop()
+        return _insertion_point(ordinals, self._key(ordinal), self._key)
 
     def _enter(self, item: MemoryItem) -> int:
         ordinal = len(self._items)
         self._items.append(item)
         if self._ids.setdefault(item.id, ordinal) != ordinal:
             self._more_ids.setdefault(item.id, []).append(ordinal)
-        for word in words(item.text):
+        held = words(item.text)
+        if ordinal < SCAN_LIMIT:
+            self._walk.append(ordinal)
+            self._walk_masks.append(self._mask(held))
+        for word in held:
             postings = self._postings.get(word)
             if postings is None:
                 self._postings[word] = ordinal
@@ -118,6 +172,17 @@ class MemoryIndex:
         count, chars = self._totals.get(channel, (0, 0))
         self._totals[channel] = (count + 1, chars + len(item.text))
         return ordinal
+
+    def _mask(self, held: set[str]) -> int:
+        bits, counts = self._bits, self._held
+        mask = 0
+        for word in held:
+            bit = bits.get(word)
+            if bit is None:
+                bit = bits[word] = 1 << len(bits)
+            mask |= bit
+            counts[word] = counts.get(word, 0) + 1
+        return mask
 
     def _key(self, ordinal: int) -> _Key:
         item = self._items[ordinal]
@@ -139,7 +204,7 @@ def _insertion_point(ordinals: list[int], key: _Key, key_of: Callable[[int], _Ke
 class MemoryView:
     """A snapshot of a ``MemoryIndex``: what one compilation may rank."""
 
-    __slots__ = ("_index", "_recent", "_size", "_totals")
+    __slots__ = ("_index", "_recent", "_size", "_totals", "_walk")
 
     def __init__(
         self,
@@ -147,11 +212,15 @@ class MemoryView:
         size: int,
         recent: dict[str | None, tuple[list[int], int]],
         totals: dict[str | None, tuple[int, int]],
+        walk: tuple[list[int], list[int]] | None,
     ) -> None:
         self._index = index
         self._size = size
         self._recent = recent
         self._totals = totals
+        # Every ordinal below size in reverse walk order and their masks,
+        # if the index keeps them for all its notes.
+        self._walk = walk
 
     def __repr__(self) -> str:
         return f"MemoryView({self._size} notes)"
@@ -219,10 +288,41 @@ class MemoryView:
         self, message: str, channels: Collection[str | None], leave_out: Container[int]
     ) -> Iterator[MemoryItem]:
         index = self._index
+        query = _query_words(message)
+        # Counting a posting costs about half what scanning a note does.
+        if self._walk is not None and sum(map(index._held.get, query, repeat(0))) > 2 * self._size:
+            # Distinct words' bits: their sum is their union.
+            return self._scanned(sum(map(index._bits.get, query, repeat(0))), channels, leave_out)
+        return self._counted(query, channels, leave_out)
+
+    def _scanned(
+        self, query: int, channels: Collection[str | None], leave_out: Container[int]
+    ) -> Iterator[MemoryItem]:
+        assert self._walk is not None
+        walk, masks = self._walk
+        size = self._size
+        # Shared words, then place in the walk, newest (last) first, in one
+        # int per note; every note is scored, the taker's few are filtered.
+        scores = [
+            (mask & query).bit_count() << _PLACE_BITS | place
+            for place, mask in enumerate(islice(masks, size))
+        ]
+        scores.sort(reverse=True)
+        items = self._index._items
+        for score in scores:
+            ordinal = walk[score & _PLACE_MASK]
+            item = items[ordinal]
+            if item.channel in channels and ordinal not in leave_out:
+                yield item
+
+    def _counted(
+        self, query: set[str], channels: Collection[str | None], leave_out: Container[int]
+    ) -> Iterator[MemoryItem]:
+        index = self._index
         items = index._items
         size = self._size
         shared: Counter[int] = Counter()
-        for word in words(message):
+        for word in query:
             postings = index._postings.get(word)
             if isinstance(postings, int):
                 if postings < size:
