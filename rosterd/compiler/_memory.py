@@ -103,7 +103,8 @@ class MemoryIndex:
         self._walk_masks: list[int] = []
         for item in items:
             self._enter(item)
-        masks = dict(zip(self._walk, self._walk_masks))
+        # Entered in ordinal order: the masks by ordinal, until sorted.
+        masks = self._walk_masks
         for ordinals in (*self._recent.values(), self._walk):
             ordinals.sort(key=self._key, reverse=True)
         self._walk_masks = list(map(masks.__getitem__, self._walk))
