@@ -34,8 +34,9 @@ from array import array
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping
+from functools import reduce
 from itertools import islice, repeat
-from operator import itemgetter
+from operator import itemgetter, or_
 from typing import TypeVar
 
 from ._inputs import MemoryItem
@@ -46,6 +47,8 @@ __all__ = ("SCAN_LIMIT", "MemoryIndex", "MemoryView", "memory_view", "rank_memor
 # Notes an index keeps scan masks for: a mask is as wide as the vocabulary
 # seen so far, so the masks' memory grows with the square of the notes.
 SCAN_LIMIT = 512
+# An index this small is scanned whatever the message.
+_ALWAYS_SCAN = 64
 _WORD = re.compile(r"[^\W_]{3,}")
 # ASCII letters lower-cased and digits kept, every other byte a space: the
 # same runs as ``_WORD`` matches, short ones included.
@@ -66,12 +69,13 @@ def words(text: str) -> set[str]:
     return set(_WORD.findall(text.lower()))
 
 
-def _query_words(text: str) -> set[str]:
-    """``words`` of a message, maybe with shorter runs too: no note holds
-    one, so they match nothing. ASCII (the usual message) skips the regex."""
+def _query_words(text: str) -> list[str]:
+    """``words`` of a message, repeated as often as they occur and maybe with
+    shorter runs: no note holds one, so they match nothing. ASCII (the usual
+    message) skips the regex."""
     if text.isascii():
-        return set(text.encode().translate(_ASCII_WORDS).decode().split())
-    return words(text)
+        return text.encode().translate(_ASCII_WORDS).decode().split()
+    return _WORD.findall(text.lower())
 
 
 class MemoryIndex:
@@ -290,11 +294,16 @@ class MemoryView:
     ) -> Iterator[MemoryItem]:
         index = self._index
         query = _query_words(message)
-        # Counting a posting costs about half what scanning a note does.
-        if self._walk is not None and sum(map(index._held.get, query, repeat(0))) > 2 * self._size:
-            # Distinct words' bits: their sum is their union.
-            return self._scanned(sum(map(index._bits.get, query, repeat(0))), channels, leave_out)
-        return self._counted(query, channels, leave_out)
+        # Scanning a note costs about what counting a posting does, and
+        # walking the newest of the rest costs what scanning _ALWAYS_SCAN
+        # notes does (repeated words count their postings again: a guess).
+        if self._walk is not None and (
+            self._size <= _ALWAYS_SCAN or sum(map(index._held.get, query, repeat(0))) > self._size
+        ):
+            return self._scanned(
+                reduce(or_, map(index._bits.get, query, repeat(0)), 0), channels, leave_out
+            )
+        return self._counted(set(query), channels, leave_out)
 
     def _scanned(
         self, query: int, channels: Collection[str | None], leave_out: Container[int]

@@ -49,7 +49,15 @@ from ._system import (
     sha256_text,
 )
 from ._tools import tools_block
-from ._trace import AlreadyShown, BlockStatus, BlockTrace, BudgetTrace, ContextRecord, RecordKind
+from ._trace import (
+    AlreadyShown,
+    BlockStatus,
+    BlockTrace,
+    BudgetTrace,
+    ContextRecord,
+    RecordKind,
+    sha256_text_and_head,
+)
 
 __all__ = ("Compilation", "compile_run", "compile_turn", "iso_time")
 
@@ -128,8 +136,7 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
     taken = briefing.chars + history.chars + backlog.chars
     memory = _fit_memory(scope, turn, min(budget.memory, advisory - taken), budget.memory)
 
-    blocks = (
-        _block("memory", "store: memory", memory, budget.memory),
+    after_memory = (
         _block("briefing", "store: gates", briefing, budget.briefing),
         _block("history", "store: channel log", history, budget.history)
         if turn.history is not None
@@ -137,7 +144,14 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
         _block("backlog", "store: channel log since the last turn", backlog, budget.backlog),
         request,
     )
-    input_text = "".join(block.content for block in blocks)
+    memory_content = "".join(memory.lines)
+    input_text = memory_content + "".join(block.content for block in after_memory)
+    # Memory leads the input: its digest is a step of hashing the input.
+    memory_sha256, input_sha256 = sha256_text_and_head(input_text, len(memory_content))
+    blocks = (
+        _block("memory", "store: memory", memory, budget.memory, memory_sha256),
+        *after_memory,
+    )
     used = system_chars + len(input_text)
     record = ContextRecord(
         kind=kind,
@@ -152,7 +166,7 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
         engine_fingerprint=system.engine_fingerprint,
         route_key=system.route_key,
         system_sha256=system.sha256,
-        input_sha256=sha256_text(input_text),
+        input_sha256=input_sha256,
         boundaries=system.boundaries,
         budget=BudgetTrace(
             total=budget.total,
@@ -365,7 +379,10 @@ def _take_lines(
     return lines, chars
 
 
-def _block(name: str, source: str, fitted: _Fitted, limit: int) -> BlockTrace:
+def _block(
+    name: str, source: str, fitted: _Fitted, limit: int, sha256: str | None = None
+) -> BlockTrace:
+    """*fitted* as a traced block; *sha256* is its content's, if already known."""
     total = fitted.items + fitted.omitted
     status: BlockStatus
     if total == 0:
@@ -384,7 +401,7 @@ def _block(name: str, source: str, fitted: _Fitted, limit: int) -> BlockTrace:
         raw_chars=fitted.raw_chars,
         rendered_chars=fitted.chars,
         limit=limit,
-        sha256=sha256_text(content) if content else _EMPTY_SHA256,
+        sha256=sha256 or (sha256_text(content) if content else _EMPTY_SHA256),
         content=content,
         items=fitted.items,
         omitted=fitted.omitted,
