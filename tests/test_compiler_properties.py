@@ -675,6 +675,10 @@ def line_chars_text(envelope: dict[str, str]) -> str:
 
 _STAMPS = st.one_of(st.sampled_from([0.0, 1.0, 2.0, 1e9]), _STAMP)
 _IDS = st.one_of(st.sampled_from(["m-1", "m-2", "m-10", "m-11", "", "a"]), _SHORT)
+_FILLER = tuple(
+    MemoryItem(id=f"filler-{n}", text="", created_at=0.0, channel="filler")
+    for n in range(SCAN_LIMIT)
+)
 NOTES = st.lists(
     st.builds(MemoryItem, id=_IDS, text=TEXT, created_at=_STAMPS, channel=_CHANNEL_OR_NONE),
     max_size=25,
@@ -704,6 +708,9 @@ def test_indexed_ranking_matches_the_reference(
     expected = reference_ranking(eligible, message)
     assert [id(m) for m in view.ranked(message, channel)] == [id(m) for m in expected]
     assert view.totals(channel) == (len(eligible), sum(len(m.text) for m in eligible))
+    # Past the scan limit (notes out of scope, sharing nothing) postings are counted.
+    padded = MemoryIndex([*_FILLER, *notes]).snapshot()
+    assert [id(m) for m in padded.ranked(message, channel)] == [id(m) for m in expected]
     everything = [*notes, *later]
     assert [id(m) for m in rank_memory(everything, message)] == [
         id(m) for m in reference_ranking(everything, message)
@@ -716,7 +723,7 @@ def test_indexed_ranking_matches_the_reference(
 
 # Notes and messages from a few words, every note holding at least three
 # of them: a message holding them all shares words with every note, so its
-# postings outnumber twice the notes and a small index scans its masks.
+# postings outnumber the notes and an index below the scan limit scans.
 _DENSE_WORDS = ("deploy", "DEPLOY", "release", "cache", "naïve", "x1y", "2026")
 _DENSE_TEXT = st.lists(st.sampled_from(_DENSE_WORDS), min_size=3, max_size=12).map(
     lambda ws: " ".join([*ws, "deploy release naïve"])

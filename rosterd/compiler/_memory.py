@@ -13,11 +13,11 @@ iterator, and the compiler stops taking once the memory block is full.
 
 A small index (up to ``SCAN_LIMIT`` notes) also keeps each note's words
 as a bitmask over the index's vocabulary, and all its notes in one recency
-order. When the message's words are held by more notes than the view has
-(few notes, many shared words: every note is a candidate), counting
-postings costs more than scanning: each note's shared words are then one
-``&`` and ``bit_count``, and a stable sort of the recency walk by that count
-gives the same order as the heap (shared words, then newest, then id).
+order. A view of few notes, or one whose notes hold the message's words
+more often than it has notes (every note a candidate), is scanned instead:
+each note's shared words are one ``&`` and ``bit_count``, and sorting the
+recency walk by that count gives the same order as the heap (shared words,
+then newest, then id).
 
 The index is append-only: a ``MemoryView`` is a snapshot of its first *n*
 notes, so later additions never change a compilation under way, and a view
@@ -300,16 +300,18 @@ class MemoryView:
         if self._walk is not None and (
             self._size <= _ALWAYS_SCAN or sum(map(index._held.get, query, repeat(0))) > self._size
         ):
-            return self._scanned(
-                reduce(or_, map(index._bits.get, query, repeat(0)), 0), channels, leave_out
-            )
+            bits = reduce(or_, map(index._bits.get, query, repeat(0)), 0)
+            return self._scanned(*self._walk, bits, channels, leave_out)
         return self._counted(set(query), channels, leave_out)
 
     def _scanned(
-        self, query: int, channels: Collection[str | None], leave_out: Container[int]
+        self,
+        walk: list[int],
+        masks: list[int],
+        query: int,
+        channels: Collection[str | None],
+        leave_out: Container[int],
     ) -> Iterator[MemoryItem]:
-        assert self._walk is not None
-        walk, masks = self._walk
         size = self._size
         # Shared words, then place in the walk, newest (last) first, in one
         # int per note; every note is scored, the taker's few are filtered.
