@@ -798,6 +798,32 @@ def test_ranking_past_the_scan_limit_matches_the_reference() -> None:
     ]
 
 
+def test_ranking_past_the_scanned_vocabulary_matches_the_reference() -> None:
+    # Notes of 2,000 distinct words each: the index lets its masks go once
+    # they would span more words than it keeps them for; a view from before
+    # still scans what it saw.
+    rng = random.Random(5)
+    vocabulary = [f"w{n:05d}" for n in range(30_000)]
+    notes = [
+        MemoryItem(
+            id=f"m-{n}",
+            text=" ".join(["release", *rng.sample(vocabulary, 2_000)]),
+            created_at=float(n % 4),
+            channel=None,
+        )
+        for n in range(12)
+    ]
+    index = MemoryIndex(notes[:2])
+    early = index.snapshot()
+    for item in notes[2:]:
+        index.add(item)
+    message = "release " + " ".join(rng.sample(vocabulary, 200))
+    for view, seen in ((early, notes[:2]), (index.snapshot(), notes)):
+        assert [id(m) for m in view.ranked(message, None)] == [
+            id(m) for m in reference_ranking(seen, message)
+        ]
+
+
 _MANY_GATES = st.lists(
     st.builds(
         Gate,

@@ -36,7 +36,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping
 from functools import reduce
 from itertools import islice, repeat
-from operator import itemgetter, or_
+from operator import itemgetter, lshift, or_
 from typing import TypeVar
 
 from ._inputs import MemoryItem
@@ -44,9 +44,11 @@ from ._scoped import scoped_totals
 
 __all__ = ("SCAN_LIMIT", "MemoryIndex", "MemoryView", "memory_view", "rank_memory", "words")
 
-# Notes an index keeps scan masks for: a mask is as wide as the vocabulary
-# seen so far, so the masks' memory grows with the square of the notes.
+# Notes, and distinct words, an index keeps scan masks for: a mask is as
+# wide as the vocabulary seen so far, so both bound the masks' memory (at
+# most 512 masks of 2 KiB). Past either, the index only counts postings.
 SCAN_LIMIT = 512
+_SCAN_WORDS = 16_384
 # An index this small is scanned whatever the message.
 _ALWAYS_SCAN = 64
 _WORD = re.compile(r"[^\W_]{3,}")
@@ -97,10 +99,11 @@ class MemoryIndex:
         # so the newest note, the usual addition, is an append.
         self._recent: dict[str | None, list[int]] = {}
         self._totals: dict[str | None, tuple[int, int]] = {}
-        # While the index is small: a bit per word, how many notes hold
-        # each word, every ordinal in reverse walk order (whatever the
-        # channel) and, alongside, each note's words as a mask of bits.
-        # Not kept past SCAN_LIMIT notes.
+        # While the index is small: a bit (its place) per word, how many
+        # notes hold each word, every ordinal in reverse walk order
+        # (whatever the channel) and, alongside, each note's words as a
+        # mask of bits. Let go past SCAN_LIMIT notes or _SCAN_WORDS words
+        # (views keep what they read).
         self._bits: dict[str, int] = {}
         self._held: dict[str, int] = {}
         self._walk: list[int] = []
@@ -111,7 +114,7 @@ class MemoryIndex:
         masks = self._walk_masks
         for ordinals in (*self._recent.values(), self._walk):
             ordinals.sort(key=self._key, reverse=True)
-        self._walk_masks = list(map(masks.__getitem__, self._walk))
+        self._walk_masks = list(map(masks.__getitem__, self._walk)) if self._walk else []
 
     def __repr__(self) -> str:
         return f"MemoryIndex({len(self._items)} notes, {len(self._postings)} words)"
@@ -131,7 +134,8 @@ class MemoryIndex:
         at = self._out_of_order(recent)
         if at is not None:
             self._recent[item.channel] = [*recent[:at], ordinal, *recent[at:]]
-        if ordinal < SCAN_LIMIT and (at := self._out_of_order(self._walk)) is not None:
+        scanned = len(self._walk) == len(self._items)
+        if scanned and (at := self._out_of_order(self._walk)) is not None:
             mask = self._walk_masks.pop()
             self._walk = [*self._walk[:at], ordinal, *self._walk[at:]]
             self._walk_masks = [*self._walk_masks[:at], mask, *self._walk_masks[at:]]
@@ -144,7 +148,9 @@ class MemoryIndex:
             size,
             {channel: (ordinals, len(ordinals)) for channel, ordinals in self._recent.items()},
             dict(self._totals),
-            (self._walk, self._walk_masks) if size <= SCAN_LIMIT else None,
+            (self._walk, self._walk_masks, self._bits, self._held)
+            if len(self._walk) == size
+            else None,
         )
 
     def _out_of_order(self, ordinals: list[int]) -> int | None:
@@ -161,9 +167,11 @@ class MemoryIndex:
         if self._ids.setdefault(item.id, ordinal) != ordinal:
             self._more_ids.setdefault(item.id, []).append(ordinal)
         held = words(item.text)
-        if ordinal < SCAN_LIMIT:
+        if len(self._walk) == ordinal < SCAN_LIMIT and len(self._bits) + len(held) <= _SCAN_WORDS:
             self._walk.append(ordinal)
             self._walk_masks.append(self._mask(held))
+        elif self._bits or self._walk:
+            self._bits, self._held, self._walk, self._walk_masks = {}, {}, [], []
         for word in held:
             postings = self._postings.get(word)
             if postings is None:
@@ -180,18 +188,29 @@ class MemoryIndex:
 
     def _mask(self, held: set[str]) -> int:
         bits, counts = self._bits, self._held
-        mask = 0
+        places: list[int] = []
         for word in held:
-            bit = bits.get(word)
-            if bit is None:
-                bit = bits[word] = 1 << len(bits)
-            mask |= bit
+            place = bits.get(word)
+            if place is None:
+                place = bits[word] = len(bits)
+            places.append(place)
             counts[word] = counts.get(word, 0) + 1
-        return mask
+        return _mask_of(places)
 
     def _key(self, ordinal: int) -> _Key:
         item = self._items[ordinal]
         return (-item.created_at, item.id, ordinal)
+
+
+def _mask_of(places: list[int]) -> int:
+    """The int with the bits at *places* set."""
+    if len(places) <= 64:
+        return reduce(or_, map(lshift, repeat(1), places), 0)
+    # Many bits: set in a buffer, not an int rebuilt per bit.
+    buffer = bytearray(max(places) // 8 + 1)
+    for place in places:
+        buffer[place >> 3] |= 1 << (place & 7)
+    return int.from_bytes(buffer, "little")
 
 
 def _insertion_point(ordinals: list[int], key: _Key, key_of: Callable[[int], _Key]) -> int:
@@ -217,14 +236,15 @@ class MemoryView:
         size: int,
         recent: dict[str | None, tuple[list[int], int]],
         totals: dict[str | None, tuple[int, int]],
-        walk: tuple[list[int], list[int]] | None,
+        walk: tuple[list[int], list[int], dict[str, int], dict[str, int]] | None,
     ) -> None:
         self._index = index
         self._size = size
         self._recent = recent
         self._totals = totals
-        # Every ordinal below size in reverse walk order and their masks,
-        # if the index keeps them for all its notes.
+        # Every ordinal below size in reverse walk order, their masks, the
+        # places of words' bits and how many notes hold each word, if the
+        # index keeps them for all its notes.
         self._walk = walk
 
     def __repr__(self) -> str:
@@ -292,16 +312,17 @@ class MemoryView:
     def _ranked(
         self, message: str, channels: Collection[str | None], leave_out: Container[int]
     ) -> Iterator[MemoryItem]:
-        index = self._index
         query = _query_words(message)
         # Scanning a note costs about what counting a posting does, and
         # walking the newest of the rest costs what scanning _ALWAYS_SCAN
         # notes does (repeated words count their postings again: a guess).
-        if self._walk is not None and (
-            self._size <= _ALWAYS_SCAN or sum(map(index._held.get, query, repeat(0))) > self._size
+        scan = self._walk
+        if scan is not None and (
+            self._size <= _ALWAYS_SCAN or sum(map(scan[3].get, query, repeat(0))) > self._size
         ):
-            bits = reduce(or_, map(index._bits.get, query, repeat(0)), 0)
-            return self._scanned(*self._walk, bits, channels, leave_out)
+            places = scan[2]
+            bits = _mask_of(list(map(places.__getitem__, places.keys() & query)))
+            return self._scanned(scan[0], scan[1], bits, channels, leave_out)
         return self._counted(set(query), channels, leave_out)
 
     def _scanned(
