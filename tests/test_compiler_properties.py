@@ -799,7 +799,7 @@ def test_ranking_past_the_scan_limit_matches_the_reference() -> None:
 
 
 def test_ranking_past_the_scanned_vocabulary_matches_the_reference() -> None:
-    # Notes of 2,000 distinct words each: the index lets its masks go once
+    # Notes of 2,000 distinct words each (20,000 in all): the index lets its masks go once
     # they would span more words than it keeps them for; a view from before
     # still scans what it saw.
     rng = random.Random(5)

@@ -36,7 +36,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping
 from functools import reduce
 from itertools import islice, repeat
-from operator import itemgetter, lshift, or_
+from operator import itemgetter, or_
 from typing import TypeVar
 
 from ._inputs import MemoryItem
@@ -44,11 +44,12 @@ from ._scoped import scoped_totals
 
 __all__ = ("SCAN_LIMIT", "MemoryIndex", "MemoryView", "memory_view", "rank_memory", "words")
 
-# Notes, and distinct words, an index keeps scan masks for: a mask is as
-# wide as the vocabulary seen so far, so both bound the masks' memory (at
-# most 512 masks of 2 KiB). Past either, the index only counts postings.
+# Notes, and distinct words, an index keeps scan masks for: a word's bit
+# and a note's mask are as wide as the vocabulary seen so far, so both
+# bound their memory (about 1 MiB of bits, 512 masks of 512 bytes). Past
+# either, the index only counts postings.
 SCAN_LIMIT = 512
-_SCAN_WORDS = 16_384
+_SCAN_WORDS = 4_096
 # An index this small is scanned whatever the message.
 _ALWAYS_SCAN = 64
 _WORD = re.compile(r"[^\W_]{3,}")
@@ -99,8 +100,8 @@ class MemoryIndex:
         # so the newest note, the usual addition, is an append.
         self._recent: dict[str | None, list[int]] = {}
         self._totals: dict[str | None, tuple[int, int]] = {}
-        # While the index is small: a bit (its place) per word, how many
-        # notes hold each word, every ordinal in reverse walk order
+        # While the index is small: a bit per word, how many notes hold
+        # each word, every ordinal in reverse walk order
         # (whatever the channel) and, alongside, each note's words as a
         # mask of bits. Let go past SCAN_LIMIT notes or _SCAN_WORDS words
         # (views keep what they read).
@@ -188,29 +189,18 @@ class MemoryIndex:
 
     def _mask(self, held: set[str]) -> int:
         bits, counts = self._bits, self._held
-        places: list[int] = []
+        mask = 0
         for word in held:
-            place = bits.get(word)
-            if place is None:
-                place = bits[word] = len(bits)
-            places.append(place)
+            bit = bits.get(word)
+            if bit is None:
+                bit = bits[word] = 1 << len(bits)
+            mask |= bit
             counts[word] = counts.get(word, 0) + 1
-        return _mask_of(places)
+        return mask
 
     def _key(self, ordinal: int) -> _Key:
         item = self._items[ordinal]
         return (-item.created_at, item.id, ordinal)
-
-
-def _mask_of(places: list[int]) -> int:
-    """The int with the bits at *places* set."""
-    if len(places) <= 64:
-        return reduce(or_, map(lshift, repeat(1), places), 0)
-    # Many bits: set in a buffer, not an int rebuilt per bit.
-    buffer = bytearray(max(places) // 8 + 1)
-    for place in places:
-        buffer[place >> 3] |= 1 << (place & 7)
-    return int.from_bytes(buffer, "little")
 
 
 def _insertion_point(ordinals: list[int], key: _Key, key_of: Callable[[int], _Key]) -> int:
@@ -243,8 +233,8 @@ class MemoryView:
         self._recent = recent
         self._totals = totals
         # Every ordinal below size in reverse walk order, their masks, the
-        # places of words' bits and how many notes hold each word, if the
-        # index keeps them for all its notes.
+        # words' bits and how many notes hold each word, if the index keeps
+        # them for all its notes.
         self._walk = walk
 
     def __repr__(self) -> str:
@@ -320,8 +310,7 @@ class MemoryView:
         if scan is not None and (
             self._size <= _ALWAYS_SCAN or sum(map(scan[3].get, query, repeat(0))) > self._size
         ):
-            places = scan[2]
-            bits = _mask_of(list(map(places.__getitem__, places.keys() & query)))
+            bits = reduce(or_, map(scan[2].get, query, repeat(0)), 0)
             return self._scanned(scan[0], scan[1], bits, channels, leave_out)
         return self._counted(set(query), channels, leave_out)
 
