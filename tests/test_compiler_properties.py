@@ -41,6 +41,7 @@ from rosterd.compiler import (
     rank_memory,
     shown_in,
 )
+from rosterd.compiler._memory import SCAN_LIMIT
 from rosterd.compiler._shown import held_memory, held_open_gates
 from rosterd.org import (
     ChannelConfig,
@@ -674,6 +675,10 @@ def line_chars_text(envelope: dict[str, str]) -> str:
 
 _STAMPS = st.one_of(st.sampled_from([0.0, 1.0, 2.0, 1e9]), _STAMP)
 _IDS = st.one_of(st.sampled_from(["m-1", "m-2", "m-10", "m-11", "", "a"]), _SHORT)
+_FILLER = tuple(
+    MemoryItem(id=f"filler-{n}", text="", created_at=0.0, channel="filler")
+    for n in range(SCAN_LIMIT)
+)
 NOTES = st.lists(
     st.builds(MemoryItem, id=_IDS, text=TEXT, created_at=_STAMPS, channel=_CHANNEL_OR_NONE),
     max_size=25,
@@ -703,6 +708,9 @@ def test_indexed_ranking_matches_the_reference(
     expected = reference_ranking(eligible, message)
     assert [id(m) for m in view.ranked(message, channel)] == [id(m) for m in expected]
     assert view.totals(channel) == (len(eligible), sum(len(m.text) for m in eligible))
+    # Past the scan limit (notes out of scope, sharing nothing) postings are counted.
+    padded = MemoryIndex([*_FILLER, *notes]).snapshot()
+    assert [id(m) for m in padded.ranked(message, channel)] == [id(m) for m in expected]
     everything = [*notes, *later]
     assert [id(m) for m in rank_memory(everything, message)] == [
         id(m) for m in reference_ranking(everything, message)
@@ -711,6 +719,109 @@ def test_indexed_ranking_matches_the_reference(
         id(m)
         for m in reference_ranking([m for m in everything if m.channel in (None, channel)], message)
     ]
+
+
+# Notes and messages from a few words, every note holding at least three
+# of them: a message holding them all shares words with every note, so its
+# postings outnumber the notes and an index below the scan limit scans.
+_DENSE_WORDS = ("deploy", "DEPLOY", "release", "cache", "naïve", "x1y", "2026")
+_DENSE_TEXT = st.lists(st.sampled_from(_DENSE_WORDS), min_size=3, max_size=12).map(
+    lambda ws: " ".join([*ws, "deploy release naïve"])
+)
+_DENSE_NOTES = st.lists(
+    st.builds(MemoryItem, id=_IDS, text=_DENSE_TEXT, created_at=_STAMPS, channel=_CHANNEL_OR_NONE),
+    max_size=30,
+)
+
+
+@SETTINGS
+@given(
+    notes=_DENSE_NOTES,
+    bulk=st.integers(0, 30),
+    extra=st.lists(st.sampled_from(_DENSE_WORDS), max_size=6),
+    held=st.sets(_IDS, max_size=4),
+    channel=st.sampled_from([None, *CHANNELS]),
+)
+def test_scanned_ranking_of_dense_notes_matches_the_reference(
+    notes: list[MemoryItem], bulk: int, extra: list[str], held: set[str], channel: str | None
+) -> None:
+    index = MemoryIndex(notes[:bulk])
+    for item in notes[bulk:]:
+        index.add(item)
+    view = index.snapshot()
+    # Every word, and then some, in ASCII and not (the regex path).
+    for message in (
+        " ".join([*_DENSE_WORDS, *extra]),
+        "_".join(_DENSE_WORDS) + " " + "!".join(extra),
+    ):
+        eligible = [m for m in notes if m.channel in (None, channel)]
+        expected = reference_ranking(eligible, message)
+        assert [id(m) for m in view.ranked(message, channel)] == [id(m) for m in expected]
+        # Notes a session holds are passed over, the rest keep their order.
+        found = view.with_ids(dict.fromkeys(held), channel)
+        leave_out = {ordinal for ordinal, _, _ in found}
+        left = {id(item) for _, item, _ in found}
+        assert [id(m) for m in view.ranked(message, channel, leave_out)] == [
+            id(m) for m in expected if id(m) not in left
+        ]
+
+
+def test_ranking_past_the_scan_limit_matches_the_reference() -> None:
+    # Dense notes, so that only the size keeps the index from scanning;
+    # one view from below the limit, one from above it.
+    rng = random.Random(7)
+    notes = [
+        MemoryItem(
+            id=f"m-{n % 300}",
+            text=" ".join(["release cache x1y", *rng.choices(_DENSE_WORDS, k=rng.randint(0, 6))]),
+            created_at=float(rng.randrange(400)),
+            channel=rng.choice([None, "general", "ops"]),
+        )
+        for n in range(SCAN_LIMIT + 40)
+    ]
+    index = MemoryIndex(notes[:100])
+    small = None
+    for item in notes[100:]:
+        if len(index) == SCAN_LIMIT:
+            small = index.snapshot()
+        index.add(item)
+    assert small is not None
+    message = " ".join(_DENSE_WORDS)
+    for view, seen in ((small, notes[:SCAN_LIMIT]), (index.snapshot(), notes)):
+        eligible = [m for m in seen if m.channel in (None, "general")]
+        assert [id(m) for m in view.ranked(message, "general")] == [
+            id(m) for m in reference_ranking(eligible, message)
+        ]
+    bulk = MemoryIndex(notes).snapshot()
+    assert [id(m) for m in bulk.ranked_all(message)] == [
+        id(m) for m in reference_ranking(notes, message)
+    ]
+
+
+def test_ranking_past_the_scanned_vocabulary_matches_the_reference() -> None:
+    # Notes of 2,000 distinct words each (20,000 in all): the index lets its masks go once
+    # they would span more words than it keeps them for; a view from before
+    # still scans what it saw.
+    rng = random.Random(5)
+    vocabulary = [f"w{n:05d}" for n in range(30_000)]
+    notes = [
+        MemoryItem(
+            id=f"m-{n}",
+            text=" ".join(["release", *rng.sample(vocabulary, 2_000)]),
+            created_at=float(n % 4),
+            channel=None,
+        )
+        for n in range(12)
+    ]
+    index = MemoryIndex(notes[:2])
+    early = index.snapshot()
+    for item in notes[2:]:
+        index.add(item)
+    message = "release " + " ".join(rng.sample(vocabulary, 200))
+    for view, seen in ((early, notes[:2]), (index.snapshot(), notes)):
+        assert [id(m) for m in view.ranked(message, None)] == [
+            id(m) for m in reference_ranking(seen, message)
+        ]
 
 
 _MANY_GATES = st.lists(

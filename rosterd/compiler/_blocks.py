@@ -250,8 +250,11 @@ class Fitted(msgspec.Struct, frozen=True):
 NO_HISTORY = absent_block("history", "not the first turn of a fresh session")
 
 
-def advisory_block(name: AdvisoryBlock, fitted: Fitted, limit: int) -> BlockTrace:
-    return _input_block(name, _ADVISORY_SOURCE[name], fitted, limit)
+def advisory_block(
+    name: AdvisoryBlock, fitted: Fitted, limit: int, sha256: str | None = None
+) -> BlockTrace:
+    """*fitted* as a traced block; *sha256* is its content's, if already known."""
+    return _input_block(name, _ADVISORY_SOURCE[name], fitted, limit, sha256)
 
 
 def request_block(scope: RunScope, turn: TurnInput, meta: RunMeta, limit: int) -> BlockTrace:
@@ -267,7 +270,9 @@ def request_block(scope: RunScope, turn: TurnInput, meta: RunMeta, limit: int) -
     return _input_block(name, f"rpc: {scope.surface.value}", fitted, limit)
 
 
-def _input_block(name: BlockName, source: str, fitted: Fitted, limit: int) -> BlockTrace:
+def _input_block(
+    name: BlockName, source: str, fitted: Fitted, limit: int, sha256: str | None = None
+) -> BlockTrace:
     total = fitted.items + fitted.omitted
     status: BlockStatus
     if total == 0:
@@ -286,7 +291,7 @@ def _input_block(name: BlockName, source: str, fitted: Fitted, limit: int) -> Bl
         raw_chars=fitted.raw_chars,
         rendered_chars=fitted.chars,
         limit=limit,
-        sha256=sha256_text(content) if content else _EMPTY_SHA256,
+        sha256=sha256 or (sha256_text(content) if content else _EMPTY_SHA256),
         content=content,
         items=fitted.items,
         omitted=fitted.omitted,

@@ -10,7 +10,6 @@ replaced whole.
 
 from __future__ import annotations
 
-import heapq
 from array import array
 from bisect import bisect_left, insort
 from collections.abc import Container, Iterable, Iterator, Mapping
@@ -148,11 +147,24 @@ class GateView:
 
     def open(self, channel: str | None, leave_out: Container[int] = frozenset()) -> Iterator[Gate]:
         """Open gates a run in *channel* sees, oldest first, but those in *leave_out*."""
-        channels = (None,) if channel is None else (None, channel)
-        lists = [self._open[c] for c in channels if c in self._open]
-        for entry in heapq.merge(*(islice(entries, size) for entries, size in lists)):
+        empty: tuple[list[_Entry], int] = ([], 0)
+        shared, shared_size = self._open.get(None, empty)
+        own, own_size = self._open.get(channel, empty) if channel is not None else empty
+        # Two sorted lists: merged here, without heapq.merge's setup per call.
+        i = j = 0
+        while i < shared_size and j < own_size:
+            if shared[i] < own[j]:
+                entry = shared[i]
+                i += 1
+            else:
+                entry = own[j]
+                j += 1
             if entry[2] not in leave_out:
                 yield entry[3]
+        for entries, at, size in ((shared, i, shared_size), (own, j, own_size)):
+            for entry in islice(entries, at, size):
+                if entry[2] not in leave_out:
+                    yield entry[3]
 
     def entries_with_id(self, gate_id: str) -> list[_Entry]:
         """Every entry ever added with *gate_id*, open in this view or not."""

@@ -11,6 +11,14 @@ a message then touches only the notes that share one of its words, plus as
 many of the newest others as the caller takes: the ranking is a lazy
 iterator, and the compiler stops taking once the memory block is full.
 
+A small index (up to ``SCAN_LIMIT`` notes) also keeps each note's words
+as a bitmask over the index's vocabulary, and all its notes in one recency
+order. A view of few notes, or one whose notes hold the message's words
+more often than it has notes (every note a candidate), is scanned instead:
+each note's shared words are one ``&`` and ``bit_count``, and sorting the
+recency walk by that count gives the same order as the heap (shared words,
+then newest, then id).
+
 The index is append-only: a ``MemoryView`` is a snapshot of its first *n*
 notes, so later additions never change a compilation under way, and a view
 may be read from a worker thread while the event loop adds notes (every
@@ -26,25 +34,51 @@ from array import array
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping
-from itertools import islice
-from operator import itemgetter
+from functools import reduce
+from itertools import islice, repeat
+from operator import itemgetter, or_
 from typing import TypeVar
 
 from ._inputs import MemoryItem
 from ._scoped import scoped_totals
 
-__all__ = ("MemoryIndex", "MemoryView", "memory_view", "rank_memory", "words")
+__all__ = ("SCAN_LIMIT", "MemoryIndex", "MemoryView", "memory_view", "rank_memory", "words")
 
+# Notes, and distinct words, an index keeps scan masks for: a word's bit
+# and a note's mask are as wide as the vocabulary seen so far, so both
+# bound their memory (about 1 MiB of bits, 512 masks of 512 bytes). Past
+# either, the index only counts postings.
+SCAN_LIMIT = 512
+_SCAN_WORDS = 4_096
+# An index this small is scanned whatever the message.
+_ALWAYS_SCAN = 64
 _WORD = re.compile(r"[^\W_]{3,}")
+# ASCII letters lower-cased and digits kept, every other byte a space: the
+# same runs as ``_WORD`` matches, short ones included.
+_ASCII_WORDS = bytes(
+    c + 32 if 65 <= c <= 90 else c if 48 <= c <= 57 or 97 <= c <= 122 else 32 for c in range(256)
+)
 # Walk order of equally relevant notes: newest first, then id, then age.
 _Key = tuple[float, str, int]
 _V = TypeVar("_V")
 _first = itemgetter(0)
+# A place in the walk, below SCAN_LIMIT, fits in the low bits of a score.
+_PLACE_BITS = (SCAN_LIMIT - 1).bit_length()
+_PLACE_MASK = (1 << _PLACE_BITS) - 1
 
 
 def words(text: str) -> set[str]:
     """The words ranking compares: three letters or more, lower-cased."""
     return set(_WORD.findall(text.lower()))
+
+
+def _query_words(text: str) -> list[str]:
+    """``words`` of a message, repeated as often as they occur and maybe with
+    shorter runs: no note holds one, so they match nothing. ASCII (the usual
+    message) skips the regex."""
+    if text.isascii():
+        return text.encode().translate(_ASCII_WORDS).decode().split()
+    return _WORD.findall(text.lower())
 
 
 class MemoryIndex:
@@ -66,10 +100,22 @@ class MemoryIndex:
         # so the newest note, the usual addition, is an append.
         self._recent: dict[str | None, list[int]] = {}
         self._totals: dict[str | None, tuple[int, int]] = {}
+        # While the index is small: a bit per word, how many notes hold
+        # each word, every ordinal in reverse walk order
+        # (whatever the channel) and, alongside, each note's words as a
+        # mask of bits. Let go past SCAN_LIMIT notes or _SCAN_WORDS words
+        # (views keep what they read).
+        self._bits: dict[str, int] = {}
+        self._held: dict[str, int] = {}
+        self._walk: list[int] = []
+        self._walk_masks: list[int] = []
         for item in items:
             self._enter(item)
-        for ordinals in self._recent.values():
+        # Entered in ordinal order: the masks by ordinal, until sorted.
+        masks = self._walk_masks
+        for ordinals in (*self._recent.values(), self._walk):
             ordinals.sort(key=self._key, reverse=True)
+        self._walk_masks = list(map(masks.__getitem__, self._walk)) if self._walk else []
 
     def __repr__(self) -> str:
         return f"MemoryIndex({len(self._items)} notes, {len(self._postings)} words)"
@@ -83,29 +129,51 @@ class MemoryIndex:
 
     def add(self, item: MemoryItem) -> None:
         ordinal = self._enter(item)
-        ordinals = self._recent[item.channel]
-        if len(ordinals) > 1 and self._key(ordinals[-2]) < self._key(ordinal):
-            # Out of recency order (a clock that went back, equal times):
-            # a new list, since views may be reading the old one.
-            ordinals.pop()
-            at = _insertion_point(ordinals, self._key(ordinal), self._key)
-            self._recent[item.channel] = [*ordinals[:at], ordinal, *ordinals[at:]]
+        # Out of recency order (a clock that went back, equal times): new
+        # lists, since views may be reading the old ones.
+        recent = self._recent[item.channel]
+        at = self._out_of_order(recent)
+        if at is not None:
+            self._recent[item.channel] = [*recent[:at], ordinal, *recent[at:]]
+        scanned = len(self._walk) == len(self._items)
+        if scanned and (at := self._out_of_order(self._walk)) is not None:
+            mask = self._walk_masks.pop()
+            self._walk = [*self._walk[:at], ordinal, *self._walk[at:]]
+            self._walk_masks = [*self._walk_masks[:at], mask, *self._walk_masks[at:]]
 
     def snapshot(self) -> MemoryView:
         """The notes added so far, unaffected by later additions."""
+        size = len(self._items)
         return MemoryView(
             self,
-            len(self._items),
+            size,
             {channel: (ordinals, len(ordinals)) for channel, ordinals in self._recent.items()},
             dict(self._totals),
+            (self._walk, self._walk_masks, self._bits, self._held)
+            if len(self._walk) == size
+            else None,
         )
+
+    def _out_of_order(self, ordinals: list[int]) -> int | None:
+        """If the ordinal just appended to *ordinals* breaks their reverse
+        walk order, take it off and say where it belongs."""
+        if len(ordinals) < 2 or self._key(ordinals[-2]) > self._key(ordinals[-1]):
+            return None
+        ordinal = ordinals.pop()
+        return _insertion_point(ordinals, self._key(ordinal), self._key)
 
     def _enter(self, item: MemoryItem) -> int:
         ordinal = len(self._items)
         self._items.append(item)
         if self._ids.setdefault(item.id, ordinal) != ordinal:
             self._more_ids.setdefault(item.id, []).append(ordinal)
-        for word in words(item.text):
+        held = words(item.text)
+        if len(self._walk) == ordinal < SCAN_LIMIT and len(self._bits) + len(held) <= _SCAN_WORDS:
+            self._walk.append(ordinal)
+            self._walk_masks.append(self._mask(held))
+        elif self._bits or self._walk:
+            self._bits, self._held, self._walk, self._walk_masks = {}, {}, [], []
+        for word in held:
             postings = self._postings.get(word)
             if postings is None:
                 self._postings[word] = ordinal
@@ -118,6 +186,17 @@ class MemoryIndex:
         count, chars = self._totals.get(channel, (0, 0))
         self._totals[channel] = (count + 1, chars + len(item.text))
         return ordinal
+
+    def _mask(self, held: set[str]) -> int:
+        bits, counts = self._bits, self._held
+        mask = 0
+        for word in held:
+            bit = bits.get(word)
+            if bit is None:
+                bit = bits[word] = 1 << len(bits)
+            mask |= bit
+            counts[word] = counts.get(word, 0) + 1
+        return mask
 
     def _key(self, ordinal: int) -> _Key:
         item = self._items[ordinal]
@@ -139,7 +218,7 @@ def _insertion_point(ordinals: list[int], key: _Key, key_of: Callable[[int], _Ke
 class MemoryView:
     """A snapshot of a ``MemoryIndex``: what one compilation may rank."""
 
-    __slots__ = ("_index", "_recent", "_size", "_totals")
+    __slots__ = ("_index", "_recent", "_size", "_totals", "_walk")
 
     def __init__(
         self,
@@ -147,11 +226,16 @@ class MemoryView:
         size: int,
         recent: dict[str | None, tuple[list[int], int]],
         totals: dict[str | None, tuple[int, int]],
+        walk: tuple[list[int], list[int], dict[str, int], dict[str, int]] | None,
     ) -> None:
         self._index = index
         self._size = size
         self._recent = recent
         self._totals = totals
+        # Every ordinal below size in reverse walk order, their masks, the
+        # words' bits and how many notes hold each word, if the index keeps
+        # them for all its notes.
+        self._walk = walk
 
     def __repr__(self) -> str:
         return f"MemoryView({self._size} notes)"
@@ -218,11 +302,49 @@ class MemoryView:
     def _ranked(
         self, message: str, channels: Collection[str | None], leave_out: Container[int]
     ) -> Iterator[MemoryItem]:
+        query = _query_words(message)
+        # Scanning a note costs about what counting a posting does, and
+        # walking the newest of the rest costs what scanning _ALWAYS_SCAN
+        # notes does (repeated words count their postings again: a guess).
+        scan = self._walk
+        if scan is not None and (
+            self._size <= _ALWAYS_SCAN or sum(map(scan[3].get, query, repeat(0))) > self._size
+        ):
+            bits = reduce(or_, map(scan[2].get, query, repeat(0)), 0)
+            return self._scanned(scan[0], scan[1], bits, channels, leave_out)
+        return self._counted(set(query), channels, leave_out)
+
+    def _scanned(
+        self,
+        walk: list[int],
+        masks: list[int],
+        query: int,
+        channels: Collection[str | None],
+        leave_out: Container[int],
+    ) -> Iterator[MemoryItem]:
+        size = self._size
+        # Shared words, then place in the walk, newest (last) first, in one
+        # int per note; every note is scored, the taker's few are filtered.
+        scores = [
+            (mask & query).bit_count() << _PLACE_BITS | place
+            for place, mask in enumerate(islice(masks, size))
+        ]
+        scores.sort(reverse=True)
+        items = self._index._items
+        for score in scores:
+            ordinal = walk[score & _PLACE_MASK]
+            item = items[ordinal]
+            if item.channel in channels and ordinal not in leave_out:
+                yield item
+
+    def _counted(
+        self, query: set[str], channels: Collection[str | None], leave_out: Container[int]
+    ) -> Iterator[MemoryItem]:
         index = self._index
         items = index._items
         size = self._size
         shared: Counter[int] = Counter()
-        for word in words(message):
+        for word in query:
             postings = index._postings.get(word)
             if isinstance(postings, int):
                 if postings < size:

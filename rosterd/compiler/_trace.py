@@ -31,6 +31,7 @@ __all__ = (
     "RolloverTrace",
     "context_record",
     "sha256_text",
+    "sha256_text_and_head",
 )
 
 BlockStatus = Literal["included", "shrunk", "omitted", "absent", "failed"]
@@ -41,6 +42,15 @@ BoundaryName = Literal["connections", "purpose", "system"]
 def sha256_text(text: str) -> str:
     """The hex sha256 of *text* as UTF-8: the hash of every traced content."""
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def sha256_text_and_head(text: str, head: int) -> tuple[str, str]:
+    """``sha256_text`` of ``text[:head]`` and of *text*, hashing its bytes
+    once: the digest of a text's start is a step on the way to the whole's."""
+    digest = hashlib.sha256(text[:head].encode())
+    start = digest.hexdigest()
+    digest.update(text[head:].encode())
+    return start, digest.hexdigest()
 
 
 class AlreadyShown(msgspec.Struct, frozen=True):

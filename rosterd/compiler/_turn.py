@@ -48,7 +48,7 @@ from ._trace import (
     ContextRecord,
     RecordKind,
     context_record,
-    sha256_text,
+    sha256_text_and_head,
 )
 
 __all__ = ("Compilation", "compile_run", "compile_turn")
@@ -109,8 +109,7 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
     taken = briefing.chars + history.chars + backlog.chars
     memory = _fit_memory(scope, turn, min(budget.memory, advisory - taken), budget.memory)
 
-    blocks = (
-        advisory_block("memory", memory, budget.memory),
+    after_memory = (
         advisory_block("briefing", briefing, budget.briefing),
         advisory_block("history", history, budget.history)
         if turn.history is not None
@@ -118,7 +117,14 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
         advisory_block("backlog", backlog, budget.backlog),
         request,
     )
-    input_text = "".join(block.content for block in blocks)
+    memory_content = "".join(memory.lines)
+    input_text = memory_content + "".join(block.content for block in after_memory)
+    # Memory leads the input: its digest is a step of hashing the input.
+    memory_sha256, input_sha256 = sha256_text_and_head(input_text, len(memory_content))
+    blocks = (
+        advisory_block("memory", memory, budget.memory, memory_sha256),
+        *after_memory,
+    )
     used = system_chars + len(input_text)
     record = context_record(
         kind,
@@ -128,7 +134,7 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
         (*prior, *blocks),
         route_key=system.route_key,
         system_sha256=system.sha256,
-        input_sha256=sha256_text(input_text),
+        input_sha256=input_sha256,
         boundaries=system.boundaries,
         budget=BudgetTrace(
             total=budget.total,
