@@ -721,6 +721,50 @@ def test_indexed_ranking_matches_the_reference(
     ]
 
 
+# Filler entered oldest first, before every generated note: an index past
+# the scan limit whose notes are all in time order, as a store's usually are.
+_FILLER_IN_ORDER = tuple(
+    MemoryItem(id=f"filler-{n}", text="", created_at=float(n - SCAN_LIMIT), channel="filler")
+    for n in range(SCAN_LIMIT)
+)
+
+
+@SETTINGS
+@given(
+    notes=NOTES,
+    later=NOTES,
+    bulk=st.integers(0, 25),
+    message=TEXT,
+    channel=st.sampled_from([None, *CHANNELS]),
+)
+def test_ranking_of_notes_entered_in_time_order_matches_the_reference(
+    notes: list[MemoryItem], later: list[MemoryItem], bulk: int, message: str, channel: str | None
+) -> None:
+    # Each note newer than the one before (equal times: the lower id second),
+    # then later notes in any order: a view from before them, and one after.
+    unique = {(m.created_at, m.id): m for m in notes}.values()
+    ordered = sorted(sorted(unique, key=lambda m: m.id, reverse=True), key=lambda m: m.created_at)
+    index = MemoryIndex([*_FILLER_IN_ORDER, *ordered[:bulk]])
+    for item in ordered[bulk:]:
+        index.add(item)
+    view = index.snapshot()
+    for item in later:
+        index.add(item)
+    # Words of some notes, so that many share a few with the message.
+    message = " ".join([message, *(m.text for m in notes[::3])])
+    for seen, ranked in ((ordered, view), ([*ordered, *later], index.snapshot())):
+        eligible = [m for m in seen if m.channel in (None, channel)]
+        expected = reference_ranking(eligible, message)
+        assert [id(m) for m in ranked.ranked(message, channel)] == [id(m) for m in expected]
+        # Notes a session holds are passed over, the rest keep their order.
+        found = ranked.with_ids(dict.fromkeys(m.id for m in eligible[::2]), channel)
+        leave_out = {ordinal for ordinal, _, _ in found}
+        left = {id(item) for _, item, _ in found}
+        assert [id(m) for m in ranked.ranked(message, channel, leave_out)] == [
+            id(m) for m in expected if id(m) not in left
+        ]
+
+
 # Notes and messages from a few words, every note holding at least three
 # of them: a message holding them all shares words with every note, so its
 # postings outnumber the notes and an index below the scan limit scans.

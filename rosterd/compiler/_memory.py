@@ -97,9 +97,12 @@ class MemoryIndex:
         self._ids: dict[str, int] = {}
         self._more_ids: dict[str, list[int]] = {}
         # Each note's time by ordinal, side by side: ranking sorts the notes
-        # sharing the message's words by it without reading a note (at
-        # 100,000 notes each read is a cache miss, and there are hundreds).
+        # sharing the message's words by it without reading a note.
         self._created: array[float] = array("d")
+        # How many of the first notes were entered in walk order, each newer
+        # than the one before (the usual: notes are added as they are
+        # written); among those, a higher ordinal ranks first on recency.
+        self._ordered = 0
         # Per channel (None: worker-wide), ordinals in reverse walk order,
         # so the newest note, the usual addition, is an append.
         self._recent: dict[str | None, list[int]] = {}
@@ -170,6 +173,10 @@ class MemoryIndex:
         ordinal = len(self._items)
         self._items.append(item)
         self._created.append(item.created_at)
+        if ordinal == self._ordered and (
+            not ordinal or self._key(ordinal) < self._key(ordinal - 1)
+        ):
+            self._ordered += 1
         if self._ids.setdefault(item.id, ordinal) != ordinal:
             self._more_ids.setdefault(item.id, []).append(ordinal)
         held = words(item.text)
@@ -356,11 +363,16 @@ class MemoryView:
                     shared[postings] += 1
             elif postings is not None:
                 shared.update(islice(postings, bisect_left(postings, size)))
-        # Most shared words, then newest: two stable sorts keyed by C-level
+        # Most shared words, then newest: stable sorts keyed by C-level
         # lookups, no note read; a note is read only once it is reached.
-        ordinals = sorted(shared, key=index._created.__getitem__, reverse=True)
+        # Notes entered in walk order need no look at their times at all
+        # (each is a cache miss at 100,000 notes, and there are hundreds).
+        in_order = size <= index._ordered
+        by_time = None if in_order else index._created.__getitem__
+        ordinals = sorted(shared, key=by_time, reverse=True)
         ordinals.sort(key=shared.__getitem__, reverse=True)
-        for ordinal in _ties_by_id(ordinals, shared, index._created, items):
+        walk = ordinals if in_order else _ties_by_id(ordinals, shared, index._created, items)
+        for ordinal in walk:
             if ordinal not in leave_out and items[ordinal].channel in channels:
                 yield items[ordinal]
         # Then the rest, sharing nothing: newest first.

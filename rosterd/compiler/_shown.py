@@ -59,7 +59,10 @@ _memory_line = msgspec.json.Decoder(_MemoryLine)
 _briefing_line = msgspec.json.Decoder(_BriefingLine)
 
 
+@lru_cache(maxsize=4096)
 def line_sha256(line: str) -> str:
+    # ``shown_in`` hashes the lines a turn sent; the next turn's memo asks
+    # for the same lines again (rendered anew, equal): a lookup, not a hash.
     return sha256_text(line)
 
 
@@ -109,7 +112,8 @@ class _Held:
     ) -> None:
         """Record whether the item at ordinal ``order[2]`` is held (*before*
         given) or not; *order* is its place in the trace."""
-        self.drop(order)
+        if order[2] in self.known:
+            self.drop(order)
         if before is not None:
             self.known[order[2]] = AlreadyShown(id=item_id, since=before.turn)
             self.sizes[order[2]] = chars
