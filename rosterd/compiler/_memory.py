@@ -272,7 +272,10 @@ class MemoryView:
         first = index._ids.get(item_id)
         if first is None or first >= self._size:
             return []
-        return [first, *(o for o in index._more_ids.get(item_id, ()) if o < self._size)]
+        more = index._more_ids.get(item_id)
+        if more is None:  # the usual: an id given once
+            return [first]
+        return [first, *(o for o in more if o < self._size)]
 
     def with_ids(
         self, ids: Mapping[str, _V], channel: str | None

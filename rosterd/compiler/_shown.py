@@ -11,10 +11,9 @@ transcript.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
-from operator import itemgetter
 from typing import Literal
 
 import msgspec
@@ -37,7 +36,6 @@ __all__ = (
 )
 
 ShownKind = Literal["memory", "gate"]
-_third = itemgetter(2)
 
 # Envelopes render their tag first, so a line's block is known from its start.
 _MEMORY = '{"block":"memory",'
@@ -92,10 +90,12 @@ class _Held:
         self.removals = 0  # removals from the index looked at (gates)
         self.logged = 0  # ledger entries looked at
         # Trace entries and raw characters by ordinal, and the held items'
-        # places in the trace (briefing order for gates), kept sorted.
+        # places in the trace (briefing order for gates), kept sorted, with
+        # their trace entries alongside: a turn's are one copy of that list.
         self.known: dict[int, AlreadyShown] = {}
         self.sizes: dict[int, int] = {}
         self.order: list[tuple[float, str, int]] = []
+        self.traced: list[AlreadyShown] = []
         self.chars = 0
 
     def follows(self, index: object, channel: str | None, added: int, removals: int) -> bool:
@@ -115,20 +115,23 @@ class _Held:
         if order[2] in self.known:
             self.drop(order)
         if before is not None:
-            self.known[order[2]] = AlreadyShown(id=item_id, since=before.turn)
+            entry = self.known[order[2]] = AlreadyShown(id=item_id, since=before.turn)
             self.sizes[order[2]] = chars
             self.chars += chars
-            insort(self.order, order)
+            at = bisect_left(self.order, order)
+            self.order.insert(at, order)
+            self.traced.insert(at, entry)
 
     def drop(self, order: tuple[float, str, int]) -> None:
         if order[2] in self.known:
             del self.known[order[2]]
             self.chars -= self.sizes.pop(order[2])
-            del self.order[bisect_left(self.order, order)]
+            at = bisect_left(self.order, order)
+            del self.order[at]
+            del self.traced[at]
 
     def result(self) -> Held:
-        known = tuple(map(self.known.__getitem__, map(_third, self.order)))
-        return Held(self.known.keys(), known, self.chars)
+        return Held(self.known.keys(), tuple(self.traced), self.chars)
 
 
 class HeldMemo:
