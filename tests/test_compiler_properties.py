@@ -1108,3 +1108,12 @@ def test_a_ledgers_memo_holds_what_a_fresh_look_finds(
                 assert held.known == fresh.known
                 assert held.raw_chars == fresh.raw_chars
                 assert set(held.ordinals) == set(fresh.ordinals)  # type: ignore[call-overload]
+            # The memo's places let the briefing skip what is held at once:
+            # the same gates as checking each one.
+            held, fresh = (
+                held_open_gates(gate_view, channel, live),
+                held_open_gates(gate_view, channel, plain),
+            )
+            assert list(gate_view.open(channel, held.ordinals, held.order)) == list(
+                gate_view.open(channel, fresh.ordinals)
+            )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, insort
-from collections.abc import Container, Iterable, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from operator import itemgetter
 from typing import TypeVar
@@ -145,13 +145,23 @@ class GateView:
         found.sort(key=_first)
         return [(entry[2], entry[3], value) for entry, value in found]
 
-    def open(self, channel: str | None, leave_out: Container[int] = frozenset()) -> Iterator[Gate]:
-        """Open gates a run in *channel* sees, oldest first, but those in *leave_out*."""
+    def open(
+        self,
+        channel: str | None,
+        leave_out: Container[int] = frozenset(),
+        held: Sequence[tuple[float, str, int]] = (),
+    ) -> Iterator[Gate]:
+        """Open gates a run in *channel* sees, oldest first, but those in *leave_out*.
+
+        *held*, if given, holds the briefing-order keys of the gates in
+        *leave_out* (each open in this view and seen from *channel*), sorted:
+        the gates they cover from the start are skipped at once.
+        """
         empty: tuple[list[_Entry], int] = ([], 0)
         shared, shared_size = self._open.get(None, empty)
         own, own_size = self._open.get(channel, empty) if channel is not None else empty
         # Two sorted lists: merged here, without heapq.merge's setup per call.
-        i = j = 0
+        i, j = _held_start(held, shared, shared_size, own, own_size)
         while i < shared_size and j < own_size:
             if shared[i] < own[j]:
                 entry = shared[i]
@@ -199,6 +209,37 @@ class GateView:
         entries, size = self._open[filed_for]
         at = bisect_left(entries, entry, 0, size)
         return at < size and entries[at] is entry
+
+
+def _held_start(
+    held: Sequence[tuple[float, str, int]],
+    shared: list[_Entry],
+    shared_size: int,
+    own: list[_Entry],
+    own_size: int,
+) -> tuple[int, int]:
+    """Where the walk of two sorted lists starts past the longest run of
+    their first entries that are all *held*: (shared, own) positions.
+
+    *held* is a sorted subset of the lists' entries' keys, so its first *p*
+    are the walk's first *p* exactly when *p* entries come at or before the
+    *p*-th of them; a binary search finds the largest such *p*.
+    """
+
+    def at_or_before(key: tuple[float, str, int]) -> tuple[int, int]:
+        # An entry (filed, id, ordinal, gate) sorts below the 3-tuple bound
+        # exactly when its ordinal is at most the key's.
+        bound = (key[0], key[1], key[2] + 1)
+        return bisect_left(shared, bound, 0, shared_size), bisect_left(own, bound, 0, own_size)
+
+    low, high = 0, len(held)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if sum(at_or_before(held[middle - 1])) == middle:
+            low = middle
+        else:
+            high = middle - 1
+    return at_or_before(held[low - 1]) if low else (0, 0)
 
 
 def gate_view(gates: GateView | Iterable[Gate], worker: str) -> GateView:

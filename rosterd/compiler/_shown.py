@@ -78,6 +78,11 @@ class Held(msgspec.Struct, frozen=True):
     ordinals: Container[int] = frozenset()
     known: tuple[AlreadyShown, ...] = ()
     raw_chars: int = 0
+    # From a ledger's memo: the held items' places in the trace, sorted
+    # (briefing order for gates), so a briefing skips the held gates it
+    # starts with at once instead of walking past each (a session holds
+    # more of them every turn).
+    order: tuple[tuple[float, str, int], ...] = ()
 
 
 class _Held:
@@ -131,7 +136,7 @@ class _Held:
             del self.traced[at]
 
     def result(self) -> Held:
-        return Held(self.known.keys(), tuple(self.traced), self.chars)
+        return Held(self.known.keys(), tuple(self.traced), self.chars, tuple(self.order))
 
 
 class HeldMemo:

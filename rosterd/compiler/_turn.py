@@ -184,7 +184,10 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int) -> Fitted:
     raw += sum(len(g.summary) + len(g.outcome or "") + len(g.note) for g in resolved)
     lines_to_fit: Iterable[str] = chain(
         resolved_lines,
-        (gate_line(g.id, g.summary, None, "") for g in gates.open(scope.channel, held.ordinals)),
+        (
+            gate_line(g.id, g.summary, None, "")
+            for g in gates.open(scope.channel, held.ordinals, held.order)
+        ),
     )
     # Keep the first gates (resolved, then oldest open) that fit together
     # with the note counting the rest. Every gate line is longer than that
