@@ -12,7 +12,9 @@ Prints, measured side by side in one run:
   quarter as many open gates) accumulated by its worker, as ratios to the
   empty state, with ``daemon.status`` latency from another client during
   those turns (the state is written straight into the files before the
-  daemon starts, as months of use would have left it).
+  daemon starts, as months of use would have left it). The three daemons
+  run side by side and their turns alternate, so that machine noise hits
+  every state alike instead of whichever ran while another process was busy.
 
 Usage: python bench/load.py [--quick]
 """
@@ -25,6 +27,7 @@ import random
 import statistics
 import tempfile
 import time
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import anyio
@@ -147,63 +150,78 @@ def seed_state(state: Path, notes: int, rng: random.Random, vocabulary: list[str
     os.sync()
 
 
-async def poll_status(socket: Path, latencies: list[float], stop: anyio.Event) -> None:
-    async with await RosterClient.connect(socket) as client:
-        while not stop.is_set():
-            start = time.perf_counter()
-            await client.call("daemon.status")
-            latencies.append(time.perf_counter() - start)
-            # Paced like a monitor, not a flood competing with the turns.
-            with anyio.move_on_after(0.005):
-                await stop.wait()
+async def poll_status(client: RosterClient, latencies: list[float], stop: anyio.Event) -> None:
+    while not stop.is_set():
+        start = time.perf_counter()
+        await client.call("daemon.status")
+        latencies.append(time.perf_counter() - start)
+        # Paced like a monitor, not a flood competing with the turns.
+        with anyio.move_on_after(0.005):
+            await stop.wait()
 
 
-async def accumulated_turns(
-    socket: Path, turns: int, rng: random.Random, vocabulary: list[str]
-) -> tuple[list[float], list[float]]:
-    """Turn latencies of one session, and daemon.status latencies meanwhile."""
-    turn_latencies: list[float] = []
-    status_latencies: list[float] = []
-    async with await RosterClient.connect(socket) as client:
-        opened = await client.call("session.open", {"worker": "ada", "channel": "c1"})
-        session = opened["session"]
+class Accumulated:
+    """One daemon over one seeded state: a session's turns, and daemon.status
+    from another client while each of them is under way."""
+
+    def __init__(self, notes: int) -> None:
+        self.notes = notes
+        self.rng = random.Random(notes)
+        self.vocabulary = [f"w{self.rng.randrange(36**5):05x}" for _ in range(VOCABULARY)]
+        self.turns: list[float] = []
+        self.status: list[float] = []
+
+    async def start(self, root: Path, stack: AsyncExitStack) -> None:
+        write_org(root / "org", ("ada",), STATE_CHANNELS)
+        seed_state(root / "state", self.notes, self.rng, self.vocabulary)
+        socket = root / "rosterd.sock"
+        await stack.enter_async_context(serve(root / "org", root / "state", socket))
+        self.client = await stack.enter_async_context(await RosterClient.connect(socket))
+        self.monitor = await stack.enter_async_context(await RosterClient.connect(socket))
+        opened = await self.client.call("session.open", {"worker": "ada", "channel": "c1"})
+        self.session = opened["session"]
         # The first turn loads and indexes the worker's notes: not timed.
-        await client.call("session.send", {"session": session, "text": "good morning"})
+        await self.client.call("session.send", {"session": self.session, "text": "good morning"})
+
+    async def turn(self, n: int) -> None:
+        words = " and ".join(self.rng.choices(self.vocabulary, k=3))
+        params = {"session": self.session, "text": f"turn {n}: what about {words}"}
         stop = anyio.Event()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(poll_status, socket, status_latencies, stop)
-            for n in range(turns):
-                text = f"turn {n}: what about " + " and ".join(rng.choices(vocabulary, k=3))
-                start = time.perf_counter()
-                await client.call("session.send", {"session": session, "text": text})
-                turn_latencies.append(time.perf_counter() - start)
+            tg.start_soon(poll_status, self.monitor, self.status, stop)
+            start = time.perf_counter()
+            await self.client.call("session.send", params)
+            self.turns.append(time.perf_counter() - start)
             stop.set()
-    return turn_latencies, status_latencies
 
 
 async def run_accumulated(quick: bool) -> None:
     turns = 15 if quick else 30
-    print(f"accumulated state, one session of {turns} turns; daemon.status from another client:")
+    print(
+        f"accumulated state, one session of {turns} turns per state, the states' turns "
+        "alternating; daemon.status from another client during them:"
+    )
     print(
         f"{'notes':>8} {'gates':>6} {'turn p50 ms':>12} {'ratio':>6} "
         f"{'status p50 ms':>14} {'status max ms':>14}"
     )
-    empty = None
-    for notes in ACCUMULATED:
-        rng = random.Random(notes)
-        vocabulary = [f"w{rng.randrange(36**5):05x}" for _ in range(VOCABULARY)]
-        with tempfile.TemporaryDirectory() as tmp:
-            root = Path(tmp)
-            write_org(root / "org", ("ada",), STATE_CHANNELS)
-            seed_state(root / "state", notes, rng, vocabulary)
-            socket = root / "rosterd.sock"
-            async with serve(root / "org", root / "state", socket):
-                turn, status = await accumulated_turns(socket, turns, rng, vocabulary)
-        p50 = statistics.median(turn)
-        empty = empty or p50
+    states = [Accumulated(notes) for notes in ACCUMULATED]
+    with tempfile.TemporaryDirectory() as tmp:
+        async with AsyncExitStack() as stack:
+            for state in states:
+                await state.start(Path(tmp) / str(state.notes), stack)
+            # The daemons run side by side, each idle while another takes its
+            # turn; each round goes in a rotated order, so that machine noise
+            # (other processes) hits every state alike.
+            for n in range(turns):
+                for k in range(len(states)):
+                    await states[(n + k) % len(states)].turn(n)
+    empty = statistics.median(states[0].turns)
+    for state in states:
+        p50 = statistics.median(state.turns)
         print(
-            f"{notes:>8} {notes // 4:>6} {p50 * 1000:>12.2f} {p50 / empty:>6.2f} "
-            f"{statistics.median(status) * 1000:>14.2f} {max(status) * 1000:>14.2f}"
+            f"{state.notes:>8} {state.notes // 4:>6} {p50 * 1000:>12.2f} {p50 / empty:>6.2f} "
+            f"{statistics.median(state.status) * 1000:>14.2f} {max(state.status) * 1000:>14.2f}"
         )
     print("(aim: turn p50 within 2x of the empty state, daemon.status within 20 ms)")
 
