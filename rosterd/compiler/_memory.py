@@ -102,6 +102,8 @@ class MemoryIndex:
         # How many of the first notes were entered in walk order, each newer
         # than the one before (the usual: notes are added as they are
         # written); among those, a higher ordinal ranks first on recency.
+        # It only grows, so a view reading it from a thread while notes are
+        # added still finds its own notes' order right.
         self._ordered = 0
         # Per channel (None: worker-wide), ordinals in reverse walk order,
         # so the newest note, the usual addition, is an append.
