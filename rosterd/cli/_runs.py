@@ -29,7 +29,8 @@ import msgspec
 
 from .._errors import RosterError
 from ..compiler import ContextRecord
-from ..sessions import RunInfo, RunStore, TranscriptEntry, TurnRequest, context_page
+from ..sessions import RunInfo, TranscriptEntry, TurnRequest, context_page
+from ..stores import FileRuns, RunReader
 from ._output import emit_json, table, when
 from ._show import UsageSummary, render_show, summarise_usage
 
@@ -62,10 +63,10 @@ async def _report(state: Path, run: str) -> RunReport:
     )
 
 
-def state_store(state: Path) -> RunStore:
+def state_store(state: Path) -> RunReader:
     if not state.is_dir():
         raise RosterError(f"{state}: no such state directory")
-    return RunStore(state)
+    return FileRuns(state)
 
 
 async def runs_list(state: Path, as_json: bool) -> int:

@@ -9,6 +9,7 @@ each recorded and answered with 1010), then exits 0.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -27,7 +28,7 @@ from .._errors import ConfigError
 from ..org import OrgSource
 from ..protocol import default_socket_path
 from ..sessions import Host, SessionManager, TaskRunner
-from ..stores import StateStores
+from ..stores import FileState
 from ._methods import Methods
 from ._server import RpcServer
 from ._systemd import Notifier, listen_fds, watchdog_interval
@@ -62,8 +63,8 @@ async def run_daemon(
     try:
         async with (
             notifier,
-            StateStores(state) as stores,
-            Host(source, state, stores, environ, clock) as host,
+            FileState(state) as stores,
+            Host(source, stores, environ, clock) as host,
         ):
             await host.runs.recover(host.clock())
             watcher = OrgWatcher(source)
@@ -73,7 +74,7 @@ async def run_daemon(
                     host,
                     sessions,
                     watcher,
-                    socket_path,
+                    socket_path or default_socket_path(state, os.environ),
                     inherited,
                     notifier,
                     watchdog_s,
@@ -91,7 +92,7 @@ async def _serve(
     host: Host,
     sessions: SessionManager,
     watcher: OrgWatcher,
-    socket_path: Path | None,
+    path: Path,
     inherited: list[socket.socket],
     notifier: Notifier,
     watchdog_s: float | None,
@@ -109,7 +110,6 @@ async def _serve(
         send_timeout_s=daemon.send_timeout_s,
         idle_timeout_s=daemon.idle_timeout_s,
     )
-    path = socket_path or default_socket_path(host.state, os.environ)
     listener = await _listener(inherited, path)
     stop_watching = anyio.Event()
     try:
@@ -122,7 +122,7 @@ async def _serve(
                 if watchdog_s is not None:
                     tg.start_soon(_watchdog, notifier, watchdog_s / 2)
                 where = f"fd {inherited[0].fileno()}" if inherited else str(path)
-                log.info("ready on %s (org %s, state %s)", where, watcher.source.root, host.state)
+                log.info("ready on %s (org %s, %r)", where, watcher.source.root, host.stores)
                 await notifier.ready(status=f"serving on {where}")
                 task_status.started(path)
                 await _wait_for_stop(signals, watcher, stop)
@@ -154,7 +154,9 @@ async def _serve(
                 tg.cancel_scope.cancel()
     finally:
         if not inherited:
-            path.unlink(missing_ok=True)
+            # Synchronous on purpose: this runs while the task group is cancelled.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
 
 async def _listener(inherited: list[socket.socket], path: Path) -> SocketListener:

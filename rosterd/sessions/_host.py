@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Literal
 
 import anyio
@@ -47,11 +46,11 @@ from ..engines import (
     open_engine,
 )
 from ..org import EngineConfig, Org, OrgSource
-from ..stores import StateStores
-from ._cache import PrefixRegistry, judge_cache
+from ..stores import ActiveRun, State
+from ._cache import judge_cache
 from ._calls import answer_calls
 from ._gateway import Gateway
-from ._runs import ActiveRun, RunStore, TranscriptEntry
+from ._runs import TranscriptEntry
 
 __all__ = ("Host", "TurnOutcome")
 
@@ -77,16 +76,14 @@ class Host(AsyncResource):
     def __init__(
         self,
         org_source: OrgSource,
-        state: Path,
-        stores: StateStores,
+        stores: State,
         env: Mapping[str, str],
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.org_source = org_source
-        self.state = state
         self.stores = stores
-        self.runs = RunStore(state)
-        self.prefixes = PrefixRegistry(state)
+        self.runs = stores.runs
+        self.prefixes = stores.prefixes
         self.clock = clock
         self._env = env
         self._engines: dict[EngineConfig, Engine] = {}
@@ -95,7 +92,7 @@ class Host(AsyncResource):
         self._interrupted = False
 
     def __repr__(self) -> str:
-        return f"Host({str(self.state)!r}, {len(self._engines)} engines)"
+        return f"Host({self.stores!r}, {len(self._engines)} engines)"
 
     @property
     def org(self) -> Org:
@@ -146,7 +143,7 @@ class Host(AsyncResource):
             text=text,
             sender=sender,
             memory=await self.stores.memory.view(worker),
-            gates=self.stores.gates.briefing_for(worker, resolved_since),
+            gates=await self.stores.gates.briefing_for(worker, resolved_since),
             continuation=continuation,
             history=history,
             backlog=backlog,

@@ -33,11 +33,12 @@ from ..compiler import (
 )
 from ..engines import DeltaSink
 from ..org import Surface
+from ..stores import ActiveRun, SessionState
 from ._host import Host, TurnOutcome
-from ._runs import ActiveRun, RunInfo, SessionState, TranscriptEntry, chat_messages
+from ._runs import RunInfo, TranscriptEntry, chat_messages
 from ._shown import ShownLedger
 
-__all__ = ("Session", "SessionManager", "SessionState")
+__all__ = ("Session", "SessionManager")
 
 log = logging.getLogger("rosterd.sessions")
 

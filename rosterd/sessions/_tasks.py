@@ -57,7 +57,7 @@ class TaskRunner:
                 with self._receive:
                     for _ in range(self._workers):
                         tg.start_soon(self._work, self._receive.clone())
-                for task in self._host.stores.tasks.pending():
+                for task in await self._host.stores.tasks.pending():
                     self._send.send_nowait(task.id)
                 task_status.started()
         finally:
@@ -84,14 +84,14 @@ class TaskRunner:
 
     async def gate_filed(self, gate: GateState) -> None:
         """A gate against a finished task run pauses its task."""
-        task = self._host.stores.tasks.by_run(gate.run) if gate.run else None
+        task = await self._host.stores.tasks.by_run(gate.run) if gate.run else None
         if task is not None and task.status == "done":
             await self._set(task, status="paused")
 
     async def gate_resolved(self, gate: GateState) -> None:
         """Resolving the gate of a paused task queues its continuation run."""
         tasks = self._host.stores.tasks
-        task = tasks.by_run(gate.run) if gate.run else None
+        task = await tasks.by_run(gate.run) if gate.run else None
         if task is None or task.status != "paused":
             return
         continuation = Continuation(
@@ -115,12 +115,12 @@ class TaskRunner:
         # Whatever one run raises fails that task alone: the pool, the other
         # tasks and the daemon go on.
         try:
-            await self._run(self._host.stores.tasks.get(task_id))
+            await self._run(await self._host.stores.tasks.get(task_id))
         except Exception as exc:
             unexpected = None if isinstance(exc, RosterError) else exc
             log.error("task %s failed: %s", task_id, _failure_text(exc), exc_info=unexpected)
             try:
-                task = self._host.stores.tasks.get(task_id)
+                task = await self._host.stores.tasks.get(task_id)
                 if task.status in ("queued", "running"):
                     await self._set(task, status="failed", error=_failure_text(exc))
             except RosterError as again:
@@ -175,7 +175,7 @@ class TaskRunner:
             await self._set(task, status="failed", error=_failure_text(exc))
             return
         await run.finish("done", host.clock())
-        waiting = host.stores.gates.waiting_on(run_id)
+        waiting = await host.stores.gates.waiting_on(run_id)
         await self._set(task, status="paused" if waiting else "done", reply=outcome.reply.text)
 
     async def _set(self, task: TaskState, **changes: object) -> TaskState:

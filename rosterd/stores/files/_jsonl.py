@@ -27,7 +27,7 @@ import anyio.to_thread
 import msgspec
 from anyio.abc import AsyncResource
 
-from .._errors import StorageError
+from ..._errors import StorageError
 
 __all__ = (
     "JsonlLog",

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .._errors import NotFoundError
-from ..protocol import TaskState, TaskStatus
-from ._files import StateTable
+from ..._errors import NotFoundError
+from ...protocol import TaskState
+from ._jsonl import StateTable
 
-__all__ = ("TaskState", "TaskStatus", "TaskStore")
+__all__ = ("FileTasks",)
 
 
-class TaskStore:
+class FileTasks:
     """All tasks in ``tasks.jsonl``, each change appended as a whole state."""
 
     def __init__(self, table: StateTable[TaskState]) -> None:
@@ -20,10 +20,10 @@ class TaskStore:
         self._by_run = {run: task.id for task in table.values() for run in task.runs}
 
     def __repr__(self) -> str:
-        return f"TaskStore({len(self._table)} tasks)"
+        return f"FileTasks({len(self._table)} tasks)"
 
     @classmethod
-    async def open(cls, path: Path) -> TaskStore:
+    async def open(cls, path: Path) -> FileTasks:
         return cls(await StateTable.open(path, TaskState))
 
     async def submit(self, worker: str, channel: str, text: str, at: float) -> TaskState:
@@ -44,22 +44,22 @@ class TaskStore:
             self._by_run[run] = task.id
         return task
 
-    def get(self, task_id: str) -> TaskState:
+    async def get(self, task_id: str) -> TaskState:
         task = self._table.get(task_id)
         if task is None:
             raise NotFoundError("task", task_id)
         return task
 
-    def by_run(self, run: str) -> TaskState | None:
+    async def by_run(self, run: str) -> TaskState | None:
         task_id = self._by_run.get(run)
         return None if task_id is None else self._table.get(task_id)
 
-    def all(self) -> list[TaskState]:
+    async def all(self) -> list[TaskState]:
         return sorted(self._table.values(), key=lambda t: (t.submitted_at, t.id))
 
-    def pending(self) -> list[TaskState]:
+    async def pending(self) -> list[TaskState]:
         """Tasks to (re)start after a restart: queued, or cut off while running."""
-        return [t for t in self.all() if t.status in ("queued", "running")]
+        return [t for t in await self.all() if t.status in ("queued", "running")]
 
     async def aclose(self) -> None:
         await self._table.aclose()

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import msgspec
 
-from .._errors import ConflictError, NotFoundError
-from ..compiler import GateIndex, GateView
-from ..protocol import GateState
-from ._files import StateTable
+from ..._errors import ConflictError, NotFoundError
+from ...compiler import GateIndex, GateView
+from ...protocol import GateState
+from ._jsonl import StateTable
 
-__all__ = ("GateState", "GateStore")
+__all__ = ("FileGates",)
 
 
-class GateStore:
+class FileGates:
     """All gates in ``gates.jsonl``; open ones feed the next briefing."""
 
     def __init__(self, table: StateTable[GateState]) -> None:
@@ -22,7 +22,7 @@ class GateStore:
         # Every turn reads the open gates it can show and those resolved
         # since the session's last turn: indexes keep that independent of
         # how many gates were ever filed.
-        gates = self.all()
+        gates = self._sorted()
         self._open: dict[str, GateIndex] = {}
         self._waiting: dict[str, int] = {}  # open gates per run
         for gate in gates:
@@ -33,10 +33,10 @@ class GateStore:
         )
 
     def __repr__(self) -> str:
-        return f"GateStore({len(self._table)} gates)"
+        return f"FileGates({len(self._table)} gates)"
 
     @classmethod
-    async def open(cls, path: Path) -> GateStore:
+    async def open(cls, path: Path) -> FileGates:
         return cls(await StateTable.open(path, GateState))
 
     async def file(
@@ -55,7 +55,7 @@ class GateStore:
         return gate
 
     async def resolve(self, gate_id: str, outcome: str, note: str, at: float) -> GateState:
-        gate = self.get(gate_id)
+        gate = await self.get(gate_id)
         if gate.status != "open":
             raise ConflictError(f"gate {gate_id!r} is already resolved ({gate.outcome})")
         resolved = msgspec.structs.replace(
@@ -70,16 +70,19 @@ class GateStore:
         self._resolved.append(resolved)
         return resolved
 
-    def get(self, gate_id: str) -> GateState:
+    async def get(self, gate_id: str) -> GateState:
         gate = self._table.get(gate_id)
         if gate is None:
             raise NotFoundError("gate", gate_id)
         return gate
 
-    def all(self) -> list[GateState]:
+    async def all(self, worker: str | None = None) -> list[GateState]:
+        return [g for g in self._sorted() if worker is None or g.worker == worker]
+
+    def _sorted(self) -> list[GateState]:
         return sorted(self._table.values(), key=lambda g: (g.filed_at, g.id))
 
-    def briefing_for(self, worker: str, resolved_since: float | None) -> GateView:
+    async def briefing_for(self, worker: str, resolved_since: float | None) -> GateView:
         """Open gates of *worker*, and those resolved after *resolved_since*;
         the compiler narrows them to the run's channel."""
         recent = []
@@ -92,7 +95,7 @@ class GateStore:
         index = self._open.get(worker) or GateIndex(worker)
         return index.snapshot(reversed(recent))
 
-    def waiting_on(self, run: str) -> bool:
+    async def waiting_on(self, run: str) -> bool:
         """Whether an open gate was filed against *run*."""
         return run in self._waiting
 
