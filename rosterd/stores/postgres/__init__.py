@@ -1,0 +1,6 @@
+"""The PostgreSQL backend: one database holds an org's state for every host."""
+
+from ._schema import SCHEMA_VERSION, migrate
+from ._state import PostgresState
+
+__all__ = ("SCHEMA_VERSION", "PostgresState", "migrate")
