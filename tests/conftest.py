@@ -9,6 +9,9 @@ import pytest
 from harness import DaemonProcess, InProcessDaemon, copy_org, daemon_in_process
 from simulator import Simulator
 
+from rosterd.stores import FileState, State
+from rosterd.stores.postgres import PostgresState
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_ORG = REPO / "examples" / "org"
 
@@ -43,6 +46,18 @@ async def served(org_dir: Path, tmp_path: Path) -> AsyncIterator[InProcessDaemon
     """The daemon in the test's event loop on a copy of the example org (echo engine)."""
     async with daemon_in_process(org_dir, tmp_path / "state") as daemon:
         yield daemon
+
+
+@pytest.fixture(params=["files", "postgres"])
+async def state(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[State]:
+    """An opened, empty state of each backend: the store contract holds for both."""
+    opened: FileState | PostgresState
+    if request.param == "files":
+        opened = FileState(tmp_path / "state")
+    else:
+        opened = PostgresState(request.getfixturevalue("postgres_url"))
+    async with opened:
+        yield opened
 
 
 @pytest.fixture
