@@ -12,6 +12,9 @@ max_steps`` engine calls. Nothing reaches an engine that was not traced first.
 from __future__ import annotations
 
 import logging
+import os
+import secrets
+import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
@@ -50,6 +53,7 @@ from ..stores import ActiveRun, State
 from ._cache import judge_cache
 from ._calls import answer_calls
 from ._gateway import Gateway
+from ._leases import LeaseKeeper
 from ._runs import TranscriptEntry
 
 __all__ = ("Host", "TurnOutcome")
@@ -82,6 +86,13 @@ class Host(AsyncResource):
     ) -> None:
         self.org_source = org_source
         self.stores = stores
+        # Names this daemon in the leases it takes on sessions and tasks.
+        self.leases = LeaseKeeper(
+            stores,
+            f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}",
+            clock,
+            lambda: self.org.daemon.lease_s,
+        )
         self.runs = stores.runs
         self.prefixes = stores.prefixes
         self.clock = clock

@@ -2,20 +2,21 @@
 
 A task runs once; filing a gate against its run pauses it, and resolving
 that gate queues a continuation run whose briefing starts with the outcome.
-Queued work is on disk, so a restart picks up what was queued or cut off.
+Queued work is in the store, so a restart picks up what was queued or cut
+off. Each pool worker claims the oldest task no live host holds and keeps
+its lease renewed while the run goes on; where several hosts share the
+store, a task whose host died is claimed again once its lease runs out.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 
 import anyio
 import msgspec
 from anyio.abc import TaskStatus
-from anyio.streams.memory import MemoryObjectReceiveStream
 
-from .._errors import RosterError, ShutdownError
+from .._errors import ConflictError, RosterError, ShutdownError
 from ..compiler import Continuation, RunMeta, compile_run
 from ..engines import DeltaSink
 from ..org import Surface
@@ -38,7 +39,9 @@ class TaskRunner:
     def __init__(self, host: Host, workers: int) -> None:
         self._host = host
         self._workers = workers
-        self._send, self._receive = anyio.create_memory_object_stream[str](math.inf)
+        # Set, and replaced, whenever this host queues a task: idle workers
+        # claim at once instead of at their next look at the store.
+        self._queued = anyio.Event()
         self._running = 0
         self._draining = False
         self.stopped = anyio.Event()
@@ -51,36 +54,32 @@ class TaskRunner:
         return self._running
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Run the pool until ``drain()``; queued tasks from disk go first."""
+        """Run the pool until ``drain()``; what the store has queued goes first."""
         try:
             async with anyio.create_task_group() as tg:
-                with self._receive:
-                    for _ in range(self._workers):
-                        tg.start_soon(self._work, self._receive.clone())
-                for task in await self._host.stores.tasks.pending():
-                    self._send.send_nowait(task.id)
+                for _ in range(self._workers):
+                    tg.start_soon(self._work)
                 task_status.started()
         finally:
-            # However the pool ends, later submits and resolutions stay queued on disk.
+            # However the pool ends, later submits and resolutions stay queued.
             self.drain()
             self.stopped.set()
 
     def drain(self) -> None:
         """Start no new task; those running finish, queued ones stay queued."""
         self._draining = True
-        self._send.close()
+        self._wake()
 
     async def submit(self, worker: str, channel: str, text: str) -> TaskState:
         scope = self._host.org.scope(Surface.TASK, worker, channel)
         stores = self._host.stores
         task = await stores.tasks.submit(scope.worker, channel, text, self._host.clock())
-        self._enqueue(task.id)
+        self._wake()
         return task
 
-    def _enqueue(self, task_id: str) -> None:
-        # While draining the task stays queued on disk for the next start.
-        if not self._draining:
-            self._send.send_nowait(task_id)
+    def _wake(self) -> None:
+        self._queued.set()
+        self._queued = anyio.Event()
 
     async def gate_filed(self, gate: GateState) -> None:
         """A gate against a finished task run pauses its task."""
@@ -98,18 +97,30 @@ class TaskRunner:
             gate=gate.id, summary=gate.summary, outcome=gate.outcome or "", note=gate.note
         )
         await self._set(task, status="queued", continuation=continuation)
-        self._enqueue(task.id)
+        self._wake()
 
-    async def _work(self, receive: MemoryObjectReceiveStream[str]) -> None:
-        with receive:
-            async for task_id in receive:
-                if self._draining:
-                    break
-                self._running += 1
-                try:
-                    await self._run_guarded(task_id)
-                finally:
-                    self._running -= 1
+    async def _work(self) -> None:
+        host = self._host
+        while not self._draining:
+            # Taken before the claim: a task queued while it runs still wakes us.
+            queued = self._queued
+            lease_s = host.org.daemon.lease_s
+            now = host.clock()
+            task = await host.stores.tasks.claim(host.leases.holder, now, now + lease_s)
+            if task is None:
+                # Other hosts' tasks are found by looking again now and then.
+                with anyio.move_on_after(min(1.0, lease_s / 4)):
+                    await queued.wait()
+                continue
+            self._running += 1
+            try:
+                async with host.leases.task(task.id):
+                    await self._run_guarded(task.id)
+            except ConflictError as exc:
+                # The other host runs the task again: nothing here to record.
+                log.error("%s", exc)
+            finally:
+                self._running -= 1
 
     async def _run_guarded(self, task_id: str) -> None:
         # Whatever one run raises fails that task alone: the pool, the other

@@ -132,6 +132,20 @@ class TaskStore(Protocol):
         """Tasks to (re)start: queued, or cut off while running."""
         ...
 
+    async def claim(self, holder: str, now: float, until: float) -> TaskState | None:
+        """The oldest task no live host holds, leased to *holder* until *until*:
+        queued, or running under a lease that ran out before *now* (its host
+        died). Each task goes to one claimant; ``None`` when none is left."""
+        ...
+
+    async def renew(self, task_id: str, holder: str, until: float) -> bool:
+        """Extend *holder*'s lease on a task; ``False`` if it lost it."""
+        ...
+
+    async def release(self, task_id: str, holder: str) -> None:
+        """Give up *holder*'s lease (the run finished, or the host stops)."""
+        ...
+
 
 class ActiveRun(Protocol):
     """An open run: its trace and transcript, each append durable on return."""
@@ -156,6 +170,11 @@ class ActiveRun(Protocol):
 
     async def aclose(self) -> None:
         """Release the run; it stays resumable."""
+        ...
+
+    async def stale(self) -> bool:
+        """Whether another host wrote to the run since this handle last did:
+        then what the caller holds of it must be read again."""
         ...
 
 
@@ -203,6 +222,17 @@ class RunStore(RunReader, Protocol):
     async def set_session(self, worker: str, channel: str, session: str) -> None: ...
 
     async def clear_session(self, worker: str, channel: str) -> None: ...
+
+    async def lease(self, run: str, holder: str, now: float, until: float) -> str | None:
+        """Take or extend *run*'s lease for *holder* until *until*: ``None``
+        when granted, else the host holding it (its lease runs past *now*).
+        Turns of one session take its lease, so they never interleave
+        across hosts."""
+        ...
+
+    async def release(self, run: str, holder: str) -> None:
+        """Give up *holder*'s lease on *run*."""
+        ...
 
 
 class PrefixStore(Protocol):

@@ -28,6 +28,7 @@ from ...org import Surface
 from ...protocol import RunInfo, RunStatus, TranscriptEntry
 from .._records import SessionState
 from ._jsonl import JsonlLog, read_document, read_log, repair_tail, write_document
+from ._leases import Leases
 
 __all__ = ("FileRun", "FileRuns")
 
@@ -82,6 +83,10 @@ class FileRun:
         await self._context.aclose()
         await self._transcript.aclose()
 
+    async def stale(self) -> bool:
+        # The daemon holds the state directory's lock: no one else writes.
+        return False
+
 
 class FileRuns:
     """``runs/`` and ``sessions/`` under the state directory."""
@@ -89,6 +94,7 @@ class FileRuns:
     def __init__(self, state: Path) -> None:
         self.root = state / "runs"
         self._pointers = state / "sessions"
+        self._leases = Leases()
 
     def __repr__(self) -> str:
         return f"FileRuns({str(self.root)!r})"
@@ -187,3 +193,9 @@ class FileRuns:
     async def clear_session(self, worker: str, channel: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             await aiofiles.os.remove(self._pointer(worker, channel))
+
+    async def lease(self, run: str, holder: str, now: float, until: float) -> str | None:
+        return self._leases.take(run, holder, now, until)
+
+    async def release(self, run: str, holder: str) -> None:
+        self._leases.release(run, holder)
