@@ -18,7 +18,7 @@ import anyio
 import msgspec
 
 from .._errors import InvalidIdError, RosterError, RpcError
-from ..protocol import INVALID_PARAMS, default_socket_path
+from ..protocol import INVALID_PARAMS, StateLocation, default_socket_path, state_location
 from ._calls import COMMANDS
 from ._chat import chat, describe_rpc_error
 from ._output import UsageError
@@ -36,7 +36,7 @@ def _socket(args: argparse.Namespace) -> Path:
         return Path(args.socket)
     if (env := _env_path("ROSTER_SOCKET")) is not None:
         return env
-    state = _env_path("ROSTER_STATE") or Path(".state")
+    state = state_location(os.environ.get("ROSTER_STATE") or ".state")
     return default_socket_path(state, os.environ)
 
 
@@ -113,7 +113,8 @@ def _serve(args: argparse.Namespace) -> int:
     from ..daemon import run_daemon
 
     socket_path = Path(args.socket) if args.socket else _env_path("ROSTER_SOCKET")
-    anyio.run(run_daemon, Path(args.org), Path(args.state), socket_path, os.environ)
+    state: StateLocation = state_location(args.state)
+    anyio.run(run_daemon, Path(args.org), state, socket_path, os.environ)
     return 0
 
 

@@ -18,6 +18,7 @@ import signal
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, MutableMapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -26,9 +27,9 @@ from anyio.abc import SocketListener, TaskStatus
 
 from .._errors import ConfigError
 from ..org import OrgSource
-from ..protocol import default_socket_path
+from ..protocol import StateLocation, default_socket_path
 from ..sessions import Host, SessionManager, TaskRunner
-from ..stores import FileState
+from ..stores import FileState, State
 from ._methods import Methods
 from ._server import RpcServer
 from ._systemd import Notifier, listen_fds, watchdog_interval
@@ -41,7 +42,7 @@ log = logging.getLogger("rosterd.daemon")
 
 async def run_daemon(
     org_dir: Path,
-    state: Path,
+    state: StateLocation,
     socket_path: Path | None,
     environ: MutableMapping[str, str],
     *,
@@ -54,38 +55,54 @@ async def run_daemon(
     *stop* drains and exits as SIGTERM does, for a daemon embedded in another
     program (the tests run one in process, with *clock* under their
     control). ``task_status`` receives the socket path once it accepts.
+    *state* is a directory (locked: one daemon each) or a PostgreSQL URL,
+    which any number of daemons may share.
     """
     notifier = Notifier.from_env(environ)
     inherited = listen_fds(environ)
     watchdog_s = watchdog_interval(environ)
     source = await OrgSource.load(org_dir, clock)
-    state, lock = await anyio.to_thread.run_sync(_lock_state, state)
+    async with (
+        _open_state(state) as (stores, state),
+        notifier,
+        Host(source, stores, environ, clock) as host,
+    ):
+        await host.runs.recover(host.clock())
+        watcher = OrgWatcher(source)
+        sessions = SessionManager(host, refresh_org=watcher.refresh)
+        try:
+            await _serve(
+                host,
+                sessions,
+                watcher,
+                socket_path or default_socket_path(state, os.environ),
+                inherited,
+                notifier,
+                watchdog_s,
+                stop or anyio.Event(),
+                task_status,
+            )
+        finally:
+            await sessions.aclose()
+    log.info("stopped")
+
+
+@asynccontextmanager
+async def _open_state(location: StateLocation) -> AsyncIterator[tuple[State, StateLocation]]:
+    """The opened stores, and where they are (a directory resolved)."""
+    if isinstance(location, str):
+        # psycopg loads for a database only.
+        from ..stores.postgres import PostgresState
+
+        async with PostgresState(location) as database:
+            yield database, location
+        return
+    directory, lock = await anyio.to_thread.run_sync(_lock_state, location)
     try:
-        async with (
-            notifier,
-            FileState(state) as stores,
-            Host(source, stores, environ, clock) as host,
-        ):
-            await host.runs.recover(host.clock())
-            watcher = OrgWatcher(source)
-            sessions = SessionManager(host, refresh_org=watcher.refresh)
-            try:
-                await _serve(
-                    host,
-                    sessions,
-                    watcher,
-                    socket_path or default_socket_path(state, os.environ),
-                    inherited,
-                    notifier,
-                    watchdog_s,
-                    stop or anyio.Event(),
-                    task_status,
-                )
-            finally:
-                await sessions.aclose()
+        async with FileState(directory) as files:
+            yield files, directory
     finally:
         os.close(lock)
-    log.info("stopped")
 
 
 async def _serve(

@@ -140,6 +140,9 @@ class TaskRunner:
     async def _run(self, task: TaskState) -> None:
         host = self._host
         now = host.clock()
+        if task.status == "running" and task.runs:
+            # Claimed again after its host stopped or died: that run is over.
+            await self._interrupted(task.runs[-1], now)
         run_id = host.runs.new_id("t", now)
         task = await self._set(task, status="running", runs=(*task.runs, run_id))
         run = await host.runs.create(
@@ -188,6 +191,20 @@ class TaskRunner:
         await run.finish("done", host.clock())
         waiting = await host.stores.gates.waiting_on(run_id)
         await self._set(task, status="paused" if waiting else "done", reply=outcome.reply.text)
+
+    async def _interrupted(self, run_id: str, now: float) -> None:
+        runs = self._host.runs
+        info = await runs.info(run_id)
+        if info.status == "open":
+            log.warning("task %s: run %s was cut off by its host's stop", info.task, run_id)
+            await runs.write_info(
+                msgspec.structs.replace(
+                    info,
+                    status="interrupted",
+                    ended_at=now,
+                    error="the daemon stopped before this run finished",
+                )
+            )
 
     async def _set(self, task: TaskState, **changes: object) -> TaskState:
         updated = msgspec.structs.replace(task, updated_at=self._host.clock(), **changes)

@@ -207,8 +207,11 @@ class RunStore(RunReader, Protocol):
         ...
 
     async def recover(self, now: float) -> int:
-        """After a stop: mark open task and direct runs interrupted; their count.
-        Sessions stay open: they resume from their transcript."""
+        """At the start of the only host a store has: mark the task and
+        direct runs its stop cut off interrupted; their count. Sessions stay
+        open: they resume from their transcript. A store several hosts share
+        marks none (another host may be running them): a cut-off task run
+        is marked when its task is claimed again."""
         ...
 
     async def write_info(self, info: RunInfo) -> None: ...
