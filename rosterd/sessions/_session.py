@@ -521,6 +521,7 @@ class SessionManager:
                 created_at=now,
                 rolled_from=rolled_from.id if rolled_from is not None else None,
                 rollover=reason or None,
+                host=host.leases.holder,
             )
         )
         try:

@@ -153,6 +153,7 @@ class TaskRunner:
                 channel=task.channel,
                 created_at=now,
                 task=task.id,
+                host=host.leases.holder,
             )
         )
         try:
@@ -220,7 +221,12 @@ async def direct_run(
     now = host.clock()
     run = await host.runs.create(
         RunInfo(
-            id=run_id, surface=Surface.DIRECT.value, worker=worker, channel=None, created_at=now
+            id=run_id,
+            surface=Surface.DIRECT.value,
+            worker=worker,
+            channel=None,
+            created_at=now,
+            host=host.leases.holder,
         )
     )
     try:
