@@ -48,13 +48,13 @@ from ..engines import (
     Usage,
     open_engine,
 )
-from ..org import EngineConfig, Org, OrgSource
+from ..org import EngineConfig, Org, OrgSource, Surface
 from ..stores import ActiveRun, State
 from ._cache import judge_cache
 from ._calls import answer_calls
 from ._gateway import Gateway
 from ._leases import LeaseKeeper
-from ._runs import TranscriptEntry
+from ._runs import RunInfo, TranscriptEntry
 
 __all__ = ("Host", "TurnOutcome")
 
@@ -123,6 +123,26 @@ class Host(AsyncResource):
         self._interrupted = True
         for scope in self._calls:
             scope.cancel()
+
+    async def create_run(
+        self,
+        run_id: str,
+        surface: Surface,
+        worker: str,
+        channel: str | None,
+        now: float,
+        **details: str | None,
+    ) -> ActiveRun:
+        """A new run of *surface*, named as this daemon's (``RunInfo.host``)."""
+        info = RunInfo(
+            id=run_id,
+            surface=surface.value,
+            worker=worker,
+            channel=channel,
+            created_at=now,
+            host=self.leases.holder,
+        )
+        return await self.runs.create(msgspec.structs.replace(info, **details))
 
     def engine(self, config: EngineConfig) -> Engine:
         engine = self._engines.get(config)

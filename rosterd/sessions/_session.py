@@ -48,7 +48,7 @@ from ..engines import DeltaSink
 from ..org import Surface
 from ..stores import ActiveRun, SessionState
 from ._host import Host, TurnOutcome
-from ._runs import RunInfo, TranscriptEntry, chat_messages
+from ._runs import TranscriptEntry, chat_messages
 from ._shown import ShownLedger
 
 __all__ = ("Session", "SessionManager")
@@ -512,17 +512,14 @@ class SessionManager:
         now = host.clock()
         session_id = host.runs.new_id("s", now)
         meta = RunMeta(run=session_id, turn=0, now=now)
-        run = await host.runs.create(
-            RunInfo(
-                id=session_id,
-                surface=Surface.SESSION.value,
-                worker=worker,
-                channel=channel,
-                created_at=now,
-                rolled_from=rolled_from.id if rolled_from is not None else None,
-                rollover=reason or None,
-                host=host.leases.holder,
-            )
+        run = await host.create_run(
+            session_id,
+            Surface.SESSION,
+            worker,
+            channel,
+            now,
+            rolled_from=rolled_from.id if rolled_from is not None else None,
+            rollover=reason or None,
         )
         try:
             system = compile_system(org, scope, meta)

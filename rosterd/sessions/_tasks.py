@@ -20,9 +20,9 @@ from .._errors import ConflictError, RosterError, ShutdownError
 from ..compiler import Continuation, RunMeta, compile_run
 from ..engines import DeltaSink
 from ..org import Surface
-from ..stores import GateState, TaskState
+from ..stores import GateState, TaskState, cut_off
 from ._host import Host, TurnOutcome
-from ._runs import RunInfo, RunStatus
+from ._runs import RunStatus
 
 __all__ = ("TaskRunner", "direct_run")
 
@@ -145,16 +145,8 @@ class TaskRunner:
             await self._interrupted(task.runs[-1], now)
         run_id = host.runs.new_id("t", now)
         task = await self._set(task, status="running", runs=(*task.runs, run_id))
-        run = await host.runs.create(
-            RunInfo(
-                id=run_id,
-                surface=Surface.TASK.value,
-                worker=task.worker,
-                channel=task.channel,
-                created_at=now,
-                task=task.id,
-                host=host.leases.holder,
-            )
+        run = await host.create_run(
+            run_id, Surface.TASK, task.worker, task.channel, now, task=task.id
         )
         try:
             org = host.org
@@ -198,14 +190,7 @@ class TaskRunner:
         info = await runs.info(run_id)
         if info.status == "open":
             log.warning("task %s: run %s was cut off by its host's stop", info.task, run_id)
-            await runs.write_info(
-                msgspec.structs.replace(
-                    info,
-                    status="interrupted",
-                    ended_at=now,
-                    error="the daemon stopped before this run finished",
-                )
-            )
+            await runs.write_info(cut_off(info, now))
 
     async def _set(self, task: TaskState, **changes: object) -> TaskState:
         updated = msgspec.structs.replace(task, updated_at=self._host.clock(), **changes)
@@ -219,16 +204,7 @@ async def direct_run(
     org = host.org
     scope = org.scope(Surface.DIRECT, worker, None)
     now = host.clock()
-    run = await host.runs.create(
-        RunInfo(
-            id=run_id,
-            surface=Surface.DIRECT.value,
-            worker=worker,
-            channel=None,
-            created_at=now,
-            host=host.leases.holder,
-        )
-    )
+    run = await host.create_run(run_id, Surface.DIRECT, worker, None, now)
     try:
         turn = await host.turn_input(worker, text, sender)
         meta = RunMeta(run=run_id, turn=1, now=now)

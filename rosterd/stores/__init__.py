@@ -16,7 +16,7 @@ from ._interface import (
     State,
     TaskStore,
 )
-from ._records import SessionState
+from ._records import SessionState, cut_off
 from .files import FileRuns, FileState
 
 __all__ = (
@@ -35,4 +35,5 @@ __all__ = (
     "TaskState",
     "TaskStatus",
     "TaskStore",
+    "cut_off",
 )

@@ -26,7 +26,7 @@ from ..._ids import check_id
 from ...compiler import ContextRecord
 from ...org import Surface
 from ...protocol import RunInfo, RunStatus, TranscriptEntry
-from .._records import SessionState
+from .._records import SessionState, cut_off
 from ._jsonl import JsonlLog, read_document, read_log, repair_tail, write_document
 from ._leases import Leases
 
@@ -131,14 +131,7 @@ class FileRuns:
             if info.status == "open" and info.surface == Surface.SESSION.value:
                 continue
             if info.status == "open":
-                await self.write_info(
-                    msgspec.structs.replace(
-                        info,
-                        status="interrupted",
-                        ended_at=now,
-                        error="the daemon stopped before this run finished",
-                    )
-                )
+                await self.write_info(cut_off(info, now))
                 interrupted += 1
             directory = self.path(info.id)
             await repair_tail(directory / "context.jsonl", ContextRecord)
