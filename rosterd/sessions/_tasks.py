@@ -16,7 +16,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskStatus
 
-from .._errors import ConflictError, RosterError, ShutdownError
+from .._errors import ConflictError, NotFoundError, RosterError, ShutdownError
 from ..compiler import Continuation, RunMeta, compile_run
 from ..engines import DeltaSink
 from ..org import Surface
@@ -187,7 +187,10 @@ class TaskRunner:
 
     async def _interrupted(self, run_id: str, now: float) -> None:
         runs = self._host.runs
-        info = await runs.info(run_id)
+        try:
+            info = await runs.info(run_id)
+        except NotFoundError:
+            return  # its host stopped before the run was created
         if info.status == "open":
             log.warning("task %s: run %s was cut off by its host's stop", info.task, run_id)
             await runs.write_info(cut_off(info, now))
