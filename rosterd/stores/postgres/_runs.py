@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 
 import msgspec
@@ -34,7 +34,7 @@ from ...org import Surface
 from ...protocol import RunInfo, RunStatus, TranscriptEntry
 from .._records import SessionState
 
-__all__ = ("PostgresRun", "PostgresRuns")
+__all__ = ("PostgresRun", "PostgresRuns", "storage_errors")
 
 log = logging.getLogger("rosterd.stores")
 
@@ -70,6 +70,31 @@ _WRITE_INFO = (
 OPEN_RUNS = "SELECT record FROM runs WHERE status = 'open' AND surface <> %s ORDER BY id"
 _CONTEXT = "SELECT record FROM run_context WHERE run = %s ORDER BY n"
 _INTERRUPT = "UPDATE runs SET status = %s, record = %s WHERE id = %s AND status = 'open'"
+
+
+@contextmanager
+def storage_errors(where: str, op: str, conninfo: object) -> Iterator[None]:
+    """Database errors leave as ``StorageError`` naming *where*, the password cut out."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        message = str(exc).strip() or type(exc).__name__
+        # libpq's messages name host, port and user, never the password;
+        # cut it out anyway should one ever quote the connection string.
+        password = _password(conninfo)
+        if password:
+            message = message.replace(str(password), "***")
+        raise StorageError(f"{where}: {op} failed: {message}", path=where, op=op) from None
+
+
+def _password(conninfo: object) -> str | None:
+    if not isinstance(conninfo, str):
+        return None  # a callable the pool calls for each connection
+    try:
+        password = conninfo_to_dict(conninfo).get("password")
+    except psycopg.Error:
+        return None  # not parseable, so libpq cannot have quoted a password from it
+    return str(password) if password else None
 
 
 def _text(value: object) -> str:
@@ -129,24 +154,8 @@ class PostgresRuns:
     def __repr__(self) -> str:
         return f"PostgresRuns({self.where!r})"
 
-    @contextmanager
-    def _failing(self, op: str) -> Iterator[None]:
-        """Database errors leave as ``StorageError``, the password cut out."""
-        try:
-            yield
-        except psycopg.Error as exc:
-            message = str(exc).strip() or type(exc).__name__
-            # libpq's messages name host, port and user, never the password;
-            # cut it out anyway should one ever quote the connection string.
-            conninfo = self._pool.conninfo
-            password = (
-                conninfo_to_dict(conninfo).get("password") if isinstance(conninfo, str) else None
-            )
-            if password:
-                message = message.replace(str(password), "***")
-            raise StorageError(
-                f"{self.where}: {op} failed: {message}", path=self.where, op=op
-            ) from None
+    def _failing(self, op: str) -> AbstractContextManager[None]:
+        return storage_errors(self.where, op, self._pool.conninfo)
 
     def new_id(self, prefix: str, now: float) -> str:
         stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%d-%H%M%S")
