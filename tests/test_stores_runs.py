@@ -8,6 +8,7 @@ continuing one run, and errors that name the database without its password.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,6 +17,8 @@ import anyio
 import msgspec
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from psycopg_pool import AsyncConnectionPool
 
 from rosterd import InvalidIdError, NotFoundError, StorageError
@@ -269,6 +272,42 @@ async def test_export_is_byte_identical_to_the_files_context_jsonl(
         assert lines(await postgres.context("s-1")) == on_disk
         assert await postgres.context("s-1") == await files.context("s-1") == traced
         assert await postgres.export("s-nobody") == b""
+
+
+# Any str UTF-8 can hold: everything but the surrogates. Times are finite:
+# msgspec writes inf as null, which neither backend reads back as a float.
+_texts = st.text(st.characters(exclude_categories=["Cs"]))
+_example = itertools.count()
+
+
+@pytest.mark.anyio
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    contents=st.lists(_texts, min_size=1, max_size=4),
+    at=st.floats(allow_nan=False, allow_infinity=False),
+)
+async def test_export_matches_the_file_for_any_text_and_time(
+    postgres_url: str, tmp_path: Path, contents: list[str], at: float
+) -> None:
+    # One database and directory for every example: each example its own run.
+    run_id = f"s-{next(_example)}"
+    record, _ = system_record(run_id)
+    traced = [
+        msgspec.structs.replace(with_content(record, i, c), at=at) for i, c in enumerate(contents)
+    ]
+    files = FileRuns(tmp_path / "state")
+    async with postgres_runs(postgres_url) as postgres:
+        for store in (files, postgres):
+            run = await store.create(session_info(run_id, at))
+            for item in traced:
+                await run.trace(item)
+            await run.record_many([entry(1, "user", c) for c in contents])
+        on_disk = (tmp_path / "state" / "runs" / run_id / "context.jsonl").read_bytes()
+        assert await postgres.export(run_id) == on_disk
+        assert await postgres.transcript(run_id) == await files.transcript(run_id)
+        assert await postgres.info(run_id) == await files.info(run_id)
 
 
 @pytest.mark.anyio
