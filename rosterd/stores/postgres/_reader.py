@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 
 import psycopg
 import psycopg.errors
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
@@ -29,7 +30,13 @@ async def read_runs(url: str) -> AsyncIterator[PostgresRuns]:
     # Connected once by hand first: a pool would retry a refused connection
     # until its timeout and then report only that it timed out.
     with storage_errors(where, "connect", url):
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        # A host that drops packets must not hang the command for minutes.
+        bounded = (
+            url
+            if "connect_timeout" in conninfo_to_dict(url)
+            else make_conninfo(url, connect_timeout=10)
+        )
+        async with await psycopg.AsyncConnection.connect(bounded, autocommit=True) as conn:
             await _check_schema(conn, where)
     async with AsyncConnectionPool(
         url, min_size=1, max_size=1, open=False, kwargs={"autocommit": True}
