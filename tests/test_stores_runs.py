@@ -365,6 +365,29 @@ async def test_concurrent_appends_from_two_hosts_number_every_line_once(
 
 
 @pytest.mark.anyio
+async def test_two_hosts_recovering_at_once_interrupt_each_run_once(postgres_url: str) -> None:
+    async with postgres_runs(postgres_url) as host_a, postgres_runs(postgres_url) as host_b:
+        for i in range(30):
+            info = RunInfo(
+                id=f"task-{i}", surface="task", worker="grace", channel=None, created_at=NOW
+            )
+            await (await host_a.create(info)).aclose()
+        counts: list[int] = []
+
+        async def recover(host: PostgresRuns, at: float) -> None:
+            counts.append(await host.recover(at))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(recover, host_a, NOW + 1)
+            tg.start_soon(recover, host_b, NOW + 2)
+        assert sum(counts) == 30
+        infos = await host_b.all()
+        assert {i.status for i in infos} == {"interrupted"}
+        # Each run's info is the one its recovering host wrote, whole.
+        assert sorted(sum(i.ended_at == NOW + at for i in infos) for at in (1, 2)) == sorted(counts)
+
+
+@pytest.mark.anyio
 async def test_appending_to_a_run_that_was_never_created_is_not_found(
     postgres_url: str,
 ) -> None:
