@@ -25,6 +25,8 @@ from ._output import UsageError
 
 __all__ = ("run",)
 
+_DATABASE_SCHEMES = ("postgresql://", "postgres://")
+
 
 def _env_path(name: str) -> Path | None:
     value = os.environ.get(name)
@@ -40,11 +42,12 @@ def _socket(args: argparse.Namespace) -> Path:
     return default_socket_path(state, os.environ)
 
 
-def _state(args: argparse.Namespace) -> Path:
-    state = Path(args.state) if args.state else _env_path("ROSTER_STATE")
-    if state is None:
-        raise UsageError("no state directory: pass --state DIR or set ROSTER_STATE")
-    return state
+def _state(args: argparse.Namespace) -> Path | str:
+    state: str | None = args.state or os.environ.get("ROSTER_STATE")
+    if not state:
+        raise UsageError("no state: pass --state DIR|URL or set ROSTER_STATE")
+    # A database URL stays a string: a Path would fold its "//".
+    return state if state.startswith(_DATABASE_SCHEMES) else Path(state)
 
 
 def _org(args: argparse.Namespace) -> Path:

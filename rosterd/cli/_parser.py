@@ -81,7 +81,11 @@ def _client_options() -> _Parser:
 
 def _state_options() -> _Parser:
     options = _Parser(add_help=False)
-    options.add_argument("--state", metavar="DIR", help="state directory (default: $ROSTER_STATE)")
+    options.add_argument(
+        "--state",
+        metavar="DIR|URL",
+        help="state directory or postgresql:// URL (default: $ROSTER_STATE)",
+    )
     options.add_argument("--json", action="store_true", help="print JSON for scripts")
     return options
 

@@ -1,0 +1,64 @@
+"""The runs of a database read without the daemon: ``roster server runs`` and ``stats``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import psycopg
+import psycopg.errors
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import TupleRow
+from psycopg_pool import AsyncConnectionPool
+
+from ..._errors import StorageError
+from ._runs import PostgresRuns, storage_errors
+from ._schema import SCHEMA_VERSION
+from ._state import redact
+
+__all__ = ("read_runs",)
+
+
+@asynccontextmanager
+async def read_runs(url: str) -> AsyncIterator[PostgresRuns]:
+    """The runs of the database at *url* over one connection, closed on exit.
+
+    A reader migrates nothing: it refuses a database that holds no rosterd
+    state, or state newer than this rosterd knows.
+    """
+    where = redact(url)
+    # Connected once by hand first: a pool would retry a refused connection
+    # until its timeout and then report only that it timed out.
+    with storage_errors(where, "connect", url):
+        # A host that drops packets must not hang the command for minutes.
+        bounded = (
+            url
+            if "connect_timeout" in conninfo_to_dict(url)
+            else make_conninfo(url, connect_timeout=10)
+        )
+        async with await psycopg.AsyncConnection.connect(bounded, autocommit=True) as conn:
+            await _check_schema(conn, where)
+    async with AsyncConnectionPool(
+        url, min_size=1, max_size=1, open=False, kwargs={"autocommit": True}
+    ) as pool:
+        yield PostgresRuns(pool, where)
+
+
+async def _check_schema(conn: psycopg.AsyncConnection[TupleRow], where: str) -> None:
+    try:
+        cursor = await conn.execute("SELECT coalesce(max(version), 0) FROM rosterd_schema")
+    except psycopg.errors.UndefinedTable:
+        raise StorageError(
+            f"{where}: holds no rosterd state (no schema); the daemon creates it when it starts",
+            path=where,
+            op="read schema version",
+        ) from None
+    row = await cursor.fetchone()
+    version = int(row[0]) if row is not None else 0
+    if version > SCHEMA_VERSION:
+        raise StorageError(
+            f"{where}: the rosterd schema is version {version}; this rosterd knows up to "
+            f"{SCHEMA_VERSION}: upgrade rosterd",
+            path=where,
+            op="read schema version",
+        )
