@@ -25,8 +25,6 @@ from ._output import UsageError
 
 __all__ = ("run",)
 
-_DATABASE_SCHEMES = ("postgresql://", "postgres://")
-
 
 def _env_path(name: str) -> Path | None:
     value = os.environ.get(name)
@@ -42,12 +40,11 @@ def _socket(args: argparse.Namespace) -> Path:
     return default_socket_path(state, os.environ)
 
 
-def _state(args: argparse.Namespace) -> Path | str:
+def _state(args: argparse.Namespace) -> StateLocation:
     state: str | None = args.state or os.environ.get("ROSTER_STATE")
     if not state:
         raise UsageError("no state: pass --state DIR|URL or set ROSTER_STATE")
-    # A database URL stays a string: a Path would fold its "//".
-    return state if state.startswith(_DATABASE_SCHEMES) else Path(state)
+    return state_location(state)
 
 
 def _org(args: argparse.Namespace) -> Path:

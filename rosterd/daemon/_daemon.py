@@ -136,7 +136,7 @@ async def _serve(
                 await tg.start(tasks.serve)
                 tg.start_soon(watcher.run, stop_watching)
                 tg.start_soon(sessions.run_reaper)
-                tg.start_soon(host.leases.run)
+                tg.start_soon(host.leases.keep)
                 if watchdog_s is not None:
                     tg.start_soon(_watchdog, notifier, watchdog_s / 2)
                 where = f"fd {inherited[0].fileno()}" if inherited else str(path)

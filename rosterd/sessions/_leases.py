@@ -39,15 +39,17 @@ class LeaseKeeper:
         self.holder = holder
         self._clock = clock
         self._lease_s = lease_s
-        self._sessions: dict[str, anyio.CancelScope] = {}
+        self._runs: dict[str, anyio.CancelScope] = {}
         self._tasks: dict[str, anyio.CancelScope] = {}
 
     def __repr__(self) -> str:
-        return f"LeaseKeeper({self.holder!r}, {len(self._sessions) + len(self._tasks)} held)"
+        return f"LeaseKeeper({self.holder!r}, {len(self._runs) + len(self._tasks)} held)"
 
     @asynccontextmanager
-    async def session(self, run: str) -> AsyncIterator[None]:
-        """Hold *run*'s lease for the block, waiting while another host has it."""
+    async def run(self, run: str) -> AsyncIterator[None]:
+        """Hold *run*'s lease for the block, waiting while another host has it:
+        a session's turn, or a task or direct run under way (which a host
+        starting meanwhile must not take for cut off)."""
         runs = self._stores.runs
         while True:
             now = self._clock()
@@ -56,7 +58,7 @@ class LeaseKeeper:
             # Another host is in a turn of this session: it ends, or its lease runs out.
             await anyio.sleep(_WAIT_POLL_S)
         try:
-            async with self._held(self._sessions, run, "session"):
+            async with self._held(self._runs, run, "run"):
                 yield
         finally:
             with anyio.CancelScope(shield=True):
@@ -85,15 +87,15 @@ class LeaseKeeper:
         if scope.cancelled_caught:
             raise ConflictError(f"{kind} {key!r}: this host lost its lease to another host")
 
-    async def run(self) -> None:
+    async def keep(self) -> None:
         """Renew every held lease until cancelled."""
         while True:
             await anyio.sleep(self._lease_s() / 3)
             until = self._clock() + self._lease_s()
-            for run, scope in list(self._sessions.items()):
+            for run, scope in list(self._runs.items()):
                 now = self._clock()
                 if await self._stores.runs.lease(run, self.holder, now, until) is not None:
-                    log.error("session %s: lease lost to another host; cutting its turn", run)
+                    log.error("run %s: lease lost to another host; cutting it short", run)
                     scope.cancel()
             for task_id, scope in list(self._tasks.items()):
                 if not await self._stores.tasks.renew(task_id, self.holder, until):

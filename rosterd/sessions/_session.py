@@ -12,7 +12,7 @@ Turns queued behind the rollover, and callers still holding the old id, go
 to the new session.
 
 Where several hosts share the store, a turn holds the session's lease (see
-``LeaseKeeper.session``), and a host whose copy of the session another
+``LeaseKeeper.run``), and a host whose copy of the session another
 host has written to since reads it again before the turn: any host
 continues any session from the frozen system part and transcript, so its
 request extends the previous one byte for byte.
@@ -155,7 +155,7 @@ class Session:
     async def send(self, text: str, sender: str, on_delta: DeltaSink) -> TurnOutcome:
         async with self._lock:
             if self.successor is None and not self.closed:
-                async with self._host.leases.session(self.id):
+                async with self._host.leases.run(self.id):
                     await self._catch_up()
                     if self.successor is None and not self.closed:
                         return await self._send(text, sender, on_delta)
@@ -308,7 +308,7 @@ class Session:
             )
             await self._run.end(info)
             self._manager.adopt(self, successor)
-            async with host.leases.session(successor.id):
+            async with host.leases.run(successor.id):
                 # The first turn of a fresh session never rolls over again.
                 outcome = await successor._turn(text, sender, on_delta, may_roll=False)
             return msgspec.structs.replace(outcome, rolled_from=self.id)
@@ -318,7 +318,7 @@ class Session:
         that rolled over on another host closes its successor."""
         async with self._lock:
             if not self.closed:
-                async with self._host.leases.session(self.id):
+                async with self._host.leases.run(self.id):
                     await self._catch_up()
                     if not self.closed:
                         self.closed = True
@@ -385,7 +385,7 @@ class SessionManager:
         scope = host.org.scope(Surface.SESSION, worker, channel)
         # Held while a host finds or starts the pair's session: two hosts
         # opening it at once agree on one.
-        async with self._open_lock, host.leases.session(f"open:{worker}:{channel}"):
+        async with self._open_lock, host.leases.run(f"open:{worker}:{channel}"):
             session = self._by_pair.get((worker, channel))
             current = await host.runs.session_for(worker, channel)
             if session is not None and session.id != current:

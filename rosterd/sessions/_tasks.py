@@ -144,6 +144,11 @@ class TaskRunner:
             # Claimed again after its host stopped or died: that run is over.
             await self._interrupted(task.runs[-1], now)
         run_id = host.runs.new_id("t", now)
+        async with host.leases.run(run_id):
+            await self._run_as(task, run_id, now)
+
+    async def _run_as(self, task: TaskState, run_id: str, now: float) -> None:
+        host = self._host
         task = await self._set(task, status="running", runs=(*task.runs, run_id))
         run = await host.create_run(
             run_id, Surface.TASK, task.worker, task.channel, now, task=task.id
@@ -204,6 +209,13 @@ async def direct_run(
     host: Host, run_id: str, worker: str, text: str, sender: str, on_delta: DeltaSink
 ) -> TurnOutcome:
     """An ad-hoc run outside any channel: one compilation, one engine call."""
+    async with host.leases.run(run_id):
+        return await _direct(host, run_id, worker, text, sender, on_delta)
+
+
+async def _direct(
+    host: Host, run_id: str, worker: str, text: str, sender: str, on_delta: DeltaSink
+) -> TurnOutcome:
     org = host.org
     scope = org.scope(Surface.DIRECT, worker, None)
     now = host.clock()

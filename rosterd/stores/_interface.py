@@ -207,11 +207,9 @@ class RunStore(RunReader, Protocol):
         ...
 
     async def recover(self, now: float) -> int:
-        """At the start of the only host a store has: mark the task and
-        direct runs its stop cut off interrupted; their count. Sessions stay
-        open: they resume from their transcript. A store several hosts share
-        marks none (another host may be running them): a cut-off task run
-        is marked when its task is claimed again."""
+        """At a host's start: mark open task and direct runs that no live
+        host holds a lease on interrupted (their host's stop cut them off);
+        their count. Sessions stay open: they resume from their transcript."""
         ...
 
     async def write_info(self, info: RunInfo) -> None: ...

@@ -130,7 +130,7 @@ class FileRuns:
         for info in await self.all():
             if info.status == "open" and info.surface == Surface.SESSION.value:
                 continue
-            if info.status == "open":
+            if info.status == "open" and self._leases.free(info.id, now):
                 await self.write_info(cut_off(info, now))
                 interrupted += 1
             directory = self.path(info.id)

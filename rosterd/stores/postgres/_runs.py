@@ -46,9 +46,10 @@ _session = msgspec.json.Decoder(SessionState)
 
 # Appends to one run take turns on its row: each reads the last line number
 # in a statement that starts after the lock is granted, so it sees the
-# previous append's rows whichever host made them. NO KEY UPDATE leaves other
-# transactions' foreign-key checks (KEY SHARE) unblocked.
-_LOCK_RUN = "SELECT 1 FROM runs WHERE id = %s FOR NO KEY UPDATE"
+# previous append's rows whichever host made them. Counting the revision
+# takes that lock (NO KEY UPDATE: other transactions' foreign-key checks,
+# KEY SHARE, are not blocked).
+_LOCK_RUN = "UPDATE runs SET revision = revision + 1 WHERE id = %s RETURNING revision"
 _APPEND_CONTEXT = (
     "INSERT INTO run_context (run, n, turn, record)"
     " SELECT %(run)s, coalesce(max(n), 0) + 1, %(turn)s, %(record)s"
@@ -63,12 +64,31 @@ _APPEND_TRANSCRIPT = (
 _WRITE_INFO = (
     "INSERT INTO runs (id, created_at, status, surface, record) VALUES (%s, %s, %s, %s, %s)"
     " ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at,"
-    " status = excluded.status, surface = excluded.surface, record = excluded.record"
+    " status = excluded.status, surface = excluded.surface, record = excluded.record,"
+    " revision = runs.revision + 1"
+    " RETURNING revision"
 )
+# Taken when free, expired or already the holder's; either way the holder.
+_LEASE = (
+    "WITH taken AS ("
+    " INSERT INTO leases (key, holder, until) VALUES (%(key)s, %(holder)s, %(until)s)"
+    " ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, until = excluded.until"
+    " WHERE leases.holder = excluded.holder OR leases.until <= %(now)s"
+    " RETURNING holder)"
+    " SELECT holder FROM taken"
+    " UNION ALL SELECT holder FROM leases"
+    " WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM taken)"
+)
+_RELEASE = "DELETE FROM leases WHERE key = %s AND holder = %s"
 # Matches the partial index ``runs_open``: recovery reads the open runs only,
 # however many have ever finished.
-OPEN_RUNS = "SELECT record FROM runs WHERE status = 'open' AND surface <> %s ORDER BY id"
+# A run that a live host holds a lease on is under way, not cut off.
+OPEN_RUNS = (
+    "SELECT record FROM runs WHERE status = 'open' AND surface <> %s"
+    " AND NOT EXISTS (SELECT 1 FROM leases WHERE key = runs.id AND until > %s) ORDER BY id"
+)
 _CONTEXT = "SELECT record FROM run_context WHERE run = %s ORDER BY n"
+_REVISION = "SELECT revision FROM runs WHERE id = %s"
 _INTERRUPT = "UPDATE runs SET status = %s, record = %s WHERE id = %s AND status = 'open'"
 
 
@@ -105,18 +125,22 @@ def _text(value: object) -> str:
 class PostgresRun:
     """An open run: appends commit before they return, numbered by the database."""
 
-    def __init__(self, store: PostgresRuns, info: RunInfo, last_turn: int = 0) -> None:
+    def __init__(
+        self, store: PostgresRuns, info: RunInfo, last_turn: int = 0, revision: int = 0
+    ) -> None:
         self.store = store
         self.info = info
         # The highest turn traced so far, failed compilations included.
         self.last_turn = last_turn
+        # The run's revision after this handle's last write (or its reading).
+        self._revision = revision
 
     def __repr__(self) -> str:
         return f"PostgresRun({self.info.id!r}, {self.info.status})"
 
     async def trace(self, record: ContextRecord) -> None:
         params = {"run": self.info.id, "turn": record.turn, "record": _text(record)}
-        await self.store.append(self.info.id, "trace", _APPEND_CONTEXT, params)
+        self._wrote(await self.store.append(self.info.id, "trace", _APPEND_CONTEXT, params))
 
     async def record(self, entry: TranscriptEntry) -> None:
         await self.record_many((entry,))
@@ -126,7 +150,7 @@ class PostgresRun:
         if not entries:
             return
         params = {"run": self.info.id, "records": [_text(entry) for entry in entries]}
-        await self.store.append(self.info.id, "record", _APPEND_TRANSCRIPT, params)
+        self._wrote(await self.store.append(self.info.id, "record", _APPEND_TRANSCRIPT, params))
 
     async def finish(self, status: RunStatus, at: float, error: str | None = None) -> None:
         await self.end(msgspec.structs.replace(self.info, status=status, ended_at=at, error=error))
@@ -134,11 +158,18 @@ class PostgresRun:
     async def end(self, info: RunInfo) -> None:
         """Write the run's final *info*."""
         self.info = info
-        await self.store.write_info(info)
+        self._wrote(await self.store.write_revision(info))
 
     async def aclose(self) -> None:
         # Nothing is held between appends: each takes a pooled connection.
         return None
+
+    async def stale(self) -> bool:
+        return await self.store.revision(self.info.id) != self._revision
+
+    def _wrote(self, revision: int) -> None:
+        # A turn's trace and user entry are written side by side: keep the later.
+        self._revision = max(self._revision, revision)
 
 
 class PostgresRuns:
@@ -171,6 +202,11 @@ class PostgresRuns:
         run = check_id("run", info.id)
         with self._failing("reopen"):
             async with self._pool.connection() as conn:
+                # The revision first: a write landing meanwhile makes the
+                # handle stale, never one that misses it.
+                cursor = await conn.execute(_REVISION, (run,))
+                row = await cursor.fetchone()
+                revision = int(row[0]) if row is not None else 0
                 cursor = await conn.execute(
                     "SELECT coalesce(max(turn), 0) FROM run_context WHERE run = %s", (run,)
                 )
@@ -180,20 +216,44 @@ class PostgresRuns:
                     "SELECT record FROM run_transcript WHERE run = %s ORDER BY n", (run,)
                 )
                 entries = [_entry.decode(text) for (text,) in await cursor.fetchall()]
-        return PostgresRun(self, info, last_turn), entries
+        return PostgresRun(self, info, last_turn, revision), entries
 
-    async def append(self, run: str, op: str, query: str, params: Mapping[str, object]) -> None:
-        """Run *query* (an append to one of *run*'s logs) under the run's row lock.
+    async def append(self, run: str, op: str, query: str, params: Mapping[str, object]) -> int:
+        """Run *query* (an append to one of *run*'s logs) under the run's row
+        lock; the run's revision after it.
 
         Pipelined: the lock, the insert and the commit go in one round trip.
         """
         with self._failing(op):
             try:
-                async with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
-                    await conn.execute(_LOCK_RUN, (run,))
-                    await conn.execute(query, params)
+                async with self._pool.connection() as conn:
+                    async with conn.pipeline(), conn.transaction():
+                        counted = await conn.execute(_LOCK_RUN, (run,))
+                        await conn.execute(query, params)
+                    row = await counted.fetchone()
             except psycopg.errors.ForeignKeyViolation:
                 raise NotFoundError("run", run) from None
+        assert row is not None  # the insert's foreign key found the run's row
+        return int(row[0])
+
+    async def revision(self, run: str) -> int:
+        text = await self._one("read run revision", _REVISION, (check_id("run", run),))
+        return int(text) if text is not None else 0
+
+    async def lease(self, run: str, holder: str, now: float, until: float) -> str | None:
+        params = {"key": run, "holder": holder, "until": until, "now": now}
+        with self._failing("take a lease"):
+            async with self._pool.connection() as conn:
+                cursor = await conn.execute(_LEASE, params)
+                row = await cursor.fetchone()
+        # No row: released between the two reads, so free; the next try takes it.
+        current = str(row[0]) if row is not None else ""
+        return None if current == holder else current
+
+    async def release(self, run: str, holder: str) -> None:
+        with self._failing("release a lease"):
+            async with self._pool.connection() as conn:
+                await conn.execute(_RELEASE, (run, holder))
 
     async def recover(self, now: float) -> int:
         """After a stop: mark open task and direct runs interrupted; their count.
@@ -203,7 +263,7 @@ class PostgresRuns:
         """
         with self._failing("recover"):
             async with self._pool.connection() as conn, conn.transaction():
-                cursor = await conn.execute(OPEN_RUNS, (Surface.SESSION.value,))
+                cursor = await conn.execute(OPEN_RUNS, (Surface.SESSION.value, now))
                 interrupted = 0
                 for (text,) in await cursor.fetchall():
                     info = msgspec.structs.replace(
@@ -219,10 +279,17 @@ class PostgresRuns:
         return interrupted
 
     async def write_info(self, info: RunInfo) -> None:
+        await self.write_revision(info)
+
+    async def write_revision(self, info: RunInfo) -> int:
+        """Write *info*; the run's revision after it."""
         params = (check_id("run", info.id), info.created_at, info.status, info.surface, _text(info))
         with self._failing("write run info"):
             async with self._pool.connection() as conn:
-                await conn.execute(_WRITE_INFO, params)
+                cursor = await conn.execute(_WRITE_INFO, params)
+                row = await cursor.fetchone()
+        assert row is not None  # INSERT ... RETURNING always returns its row
+        return int(row[0])
 
     async def _one(self, op: str, query: str, params: tuple[str, ...]) -> str | None:
         with self._failing(op):
