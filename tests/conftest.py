@@ -1,4 +1,4 @@
-"""Shared fixtures: the anyio backend and paths to the example org."""
+"""Shared fixtures: the anyio backend, paths to the example org, daemons, PostgreSQL."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from harness import DaemonProcess, InProcessDaemon, copy_org, daemon_in_process
+from postgres import PostgresServer
 from simulator import Simulator
 
 from rosterd.stores import FileState, State
@@ -65,3 +66,18 @@ async def simulator() -> AsyncIterator[Simulator]:
     """The provider simulator on a loopback port, with default caching rules."""
     async with Simulator() as simulator:
         yield simulator
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server for this test process (each xdist worker), started on
+    first use and stopped when the session ends, whether its tests passed or not."""
+    with PostgresServer.start() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
+    """A ``postgresql://`` URL of a fresh empty database of the test's own, dropped after it."""
+    with postgres_server.database() as url:
+        yield url
