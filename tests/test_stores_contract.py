@@ -486,6 +486,22 @@ async def test_gates_filed_and_resolved_on_one_host_change_the_others_briefing(
             await one.gates.resolve(gate.id, "denied", "", 3.0)
 
 
+async def test_a_write_here_after_one_there_leaves_neither_out(postgres_url: str) -> None:
+    async with two_hosts(postgres_url) as (one, two):
+        there = await two.gates.file("ada", "filed there", 1.0, None, "r1")
+        here = await one.gates.file("ada", "filed here", 2.0, None, "r2")
+        assert [g.id for g in (await one.gates.briefing_for("ada", None)).open(None)] == [
+            there.id,
+            here.id,
+        ]
+        assert await one.gates.waiting_on("r1")
+        note_there = await two.memory.add("ada", "noted there", None, 1.0)
+        assert len(await one.memory.view("ada")) == 1
+        note_there_too = await two.memory.add("ada", "noted there too", None, 2.0)
+        note_here = await one.memory.add("ada", "noted here", None, 3.0)
+        assert await one.memory.items("ada") == (note_there, note_there_too, note_here)
+
+
 async def test_two_hosts_adding_and_posting_at_once_get_distinct_numbers(
     postgres_url: str,
 ) -> None:
@@ -503,6 +519,77 @@ async def test_two_hosts_adding_and_posting_at_once_get_distinct_numbers(
             assert [m.seq for m in await host.channels.recent("c", 50)] == list(range(1, 21))
             assert len(list((await host.gates.briefing_for("ada", None)).open(None))) == 20
         assert await hosts[0].memory.items("ada") == await hosts[1].memory.items("ada")
+
+
+_HOST_OPS = st.lists(
+    st.tuples(
+        st.integers(0, 1),
+        st.sampled_from(["note", "gate", "resolve", "task", "read"]),
+        st.integers(0, 4),
+    ),
+    max_size=14,
+)
+_workers = itertools.count()
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(ops=_HOST_OPS)
+async def test_two_hosts_agree_with_a_reference_model(
+    postgres_url: str, ops: list[tuple[int, str, int]]
+) -> None:
+    """Notes, gates and tasks (whose changes leave gaps in the gates' change
+    numbers) from either host, in any order: each read, on either host, sees
+    exactly what both wrote."""
+    worker = f"model-{next(_workers)}"  # one per example: they share the database
+    runs = [f"{worker}-r{k}" for k in range(3)]
+    notes: list[str] = []
+    gates: dict[str, tuple[str, float, float | None]] = {}  # id: run, filed, resolved
+    async with two_hosts(postgres_url) as hosts:
+        for clock, (h, kind, arg) in enumerate(ops, 1):
+            host, now = hosts[h], float(clock)
+            if kind == "note":
+                item = await host.memory.add(worker, f"note {clock}", None, now)
+                notes.append(item.id)
+                assert item.id == f"m-{len(notes)}"
+            elif kind == "gate":
+                run = runs[arg % len(runs)]
+                gate = await host.gates.file(worker, f"gate {clock}", now, None, run)
+                gates[gate.id] = (run, now, None)
+            elif kind == "resolve" and gates:
+                gate_id = sorted(gates)[arg % len(gates)]
+                run, filed, resolved = gates[gate_id]
+                if resolved is not None:
+                    with pytest.raises(ConflictError):
+                        await host.gates.resolve(gate_id, "yes", "", now)
+                else:
+                    await host.gates.resolve(gate_id, "yes", "", now)
+                    gates[gate_id] = (run, filed, now)
+            elif kind == "task":
+                await host.tasks.submit(worker, "c", f"task {clock}", now)
+            elif kind == "read":
+                since = None if arg == 0 else now - arg
+                view = await host.gates.briefing_for(worker, since)
+                still_open = sorted(
+                    (g for g, v in gates.items() if v[2] is None), key=lambda g: (gates[g][1], g)
+                )
+                assert [g.id for g in view.open(None)] == still_open
+                shown = [
+                    g
+                    for g, v in gates.items()
+                    if v[2] is not None and since is not None and v[2] > since
+                ]
+                assert [g.id for g in view.resolved] == sorted(
+                    shown, key=lambda g: gates[g][2] or 0.0
+                )
+                for run in runs:
+                    waiting = any(v[0] == run and v[2] is None for v in gates.values())
+                    assert await host.gates.waiting_on(run) == waiting
+                assert [item.id for item in await host.memory.items(worker)] == notes
+                assert len(await host.memory.view(worker)) == len(notes)
 
 
 # PostgreSQL: a database that cannot be reached
@@ -524,7 +611,7 @@ async def test_a_database_that_goes_away_fails_each_request_without_its_password
         name = server.create_database()
         # Trust authentication takes the password and ignores it.
         url = server.url(name).replace("postgresql://postgres@", "postgresql://postgres:hunter2@")
-        state = PostgresState(url, timeout=1.0)
+        state = PostgresState(url, timeout=0.5)
         async with state:
             await state.channels.post_many("c", [("ada", "hi", 1.0)])
             await anyio.to_thread.run_sync(server.stop)
