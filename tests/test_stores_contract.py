@@ -11,9 +11,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import LiteralString
 
 import anyio
 import anyio.to_thread
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -590,6 +593,62 @@ async def test_two_hosts_agree_with_a_reference_model(
                     assert await host.gates.waiting_on(run) == waiting
                 assert [item.id for item in await host.memory.items(worker)] == notes
                 assert len(await host.memory.view(worker)) == len(notes)
+
+
+# PostgreSQL: records as the file backend writes them
+
+
+async def _records(url: str, query: LiteralString) -> list[str]:
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        cursor = await conn.execute(query)
+        return [str(record) for (record,) in await cursor.fetchall()]
+
+
+async def test_rows_hold_the_exact_lines_the_file_backend_writes(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    async def write(state: State) -> None:
+        await state.channels.post_many("c", [("ada", 'h\u00e9 "quoted"', 1.5)], run="r1")
+        await state.memory.add("ada", "likes tea", "c", 2.25)
+        gate = await state.gates.file("ada", "ship it?", 3.0, "c", "r1")
+        await state.gates.resolve(gate.id, "approved", "note", 4.0)
+        task = await state.tasks.submit("ada", "c", "write it", 5.0)
+        await state.tasks.update(replace(task, status="running", runs=("r1",)))
+        await state.prefixes.put("ada", "c", _prefix("r1", 6.0))
+
+    async with FileState(tmp_path / "state") as files, PostgresState(postgres_url) as db:
+        await write(files)
+        await write(db)
+
+    def last_line(path: Path) -> str:
+        return path.read_text(encoding="utf-8").splitlines()[-1]
+
+    root = tmp_path / "state"
+    assert await _records(postgres_url, "SELECT record FROM channel_messages") == [
+        last_line(root / "channels" / "c.jsonl")
+    ]
+    assert await _records(postgres_url, "SELECT record FROM memory_notes") == [
+        last_line(root / "memory" / "ada.jsonl")
+    ]
+    assert await _records(postgres_url, "SELECT record FROM gates") == [
+        last_line(root / "gates.jsonl")
+    ]
+    assert await _records(postgres_url, "SELECT record FROM tasks") == [
+        last_line(root / "tasks.jsonl")
+    ]
+    assert await _records(postgres_url, "SELECT record FROM prefixes") == [
+        (root / "prefixes" / "ada" / "c.json").read_text(encoding="utf-8")
+    ]
+
+
+async def test_a_record_damaged_by_hand_is_a_storage_error(postgres_url: str) -> None:
+    async with PostgresState(postgres_url) as state:
+        await state.memory.add("ada", "likes tea", None, 1.0)
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as conn:
+            await conn.execute("UPDATE memory_notes SET record = '{\"id\": 1}'")
+        with pytest.raises(StorageError) as caught:
+            await state.memory.items("ada")
+        assert caught.value.op == "decode"
 
 
 # PostgreSQL: a database that cannot be reached

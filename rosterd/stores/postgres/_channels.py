@@ -84,7 +84,7 @@ class PostgresChannels:
         if limit <= 0:
             return ()
         rows = await self._db.fetchall("read a channel", _RECENT, (channel, limit))
-        return tuple(_message.decode(row[0]) for row in reversed(rows))
+        return tuple(self._db.decode(_message, row[0]) for row in reversed(rows))
 
     async def last_seq(self, channel: str) -> int:
         """The seq of the channel's newest message; 0 when it has none."""
@@ -107,6 +107,6 @@ class PostgresChannels:
             "limit": max(0, limit),
         }
         rows = await self._db.fetchall("read a channel", _SINCE, params)
-        kept = tuple(_message.decode(row[2]) for row in rows if row[2] is not None)
+        kept = tuple(self._db.decode(_message, row[2]) for row in rows if row[2] is not None)
         last, others = int(rows[0][0]), int(rows[0][1])
         return kept, others - len(kept), last

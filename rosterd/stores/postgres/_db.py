@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, LiteralString
+from typing import Any, LiteralString, TypeVar
 
 import msgspec
 import psycopg
@@ -23,6 +23,7 @@ Params = Sequence[Any] | Mapping[str, Any]
 Connection = psycopg.AsyncConnection[TupleRow]
 
 _encoder = msgspec.json.Encoder()
+T = TypeVar("T")
 
 
 def encode(record: object) -> str:
@@ -68,6 +69,17 @@ class Database:
                 message = message.replace(str(password), "***")
             raise StorageError(
                 f"{self.where}: {op} failed: {message}", path=self.where, op=op
+            ) from None
+
+    def decode(self, decoder: msgspec.json.Decoder[T], record: str) -> T:
+        """A row's record; one that does not decode (only a hand edit can
+        make one) is a ``StorageError``."""
+        try:
+            return decoder.decode(record)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            name = getattr(decoder.type, "__name__", "")
+            raise StorageError(
+                f"{self.where}: unreadable {name} record: {exc}", path=self.where, op="decode"
             ) from None
 
     @asynccontextmanager

@@ -88,7 +88,7 @@ class PostgresGates:
             row = await cursor.fetchone()
             if row is None:
                 raise NotFoundError("gate", gate_id)
-            gate = _gate.decode(row[0])
+            gate = self._db.decode(_gate, row[0])
             resolved = msgspec.structs.replace(
                 gate, status="resolved", outcome=outcome, note=note, resolved_at=at
             )
@@ -104,7 +104,7 @@ class PostgresGates:
         row = await self._db.fetchone("read a gate", _GET, (self._number(gate_id),))
         if row is None:
             raise NotFoundError("gate", gate_id)
-        return _gate.decode(row[0])
+        return self._db.decode(_gate, row[0])
 
     async def all(self, worker: str | None = None) -> list[GateState]:
         """Every gate (of *worker*), in filing order."""
@@ -113,7 +113,9 @@ class PostgresGates:
         else:
             rows = await self._db.fetchall("read gates", _OF_WORKER, (worker,))
         # Sorted here, as the file backend sorts: ids compare as strings.
-        return sorted((_gate.decode(row[0]) for row in rows), key=lambda g: (g.filed_at, g.id))
+        return sorted(
+            (self._db.decode(_gate, row[0]) for row in rows), key=lambda g: (g.filed_at, g.id)
+        )
 
     async def briefing_for(self, worker: str, resolved_since: float | None) -> GateView:
         """Open gates of *worker*, and those resolved after *resolved_since*;
@@ -140,7 +142,7 @@ class PostgresGates:
         async with self._lock:
             rows = await self._db.fetchall("read gates", _CHANGED, (self._last,))
             for change, record in rows:
-                self._apply(_gate.decode(record))
+                self._apply(self._db.decode(_gate, record))
                 self._last = int(change)
 
     async def _applied(self, gate: GateState, change: int) -> None:

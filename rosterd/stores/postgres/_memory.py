@@ -95,7 +95,7 @@ class PostgresMemory:
             last = 0 if notes is None else notes.last
             rows = await self._db.fetchall("read notes", _AFTER, (worker, last))
             if notes is None:
-                loaded = [_item.decode(row[1]) for row in rows]
+                loaded = [self._db.decode(_item, row[1]) for row in rows]
                 # Indexing months of notes takes a while: not on the event loop.
                 index = await anyio.to_thread.run_sync(MemoryIndex, loaded)
                 notes = self._notes[worker] = _Notes(index, int(rows[-1][0]) if rows else 0)
@@ -104,7 +104,7 @@ class PostgresMemory:
                 gc.freeze()
             else:
                 for n, record in rows:
-                    notes.index.add(_item.decode(record))
+                    notes.index.add(self._db.decode(_item, record))
                     notes.last = int(n)
             return notes.index
 

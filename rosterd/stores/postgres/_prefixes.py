@@ -47,7 +47,7 @@ class PostgresPrefixes:
         record: str = row[0]
         if self._rows.get(key) != record:
             self._rows[key] = record
-            self._states[key] = _prefix.decode(record)
+            self._states[key] = self._db.decode(_prefix, record)
         return self._states[key]
 
     async def put(self, worker: str, channel: str | None, state: PrefixState) -> None:

@@ -82,21 +82,21 @@ class PostgresTasks:
         row = await self._db.fetchone("read a task", _GET, (self._number(task_id),))
         if row is None:
             raise NotFoundError("task", task_id)
-        return _task.decode(row[0])
+        return self._db.decode(_task, row[0])
 
     async def by_run(self, run: str) -> TaskState | None:
         row = await self._db.fetchone("read a task", _BY_RUN, (run,))
-        return None if row is None else _task.decode(row[0])
+        return None if row is None else self._db.decode(_task, row[0])
 
     async def all(self) -> list[TaskState]:
         """Every task, in submission order."""
         rows = await self._db.fetchall("read tasks", _ALL)
-        return _submission_order([_task.decode(row[0]) for row in rows])
+        return _submission_order([self._db.decode(_task, row[0]) for row in rows])
 
     async def pending(self) -> list[TaskState]:
         """Tasks to (re)start after a restart: queued, or cut off while running."""
         rows = await self._db.fetchall("read tasks", _PENDING)
-        return _submission_order([_task.decode(row[0]) for row in rows])
+        return _submission_order([self._db.decode(_task, row[0]) for row in rows])
 
     @staticmethod
     def _number(task_id: str) -> int:
