@@ -2,8 +2,8 @@
 
 Every test but the last few takes the ``state`` fixture, one opened empty
 state per backend, and asserts the same thing of each. The last ones are
-about PostgreSQL only: several hosts on one database, and a database that
-cannot be reached.
+about PostgreSQL only: several hosts on one database, rows that hold the
+file backend's exact lines, and a database that cannot be reached.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ pytestmark = pytest.mark.anyio
 
 @asynccontextmanager
 async def reopened(state: State) -> AsyncIterator[State]:
-    """*state* closed, and a new one of its backend opened on the same place."""
+    """*state* closed, and a new one of its backend opened on the same place
+    (the fixture's second close of *state* does nothing)."""
     await state.aclose()
     again: FileState | PostgresState
     if isinstance(state, FileState):
@@ -503,6 +504,17 @@ async def test_a_write_here_after_one_there_leaves_neither_out(postgres_url: str
         note_there_too = await two.memory.add("ada", "noted there too", None, 2.0)
         note_here = await one.memory.add("ada", "noted here", None, 3.0)
         assert await one.memory.items("ada") == (note_there, note_there_too, note_here)
+
+
+async def test_a_prefix_put_on_one_host_is_what_the_other_gets(postgres_url: str) -> None:
+    async with two_hosts(postgres_url) as (one, two):
+        await one.prefixes.put("ada", "c", _prefix("run-1", 1.0))
+        assert await two.prefixes.get("ada", "c") == _prefix("run-1", 1.0)
+        await two.prefixes.put("ada", "c", _prefix("run-2", 2.0, sha="b" * 64))
+        assert await one.prefixes.get("ada", "c") == _prefix("run-2", 2.0, sha="b" * 64)
+        # A later turn of the same session, on the host that serves it.
+        await one.prefixes.put("ada", "c", _prefix("run-2", 3.0, sha="b" * 64))
+        assert await one.prefixes.get("ada", "c") == _prefix("run-2", 3.0, sha="b" * 64)
 
 
 async def test_two_hosts_adding_and_posting_at_once_get_distinct_numbers(
