@@ -34,6 +34,17 @@ _ALL = "SELECT record FROM tasks"
 # On the partial index tasks_pending: only tasks still to run, however
 # many have finished.
 _PENDING = "SELECT record FROM tasks WHERE status IN ('queued', 'running')"
+# The oldest task to run that no live host holds, on the same partial index;
+# SKIP LOCKED: hosts claiming at once each get a different one, or none.
+_CLAIM = (
+    "UPDATE tasks SET holder = %(holder)s, lease_until = %(until)s WHERE n = ("
+    " SELECT n FROM tasks WHERE status IN ('queued', 'running')"
+    " AND (lease_until IS NULL OR lease_until <= %(now)s)"
+    " ORDER BY submitted_at, n LIMIT 1 FOR UPDATE SKIP LOCKED)"
+    " RETURNING record"
+)
+_RENEW = "UPDATE tasks SET lease_until = %s WHERE n = %s AND holder = %s"
+_RELEASE = "UPDATE tasks SET holder = NULL, lease_until = NULL WHERE n = %s AND holder = %s"
 
 
 def _submission_order(tasks: list[TaskState]) -> list[TaskState]:
@@ -97,6 +108,20 @@ class PostgresTasks:
         """Tasks to (re)start after a restart: queued, or cut off while running."""
         rows = await self._db.fetchall("read tasks", _PENDING)
         return _submission_order([self._db.decode(_task, row[0]) for row in rows])
+
+    async def claim(self, holder: str, now: float, until: float) -> TaskState | None:
+        params = {"holder": holder, "until": until, "now": now}
+        row = await self._db.fetchone("claim a task", _CLAIM, params)
+        return None if row is None else self._db.decode(_task, row[0])
+
+    async def renew(self, task_id: str, holder: str, until: float) -> bool:
+        async with self._db.connection("renew a task's lease") as conn:
+            cursor = await conn.execute(_RENEW, (until, self._number(task_id), holder))
+            return cursor.rowcount == 1
+
+    async def release(self, task_id: str, holder: str) -> None:
+        async with self._db.connection("release a task") as conn:
+            await conn.execute(_RELEASE, (self._number(task_id), holder))
 
     @staticmethod
     def _number(task_id: str) -> int:
