@@ -25,6 +25,7 @@ from postgres import PostgresServer
 
 from rosterd._errors import ConflictError, InvalidIdError, NotFoundError, StorageError
 from rosterd.compiler import Boundary, ChannelMessage, PrefixState
+from rosterd.protocol import RunInfo, TranscriptEntry
 from rosterd.stores import FileState, State, TaskState
 from rosterd.stores.postgres import PostgresState
 
@@ -318,6 +319,41 @@ async def test_pending_tasks_are_queued_or_cut_off_while_running(state: State) -
     assert [t.id for t in await tasks.all()] == [f"task-{n}" for n in range(6, 0, -1)]
 
 
+async def test_a_task_is_claimed_by_one_holder_until_its_lease_runs_out(state: State) -> None:
+    tasks = state.tasks
+    first = await tasks.submit("ada", "general", "one", 1.0)
+    second = await tasks.submit("ada", "general", "two", 2.0)
+    claimed = await tasks.claim("host-a", 10.0, 40.0)
+    assert claimed is not None and claimed.id == first.id
+    again = await tasks.claim("host-b", 10.0, 40.0)
+    assert again is not None and again.id == second.id
+    assert await tasks.claim("host-b", 20.0, 50.0) is None
+    assert await tasks.renew(first.id, "host-a", 60.0)
+    # host-b's lease ran out: host-a takes its task, and host-b has lost it.
+    taken = await tasks.claim("host-a", 55.0, 90.0)
+    assert taken is not None and taken.id == second.id
+    assert not await tasks.renew(second.id, "host-b", 99.0)
+    await tasks.release(first.id, "host-a")
+    freed = await tasks.claim("host-c", 56.0, 90.0)
+    assert freed is not None and freed.id == first.id
+    await tasks.update(replace(freed, status="done"))
+    await tasks.release(first.id, "host-c")
+    assert await tasks.claim("host-c", 100.0, 130.0) == replace(second)
+
+
+async def test_a_run_lease_is_one_holders_until_it_runs_out(state: State) -> None:
+    runs = state.runs
+    assert await runs.lease("s-1", "host-a", 10.0, 40.0) is None
+    assert await runs.lease("s-1", "host-b", 20.0, 50.0) == "host-a"
+    assert await runs.lease("s-1", "host-a", 30.0, 60.0) is None  # renewed
+    assert await runs.lease("s-1", "host-b", 59.0, 90.0) == "host-a"
+    assert await runs.lease("s-1", "host-b", 60.0, 90.0) is None  # ran out
+    await runs.release("s-1", "host-a")  # not its holder any more: nothing
+    assert await runs.lease("s-1", "host-a", 61.0, 90.0) == "host-b"
+    await runs.release("s-1", "host-b")
+    assert await runs.lease("s-1", "host-a", 61.0, 90.0) is None
+
+
 @pytest.mark.parametrize("task_id", ["task-99", "task-0", "g-1", "nonsense", "task-1.5"])
 async def test_an_unknown_task_is_not_found(state: State, task_id: str) -> None:
     await state.tasks.submit("ada", "c", "x", 1.0)
@@ -504,6 +540,24 @@ async def test_a_write_here_after_one_there_leaves_neither_out(postgres_url: str
         note_there_too = await two.memory.add("ada", "noted there too", None, 2.0)
         note_here = await one.memory.add("ada", "noted here", None, 3.0)
         assert await one.memory.items("ada") == (note_there, note_there_too, note_here)
+
+
+async def test_a_run_another_host_wrote_to_is_stale_until_reopened(postgres_url: str) -> None:
+    info = RunInfo(id="s-1", surface="session", worker="ada", channel="c", created_at=1.0)
+    entry = TranscriptEntry(turn=1, role="user", content="hi", at=2.0)
+    async with PostgresState(postgres_url) as here, PostgresState(postgres_url) as there:
+        mine = await here.runs.create(info)
+        assert not await mine.stale()
+        await mine.record(entry)
+        assert not await mine.stale()  # its own writes keep it current
+        theirs, entries = await there.runs.reopen(info)
+        assert entries == [entry]
+        await theirs.record(replace(entry, turn=2))
+        assert await mine.stale()
+        mine, entries = await here.runs.reopen(info)
+        assert not await mine.stale()
+        await theirs.finish("closed", 3.0)
+        assert await mine.stale()
 
 
 async def test_a_prefix_put_on_one_host_is_what_the_other_gets(postgres_url: str) -> None:

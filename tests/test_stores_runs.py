@@ -404,7 +404,7 @@ async def test_recovery_reads_open_runs_through_the_partial_index(postgres_url: 
     async with await psycopg.AsyncConnection.connect(postgres_url) as conn:
         # Off, a scan of every run is what the planner would pick if it could.
         await conn.execute("SET enable_seqscan = off")
-        cursor = await conn.execute(f"EXPLAIN {OPEN_RUNS}", ("session",))
+        cursor = await conn.execute(f"EXPLAIN {OPEN_RUNS}", ("session", 0.0))
         plan = "\n".join(line for (line,) in await cursor.fetchall())
     assert "runs_open" in plan, plan
     assert "Seq Scan" not in plan, plan
