@@ -120,7 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the daemon in the foreground")
     serve.add_argument("--org", default=os.environ.get("ROSTER_ORG"), help="org dir ($ROSTER_ORG)")
     serve.add_argument(
-        "--state", default=os.environ.get("ROSTER_STATE"), help="state directory ($ROSTER_STATE)"
+        "--state",
+        metavar="DIR|URL",
+        default=os.environ.get("ROSTER_STATE"),
+        help="state directory, or a postgresql:// URL several daemons share ($ROSTER_STATE)",
     )
     serve.add_argument("--socket", default=None, help="socket path ($ROSTER_SOCKET)")
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
