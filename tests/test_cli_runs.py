@@ -429,6 +429,9 @@ def test_every_reading_command_prints_the_same_bytes_from_a_database(
     for run in runs:
         commands += [("runs", "show", run), ("runs", "context", run)]
         commands += [("runs", "context", run, "--all")]
+        exported = cli("server", "runs", "export", run, "--state", postgres_url)
+        assert exported == (0, (daemon.state / "runs" / run / "context.jsonl").read_bytes(), "")
+        assert cli("server", "runs", "export", run, "--state", state) == exported
     for command in commands:
         for extra in ((), ("--json",)):
             from_files = cli("server", *command, *extra, "--state", state)

@@ -96,7 +96,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             return anyio.run(chat, _socket(args), args.worker, args.channel, args.sender, args.wait)
         case "check":
             return _check(args)
-        case "runs list" | "runs show" | "runs context" | "stats cache":
+        case "runs list" | "runs show" | "runs context" | "runs export" | "stats cache":
             return _server(args)
     raise AssertionError(f"no handler for {handler!r}")
 
@@ -127,7 +127,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _server(args: argparse.Namespace) -> int:
     # The run store (sessions, aiofiles), for the commands that read the state directly.
-    from ._runs import runs_context, runs_list, runs_show
+    from ._runs import runs_context, runs_export, runs_list, runs_show
     from ._stats import stats_cache
 
     state = _state(args)
@@ -138,4 +138,6 @@ def _server(args: argparse.Namespace) -> int:
             return anyio.run(runs_show, state, args.run, args.json)
         case "runs context":
             return anyio.run(runs_context, state, args.run, args.all, args.json)
+        case "runs export":
+            return anyio.run(runs_export, state, args.run)
     return anyio.run(stats_cache, state, args.worker, args.channel, args.json)

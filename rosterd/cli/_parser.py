@@ -258,6 +258,13 @@ def build_parser() -> argparse.ArgumentParser:
     context.add_argument("run", metavar="RUN", help="the run id (see 'runs list')")
     context.add_argument("--all", action="store_true", help="every turn, not only the latest")
     context.set_defaults(handler="runs context")
+    export = runs.add_parser(
+        "export",
+        parents=[state],
+        help="a run's trace as context.jsonl, byte for byte, from either backend",
+    )
+    export.add_argument("run", metavar="RUN", help="the run id (see 'runs list')")
+    export.set_defaults(handler="runs export")
 
     stats = areas.add_parser(
         "stats",

@@ -31,6 +31,7 @@ import msgspec
 
 from .._errors import RosterError
 from ..compiler import ContextRecord
+from ..protocol import StateLocation
 from ..sessions import RunInfo, TranscriptEntry, TurnRequest, context_page
 from ..stores import FileRuns, RunReader
 from ._output import emit_json, table, when
@@ -38,17 +39,13 @@ from ._show import UsageSummary, render_show, summarise_usage
 
 __all__ = (
     "RunReport",
-    "StatePlace",
     "render_context",
     "runs_context",
+    "runs_export",
     "runs_list",
     "runs_show",
     "state_store",
 )
-
-
-# A state directory, or the ``postgresql://`` URL of a database.
-StatePlace = Path | str
 
 
 class RunReport(msgspec.Struct, frozen=True):
@@ -58,7 +55,7 @@ class RunReport(msgspec.Struct, frozen=True):
     usage: UsageSummary
 
 
-async def _report(state: StatePlace, run: str) -> RunReport:
+async def _report(state: StateLocation, run: str) -> RunReport:
     async with state_store(state) as store:
         info = await store.info(run)
         entries = await store.transcript(run)
@@ -67,7 +64,7 @@ async def _report(state: StatePlace, run: str) -> RunReport:
 
 
 @asynccontextmanager
-async def state_store(state: StatePlace) -> AsyncIterator[RunReader]:
+async def state_store(state: StateLocation) -> AsyncIterator[RunReader]:
     """The runs in *state*, readable until the block ends."""
     if isinstance(state, str):
         # psycopg loads only for a database.
@@ -81,7 +78,7 @@ async def state_store(state: StatePlace) -> AsyncIterator[RunReader]:
     yield FileRuns(state)
 
 
-async def runs_list(state: StatePlace, as_json: bool) -> int:
+async def runs_list(state: StateLocation, as_json: bool) -> int:
     async with state_store(state) as store:
         infos = await store.all()
     if as_json:
@@ -109,7 +106,7 @@ async def runs_list(state: StatePlace, as_json: bool) -> int:
     return 0
 
 
-async def runs_show(state: StatePlace, run: str, as_json: bool) -> int:
+async def runs_show(state: StateLocation, run: str, as_json: bool) -> int:
     report = await _report(state, run)
     if as_json:
         emit_json(report)
@@ -162,7 +159,18 @@ def _json_items(requests: list[TurnRequest]) -> list[bytes]:
     ]
 
 
-async def runs_context(state: StatePlace, run: str, every: bool, as_json: bool) -> int:
+async def runs_export(state: StateLocation, run: str) -> int:
+    """Write the run's ``context.jsonl`` to stdout, byte for byte, from either backend."""
+    async with state_store(state) as store:
+        await store.info(run)
+        data = await store.export(run)
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+async def runs_context(state: StateLocation, run: str, every: bool, as_json: bool) -> int:
     report = await _report(state, run)
     sys.stdout.flush()
     out = sys.stdout.buffer

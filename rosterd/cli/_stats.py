@@ -11,8 +11,9 @@ from collections import Counter
 
 import msgspec
 
+from ..protocol import StateLocation
 from ._output import emit_json, table
-from ._runs import StatePlace, state_store
+from ._runs import state_store
 
 __all__ = ("CacheStats", "stats_cache")
 
@@ -28,7 +29,7 @@ class CacheStats(msgspec.Struct, frozen=True):
     compiler_caused_misses: int
 
 
-async def collect(state: StatePlace, worker: str | None, channel: str | None) -> CacheStats:
+async def collect(state: StateLocation, worker: str | None, channel: str | None) -> CacheStats:
     verdicts: Counter[str] = Counter()
     causes: Counter[str] = Counter()
     turns = input_tokens = cached = 0
@@ -68,7 +69,7 @@ async def collect(state: StatePlace, worker: str | None, channel: str | None) ->
 
 
 async def stats_cache(
-    state: StatePlace, worker: str | None, channel: str | None, as_json: bool
+    state: StateLocation, worker: str | None, channel: str | None, as_json: bool
 ) -> int:
     stats = await collect(state, worker, channel)
     if as_json:

@@ -193,6 +193,11 @@ class RunReader(Protocol):
 
     async def transcript(self, run: str) -> list[TranscriptEntry]: ...
 
+    async def export(self, run: str) -> bytes:
+        """The run's trace as ``runs/<run>/context.jsonl`` holds it, byte for
+        byte, whole lines only."""
+        ...
+
 
 class RunStore(RunReader, Protocol):
     """Runs with their trace and transcript, sessions' frozen state, and

@@ -27,7 +27,14 @@ from ...compiler import ContextRecord
 from ...org import Surface
 from ...protocol import RunInfo, RunStatus, TranscriptEntry
 from .._records import SessionState, cut_off
-from ._jsonl import JsonlLog, read_document, read_log, repair_tail, write_document
+from ._jsonl import (
+    JsonlLog,
+    read_document,
+    read_log,
+    read_whole_lines,
+    repair_tail,
+    write_document,
+)
 from ._leases import Leases
 
 __all__ = ("FileRun", "FileRuns")
@@ -163,6 +170,9 @@ class FileRuns:
 
     async def context(self, run: str) -> list[ContextRecord]:
         return await read_log(self.path(run) / "context.jsonl", ContextRecord)
+
+    async def export(self, run: str) -> bytes:
+        return await read_whole_lines(self.path(run) / "context.jsonl")
 
     async def transcript(self, run: str) -> list[TranscriptEntry]:
         return await read_log(self.path(run) / "transcript.jsonl", TranscriptEntry)
