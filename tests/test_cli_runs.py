@@ -28,6 +28,7 @@ from rosterd.client import RpcError
 from rosterd.sessions import CONTEXT_PAGE_CHARS, TurnRequest
 from rosterd.stores import FileRuns
 from rosterd.stores.postgres import migrate
+from rosterd.stores.postgres._db import Database
 from rosterd.stores.postgres._runs import PostgresRuns
 
 
@@ -398,7 +399,7 @@ async def _copy_into_database(state: Path, url: str) -> list[str]:
     async with AsyncConnectionPool(url, open=False, kwargs={"autocommit": True}) as pool:
         async with pool.connection() as conn:
             await migrate(conn, "test database")
-        database = PostgresRuns(pool, "test database")
+        database = PostgresRuns(Database(pool, "test database"))
         for info in await files.all():
             run = await database.create(info)
             for record in await files.context(info.id):

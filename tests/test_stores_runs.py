@@ -27,6 +27,7 @@ from rosterd.org import Surface, load_org
 from rosterd.protocol import RunInfo, TranscriptEntry
 from rosterd.stores import FileRuns, RunStore, SessionState
 from rosterd.stores.postgres import migrate
+from rosterd.stores.postgres._db import Database
 from rosterd.stores.postgres._runs import OPEN_RUNS, PostgresRuns
 from rosterd.stores.postgres._state import redact
 
@@ -44,7 +45,7 @@ async def postgres_runs(url: str) -> AsyncIterator[PostgresRuns]:
         await pool.open(wait=True)
         async with pool.connection() as conn:
             await migrate(conn, redact(url))
-        yield PostgresRuns(pool, redact(url))
+        yield PostgresRuns(Database(pool, redact(url)))
 
 
 @pytest.fixture(params=["files", "postgres"])
@@ -416,7 +417,7 @@ async def test_database_errors_are_storage_errors_naming_no_password(postgres_ur
     url = "postgresql://rosterd:hunter2-secret@127.0.0.1:1/state?connect_timeout=1"
     async with AsyncConnectionPool(url, min_size=1, timeout=0.5, open=False) as pool:
         await pool.open(wait=False)
-        store = PostgresRuns(pool, redact(url))
+        store = PostgresRuns(Database(pool, redact(url)))
         with pytest.raises(StorageError) as raised:
             await store.info("s-1")
     error = raised.value

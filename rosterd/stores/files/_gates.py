@@ -7,8 +7,9 @@ from pathlib import Path
 import msgspec
 
 from ..._errors import ConflictError, NotFoundError
-from ...compiler import GateIndex, GateView
+from ...compiler import GateView
 from ...protocol import GateState
+from .._gatebook import GateBook
 from ._jsonl import StateTable
 
 __all__ = ("FileGates",)
@@ -19,18 +20,9 @@ class FileGates:
 
     def __init__(self, table: StateTable[GateState]) -> None:
         self._table = table
-        # Every turn reads the open gates it can show and those resolved
-        # since the session's last turn: indexes keep that independent of
-        # how many gates were ever filed.
-        gates = self._sorted()
-        self._open: dict[str, GateIndex] = {}
-        self._waiting: dict[str, int] = {}  # open gates per run
-        for gate in gates:
-            if gate.status == "open":
-                self._opened(gate)
-        self._resolved = sorted(
-            (g for g in gates if g.resolved_at is not None), key=lambda g: g.resolved_at or 0.0
-        )
+        self._book = GateBook()
+        for gate in self._sorted():
+            self._book.apply(gate)
 
     def __repr__(self) -> str:
         return f"FileGates({len(self._table)} gates)"
@@ -51,7 +43,7 @@ class FileGates:
             run=run,
         )
         await self._table.put(gate)
-        self._opened(gate)
+        self._book.apply(gate)
         return gate
 
     async def resolve(self, gate_id: str, outcome: str, note: str, at: float) -> GateState:
@@ -62,12 +54,7 @@ class FileGates:
             gate, status="resolved", outcome=outcome, note=note, resolved_at=at
         )
         await self._table.put(resolved)
-        self._open[gate.worker].remove(gate_id)
-        if gate.run is not None:
-            self._waiting[gate.run] -= 1
-            if not self._waiting[gate.run]:
-                del self._waiting[gate.run]
-        self._resolved.append(resolved)
+        self._book.apply(resolved)
         return resolved
 
     async def get(self, gate_id: str) -> GateState:
@@ -83,29 +70,10 @@ class FileGates:
         return sorted(self._table.values(), key=lambda g: (g.filed_at, g.id))
 
     async def briefing_for(self, worker: str, resolved_since: float | None) -> GateView:
-        """Open gates of *worker*, and those resolved after *resolved_since*;
-        the compiler narrows them to the run's channel."""
-        recent = []
-        if resolved_since is not None:
-            for gate in reversed(self._resolved):
-                if gate.resolved_at is None or gate.resolved_at <= resolved_since:
-                    break
-                if gate.worker == worker:
-                    recent.append(gate.as_gate())
-        index = self._open.get(worker) or GateIndex(worker)
-        return index.snapshot(reversed(recent))
+        return self._book.briefing(worker, resolved_since)
 
     async def waiting_on(self, run: str) -> bool:
-        """Whether an open gate was filed against *run*."""
-        return run in self._waiting
-
-    def _opened(self, gate: GateState) -> None:
-        index = self._open.get(gate.worker)
-        if index is None:
-            index = self._open[gate.worker] = GateIndex(gate.worker)
-        index.add(gate.as_gate())
-        if gate.run is not None:
-            self._waiting[gate.run] = self._waiting.get(gate.run, 0) + 1
+        return self._book.waiting_on(run)
 
     async def aclose(self) -> None:
         await self._table.aclose()

@@ -5,7 +5,7 @@ records as the exact text the file backend writes.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from typing import Any, LiteralString, TypeVar
 
 import msgspec
@@ -16,7 +16,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..._errors import StorageError
 
-__all__ = ("Connection", "Database", "Params", "Row", "encode", "number", "scalar")
+__all__ = ("Connection", "Database", "Params", "Row", "encode", "failing", "number", "scalar")
 
 Row = tuple[Any, ...]
 Params = Sequence[Any] | Mapping[str, Any]
@@ -41,6 +41,32 @@ def number(key: str, prefix: str) -> int | None:
     return n if n < 2**63 else None
 
 
+@contextmanager
+def failing(where: str, op: str, conninfo: object) -> Iterator[None]:
+    """Database errors (a pool timeout among them) leave as ``StorageError``
+    naming *where*, the password cut out."""
+    try:
+        yield
+    except (psycopg.Error, PoolTimeout) as exc:
+        message = str(exc).strip() or type(exc).__name__
+        # libpq names host, port and user in its messages, never the
+        # password; cut it out anyway should one ever quote the conninfo.
+        password = _password(conninfo)
+        if password:
+            message = message.replace(password, "***")
+        raise StorageError(f"{where}: {op} failed: {message}", path=where, op=op) from None
+
+
+def _password(conninfo: object) -> str | None:
+    if not isinstance(conninfo, str):
+        return None  # a callable the pool calls for each connection
+    try:
+        password = conninfo_to_dict(conninfo).get("password")
+    except psycopg.Error:
+        return None  # not parseable, so libpq cannot have quoted a password from it
+    return str(password) if password else None
+
+
 class Database:
     """A pool of autocommit connections, and *where*: the URL without its
     password, which every error names."""
@@ -52,24 +78,9 @@ class Database:
     def __repr__(self) -> str:
         return f"Database({self.where!r})"
 
-    @contextmanager
-    def failing(self, op: str) -> Iterator[None]:
+    def failing(self, op: str) -> AbstractContextManager[None]:
         """Database errors (a pool timeout among them) leave as ``StorageError``."""
-        try:
-            yield
-        except (psycopg.Error, PoolTimeout) as exc:
-            message = str(exc).strip() or type(exc).__name__
-            # libpq names host, port and user in its messages, never the
-            # password; cut it out anyway should one ever quote the conninfo.
-            conninfo = self.pool.conninfo
-            password = (
-                conninfo_to_dict(conninfo).get("password") if isinstance(conninfo, str) else None
-            )
-            if password:
-                message = message.replace(str(password), "***")
-            raise StorageError(
-                f"{self.where}: {op} failed: {message}", path=self.where, op=op
-            ) from None
+        return failing(self.where, op, self.pool.conninfo)
 
     def decode(self, decoder: msgspec.json.Decoder[T], record: str) -> T:
         """A row's record; one that does not decode (only a hand edit can

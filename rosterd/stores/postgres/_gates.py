@@ -3,14 +3,13 @@ by people, on any host."""
 
 from __future__ import annotations
 
-from bisect import insort
-
 import anyio
 import msgspec
 
 from ..._errors import ConflictError, NotFoundError
-from ...compiler import GateIndex, GateView
+from ...compiler import GateView
 from ...protocol import GateState
+from .._gatebook import GateBook
 from ._db import Database, encode, number, scalar
 
 __all__ = ("PostgresGates",)
@@ -42,10 +41,6 @@ _ALL = "SELECT record FROM gates"
 _OF_WORKER = "SELECT record FROM gates WHERE worker = %s"
 
 
-def _resolved_at(gate: GateState) -> float:
-    return gate.resolved_at or 0.0
-
-
 class PostgresGates:
     """All gates in table ``gates``; this host keeps the index every briefing
     reads (open gates per worker, open ones per run, resolved ones by time)
@@ -54,15 +49,12 @@ class PostgresGates:
 
     def __init__(self, db: Database) -> None:
         self._db = db
-        self._open: dict[str, GateIndex] = {}
-        self._open_gates: dict[str, GateState] = {}
-        self._waiting: dict[str, int] = {}  # open gates per run
-        self._resolved: list[GateState] = []  # by resolution time
+        self._book = GateBook()
         self._last = 0  # the last change applied
         self._lock = anyio.Lock()
 
     def __repr__(self) -> str:
-        return f"PostgresGates({self._db.where!r}, {len(self._open_gates)} open)"
+        return f"PostgresGates({self._db.where!r}, {self._book!r})"
 
     async def file(
         self, worker: str, summary: str, at: float, channel: str | None, run: str | None
@@ -121,20 +113,12 @@ class PostgresGates:
         """Open gates of *worker*, and those resolved after *resolved_since*;
         the compiler narrows them to the run's channel."""
         await self.catch_up()
-        recent = []
-        if resolved_since is not None:
-            for gate in reversed(self._resolved):
-                if _resolved_at(gate) <= resolved_since:
-                    break
-                if gate.worker == worker:
-                    recent.append(gate.as_gate())
-        index = self._open.get(worker) or GateIndex(worker)
-        return index.snapshot(reversed(recent))
+        return self._book.briefing(worker, resolved_since)
 
     async def waiting_on(self, run: str) -> bool:
         """Whether an open gate was filed against *run*."""
         await self.catch_up()
-        return run in self._waiting
+        return self._book.waiting_on(run)
 
     async def catch_up(self) -> None:
         """Apply every change committed since the last one applied, by any host:
@@ -142,7 +126,7 @@ class PostgresGates:
         async with self._lock:
             rows = await self._db.fetchall("read gates", _CHANGED, (self._last,))
             for change, record in rows:
-                self._apply(self._db.decode(_gate, record))
+                self._book.apply(self._db.decode(_gate, record))
                 self._last = int(change)
 
     async def _applied(self, gate: GateState, change: int) -> None:
@@ -151,32 +135,8 @@ class PostgresGates:
         if change == self._last + 1:
             async with self._lock:
                 if change == self._last + 1:
-                    self._apply(gate)
+                    self._book.apply(gate)
                     self._last = change
-
-    def _apply(self, gate: GateState) -> None:
-        held = self._open_gates.get(gate.id)
-        if gate.status == "open":
-            if held is None:
-                self._opened(gate)
-            return
-        if held is not None:
-            del self._open_gates[gate.id]
-            self._open[gate.worker].remove(gate.id)
-            if gate.run is not None:
-                self._waiting[gate.run] -= 1
-                if not self._waiting[gate.run]:
-                    del self._waiting[gate.run]
-        insort(self._resolved, gate, key=_resolved_at)
-
-    def _opened(self, gate: GateState) -> None:
-        self._open_gates[gate.id] = gate
-        index = self._open.get(gate.worker)
-        if index is None:
-            index = self._open[gate.worker] = GateIndex(gate.worker)
-        index.add(gate.as_gate())
-        if gate.run is not None:
-            self._waiting[gate.run] = self._waiting.get(gate.run, 0) + 1
 
     @staticmethod
     def _number(gate_id: str) -> int:
@@ -186,8 +146,5 @@ class PostgresGates:
         return n
 
     async def aclose(self) -> None:
-        self._open.clear()
-        self._open_gates.clear()
-        self._waiting.clear()
-        self._resolved.clear()
+        self._book.clear()
         self._last = 0

@@ -12,7 +12,8 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
 from ..._errors import StorageError
-from ._runs import PostgresRuns, storage_errors
+from ._db import Database, failing
+from ._runs import PostgresRuns
 from ._schema import SCHEMA_VERSION
 from ._state import redact
 
@@ -29,7 +30,7 @@ async def read_runs(url: str) -> AsyncIterator[PostgresRuns]:
     where = redact(url)
     # Connected once by hand first: a pool would retry a refused connection
     # until its timeout and then report only that it timed out.
-    with storage_errors(where, "connect", url):
+    with failing(where, "connect", url):
         # A host that drops packets must not hang the command for minutes.
         bounded = (
             url
@@ -41,7 +42,7 @@ async def read_runs(url: str) -> AsyncIterator[PostgresRuns]:
     async with AsyncConnectionPool(
         url, min_size=1, max_size=1, open=False, kwargs={"autocommit": True}
     ) as pool:
-        yield PostgresRuns(pool, where)
+        yield PostgresRuns(Database(pool, where))
 
 
 async def _check_schema(conn: psycopg.AsyncConnection[TupleRow], where: str) -> None:

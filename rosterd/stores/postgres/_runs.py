@@ -17,28 +17,26 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 
 import msgspec
 import psycopg
 import psycopg.errors
-from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import AsyncConnectionPool
 
-from ..._errors import NotFoundError, StorageError
+from ..._errors import NotFoundError
 from ..._ids import check_id
 from ...compiler import ContextRecord
 from ...org import Surface
 from ...protocol import RunInfo, RunStatus, TranscriptEntry
-from .._records import SessionState
+from .._records import SessionState, cut_off
+from ._db import Database, encode
 
-__all__ = ("PostgresRun", "PostgresRuns", "storage_errors")
+__all__ = ("PostgresRun", "PostgresRuns")
 
 log = logging.getLogger("rosterd.stores")
 
-_encoder = msgspec.json.Encoder()
 _info = msgspec.json.Decoder(RunInfo)
 _record = msgspec.json.Decoder(ContextRecord)
 _entry = msgspec.json.Decoder(TranscriptEntry)
@@ -92,36 +90,6 @@ _REVISION = "SELECT revision FROM runs WHERE id = %s"
 _INTERRUPT = "UPDATE runs SET status = %s, record = %s WHERE id = %s AND status = 'open'"
 
 
-@contextmanager
-def storage_errors(where: str, op: str, conninfo: object) -> Iterator[None]:
-    """Database errors leave as ``StorageError`` naming *where*, the password cut out."""
-    try:
-        yield
-    except psycopg.Error as exc:
-        message = str(exc).strip() or type(exc).__name__
-        # libpq's messages name host, port and user, never the password;
-        # cut it out anyway should one ever quote the connection string.
-        password = _password(conninfo)
-        if password:
-            message = message.replace(str(password), "***")
-        raise StorageError(f"{where}: {op} failed: {message}", path=where, op=op) from None
-
-
-def _password(conninfo: object) -> str | None:
-    if not isinstance(conninfo, str):
-        return None  # a callable the pool calls for each connection
-    try:
-        password = conninfo_to_dict(conninfo).get("password")
-    except psycopg.Error:
-        return None  # not parseable, so libpq cannot have quoted a password from it
-    return str(password) if password else None
-
-
-def _text(value: object) -> str:
-    """The exact line the file backend writes for *value*, without its newline."""
-    return _encoder.encode(value).decode()
-
-
 class PostgresRun:
     """An open run: appends commit before they return, numbered by the database."""
 
@@ -139,7 +107,7 @@ class PostgresRun:
         return f"PostgresRun({self.info.id!r}, {self.info.status})"
 
     async def trace(self, record: ContextRecord) -> None:
-        params = {"run": self.info.id, "turn": record.turn, "record": _text(record)}
+        params = {"run": self.info.id, "turn": record.turn, "record": encode(record)}
         self._wrote(await self.store.append(self.info.id, "trace", _APPEND_CONTEXT, params))
 
     async def record(self, entry: TranscriptEntry) -> None:
@@ -149,7 +117,7 @@ class PostgresRun:
         """Append *entries* in one transaction: all of them or none."""
         if not entries:
             return
-        params = {"run": self.info.id, "records": [_text(entry) for entry in entries]}
+        params = {"run": self.info.id, "records": [encode(entry) for entry in entries]}
         self._wrote(await self.store.append(self.info.id, "record", _APPEND_TRANSCRIPT, params))
 
     async def finish(self, status: RunStatus, at: float, error: str | None = None) -> None:
@@ -178,15 +146,16 @@ class PostgresRuns:
     *where* names the database in errors (the URL without its password).
     """
 
-    def __init__(self, pool: AsyncConnectionPool, where: str) -> None:
-        self._pool = pool
-        self.where = where
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._pool = db.pool
+        self.where = db.where
 
     def __repr__(self) -> str:
         return f"PostgresRuns({self.where!r})"
 
     def _failing(self, op: str) -> AbstractContextManager[None]:
-        return storage_errors(self.where, op, self._pool.conninfo)
+        return self._db.failing(op)
 
     def new_id(self, prefix: str, now: float) -> str:
         stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%d-%H%M%S")
@@ -266,13 +235,8 @@ class PostgresRuns:
                 cursor = await conn.execute(OPEN_RUNS, (Surface.SESSION.value, now))
                 interrupted = 0
                 for (text,) in await cursor.fetchall():
-                    info = msgspec.structs.replace(
-                        _info.decode(text),
-                        status="interrupted",
-                        ended_at=now,
-                        error="the daemon stopped before this run finished",
-                    )
-                    done = await conn.execute(_INTERRUPT, (info.status, _text(info), info.id))
+                    info = cut_off(_info.decode(text), now)
+                    done = await conn.execute(_INTERRUPT, (info.status, encode(info), info.id))
                     interrupted += done.rowcount
         if interrupted:
             log.warning("marked %d runs cut off by a stop as interrupted", interrupted)
@@ -283,7 +247,13 @@ class PostgresRuns:
 
     async def write_revision(self, info: RunInfo) -> int:
         """Write *info*; the run's revision after it."""
-        params = (check_id("run", info.id), info.created_at, info.status, info.surface, _text(info))
+        params = (
+            check_id("run", info.id),
+            info.created_at,
+            info.status,
+            info.surface,
+            encode(info),
+        )
         with self._failing("write run info"):
             async with self._pool.connection() as conn:
                 cursor = await conn.execute(_WRITE_INFO, params)
@@ -343,7 +313,7 @@ class PostgresRuns:
                 await conn.execute(
                     "INSERT INTO session_states (run, record) VALUES (%s, %s)"
                     " ON CONFLICT (run) DO UPDATE SET record = excluded.record",
-                    (check_id("run", run), _text(state)),
+                    (check_id("run", run), encode(state)),
                 )
 
     async def load_session(self, run: str) -> SessionState | None:

@@ -67,7 +67,7 @@ class PostgresState(AsyncResource):
         self.memory = PostgresMemory(self._db)
         self.gates = PostgresGates(self._db)
         self.tasks = PostgresTasks(self._db)
-        self.runs = PostgresRuns(self._pool, self.where)
+        self.runs = PostgresRuns(self._db)
         self.prefixes = PostgresPrefixes(self._db)
 
     def __repr__(self) -> str:
