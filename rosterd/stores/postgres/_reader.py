@@ -14,7 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 from ..._errors import StorageError
 from ._db import Database, failing
 from ._runs import PostgresRuns
-from ._schema import SCHEMA_VERSION
+from ._schema import applied_version
 from ._state import redact
 
 __all__ = ("read_runs",)
@@ -47,19 +47,10 @@ async def read_runs(url: str) -> AsyncIterator[PostgresRuns]:
 
 async def _check_schema(conn: psycopg.AsyncConnection[TupleRow], where: str) -> None:
     try:
-        cursor = await conn.execute("SELECT coalesce(max(version), 0) FROM rosterd_schema")
+        await applied_version(conn, where, "read schema version")
     except psycopg.errors.UndefinedTable:
         raise StorageError(
             f"{where}: holds no rosterd state (no schema); the daemon creates it when it starts",
             path=where,
             op="read schema version",
         ) from None
-    row = await cursor.fetchone()
-    version = int(row[0]) if row is not None else 0
-    if version > SCHEMA_VERSION:
-        raise StorageError(
-            f"{where}: the rosterd schema is version {version}; this rosterd knows up to "
-            f"{SCHEMA_VERSION}: upgrade rosterd",
-            path=where,
-            op="read schema version",
-        )

@@ -16,7 +16,7 @@ from psycopg.rows import TupleRow
 
 from ..._errors import StorageError
 
-__all__ = ("SCHEMA_VERSION", "migrate")
+__all__ = ("SCHEMA_VERSION", "applied_version", "migrate")
 
 log = logging.getLogger("rosterd.stores")
 
@@ -36,6 +36,21 @@ def _migrations() -> list[tuple[int, str, str]]:
 SCHEMA_VERSION = max(number for number, _, _ in _migrations())
 
 
+async def applied_version(conn: psycopg.AsyncConnection[TupleRow], where: str, op: str) -> int:
+    """The schema version the database is at; refused if newer than this rosterd's."""
+    cursor = await conn.execute("SELECT coalesce(max(version), 0) FROM rosterd_schema")
+    row = await cursor.fetchone()
+    version = int(row[0]) if row is not None else 0
+    if version > SCHEMA_VERSION:
+        raise StorageError(
+            f"{where}: the rosterd schema is version {version}; this rosterd knows up to "
+            f"{SCHEMA_VERSION}: upgrade rosterd",
+            path=where,
+            op=op,
+        )
+    return version
+
+
 async def migrate(conn: psycopg.AsyncConnection[TupleRow], where: str) -> int:
     """Bring the database to ``SCHEMA_VERSION``; the number of files applied.
 
@@ -48,16 +63,7 @@ async def migrate(conn: psycopg.AsyncConnection[TupleRow], where: str) -> int:
             " version integer PRIMARY KEY, name text NOT NULL,"
             " applied_at timestamptz NOT NULL DEFAULT now())"
         )
-        cursor = await conn.execute("SELECT coalesce(max(version), 0) FROM rosterd_schema")
-        row = await cursor.fetchone()
-        current = int(row[0]) if row is not None else 0
-        if current > SCHEMA_VERSION:
-            raise StorageError(
-                f"the database's rosterd schema is version {current}; this rosterd knows "
-                f"up to {SCHEMA_VERSION}: upgrade rosterd",
-                path=where,
-                op="migrate",
-            )
+        current = await applied_version(conn, where, "migrate")
         applied = 0
         for number, name, sql in _migrations():
             if number <= current:
