@@ -34,8 +34,9 @@ def write_org(root: Path, workers: Sequence[str], channels: int, identity_lines:
 
 
 @asynccontextmanager
-async def serve(org: Path, state: Path, socket: Path) -> AsyncIterator[Process]:
-    """``roster serve`` as a child process, ready on *socket*; SIGTERM on exit."""
+async def serve(org: Path, state: Path | str, socket: Path) -> AsyncIterator[Process]:
+    """``roster serve`` as a child process, ready on *socket*; SIGTERM on exit.
+    *state* is a directory or a PostgreSQL URL."""
     daemon = await anyio.open_process(
         [sys.executable, "-m", "rosterd.cli", "serve", "--org", str(org), "--state", str(state),
          "--socket", str(socket), "--log-level", "WARNING"],

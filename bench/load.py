@@ -14,9 +14,12 @@ Prints, measured side by side in one run:
   those turns (the state is written straight into the files before the
   daemon starts, as months of use would have left it). The three daemons
   run side by side and their turns alternate, so that machine noise hits
-  every state alike instead of whichever ran while another process was busy.
+  every state alike instead of whichever ran while another process was busy;
+- with ``--state postgresql://…``: turns/s and p99 of concurrent sessions on
+  the file backend, on that database with one daemon, and with two daemons
+  sharing it (half the sessions on each), side by side.
 
-Usage: python bench/load.py [--quick]
+Usage: python bench/load.py [--quick] [--state postgresql://…]
 """
 
 from __future__ import annotations
@@ -226,13 +229,56 @@ async def run_accumulated(quick: bool) -> None:
     print("(aim: turn p50 within 2x of the empty state, daemon.status within 20 ms)")
 
 
+async def run_backends(database: str, quick: bool) -> None:
+    sessions, turns = (8, 5) if quick else (20, 20)
+    print(f"state backends, {sessions} concurrent sessions of {turns} turns:")
+    print(f"{'backend':>22} {'daemons':>8} {'turns/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        # Every configuration gets channels of its own: no session of an
+        # earlier one is resumed from the shared database.
+        write_org(root / "org", ("ada",), 3 * sessions, identity_lines=200)
+        configurations: list[tuple[str, list[Path | str]]] = [
+            ("files", [root / "state"]),
+            ("postgresql", [database]),
+            ("postgresql", [database, database]),
+        ]
+        for n, (name, states) in enumerate(configurations):
+            channels = [f"c{n * sessions + k}" for k in range(sessions)]
+            sockets = [root / f"rosterd-{n}-{k}.sock" for k in range(len(states))]
+            async with AsyncExitStack() as stack:
+                for state, socket in zip(states, sockets, strict=True):
+                    await stack.enter_async_context(serve(root / "org", state, socket))
+                latencies: list[float] = []
+                start = time.perf_counter()
+                async with anyio.create_task_group() as tg:
+                    for k, channel in enumerate(channels):
+                        socket = sockets[k % len(sockets)]
+                        tg.start_soon(session_turns, socket, channel, turns, latencies)
+                wall = time.perf_counter() - start
+            p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
+            print(
+                f"{name:>22} {len(states):>8} {len(latencies) / wall:>9.1f} "
+                f"{p50 * 1000:>8.2f} {p99 * 1000:>8.2f}"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer turns, for CI smoke runs")
+    parser.add_argument(
+        "--state",
+        metavar="URL",
+        help="a PostgreSQL database to compare with the file backend (postgresql://…)",
+    )
     args = parser.parse_args()
+    if args.state is not None and not args.state.startswith(("postgresql://", "postgres://")):
+        parser.error("--state takes a postgresql:// URL")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     anyio.run(run, args.quick)
     anyio.run(run_accumulated, args.quick)
+    if args.state is not None:
+        anyio.run(run_backends, args.state, args.quick)
 
 
 if __name__ == "__main__":

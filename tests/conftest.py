@@ -1,4 +1,4 @@
-"""Shared fixtures: the anyio backend and paths to the example org."""
+"""Shared fixtures: the anyio backend, paths to the example org, daemons, PostgreSQL."""
 
 from __future__ import annotations
 
@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 from harness import DaemonProcess, InProcessDaemon, copy_org, daemon_in_process
+from postgres import PostgresServer
 from simulator import Simulator
+
+from rosterd.stores import FileState, State
+from rosterd.stores.postgres import PostgresState
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_ORG = REPO / "examples" / "org"
@@ -45,8 +49,35 @@ async def served(org_dir: Path, tmp_path: Path) -> AsyncIterator[InProcessDaemon
         yield daemon
 
 
+@pytest.fixture(params=["files", "postgres"])
+async def state(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[State]:
+    """An opened, empty state of each backend: the store contract holds for both."""
+    opened: FileState | PostgresState
+    if request.param == "files":
+        opened = FileState(tmp_path / "state")
+    else:
+        opened = PostgresState(request.getfixturevalue("postgres_url"))
+    async with opened:
+        yield opened
+
+
 @pytest.fixture
 async def simulator() -> AsyncIterator[Simulator]:
     """The provider simulator on a loopback port, with default caching rules."""
     async with Simulator() as simulator:
         yield simulator
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server for this test process (each xdist worker), started on
+    first use and stopped when the session ends, whether its tests passed or not."""
+    with PostgresServer.start() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
+    """A ``postgresql://`` URL of a fresh empty database of the test's own, dropped after it."""
+    with postgres_server.database() as url:
+        yield url

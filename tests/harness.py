@@ -96,11 +96,17 @@ class DaemonProcess:
         *,
         env: Mapping[str, str] | None = None,
         socket_path: Path | None = None,
+        database: str | None = None,
     ) -> None:
+        """With *database* (a PostgreSQL URL) the state is there, and *state*
+        is only the directory that holds the socket and the log."""
         self.org = org
         self.state = state
+        self.database = database
         self.socket = socket_path or state / "rosterd.sock"
         self.log_path = state.parent / f"{state.name}.log"
+        if database is not None:
+            state.mkdir(parents=True, exist_ok=True)
         self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
         self._notify: socket.socket | None = None
@@ -111,7 +117,8 @@ class DaemonProcess:
     def command(self) -> list[str]:
         return [
             sys.executable, "-c", _START, "serve", "--org", str(self.org),
-            "--state", str(self.state), "--socket", str(self.socket), "--log-level", "DEBUG",
+            "--state", self.database or str(self.state), "--socket", str(self.socket),
+            "--log-level", "DEBUG",
         ]  # fmt: skip
 
     def start(self, *, wait: bool = True, pass_fds: tuple[int, ...] = ()) -> DaemonProcess:

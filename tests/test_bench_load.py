@@ -27,3 +27,16 @@ def test_bench_load_quick_reports_throughput_latency_and_memory() -> None:
         (100_000, 25_000),
     ], out
     assert float(grown[0][2]) == 1.0
+
+
+def test_bench_load_puts_a_database_beside_the_file_backend(postgres_url: str) -> None:
+    out = run_bench("load.py", "--quick", "--state", postgres_url)
+    rows = re.findall(
+        r"^\s+(files|postgresql)\s+(\d)\s+(\d+\.\d)\s+\d+\.\d\d\s+\d+\.\d\d$", out, re.M
+    )
+    assert [(name, int(daemons)) for name, daemons, _ in rows] == [
+        ("files", 1),
+        ("postgresql", 1),
+        ("postgresql", 2),
+    ], out
+    assert all(float(rate) > 0 for _, _, rate in rows)

@@ -19,12 +19,17 @@ import anyio.to_thread
 import msgspec
 import pytest
 from harness import DaemonProcess, copy_org, make_org, set_engine
+from psycopg_pool import AsyncConnectionPool
 from simulator import Simulator
 
 from rosterd.cli import main
 from rosterd.cli._runs import render_context
 from rosterd.client import RpcError
 from rosterd.sessions import CONTEXT_PAGE_CHARS, TurnRequest
+from rosterd.stores import FileRuns
+from rosterd.stores.postgres import migrate
+from rosterd.stores.postgres._db import Database
+from rosterd.stores.postgres._runs import PostgresRuns
 
 
 class _Cli:
@@ -154,7 +159,7 @@ def test_list_show_context_work_after_the_daemon_stopped(
 def test_state_directory_mistakes(cli: _Cli, tmp_path: Path) -> None:
     code, out, err = cli("server", "runs", "list")
     assert (code, out) == (2, b"")
-    assert err == "roster: no state directory: pass --state DIR or set ROSTER_STATE\n"
+    assert err == "roster: no state: pass --state DIR|URL or set ROSTER_STATE\n"
     code, _, err = cli("server", "runs", "list", "--state", str(tmp_path / "none"))
     assert (code, err) == (1, f"roster: {tmp_path / 'none'}: no such state directory\n")
     code, _, err = cli("server", "runs", "show", "../etc", "--state", str(tmp_path))
@@ -385,3 +390,78 @@ async def test_every_turn_context_is_paged_and_the_cli_prints_the_pages_as_one(
     code, out, err = await anyio.to_thread.run_sync(cli, *every, "--json")
     assert (code, err) == (0, "")
     assert out == msgspec.json.format(msgspec.json.encode(turns), indent=2) + b"\n"
+
+
+async def _copy_into_database(state: Path, url: str) -> list[str]:
+    """Every run of the state directory written to the database as the daemon would;
+    checks each trace exports as the file's exact bytes. The run ids."""
+    files = FileRuns(state)
+    async with AsyncConnectionPool(url, open=False, kwargs={"autocommit": True}) as pool:
+        async with pool.connection() as conn:
+            await migrate(conn, "test database")
+        database = PostgresRuns(Database(pool, "test database"))
+        for info in await files.all():
+            run = await database.create(info)
+            for record in await files.context(info.id):
+                await run.trace(record)
+            await run.record_many(await files.transcript(info.id))
+            session = await files.load_session(info.id)
+            if session is not None:
+                await database.save_session(info.id, session)
+            context = state / "runs" / info.id / "context.jsonl"
+            assert await database.export(info.id) == context.read_bytes()
+        return [info.id for info in await files.all()]
+
+
+def test_every_reading_command_prints_the_same_bytes_from_a_database(
+    daemon: DaemonProcess,
+    cli: _Cli,
+    monkeypatch: pytest.MonkeyPatch,
+    postgres_url: str,
+) -> None:
+    session = _chat(cli, monkeypatch, daemon.socket, "first", "second", "third")
+    assert cli("run", "--socket", str(daemon.socket), "--worker", "grace", "hello")[0] == 0
+    daemon.stop()
+    state = str(daemon.state)
+    runs = anyio.run(_copy_into_database, daemon.state, postgres_url)
+    assert session in runs and len(runs) == 2
+
+    commands: list[tuple[str, ...]] = [("runs", "list"), ("stats", "cache")]
+    for run in runs:
+        commands += [("runs", "show", run), ("runs", "context", run)]
+        commands += [("runs", "context", run, "--all")]
+        exported = cli("server", "runs", "export", run, "--state", postgres_url)
+        assert exported == (0, (daemon.state / "runs" / run / "context.jsonl").read_bytes(), "")
+        assert cli("server", "runs", "export", run, "--state", state) == exported
+    for command in commands:
+        for extra in ((), ("--json",)):
+            from_files = cli("server", *command, *extra, "--state", state)
+            assert from_files[0] == 0 and from_files[1], (command, from_files[2])
+            assert cli("server", *command, *extra, "--state", postgres_url) == from_files
+    monkeypatch.setenv("ROSTER_STATE", postgres_url)
+    assert cli("server", "runs", "context", session, "--all") == cli(
+        "server", "runs", "context", session, "--all", "--state", state
+    )
+    code, out, err = cli("server", "runs", "show", "nope")
+    assert (code, out, err) == (1, b"", "roster: unknown run 'nope'\n")
+
+
+def test_database_mistakes_name_the_database_without_its_password(
+    cli: _Cli, postgres_url: str
+) -> None:
+    refused = "postgresql://rosterd:hunter2@127.0.0.1:1/state"
+    code, out, err = cli("server", "runs", "list", "--state", refused)
+    assert (code, out) == (1, b"")
+    assert err.startswith("roster: postgresql://rosterd:***@127.0.0.1:1/state: connect failed: ")
+    assert "hunter2" not in err
+    # A database the daemon never started on: nothing is created from here.
+    code, out, err = cli("server", "stats", "cache", "--state", postgres_url)
+    assert (code, out) == (1, b"")
+    assert err == (
+        f"roster: {postgres_url}: holds no rosterd state (no schema); "
+        "the daemon creates it when it starts\n"
+    )
+    anyio.run(_copy_into_database, Path("/nonexistent"), postgres_url)
+    assert (
+        cli.text("server", "runs", "list", "--state", postgres_url) == "no runs in the database\n"
+    )

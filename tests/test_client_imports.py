@@ -16,6 +16,8 @@ DAEMON_SIDE = (
     "httpx_sse",
     "watchfiles",
     "aiofiles",
+    "psycopg",
+    "psycopg_pool",
     "rosterd.daemon",
     "rosterd.engines",
     "rosterd.sessions",

@@ -10,6 +10,8 @@ MODULES = [
     "rosterd",
     "rosterd.org",
     "rosterd.stores",
+    "rosterd.stores.files",
+    "rosterd.stores.postgres",
     "rosterd.compiler",
     "rosterd.engines",
     "rosterd.sessions",

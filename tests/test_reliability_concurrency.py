@@ -1,8 +1,10 @@
-"""Writes racing on many connections: every acknowledged one is kept, under its own id."""
+"""Writes racing on many connections: every acknowledged one is kept, under its own id,
+on each state backend."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -12,6 +14,17 @@ from harness import DaemonProcess
 from rosterd.client import RosterClient, RpcError
 
 CLIENTS = 20
+
+
+@pytest.fixture(params=["files", "postgres"])
+def daemon(
+    request: pytest.FixtureRequest, org_dir: Path, tmp_path: Path
+) -> Iterator[DaemonProcess]:
+    """A running daemon on a copy of the example org, its state on each backend."""
+    database = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    process = DaemonProcess(org_dir, tmp_path / "state", database=database).start()
+    yield process
+    process.stop()
 
 
 async def race(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import random
 import signal
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -117,26 +119,37 @@ async def verify(client: RosterClient, ledger: Ledger) -> None:
 
 
 async def workload(
-    process: DaemonProcess, ledger: Ledger, rng: random.Random, round_no: int, kill_at: int
-) -> None:
-    """Four clients until *kill_at* turns are acknowledged, then SIGKILL mid-flight."""
+    hosts: Sequence[DaemonProcess],
+    ledger: Ledger,
+    rng: random.Random,
+    round_no: int,
+    kill_at: int,
+) -> DaemonProcess:
+    """Four clients until *kill_at* turns are acknowledged, then SIGKILL of one
+    host mid-flight; the host killed. With several hosts each client sends
+    its operations to them in turn."""
     killed = anyio.Event()
+    victim = rng.choice(hosts)
 
     async def client_loop(k: int, seed: int) -> None:
         local = random.Random(seed)
         worker, channel = PAIRS[k]
         n = 0
         try:
-            async with await process.client() as client:
-                opened = await client.call("session.open", {"worker": worker, "channel": channel})
+            async with AsyncExitStack() as stack:
+                clients = [await stack.enter_async_context(await h.client()) for h in hosts]
+                opened = await clients[0].call(
+                    "session.open", {"worker": worker, "channel": channel}
+                )
                 session = ledger.sessions.setdefault((worker, channel), opened["session"])
                 assert opened["session"] == session
                 while not killed.is_set():
                     n += 1
                     text = f"r{round_no}-c{k}-n{n}"
+                    client = clients[(k + n) % len(clients)]
                     await one_op(client, local.choices(OPS, WEIGHTS)[0], worker, session, text)
                     if ledger.turn_count >= kill_at and not killed.is_set():
-                        process.kill9()
+                        victim.kill9()
                         killed.set()
         except (RosterError, OSError):  # the daemon died under us: expected
             if not killed.is_set():
@@ -180,6 +193,7 @@ async def workload(
     async with anyio.create_task_group() as tg:
         for k in range(len(PAIRS)):
             tg.start_soon(client_loop, k, rng.getrandbits(32))
+    return victim
 
 
 @pytest.mark.anyio
@@ -196,7 +210,7 @@ async def test_kill_9_at_random_points_loses_no_acknowledged_write(
             await verify(client, ledger)
         assert jsonl_problems(state, killed=False) == [], "recovery left a torn line"
         kill_at = min(TURNS, ledger.turn_count + rng.randint(10, 50))
-        await workload(process, ledger, rng, rounds, kill_at)
+        await workload([process], ledger, rng, rounds, kill_at)
         assert jsonl_problems(state, killed=True) == []
         torn += torn_tails(state)
         tear_one(state, ledger, rng)
@@ -225,6 +239,50 @@ async def test_kill_9_at_random_points_loses_no_acknowledged_write(
     assert code == 0
     assert rounds >= 5
     assert process.log().count("dropped a torn last line") >= rounds
+
+
+@pytest.mark.anyio
+async def test_kill_9_across_two_hosts_on_one_database_loses_no_acknowledged_write(
+    org_dir: Path, tmp_path: Path, postgres_url: str
+) -> None:
+    """The same workload sent to two daemons on one PostgreSQL database in
+    turn; at each random point one of them is killed, the other serves on."""
+    toml = org_dir / "org.toml"
+    toml.write_text(toml.read_text().replace("[daemon]\n", "[daemon]\nlease_s = 2\n", 1))
+    rng = random.Random(SEED + 1)
+    ledger = Ledger()
+    hosts = [
+        DaemonProcess(org_dir, tmp_path / name, database=postgres_url).start() for name in "ab"
+    ]
+    rounds = 0
+    try:
+        while ledger.turn_count < TURNS:
+            for host in hosts:
+                async with await host.client() as client:
+                    await verify(client, ledger)
+            kill_at = min(TURNS, ledger.turn_count + rng.randint(10, 50))
+            victim = await workload(hosts, ledger, rng, rounds, kill_at)
+            hosts[hosts.index(victim)] = DaemonProcess(
+                org_dir, victim.state, database=postgres_url
+            ).start()
+            rounds += 1
+        async with await hosts[0].client() as client:
+            await verify(client, ledger)
+            with anyio.fail_after(60):
+                while True:  # tasks cut off by a kill run again once their lease ran out
+                    states = [await client.call("task.get", {"task": t}) for t in ledger.tasks]
+                    if all(s["status"] == "done" for s in states):
+                        break
+                    await anyio.sleep(0.05)
+            runs = await client.call("runs.list", {})
+    finally:
+        codes = [host.stop() for host in hosts]
+    print(
+        f"\nkill -9 across two hosts: {rounds} kills, {ledger.turn_count} acknowledged turns, "
+        f"{len(ledger.tasks)} tasks, runs by {len({r['host'] for r in runs})} daemons; 0 lost"
+    )
+    assert codes == [0, 0]
+    assert rounds >= 5
 
 
 @pytest.mark.anyio

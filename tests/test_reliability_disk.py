@@ -20,7 +20,8 @@ from harness import DaemonProcess
 
 from rosterd import StorageError
 from rosterd.client import RpcError
-from rosterd.stores import ChannelStore, GateState, GateStore
+from rosterd.stores import GateState
+from rosterd.stores.files import FileChannels, FileGates
 
 
 @pytest.fixture
@@ -83,7 +84,7 @@ async def test_a_gate_that_hits_a_full_disk_fails_1008_and_the_next_one_survives
 async def test_a_put_that_fails_while_another_is_in_flight_never_hands_its_id_out_twice(
     tmpfs: Path,
 ) -> None:
-    gates = await GateStore.open(tmpfs / "gates.jsonl")
+    gates = await FileGates.open(tmpfs / "gates.jsonl")
     outcomes: dict[str, GateState | StorageError] = {}
 
     async def file(name: str, summary: str) -> None:
@@ -105,9 +106,9 @@ async def test_a_put_that_fails_while_another_is_in_flight_never_hands_its_id_ou
     small = outcomes["small"]
     assert isinstance(outcomes["big"], StorageError) and isinstance(small, GateState)
     assert len({first.id, small.id, after.id}) == 3
-    reopened = await GateStore.open(tmpfs / "gates.jsonl")
+    reopened = await FileGates.open(tmpfs / "gates.jsonl")
     try:
-        stored = {g.id: g.summary for g in reopened.all()}
+        stored = {g.id: g.summary for g in await reopened.all()}
         again = await reopened.file("ada", "again", 4.0, None, None)
     finally:
         await reopened.aclose()
@@ -242,16 +243,16 @@ async def test_a_gate_note_over_its_limit_gets_32602(daemon: DaemonProcess) -> N
 @pytest.mark.anyio
 async def test_the_channel_tail_in_memory_is_bounded_in_characters(tmp_path: Path) -> None:
     big = "z" * 256 * 1024
-    store = ChannelStore(tmp_path / "channels")
+    store = FileChannels(tmp_path / "channels")
     try:
         for n in range(40):
-            await store.post("general", "bo", big, float(n))
+            await store.post_many("general", [("bo", big, float(n))])
         kept = await store.recent("general", 1000)
     finally:
         await store.aclose()
     assert sum(len(m.text) for m in kept) <= 4 * 1024 * 1024
     assert kept[-1].seq == 40
-    reopened = ChannelStore(tmp_path / "channels")
+    reopened = FileChannels(tmp_path / "channels")
     try:
         after = await reopened.recent("general", 1000)
     finally:

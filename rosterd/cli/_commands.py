@@ -18,7 +18,7 @@ import anyio
 import msgspec
 
 from .._errors import InvalidIdError, RosterError, RpcError
-from ..protocol import INVALID_PARAMS, default_socket_path
+from ..protocol import INVALID_PARAMS, StateLocation, default_socket_path, state_location
 from ._calls import COMMANDS
 from ._chat import chat, describe_rpc_error
 from ._output import UsageError
@@ -36,15 +36,15 @@ def _socket(args: argparse.Namespace) -> Path:
         return Path(args.socket)
     if (env := _env_path("ROSTER_SOCKET")) is not None:
         return env
-    state = _env_path("ROSTER_STATE") or Path(".state")
+    state = state_location(os.environ.get("ROSTER_STATE") or ".state")
     return default_socket_path(state, os.environ)
 
 
-def _state(args: argparse.Namespace) -> Path:
-    state = Path(args.state) if args.state else _env_path("ROSTER_STATE")
-    if state is None:
-        raise UsageError("no state directory: pass --state DIR or set ROSTER_STATE")
-    return state
+def _state(args: argparse.Namespace) -> StateLocation:
+    state: str | None = args.state or os.environ.get("ROSTER_STATE")
+    if not state:
+        raise UsageError("no state: pass --state DIR|URL or set ROSTER_STATE")
+    return state_location(state)
 
 
 def _org(args: argparse.Namespace) -> Path:
@@ -96,7 +96,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             return anyio.run(chat, _socket(args), args.worker, args.channel, args.sender, args.wait)
         case "check":
             return _check(args)
-        case "runs list" | "runs show" | "runs context" | "stats cache":
+        case "runs list" | "runs show" | "runs context" | "runs export" | "stats cache":
             return _server(args)
     raise AssertionError(f"no handler for {handler!r}")
 
@@ -113,7 +113,8 @@ def _serve(args: argparse.Namespace) -> int:
     from ..daemon import run_daemon
 
     socket_path = Path(args.socket) if args.socket else _env_path("ROSTER_SOCKET")
-    anyio.run(run_daemon, Path(args.org), Path(args.state), socket_path, os.environ)
+    state: StateLocation = state_location(args.state)
+    anyio.run(run_daemon, Path(args.org), state, socket_path, os.environ)
     return 0
 
 
@@ -126,7 +127,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _server(args: argparse.Namespace) -> int:
     # The run store (sessions, aiofiles), for the commands that read the state directly.
-    from ._runs import runs_context, runs_list, runs_show
+    from ._runs import runs_context, runs_export, runs_list, runs_show
     from ._stats import stats_cache
 
     state = _state(args)
@@ -137,4 +138,6 @@ def _server(args: argparse.Namespace) -> int:
             return anyio.run(runs_show, state, args.run, args.json)
         case "runs context":
             return anyio.run(runs_context, state, args.run, args.all, args.json)
+        case "runs export":
+            return anyio.run(runs_export, state, args.run)
     return anyio.run(stats_cache, state, args.worker, args.channel, args.json)

@@ -81,7 +81,11 @@ def _client_options() -> _Parser:
 
 def _state_options() -> _Parser:
     options = _Parser(add_help=False)
-    options.add_argument("--state", metavar="DIR", help="state directory (default: $ROSTER_STATE)")
+    options.add_argument(
+        "--state",
+        metavar="DIR|URL",
+        help="state directory or postgresql:// URL (default: $ROSTER_STATE)",
+    )
     options.add_argument("--json", action="store_true", help="print JSON for scripts")
     return options
 
@@ -116,7 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the daemon in the foreground")
     serve.add_argument("--org", default=os.environ.get("ROSTER_ORG"), help="org dir ($ROSTER_ORG)")
     serve.add_argument(
-        "--state", default=os.environ.get("ROSTER_STATE"), help="state directory ($ROSTER_STATE)"
+        "--state",
+        metavar="DIR|URL",
+        default=os.environ.get("ROSTER_STATE"),
+        help="state directory, or a postgresql:// URL several daemons share ($ROSTER_STATE)",
     )
     serve.add_argument("--socket", default=None, help="socket path ($ROSTER_SOCKET)")
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -251,6 +258,13 @@ def build_parser() -> argparse.ArgumentParser:
     context.add_argument("run", metavar="RUN", help="the run id (see 'runs list')")
     context.add_argument("--all", action="store_true", help="every turn, not only the latest")
     context.set_defaults(handler="runs context")
+    export = runs.add_parser(
+        "export",
+        parents=[state],
+        help="a run's trace as context.jsonl, byte for byte, from either backend",
+    )
+    export.add_argument("run", metavar="RUN", help="the run id (see 'runs list')")
+    export.set_defaults(handler="runs export")
 
     stats = areas.add_parser(
         "stats",

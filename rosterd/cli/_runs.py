@@ -1,8 +1,9 @@
-"""``roster server runs list|show|context``: read straight from the state directory.
+"""``roster server runs list|show|context``: read straight from the state.
 
 Nothing here talks to the daemon, so every command works while it is down.
-The files are append-only and fsynced; a torn last line (a daemon killed
-mid-write) is skipped, never repaired from here.
+The state is a directory or a ``postgresql://`` URL. The files are
+append-only and fsynced; a torn last line (a daemon killed mid-write) is
+skipped, never repaired from here.
 
 ``runs context`` prints the exact prompts the engine received. Its text
 format, for people and for scripts that want the raw bytes::
@@ -22,14 +23,17 @@ it is a list of ``{turn, system, messages: [{role, content}]}`` instead.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import msgspec
 
 from .._errors import RosterError
 from ..compiler import ContextRecord
-from ..sessions import RunInfo, RunStore, TranscriptEntry, TurnRequest, context_page
+from ..protocol import StateLocation
+from ..sessions import RunInfo, TranscriptEntry, TurnRequest, context_page
+from ..stores import FileRuns, RunReader
 from ._output import emit_json, table, when
 from ._show import UsageSummary, render_show, summarise_usage
 
@@ -37,6 +41,7 @@ __all__ = (
     "RunReport",
     "render_context",
     "runs_context",
+    "runs_export",
     "runs_list",
     "runs_show",
     "state_store",
@@ -50,31 +55,38 @@ class RunReport(msgspec.Struct, frozen=True):
     usage: UsageSummary
 
 
-async def _report(state: Path, run: str) -> RunReport:
-    store = state_store(state)
-    info = await store.info(run)
-    entries = await store.transcript(run)
-    return RunReport(
-        info=info,
-        records=await store.context(run),
-        transcript=entries,
-        usage=summarise_usage(entries),
-    )
+async def _report(state: StateLocation, run: str) -> RunReport:
+    async with state_store(state) as store:
+        info = await store.info(run)
+        entries = await store.transcript(run)
+        records = await store.context(run)
+    return RunReport(info=info, records=records, transcript=entries, usage=summarise_usage(entries))
 
 
-def state_store(state: Path) -> RunStore:
+@asynccontextmanager
+async def state_store(state: StateLocation) -> AsyncIterator[RunReader]:
+    """The runs in *state*, readable until the block ends."""
+    if isinstance(state, str):
+        # psycopg loads only for a database.
+        from ..stores.postgres import read_runs
+
+        async with read_runs(state) as runs:
+            yield runs
+        return
     if not state.is_dir():
         raise RosterError(f"{state}: no such state directory")
-    return RunStore(state)
+    yield FileRuns(state)
 
 
-async def runs_list(state: Path, as_json: bool) -> int:
-    infos = await state_store(state).all()
+async def runs_list(state: StateLocation, as_json: bool) -> int:
+    async with state_store(state) as store:
+        infos = await store.all()
     if as_json:
         emit_json(infos)
         return 0
     if not infos:
-        print(f"no runs in {state}")
+        # A URL may hold a password: never echoed.
+        print(f"no runs in {state}" if isinstance(state, Path) else "no runs in the database")
         return 0
     rows = [
         (
@@ -94,7 +106,7 @@ async def runs_list(state: Path, as_json: bool) -> int:
     return 0
 
 
-async def runs_show(state: Path, run: str, as_json: bool) -> int:
+async def runs_show(state: StateLocation, run: str, as_json: bool) -> int:
     report = await _report(state, run)
     if as_json:
         emit_json(report)
@@ -147,7 +159,18 @@ def _json_items(requests: list[TurnRequest]) -> list[bytes]:
     ]
 
 
-async def runs_context(state: Path, run: str, every: bool, as_json: bool) -> int:
+async def runs_export(state: StateLocation, run: str) -> int:
+    """Write the run's ``context.jsonl`` to stdout, byte for byte, from either backend."""
+    async with state_store(state) as store:
+        await store.info(run)
+        data = await store.export(run)
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+async def runs_context(state: StateLocation, run: str, every: bool, as_json: bool) -> int:
     report = await _report(state, run)
     sys.stdout.flush()
     out = sys.stdout.buffer

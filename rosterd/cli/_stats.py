@@ -1,17 +1,17 @@
 """``roster server stats cache``: cache-read share and misses by cause.
 
-Aggregated over the state directory from what each turn recorded: the
-provider's usage fields and the daemon's verdict on them, never inferred
-from hashes after the fact.
+Aggregated over the state (a directory or a database) from what each turn
+recorded: the provider's usage fields and the daemon's verdict on them,
+never inferred from hashes after the fact.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import msgspec
 
+from ..protocol import StateLocation
 from ._output import emit_json, table
 from ._runs import state_store
 
@@ -29,33 +29,33 @@ class CacheStats(msgspec.Struct, frozen=True):
     compiler_caused_misses: int
 
 
-async def collect(state: Path, worker: str | None, channel: str | None) -> CacheStats:
-    store = state_store(state)
-    runs = [
-        info
-        for info in await store.all()
-        if (worker is None or info.worker == worker)
-        and (channel is None or info.channel == channel)
-    ]
+async def collect(state: StateLocation, worker: str | None, channel: str | None) -> CacheStats:
     verdicts: Counter[str] = Counter()
     causes: Counter[str] = Counter()
     turns = input_tokens = cached = 0
-    for info in runs:
-        for entry in await store.transcript(info.id):
-            if entry.role != "assistant":
-                continue
-            turns += 1
-            # A turn whose usage was not reported counts no tokens, not zero ones.
-            if entry.usage is not None:
-                input_tokens += entry.usage.input_tokens
-                cached += entry.usage.cached_input_tokens
-            if entry.cache is None:
-                continue
-            verdicts[entry.cache.verdict] += 1
-            if entry.cache.verdict == "prefix-changed":
-                causes[(entry.cache.cause or "changed").split(" (")[0]] += 1
-            elif entry.cache.verdict in ("provider-miss", "below-minimum"):
-                causes[entry.cache.verdict] += 1
+    async with state_store(state) as store:
+        runs = [
+            info
+            for info in await store.all()
+            if (worker is None or info.worker == worker)
+            and (channel is None or info.channel == channel)
+        ]
+        for info in runs:
+            for entry in await store.transcript(info.id):
+                if entry.role != "assistant":
+                    continue
+                turns += 1
+                # A turn whose usage was not reported counts no tokens, not zero ones.
+                if entry.usage is not None:
+                    input_tokens += entry.usage.input_tokens
+                    cached += entry.usage.cached_input_tokens
+                if entry.cache is None:
+                    continue
+                verdicts[entry.cache.verdict] += 1
+                if entry.cache.verdict == "prefix-changed":
+                    causes[(entry.cache.cause or "changed").split(" (")[0]] += 1
+                elif entry.cache.verdict in ("provider-miss", "below-minimum"):
+                    causes[entry.cache.verdict] += 1
     return CacheStats(
         runs=len(runs),
         turns=turns,
@@ -68,7 +68,9 @@ async def collect(state: Path, worker: str | None, channel: str | None) -> Cache
     )
 
 
-async def stats_cache(state: Path, worker: str | None, channel: str | None, as_json: bool) -> int:
+async def stats_cache(
+    state: StateLocation, worker: str | None, channel: str | None, as_json: bool
+) -> int:
     stats = await collect(state, worker, channel)
     if as_json:
         emit_json(stats)

@@ -9,6 +9,7 @@ each recorded and answered with 1010), then exits 0.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -17,6 +18,7 @@ import signal
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, MutableMapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -25,9 +27,9 @@ from anyio.abc import SocketListener, TaskStatus
 
 from .._errors import ConfigError
 from ..org import OrgSource
-from ..protocol import default_socket_path
+from ..protocol import StateLocation, default_socket_path
 from ..sessions import Host, SessionManager, TaskRunner
-from ..stores import StateStores
+from ..stores import FileState, State
 from ._methods import Methods
 from ._server import RpcServer
 from ._systemd import Notifier, listen_fds, watchdog_interval
@@ -40,7 +42,7 @@ log = logging.getLogger("rosterd.daemon")
 
 async def run_daemon(
     org_dir: Path,
-    state: Path,
+    state: StateLocation,
     socket_path: Path | None,
     environ: MutableMapping[str, str],
     *,
@@ -53,45 +55,61 @@ async def run_daemon(
     *stop* drains and exits as SIGTERM does, for a daemon embedded in another
     program (the tests run one in process, with *clock* under their
     control). ``task_status`` receives the socket path once it accepts.
+    *state* is a directory (locked: one daemon each) or a PostgreSQL URL,
+    which any number of daemons may share.
     """
     notifier = Notifier.from_env(environ)
     inherited = listen_fds(environ)
     watchdog_s = watchdog_interval(environ)
     source = await OrgSource.load(org_dir, clock)
-    state, lock = await anyio.to_thread.run_sync(_lock_state, state)
+    async with (
+        _open_state(state) as (stores, state),
+        notifier,
+        Host(source, stores, environ, clock) as host,
+    ):
+        await host.runs.recover(host.clock())
+        watcher = OrgWatcher(source)
+        sessions = SessionManager(host, refresh_org=watcher.refresh)
+        try:
+            await _serve(
+                host,
+                sessions,
+                watcher,
+                socket_path or default_socket_path(state, os.environ),
+                inherited,
+                notifier,
+                watchdog_s,
+                stop or anyio.Event(),
+                task_status,
+            )
+        finally:
+            await sessions.aclose()
+    log.info("stopped")
+
+
+@asynccontextmanager
+async def _open_state(location: StateLocation) -> AsyncIterator[tuple[State, StateLocation]]:
+    """The opened stores, and where they are (a directory resolved)."""
+    if isinstance(location, str):
+        # psycopg loads for a database only.
+        from ..stores.postgres import PostgresState
+
+        async with PostgresState(location) as database:
+            yield database, location
+        return
+    directory, lock = await anyio.to_thread.run_sync(_lock_state, location)
     try:
-        async with (
-            notifier,
-            StateStores(state) as stores,
-            Host(source, state, stores, environ, clock) as host,
-        ):
-            await host.runs.recover(host.clock())
-            watcher = OrgWatcher(source)
-            sessions = SessionManager(host, refresh_org=watcher.refresh)
-            try:
-                await _serve(
-                    host,
-                    sessions,
-                    watcher,
-                    socket_path,
-                    inherited,
-                    notifier,
-                    watchdog_s,
-                    stop or anyio.Event(),
-                    task_status,
-                )
-            finally:
-                await sessions.aclose()
+        async with FileState(directory) as files:
+            yield files, directory
     finally:
         os.close(lock)
-    log.info("stopped")
 
 
 async def _serve(
     host: Host,
     sessions: SessionManager,
     watcher: OrgWatcher,
-    socket_path: Path | None,
+    path: Path,
     inherited: list[socket.socket],
     notifier: Notifier,
     watchdog_s: float | None,
@@ -109,7 +127,6 @@ async def _serve(
         send_timeout_s=daemon.send_timeout_s,
         idle_timeout_s=daemon.idle_timeout_s,
     )
-    path = socket_path or default_socket_path(host.state, os.environ)
     listener = await _listener(inherited, path)
     stop_watching = anyio.Event()
     try:
@@ -119,10 +136,11 @@ async def _serve(
                 await tg.start(tasks.serve)
                 tg.start_soon(watcher.run, stop_watching)
                 tg.start_soon(sessions.run_reaper)
+                tg.start_soon(host.leases.keep)
                 if watchdog_s is not None:
                     tg.start_soon(_watchdog, notifier, watchdog_s / 2)
                 where = f"fd {inherited[0].fileno()}" if inherited else str(path)
-                log.info("ready on %s (org %s, state %s)", where, watcher.source.root, host.state)
+                log.info("ready on %s (org %s, %r)", where, watcher.source.root, host.stores)
                 await notifier.ready(status=f"serving on {where}")
                 task_status.started(path)
                 await _wait_for_stop(signals, watcher, stop)
@@ -154,7 +172,9 @@ async def _serve(
                 tg.cancel_scope.cancel()
     finally:
         if not inherited:
-            path.unlink(missing_ok=True)
+            # Synchronous on purpose: this runs while the task group is cancelled.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
 
 async def _listener(inherited: list[socket.socket], path: Path) -> SocketListener:

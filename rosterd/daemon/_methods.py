@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 from .. import __version__
 from .._errors import ConflictError, NotFoundError, ProtocolError
-from ..compiler import ChannelMessage, MemoryItem
+from ..compiler import MemoryItem
 from ..org import Surface
 from ..protocol import (
     INVALID_PARAMS,
@@ -112,13 +112,13 @@ class Methods:
                 await self._watcher.refresh()
                 return await self._tasks.submit(worker, channel, text)
             case TaskGet(task=task_id):
-                return host.stores.tasks.get(task_id)
+                return await host.stores.tasks.get(task_id)
             case TaskList():
-                return host.stores.tasks.all()
+                return await host.stores.tasks.all()
             case ChannelPost(channel=channel, sender=sender, text=text):
                 self._known_channel(channel)
-                message: ChannelMessage = await host.stores.channels.post(
-                    channel, sender, text, host.clock()
+                (message,) = await host.stores.channels.post_many(
+                    channel, [(sender, text, host.clock())]
                 )
                 return message
             case MemoryAdd(worker=worker, text=text, channel=channel):
@@ -144,7 +144,7 @@ class Methods:
                 await self._tasks.gate_resolved(resolved)
                 return resolved
             case GateList(worker=worker):
-                return [g for g in host.stores.gates.all() if worker is None or g.worker == worker]
+                return await host.stores.gates.all(worker)
             case RunsList():
                 return await host.runs.all()
             case RunsShow(run=run):

@@ -111,6 +111,9 @@ class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     idle_timeout_s: Seconds = 60.0
     # None: a quarter of max_connections, so one uid cannot take every slot.
     max_connections_per_uid: Positive | None = None
+    # A session turn or task run holds a lease, renewed while it goes on;
+    # a host that dies lets another take over once this much has passed.
+    lease_s: Annotated[float, msgspec.Meta(ge=1.0)] = 30.0
 
 
 class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -89,7 +89,7 @@ from ._results import (
     TurnResult,
     describe_over_budget,
 )
-from ._socket import default_socket_path
+from ._socket import StateLocation, default_socket_path, state_location
 
 __all__ = (
     "BUSY",
@@ -140,6 +140,7 @@ __all__ = (
     "SessionOpen",
     "SessionOpened",
     "SessionSend",
+    "StateLocation",
     "StatusResult",
     "TaskGet",
     "TaskList",
@@ -160,4 +161,5 @@ __all__ = (
     "encode_request",
     "encode_result",
     "error_object",
+    "state_location",
 )

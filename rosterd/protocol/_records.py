@@ -78,6 +78,9 @@ class RunInfo(msgspec.Struct, frozen=True):
     rolled_from: str | None = None
     rolled_to: str | None = None
     rollover: str | None = None
+    # The daemon that started the run (``<hostname>:<pid>:<nonce>``): with
+    # several hosts on one database, which one ran a task.
+    host: str | None = None
 
 
 class TranscriptEntry(msgspec.Struct, frozen=True):

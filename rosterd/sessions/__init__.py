@@ -1,16 +1,13 @@
 """Sessions and runs: the one path from compiled input to engine and back."""
 
-from ._cache import CacheCheck, PrefixRegistry, Verdict, judge_cache
+from ._cache import CacheCheck, Verdict, judge_cache
 from ._host import Host, TurnOutcome
 from ._runs import (
     CONTEXT_PAGE_CHARS,
     CONTEXT_PAGE_TURNS,
-    ActiveRun,
     ContextPage,
     RunInfo,
     RunStatus,
-    RunStore,
-    SessionState,
     TranscriptEntry,
     TurnRequest,
     chat_messages,
@@ -24,17 +21,13 @@ from ._tasks import TaskRunner, direct_run
 __all__ = (
     "CONTEXT_PAGE_CHARS",
     "CONTEXT_PAGE_TURNS",
-    "ActiveRun",
     "CacheCheck",
     "ContextPage",
     "Host",
-    "PrefixRegistry",
     "RunInfo",
     "RunStatus",
-    "RunStore",
     "Session",
     "SessionManager",
-    "SessionState",
     "ShownLedger",
     "TaskRunner",
     "TranscriptEntry",

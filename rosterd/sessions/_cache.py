@@ -10,14 +10,11 @@ routing, or a prefix below the model's minimum) and is labelled so.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
-from .._ids import check_id
-from ..compiler import BoundaryCheck, PrefixState
+from ..compiler import BoundaryCheck
 from ..protocol import CacheCheck, Usage, Verdict
-from ..stores import read_document, write_document
 
-__all__ = ("CacheCheck", "PrefixRegistry", "Verdict", "judge_cache")
+__all__ = ("CacheCheck", "Verdict", "judge_cache")
 
 
 def judge_cache(
@@ -57,31 +54,3 @@ def judge_cache(
         f"provider reused {reported} of {reusable_tokens} tokens "
         f"(TTL expiry, eviction or routing){idle}",
     )
-
-
-class PrefixRegistry:
-    """The last compiled prefix of each (worker, channel), kept across restarts."""
-
-    def __init__(self, state: Path) -> None:
-        self._root = state / "prefixes"
-        self._states: dict[tuple[str, str | None], PrefixState | None] = {}
-
-    def __repr__(self) -> str:
-        return f"PrefixRegistry({str(self._root)!r})"
-
-    async def get(self, worker: str, channel: str | None) -> PrefixState | None:
-        key = (worker, channel)
-        if key not in self._states:
-            self._states[key] = await read_document(self._path(worker, channel), PrefixState)
-        return self._states[key]
-
-    async def put(self, worker: str, channel: str | None, state: PrefixState) -> None:
-        previous = await self.get(worker, channel)
-        self._states[(worker, channel)] = state
-        # Within a session only the time moves on: not worth an fsync a turn.
-        if previous is None or previous.run != state.run or previous.boundaries != state.boundaries:
-            await write_document(self._path(worker, channel), state)
-
-    def _path(self, worker: str, channel: str | None) -> Path:
-        name = f"{check_id('channel', channel)}.json" if channel is not None else "_direct.json"
-        return self._root / check_id("worker", worker) / name

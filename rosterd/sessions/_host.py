@@ -12,9 +12,11 @@ max_steps`` engine calls. Nothing reaches an engine that was not traced first.
 from __future__ import annotations
 
 import logging
+import os
+import secrets
+import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Literal
 
 import anyio
@@ -46,12 +48,13 @@ from ..engines import (
     Usage,
     open_engine,
 )
-from ..org import EngineConfig, Org, OrgSource
-from ..stores import StateStores
-from ._cache import PrefixRegistry, judge_cache
+from ..org import EngineConfig, Org, OrgSource, Surface
+from ..stores import ActiveRun, State
+from ._cache import judge_cache
 from ._calls import answer_calls
 from ._gateway import Gateway
-from ._runs import ActiveRun, RunStore, TranscriptEntry
+from ._leases import LeaseKeeper
+from ._runs import RunInfo, TranscriptEntry
 
 __all__ = ("Host", "TurnOutcome")
 
@@ -77,16 +80,21 @@ class Host(AsyncResource):
     def __init__(
         self,
         org_source: OrgSource,
-        state: Path,
-        stores: StateStores,
+        stores: State,
         env: Mapping[str, str],
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.org_source = org_source
-        self.state = state
         self.stores = stores
-        self.runs = RunStore(state)
-        self.prefixes = PrefixRegistry(state)
+        # Names this daemon in the leases it takes on sessions and tasks.
+        self.leases = LeaseKeeper(
+            stores,
+            f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}",
+            clock,
+            lambda: self.org.daemon.lease_s,
+        )
+        self.runs = stores.runs
+        self.prefixes = stores.prefixes
         self.clock = clock
         self._env = env
         self._engines: dict[EngineConfig, Engine] = {}
@@ -95,7 +103,7 @@ class Host(AsyncResource):
         self._interrupted = False
 
     def __repr__(self) -> str:
-        return f"Host({str(self.state)!r}, {len(self._engines)} engines)"
+        return f"Host({self.stores!r}, {len(self._engines)} engines)"
 
     @property
     def org(self) -> Org:
@@ -115,6 +123,26 @@ class Host(AsyncResource):
         self._interrupted = True
         for scope in self._calls:
             scope.cancel()
+
+    async def create_run(
+        self,
+        run_id: str,
+        surface: Surface,
+        worker: str,
+        channel: str | None,
+        now: float,
+        **details: str | None,
+    ) -> ActiveRun:
+        """A new run of *surface*, named as this daemon's (``RunInfo.host``)."""
+        info = RunInfo(
+            id=run_id,
+            surface=surface.value,
+            worker=worker,
+            channel=channel,
+            created_at=now,
+            host=self.leases.holder,
+        )
+        return await self.runs.create(msgspec.structs.replace(info, **details))
 
     def engine(self, config: EngineConfig) -> Engine:
         engine = self._engines.get(config)
@@ -146,7 +174,7 @@ class Host(AsyncResource):
             text=text,
             sender=sender,
             memory=await self.stores.memory.view(worker),
-            gates=self.stores.gates.briefing_for(worker, resolved_since),
+            gates=await self.stores.gates.briefing_for(worker, resolved_since),
             continuation=continuation,
             history=history,
             backlog=backlog,

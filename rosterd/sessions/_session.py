@@ -10,6 +10,12 @@ session_chars``, or the provider refuses it as too long, the session ends as
 whose system part is compiled afresh and whose first turn carries history.
 Turns queued behind the rollover, and callers still holding the old id, go
 to the new session.
+
+Where several hosts share the store, a turn holds the session's lease (see
+``LeaseKeeper.run``), and a host whose copy of the session another
+host has written to since reads it again before the turn: any host
+continues any session from the frozen system part and transcript, so its
+request extends the previous one byte for byte.
 """
 
 from __future__ import annotations
@@ -21,7 +27,14 @@ from typing import Literal
 import anyio
 import msgspec
 
-from .._errors import CompileError, EngineError, SessionError, ShutdownError
+from .._errors import (
+    CompileError,
+    EngineError,
+    InvalidIdError,
+    NotFoundError,
+    SessionError,
+    ShutdownError,
+)
 from ..compiler import (
     ChannelMessage,
     Compilation,
@@ -33,13 +46,18 @@ from ..compiler import (
 )
 from ..engines import DeltaSink
 from ..org import Surface
+from ..stores import ActiveRun, SessionState
 from ._host import Host, TurnOutcome
-from ._runs import ActiveRun, RunInfo, SessionState, TranscriptEntry, chat_messages
+from ._runs import TranscriptEntry, chat_messages
 from ._shown import ShownLedger
 
-__all__ = ("Session", "SessionManager", "SessionState")
+__all__ = ("Session", "SessionManager")
 
 log = logging.getLogger("rosterd.sessions")
+
+# A chain of rollovers longer than this is followed no further (a loop in
+# hand-edited state must not hang a request).
+_MAX_ROLLOVERS = 1000
 
 
 class _SessionFull(Exception):
@@ -67,8 +85,25 @@ class Session:
     ) -> None:
         self._host = host
         self._manager = manager
-        self._run = run
         self._state = state
+        self._lock = anyio.Lock()
+        self.closed = False
+        # Set when this session rolled over: its turns go there from then on.
+        self.successor: Session | None = None
+        self._load(run, entries, history, seen, briefed_at)
+
+    def _load(
+        self,
+        run: ActiveRun,
+        entries: list[TranscriptEntry],
+        history: tuple[ChannelMessage, ...],
+        seen: int,
+        briefed_at: float | None,
+    ) -> None:
+        """Take the run's transcript as it is: at the start, or after another
+        host added turns."""
+        state = self._state
+        self._run = run
         self._transcript = chat_messages(entries)
         self._shown = ShownLedger.from_entries(entries)
         # Characters of the request so far: the system part and the transcript.
@@ -82,16 +117,12 @@ class Session:
         # The channel seq this session's input has covered: later messages by
         # others are the backlog of its next turn.
         self._seen = next((e.seen for e in reversed(entries) if e.seen is not None), seen)
-        self._lock = anyio.Lock()
         self.last_activity = entries[-1].at if entries else run.info.created_at
         # Gates resolved after this show their outcome in the next briefing.
         self._briefed_at = next(
             (e.at for e in reversed(entries) if e.role == "user"),
             run.info.created_at if briefed_at is None else briefed_at,
         )
-        self.closed = False
-        # Set when this session rolled over: its turns go there from then on.
-        self.successor: Session | None = None
 
     def __repr__(self) -> str:
         return f"Session({self.id!r}, {self.worker}/{self.channel}, {self._turns} turns)"
@@ -123,34 +154,58 @@ class Session:
 
     async def send(self, text: str, sender: str, on_delta: DeltaSink) -> TurnOutcome:
         async with self._lock:
+            if self.successor is None and not self.closed:
+                async with self._host.leases.run(self.id):
+                    await self._catch_up()
+                    if self.successor is None and not self.closed:
+                        return await self._send(text, sender, on_delta)
             if self.successor is not None:
                 return await self.successor.send(text, sender, on_delta)
-            if self.closed:
-                raise SessionError(f"session {self.id!r} is closed")
-            # Only a conversation can be dropped: a fresh session's first
-            # request is as short as this pair's requests get.
-            may_roll = bool(self._transcript)
-            briefed_at, seen = self._briefed_at, self._seen
-            mark = len(self._transcript)
-            try:
-                return await self._turn(text, sender, on_delta, may_roll=may_roll)
-            except _SessionFull as full:
-                reason = full.reason
-            except EngineError as exc:
-                if not (exc.context_exceeded and may_roll):
-                    raise
-                # The refused turn, every tool step of it included, is dropped
-                # from what this session would send; the new session answers
-                # it from scratch.
-                refused = self._transcript[mark:]
-                del self._transcript[mark:]
-                self._chars -= sum(len(message.content) for message in refused)
-                self._counted = len(self._transcript)
-                # Nothing of the refused turn reached the model: what it
-                # briefed and showed is still owed.
-                self._briefed_at, self._seen = briefed_at, seen
-                reason = f"the provider refused the request as too long: {exc}"
-            return await self._roll_over(text, sender, on_delta, reason)
+            raise SessionError(f"session {self.id!r} is closed")
+
+    async def _catch_up(self) -> None:
+        """Read the session again if another host wrote to it since we did."""
+        if not await self._run.stale():
+            return
+        runs = self._host.runs
+        info = await runs.info(self.id)
+        await self._run.aclose()
+        if info.status != "open":
+            self.closed = True
+            self._manager.forget(self)
+            if info.status == "rolled-over" and info.rolled_to is not None:
+                self.successor = await self._manager.get(info.rolled_to)
+            return
+        run, entries = await runs.reopen(info)
+        log.info("session %s: read again after turns on another host", self.id)
+        self._load(run, entries, self._history, self._seen, self._briefed_at)
+
+    async def _send(self, text: str, sender: str, on_delta: DeltaSink) -> TurnOutcome:
+        """One turn, with the lock and the lease held."""
+        # Only a conversation can be dropped: a fresh session's first
+        # request is as short as this pair's requests get.
+        may_roll = bool(self._transcript)
+        briefed_at, seen = self._briefed_at, self._seen
+        mark = len(self._transcript)
+        try:
+            return await self._turn(text, sender, on_delta, may_roll=may_roll)
+        except _SessionFull as full:
+            reason = full.reason
+        except EngineError as exc:
+            if not (exc.context_exceeded and may_roll):
+                raise
+            # The refused turn, every tool step of it included, is dropped
+            # from what this session would send; the new session answers
+            # it from scratch.
+            refused = self._transcript[mark:]
+            del self._transcript[mark:]
+            self._chars -= sum(len(message.content) for message in refused)
+            self._counted = len(self._transcript)
+            # Nothing of the refused turn reached the model: what it
+            # briefed and showed is still owed.
+            self._briefed_at, self._seen = briefed_at, seen
+            reason = f"the provider refused the request as too long: {exc}"
+        return await self._roll_over(text, sender, on_delta, reason)
 
     async def _turn(
         self, text: str, sender: str, on_delta: DeltaSink, *, may_roll: bool
@@ -253,18 +308,29 @@ class Session:
             )
             await self._run.end(info)
             self._manager.adopt(self, successor)
-            # The first turn of a fresh session never rolls over again.
-            outcome = await successor._turn(text, sender, on_delta, may_roll=False)
+            async with host.leases.run(successor.id):
+                # The first turn of a fresh session never rolls over again.
+                outcome = await successor._turn(text, sender, on_delta, may_roll=False)
             return msgspec.structs.replace(outcome, rolled_from=self.id)
 
     async def close(self, status: Literal["closed", "expired"]) -> None:
-        """End the session for good (``closed`` or ``expired``)."""
+        """End the session for good (``closed`` or ``expired``); closing one
+        that rolled over on another host closes its successor."""
         async with self._lock:
-            if self.closed:
-                return
-            self.closed = True
-            await self._host.runs.clear_session(self.worker, self.channel)
-            await self._run.finish(status, self._host.clock())
+            if not self.closed:
+                async with self._host.leases.run(self.id):
+                    await self._catch_up()
+                    if not self.closed:
+                        self.closed = True
+                        await self._host.runs.clear_session(self.worker, self.channel)
+                        await self._run.finish(status, self._host.clock())
+                        return
+        if status == "closed" and self.successor is not None:
+            await self.successor.close(status)
+
+    async def stale(self) -> bool:
+        """Whether another host wrote to this session since this copy did."""
+        return await self._run.stale()
 
     async def detach(self) -> None:
         """Release files on daemon shutdown; the session stays resumable."""
@@ -297,7 +363,11 @@ class SessionManager:
         return len(self.sessions())
 
     async def get(self, session_id: str) -> Session:
+        """The open session *session_id*: warm here, or woken from the store
+        (another host's, or this one's before a restart)."""
         session = self._by_id.get(session_id)
+        if session is None:
+            session = await self._wake(session_id)
         if session is None or session.closed or await self._expired(session):
             raise SessionError(f"no open session {session_id!r}; open one with session.open")
         return session
@@ -313,8 +383,16 @@ class SessionManager:
     async def open(self, worker: str, channel: str) -> Session:
         host = self._host
         scope = host.org.scope(Surface.SESSION, worker, channel)
-        async with self._open_lock:
+        # Held while a host finds or starts the pair's session: two hosts
+        # opening it at once agree on one.
+        async with self._open_lock, host.leases.run(f"open:{worker}:{channel}"):
             session = self._by_pair.get((worker, channel))
+            current = await host.runs.session_for(worker, channel)
+            if session is not None and session.id != current:
+                # Another host rolled it over or closed it: drop the old copy.
+                self.forget(session)
+                await session.detach()
+                session = None
             if session is not None and not session.closed and not await self._expired(session):
                 return session
             session = await self._resume(worker, channel) or await self.start(scope.worker, channel)
@@ -325,7 +403,7 @@ class SessionManager:
     async def close(self, session_id: str) -> None:
         session = await self.get(session_id)
         await session.close("closed")
-        self._forget(session)
+        self.forget(session)
 
     async def expire_idle(self) -> None:
         for session in self.sessions():
@@ -340,9 +418,12 @@ class SessionManager:
         idle = self._host.org.daemon.session_idle_s
         if session.busy or self._host.clock() - session.last_activity < idle:
             return False
+        if await session.stale():
+            # Busy on another host: the next turn here reads it again.
+            return False
         log.info("session %s expired after %.0f s idle", session.id, idle)
         await session.close("expired")
-        self._forget(session)
+        self.forget(session)
         return True
 
     async def run_reaper(self) -> None:
@@ -356,7 +437,7 @@ class SessionManager:
         self._by_id.clear()
         self._by_pair.clear()
 
-    def _forget(self, session: Session) -> None:
+    def forget(self, session: Session) -> None:
         for key in [key for key, value in self._by_id.items() if value is session]:
             del self._by_id[key]
         if self._by_pair.get((session.worker, session.channel)) is session:
@@ -367,21 +448,42 @@ class SessionManager:
         session_id = await host.runs.session_for(worker, channel)
         if session_id is None:
             return None
-        info = await host.runs.info(session_id)
-        state = await host.runs.load_session(session_id)
-        if info.status != "open" or state is None:
+        session = await self._wake(session_id)
+        if session is None:
             await host.runs.clear_session(worker, channel)
+        return session
+
+    async def _wake(self, session_id: str) -> Session | None:
+        """The open session *session_id* read from the store, rollovers
+        followed; ``None`` when there is none such (or it idled out)."""
+        host = self._host
+        try:
+            info = await host.runs.info(session_id)
+            for _ in range(_MAX_ROLLOVERS):
+                if info.status != "rolled-over" or info.rolled_to is None:
+                    break
+                info = await host.runs.info(info.rolled_to)
+        except (NotFoundError, InvalidIdError):
+            return None
+        warm = self._by_id.get(info.id)
+        if warm is not None:
+            return warm
+        state = await host.runs.load_session(info.id)
+        if info.status != "open" or info.surface != Surface.SESSION.value or state is None:
             return None
         run, entries = await host.runs.reopen(info)
         last = entries[-1].at if entries else info.created_at
         if host.clock() - last >= host.org.daemon.session_idle_s:
-            log.info("session %s had expired while the daemon was down", session_id)
-            await host.runs.clear_session(worker, channel)
+            log.info("session %s had expired while no host served it", info.id)
             await run.finish("expired", host.clock())
             return None
-        history, seen = await self._snapshot(channel, state.system)
-        log.info("session %s resumed with %d transcript entries", session_id, len(entries))
-        return Session(host, self, run, state, entries, history if not entries else (), seen)
+        assert info.channel is not None
+        history, seen = await self._snapshot(info.channel, state.system)
+        log.info("session %s resumed with %d transcript entries", info.id, len(entries))
+        session = Session(host, self, run, state, entries, history if not entries else (), seen)
+        self._by_id[session_id] = self._by_id[session.id] = session
+        self._by_pair.setdefault((session.worker, session.channel), session)
+        return session
 
     async def roll_over(self, previous: Session, reason: str) -> Session:
         """The session that continues *previous*, from the org as it is now."""
@@ -410,16 +512,14 @@ class SessionManager:
         now = host.clock()
         session_id = host.runs.new_id("s", now)
         meta = RunMeta(run=session_id, turn=0, now=now)
-        run = await host.runs.create(
-            RunInfo(
-                id=session_id,
-                surface=Surface.SESSION.value,
-                worker=worker,
-                channel=channel,
-                created_at=now,
-                rolled_from=rolled_from.id if rolled_from is not None else None,
-                rollover=reason or None,
-            )
+        run = await host.create_run(
+            session_id,
+            Surface.SESSION,
+            worker,
+            channel,
+            now,
+            rolled_from=rolled_from.id if rolled_from is not None else None,
+            rollover=reason or None,
         )
         try:
             system = compile_system(org, scope, meta)

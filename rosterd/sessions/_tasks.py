@@ -2,26 +2,27 @@
 
 A task runs once; filing a gate against its run pauses it, and resolving
 that gate queues a continuation run whose briefing starts with the outcome.
-Queued work is on disk, so a restart picks up what was queued or cut off.
+Queued work is in the store, so a restart picks up what was queued or cut
+off. Each pool worker claims the oldest task no live host holds and keeps
+its lease renewed while the run goes on; where several hosts share the
+store, a task whose host died is claimed again once its lease runs out.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 
 import anyio
 import msgspec
 from anyio.abc import TaskStatus
-from anyio.streams.memory import MemoryObjectReceiveStream
 
-from .._errors import RosterError, ShutdownError
+from .._errors import ConflictError, NotFoundError, RosterError, ShutdownError
 from ..compiler import Continuation, RunMeta, compile_run
 from ..engines import DeltaSink
 from ..org import Surface
-from ..stores import GateState, TaskState
+from ..stores import GateState, TaskState, cut_off
 from ._host import Host, TurnOutcome
-from ._runs import RunInfo, RunStatus
+from ._runs import RunStatus
 
 __all__ = ("TaskRunner", "direct_run")
 
@@ -38,7 +39,9 @@ class TaskRunner:
     def __init__(self, host: Host, workers: int) -> None:
         self._host = host
         self._workers = workers
-        self._send, self._receive = anyio.create_memory_object_stream[str](math.inf)
+        # Set, and replaced, whenever this host queues a task: idle workers
+        # claim at once instead of at their next look at the store.
+        self._queued = anyio.Event()
         self._running = 0
         self._draining = False
         self.stopped = anyio.Event()
@@ -51,76 +54,84 @@ class TaskRunner:
         return self._running
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Run the pool until ``drain()``; queued tasks from disk go first."""
+        """Run the pool until ``drain()``; what the store has queued goes first."""
         try:
             async with anyio.create_task_group() as tg:
-                with self._receive:
-                    for _ in range(self._workers):
-                        tg.start_soon(self._work, self._receive.clone())
-                for task in self._host.stores.tasks.pending():
-                    self._send.send_nowait(task.id)
+                for _ in range(self._workers):
+                    tg.start_soon(self._work)
                 task_status.started()
         finally:
-            # However the pool ends, later submits and resolutions stay queued on disk.
+            # However the pool ends, later submits and resolutions stay queued.
             self.drain()
             self.stopped.set()
 
     def drain(self) -> None:
         """Start no new task; those running finish, queued ones stay queued."""
         self._draining = True
-        self._send.close()
+        self._wake()
 
     async def submit(self, worker: str, channel: str, text: str) -> TaskState:
         scope = self._host.org.scope(Surface.TASK, worker, channel)
         stores = self._host.stores
         task = await stores.tasks.submit(scope.worker, channel, text, self._host.clock())
-        self._enqueue(task.id)
+        self._wake()
         return task
 
-    def _enqueue(self, task_id: str) -> None:
-        # While draining the task stays queued on disk for the next start.
-        if not self._draining:
-            self._send.send_nowait(task_id)
+    def _wake(self) -> None:
+        self._queued.set()
+        self._queued = anyio.Event()
 
     async def gate_filed(self, gate: GateState) -> None:
         """A gate against a finished task run pauses its task."""
-        task = self._host.stores.tasks.by_run(gate.run) if gate.run else None
+        task = await self._host.stores.tasks.by_run(gate.run) if gate.run else None
         if task is not None and task.status == "done":
             await self._set(task, status="paused")
 
     async def gate_resolved(self, gate: GateState) -> None:
         """Resolving the gate of a paused task queues its continuation run."""
         tasks = self._host.stores.tasks
-        task = tasks.by_run(gate.run) if gate.run else None
+        task = await tasks.by_run(gate.run) if gate.run else None
         if task is None or task.status != "paused":
             return
         continuation = Continuation(
             gate=gate.id, summary=gate.summary, outcome=gate.outcome or "", note=gate.note
         )
         await self._set(task, status="queued", continuation=continuation)
-        self._enqueue(task.id)
+        self._wake()
 
-    async def _work(self, receive: MemoryObjectReceiveStream[str]) -> None:
-        with receive:
-            async for task_id in receive:
-                if self._draining:
-                    break
-                self._running += 1
-                try:
-                    await self._run_guarded(task_id)
-                finally:
-                    self._running -= 1
+    async def _work(self) -> None:
+        host = self._host
+        while not self._draining:
+            # Taken before the claim: a task queued while it runs still wakes us.
+            queued = self._queued
+            lease_s = host.org.daemon.lease_s
+            now = host.clock()
+            task = await host.stores.tasks.claim(host.leases.holder, now, now + lease_s)
+            if task is None:
+                # Other hosts' tasks are found by looking again now and then.
+                with anyio.move_on_after(min(1.0, lease_s / 4)):
+                    await queued.wait()
+                continue
+            self._running += 1
+            try:
+                async with host.leases.task(task.id):
+                    await self._run_guarded(task.id)
+            except ConflictError as exc:
+                # The other host runs the task again: nothing here to record.
+                log.error("%s", exc)
+            finally:
+                self._running -= 1
 
     async def _run_guarded(self, task_id: str) -> None:
         # Whatever one run raises fails that task alone: the pool, the other
         # tasks and the daemon go on.
         try:
-            await self._run(self._host.stores.tasks.get(task_id))
+            await self._run(await self._host.stores.tasks.get(task_id))
         except Exception as exc:
             unexpected = None if isinstance(exc, RosterError) else exc
             log.error("task %s failed: %s", task_id, _failure_text(exc), exc_info=unexpected)
             try:
-                task = self._host.stores.tasks.get(task_id)
+                task = await self._host.stores.tasks.get(task_id)
                 if task.status in ("queued", "running"):
                     await self._set(task, status="failed", error=_failure_text(exc))
             except RosterError as again:
@@ -129,17 +140,18 @@ class TaskRunner:
     async def _run(self, task: TaskState) -> None:
         host = self._host
         now = host.clock()
+        if task.status == "running" and task.runs:
+            # Claimed again after its host stopped or died: that run is over.
+            await self._interrupted(task.runs[-1], now)
         run_id = host.runs.new_id("t", now)
+        async with host.leases.run(run_id):
+            await self._run_as(task, run_id, now)
+
+    async def _run_as(self, task: TaskState, run_id: str, now: float) -> None:
+        host = self._host
         task = await self._set(task, status="running", runs=(*task.runs, run_id))
-        run = await host.runs.create(
-            RunInfo(
-                id=run_id,
-                surface=Surface.TASK.value,
-                worker=task.worker,
-                channel=task.channel,
-                created_at=now,
-                task=task.id,
-            )
+        run = await host.create_run(
+            run_id, Surface.TASK, task.worker, task.channel, now, task=task.id
         )
         try:
             org = host.org
@@ -175,8 +187,18 @@ class TaskRunner:
             await self._set(task, status="failed", error=_failure_text(exc))
             return
         await run.finish("done", host.clock())
-        waiting = host.stores.gates.waiting_on(run_id)
+        waiting = await host.stores.gates.waiting_on(run_id)
         await self._set(task, status="paused" if waiting else "done", reply=outcome.reply.text)
+
+    async def _interrupted(self, run_id: str, now: float) -> None:
+        runs = self._host.runs
+        try:
+            info = await runs.info(run_id)
+        except NotFoundError:
+            return  # its host stopped before the run was created
+        if info.status == "open":
+            log.warning("task %s: run %s was cut off by its host's stop", info.task, run_id)
+            await runs.write_info(cut_off(info, now))
 
     async def _set(self, task: TaskState, **changes: object) -> TaskState:
         updated = msgspec.structs.replace(task, updated_at=self._host.clock(), **changes)
@@ -187,14 +209,17 @@ async def direct_run(
     host: Host, run_id: str, worker: str, text: str, sender: str, on_delta: DeltaSink
 ) -> TurnOutcome:
     """An ad-hoc run outside any channel: one compilation, one engine call."""
+    async with host.leases.run(run_id):
+        return await _direct(host, run_id, worker, text, sender, on_delta)
+
+
+async def _direct(
+    host: Host, run_id: str, worker: str, text: str, sender: str, on_delta: DeltaSink
+) -> TurnOutcome:
     org = host.org
     scope = org.scope(Surface.DIRECT, worker, None)
     now = host.clock()
-    run = await host.runs.create(
-        RunInfo(
-            id=run_id, surface=Surface.DIRECT.value, worker=worker, channel=None, created_at=now
-        )
-    )
+    run = await host.create_run(run_id, Surface.DIRECT, worker, None, now)
     try:
         turn = await host.turn_input(worker, text, sender)
         meta = RunMeta(run=run_id, turn=1, now=now)

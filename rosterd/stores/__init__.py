@@ -1,32 +1,39 @@
-"""Stores: the durable state the compiler reads and the daemon writes."""
+"""Stores: the durable state the compiler reads and the daemon writes.
 
-from ._channels import ChannelStore
-from ._files import (
-    JsonlLog,
-    StateTable,
-    read_document,
-    read_log,
-    repair_tail,
-    write_document,
+``_interface`` says what every backend provides; ``files/`` is the backend
+that keeps it all under one state directory.
+"""
+
+from ..protocol import GateState, TaskState, TaskStatus
+from ._interface import (
+    ActiveRun,
+    ChannelStore,
+    GateStore,
+    MemoryStore,
+    PrefixStore,
+    RunReader,
+    RunStore,
+    State,
+    TaskStore,
 )
-from ._gates import GateState, GateStore
-from ._memory import MemoryStore
-from ._state import StateStores
-from ._tasks import TaskState, TaskStatus, TaskStore
+from ._records import SessionState, cut_off
+from .files import FileRuns, FileState
 
 __all__ = (
+    "ActiveRun",
     "ChannelStore",
+    "FileRuns",
+    "FileState",
     "GateState",
     "GateStore",
-    "JsonlLog",
     "MemoryStore",
-    "StateStores",
-    "StateTable",
+    "PrefixStore",
+    "RunReader",
+    "RunStore",
+    "SessionState",
+    "State",
     "TaskState",
     "TaskStatus",
     "TaskStore",
-    "read_document",
-    "read_log",
-    "repair_tail",
-    "write_document",
+    "cut_off",
 )

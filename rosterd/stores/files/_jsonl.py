@@ -27,7 +27,7 @@ import anyio.to_thread
 import msgspec
 from anyio.abc import AsyncResource
 
-from .._errors import StorageError
+from ..._errors import StorageError
 
 __all__ = (
     "JsonlLog",
@@ -35,6 +35,7 @@ __all__ = (
     "make_private_dir",
     "read_document",
     "read_log",
+    "read_whole_lines",
     "remove_leftover_tmp",
     "repair_tail",
     "write_document",
@@ -136,6 +137,18 @@ async def read_log(path: Path, record_type: type[T], *, repair: bool = False) ->
         except OSError as exc:
             raise _storage_error(path, "truncate a torn tail", exc) from None
     return records
+
+
+async def read_whole_lines(path: Path) -> bytes:
+    """A log's bytes up to its last newline: a torn last line is left out."""
+    try:
+        async with aiofiles.open(path, "rb") as handle:
+            data = await handle.read()
+    except FileNotFoundError:
+        return b""
+    except OSError as exc:
+        raise _storage_error(path, "read", exc) from None
+    return data[: data.rfind(b"\n") + 1]
 
 
 def _storage_error(path: Path, op: str, exc: OSError) -> StorageError:

@@ -8,14 +8,14 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
-from .._ids import check_id
-from ..compiler import MemoryIndex, MemoryItem, MemoryView
-from ._files import JsonlLog
+from ..._ids import check_id
+from ...compiler import MemoryIndex, MemoryItem, MemoryView
+from ._jsonl import JsonlLog
 
-__all__ = ("MemoryStore",)
+__all__ = ("FileMemory",)
 
 
-class MemoryStore:
+class FileMemory:
     """One append-only log per worker under ``memory/<worker>.jsonl``.
 
     Each worker's notes are held in a ``MemoryIndex`` (by word, by recency),
@@ -30,7 +30,7 @@ class MemoryStore:
         self._locks: dict[str, anyio.Lock] = {}
 
     def __repr__(self) -> str:
-        return f"MemoryStore({str(self._root)!r})"
+        return f"FileMemory({str(self._root)!r})"
 
     async def add(self, worker: str, text: str, channel: str | None, at: float) -> MemoryItem:
         index = await self._load(worker)

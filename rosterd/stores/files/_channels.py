@@ -8,11 +8,11 @@ from pathlib import Path
 
 import anyio
 
-from .._ids import check_id
-from ..compiler import ChannelMessage
-from ._files import JsonlLog
+from ..._ids import check_id
+from ...compiler import ChannelMessage
+from ._jsonl import JsonlLog
 
-__all__ = ("ChannelStore",)
+__all__ = ("FileChannels",)
 
 # More than any history budget needs; older messages stay on disk only.
 # Bounded in characters too: a few huge posts must not pin gigabytes.
@@ -42,7 +42,7 @@ class _Channel:
             self._chars -= len(self.recent.popleft().text)
 
 
-class ChannelStore:
+class FileChannels:
     """One append-only log per channel under ``channels/<id>.jsonl``."""
 
     def __init__(self, root: Path) -> None:
@@ -50,11 +50,7 @@ class ChannelStore:
         self._channels: dict[str, _Channel] = {}
 
     def __repr__(self) -> str:
-        return f"ChannelStore({str(self._root)!r}, {len(self._channels)} open)"
-
-    async def post(self, channel: str, sender: str, text: str, at: float) -> ChannelMessage:
-        (message,) = await self.post_many(channel, [(sender, text, at)])
-        return message
+        return f"FileChannels({str(self._root)!r}, {len(self._channels)} open)"
 
     async def post_many(
         self, channel: str, posts: Sequence[tuple[str, str, float]], *, run: str | None = None

@@ -1,0 +1,103 @@
+"""The leases this host holds on sessions and tasks, kept renewed.
+
+A session turn or a task run goes on only while its lease is this host's.
+One keeper renews every held lease a third of ``[daemon] lease_s`` apart;
+a lease lost anyway (this host stalled past it and another took over) cuts
+its turn or run short, since the other host now owns what happens next.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+
+from .._errors import ConflictError
+from ..stores import State
+
+__all__ = ("LeaseKeeper",)
+
+log = logging.getLogger("rosterd.sessions")
+
+# How often a turn waiting for another host's turn of its session looks again.
+_WAIT_POLL_S = 0.05
+
+
+class LeaseKeeper:
+    """Takes, renews and gives up this host's leases."""
+
+    def __init__(
+        self,
+        stores: State,
+        holder: str,
+        clock: Callable[[], float],
+        lease_s: Callable[[], float],
+    ) -> None:
+        self._stores = stores
+        self.holder = holder
+        self._clock = clock
+        self._lease_s = lease_s
+        self._runs: dict[str, anyio.CancelScope] = {}
+        self._tasks: dict[str, anyio.CancelScope] = {}
+
+    def __repr__(self) -> str:
+        return f"LeaseKeeper({self.holder!r}, {len(self._runs) + len(self._tasks)} held)"
+
+    @asynccontextmanager
+    async def run(self, run: str) -> AsyncIterator[None]:
+        """Hold *run*'s lease for the block, waiting while another host has it:
+        a session's turn, or a task or direct run under way (which a host
+        starting meanwhile must not take for cut off)."""
+        runs = self._stores.runs
+        while True:
+            now = self._clock()
+            if await runs.lease(run, self.holder, now, now + self._lease_s()) is None:
+                break
+            # Another host is in a turn of this session: it ends, or its lease runs out.
+            await anyio.sleep(_WAIT_POLL_S)
+        try:
+            async with self._held(self._runs, run, "run"):
+                yield
+        finally:
+            with anyio.CancelScope(shield=True):
+                await runs.release(run, self.holder)
+
+    @asynccontextmanager
+    async def task(self, task_id: str) -> AsyncIterator[None]:
+        """Keep the lease ``claim`` gave this host on *task_id* for the block."""
+        try:
+            async with self._held(self._tasks, task_id, "task"):
+                yield
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._stores.tasks.release(task_id, self.holder)
+
+    @asynccontextmanager
+    async def _held(
+        self, held: dict[str, anyio.CancelScope], key: str, kind: str
+    ) -> AsyncIterator[None]:
+        with anyio.CancelScope() as scope:
+            held[key] = scope
+            try:
+                yield
+            finally:
+                del held[key]
+        if scope.cancelled_caught:
+            raise ConflictError(f"{kind} {key!r}: this host lost its lease to another host")
+
+    async def keep(self) -> None:
+        """Renew every held lease until cancelled."""
+        while True:
+            await anyio.sleep(self._lease_s() / 3)
+            until = self._clock() + self._lease_s()
+            for run, scope in list(self._runs.items()):
+                now = self._clock()
+                if await self._stores.runs.lease(run, self.holder, now, until) is not None:
+                    log.error("run %s: lease lost to another host; cutting it short", run)
+                    scope.cancel()
+            for task_id, scope in list(self._tasks.items()):
+                if not await self._stores.tasks.renew(task_id, self.holder, until):
+                    log.error("task %s: lease lost to another host; cutting its run", task_id)
+                    scope.cancel()

@@ -1,0 +1,273 @@
+"""What every state backend provides: one Protocol per kind of state.
+
+Sessions, the task pool, the daemon and the CLI use only these. A backend
+(``files/`` today) implements each of them; ids, channel seqs and note
+numbers come from the backend, never from a count the caller keeps.
+
+Every write returns once it is durable: a trace record or a user turn is
+on disk (or committed) before the engine sees a byte of its request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from ..compiler import (
+    ChannelMessage,
+    ContextRecord,
+    GateView,
+    MemoryItem,
+    MemoryView,
+    PrefixState,
+)
+from ..protocol import GateState, RunInfo, RunStatus, TaskState, TranscriptEntry
+from ._records import SessionState
+
+__all__ = (
+    "ActiveRun",
+    "ChannelStore",
+    "GateStore",
+    "MemoryStore",
+    "PrefixStore",
+    "RunReader",
+    "RunStore",
+    "State",
+    "TaskStore",
+)
+
+
+class ChannelStore(Protocol):
+    """Each channel's messages in seq order: posts and every session turn."""
+
+    async def post_many(
+        self, channel: str, posts: Sequence[tuple[str, str, float]], *, run: str | None = None
+    ) -> list[ChannelMessage]:
+        """Append (sender, text, at) messages in order, numbered by the store;
+        *run* names the session whose turn they are."""
+        ...
+
+    async def recent(self, channel: str, limit: int) -> tuple[ChannelMessage, ...]:
+        """The newest *limit* messages, oldest first."""
+        ...
+
+    async def last_seq(self, channel: str) -> int:
+        """The seq of the channel's newest message; 0 when it has none."""
+        ...
+
+    async def since(
+        self, channel: str, after: int, *, exclude_run: str, limit: int
+    ) -> tuple[tuple[ChannelMessage, ...], int, int]:
+        """What others posted after seq *after*: the newest *limit* messages not
+        posted by *exclude_run*, oldest first; how many earlier ones are left
+        out; and the channel's last seq. Costs what is new, not the channel's
+        length."""
+        ...
+
+
+class MemoryStore(Protocol):
+    """Each worker's notes, eligible from the next compilation on."""
+
+    async def add(self, worker: str, text: str, channel: str | None, at: float) -> MemoryItem: ...
+
+    async def items(self, worker: str) -> tuple[MemoryItem, ...]:
+        """Every note of *worker*, oldest first."""
+        ...
+
+    async def view(self, worker: str) -> MemoryView:
+        """A snapshot that later additions do not change, indexed so that a
+        turn ranks only the notes sharing its message's words."""
+        ...
+
+
+class GateStore(Protocol):
+    """Questions workers wait on, filed by workers and resolved by people."""
+
+    async def file(
+        self, worker: str, summary: str, at: float, channel: str | None, run: str | None
+    ) -> GateState: ...
+
+    async def resolve(self, gate_id: str, outcome: str, note: str, at: float) -> GateState:
+        """Raises ``ConflictError`` if the gate is already resolved."""
+        ...
+
+    async def get(self, gate_id: str) -> GateState:
+        """Raises ``NotFoundError`` for an unknown id."""
+        ...
+
+    async def all(self, worker: str | None = None) -> list[GateState]:
+        """Every gate (of *worker*), in filing order."""
+        ...
+
+    async def briefing_for(self, worker: str, resolved_since: float | None) -> GateView:
+        """Open gates of *worker*, and those resolved after *resolved_since*;
+        independent of how many gates were ever filed."""
+        ...
+
+    async def waiting_on(self, run: str) -> bool:
+        """Whether an open gate was filed against *run*."""
+        ...
+
+
+class TaskStore(Protocol):
+    """Queued tasks and their lifecycle."""
+
+    async def submit(self, worker: str, channel: str, text: str, at: float) -> TaskState: ...
+
+    async def update(self, task: TaskState) -> TaskState:
+        """Store *task*'s new state as a whole."""
+        ...
+
+    async def get(self, task_id: str) -> TaskState:
+        """Raises ``NotFoundError`` for an unknown id."""
+        ...
+
+    async def by_run(self, run: str) -> TaskState | None: ...
+
+    async def all(self) -> list[TaskState]:
+        """Every task, in submission order."""
+        ...
+
+    async def pending(self) -> list[TaskState]:
+        """Tasks to (re)start: queued, or cut off while running."""
+        ...
+
+    async def claim(self, holder: str, now: float, until: float) -> TaskState | None:
+        """The oldest task no live host holds, leased to *holder* until *until*:
+        queued, or running under a lease that ran out before *now* (its host
+        died). Each task goes to one claimant; ``None`` when none is left."""
+        ...
+
+    async def renew(self, task_id: str, holder: str, until: float) -> bool:
+        """Extend *holder*'s lease on a task; ``False`` if it lost it."""
+        ...
+
+    async def release(self, task_id: str, holder: str) -> None:
+        """Give up *holder*'s lease (the run finished, or the host stops)."""
+        ...
+
+
+class ActiveRun(Protocol):
+    """An open run: its trace and transcript, each append durable on return."""
+
+    info: RunInfo
+    # The highest turn traced so far, failed compilations included.
+    last_turn: int
+
+    async def trace(self, record: ContextRecord) -> None: ...
+
+    async def record(self, entry: TranscriptEntry) -> None: ...
+
+    async def record_many(self, entries: Sequence[TranscriptEntry]) -> None:
+        """Append *entries* at once (one fsync or one commit)."""
+        ...
+
+    async def finish(self, status: RunStatus, at: float, error: str | None = None) -> None: ...
+
+    async def end(self, info: RunInfo) -> None:
+        """Write the run's final *info* and release it."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the run; it stays resumable."""
+        ...
+
+    async def stale(self) -> bool:
+        """Whether another host wrote to the run since this handle last did:
+        then what the caller holds of it must be read again."""
+        ...
+
+
+class RunReader(Protocol):
+    """What ``roster server runs`` and ``stats`` read, daemon up or down."""
+
+    async def info(self, run: str) -> RunInfo:
+        """Raises ``NotFoundError`` for an unknown run."""
+        ...
+
+    async def all(self) -> list[RunInfo]:
+        """Every run, oldest first."""
+        ...
+
+    async def context(self, run: str) -> list[ContextRecord]: ...
+
+    async def transcript(self, run: str) -> list[TranscriptEntry]: ...
+
+    async def export(self, run: str) -> bytes:
+        """The run's trace as ``runs/<run>/context.jsonl`` holds it, byte for
+        byte, whole lines only."""
+        ...
+
+
+class RunStore(RunReader, Protocol):
+    """Runs with their trace and transcript, sessions' frozen state, and
+    which session each (worker, channel) pair has open."""
+
+    def new_id(self, prefix: str, now: float) -> str: ...
+
+    async def create(self, info: RunInfo) -> ActiveRun: ...
+
+    async def reopen(self, info: RunInfo) -> tuple[ActiveRun, list[TranscriptEntry]]:
+        """Open a run for appending again, with its transcript so far."""
+        ...
+
+    async def recover(self, now: float) -> int:
+        """At a host's start: mark open task and direct runs that no live
+        host holds a lease on interrupted (their host's stop cut them off);
+        their count. Sessions stay open: they resume from their transcript."""
+        ...
+
+    async def write_info(self, info: RunInfo) -> None: ...
+
+    async def save_session(self, run: str, state: SessionState) -> None: ...
+
+    async def load_session(self, run: str) -> SessionState | None: ...
+
+    async def session_for(self, worker: str, channel: str) -> str | None: ...
+
+    async def set_session(self, worker: str, channel: str, session: str) -> None: ...
+
+    async def clear_session(self, worker: str, channel: str) -> None: ...
+
+    async def lease(self, run: str, holder: str, now: float, until: float) -> str | None:
+        """Take or extend *run*'s lease for *holder* until *until*: ``None``
+        when granted, else the host holding it (its lease runs past *now*).
+        Turns of one session take its lease, so they never interleave
+        across hosts."""
+        ...
+
+    async def release(self, run: str, holder: str) -> None:
+        """Give up *holder*'s lease on *run*."""
+        ...
+
+
+class PrefixStore(Protocol):
+    """The last compiled prefix of each (worker, channel), kept across restarts."""
+
+    async def get(self, worker: str, channel: str | None) -> PrefixState | None: ...
+
+    async def put(self, worker: str, channel: str | None, state: PrefixState) -> None: ...
+
+
+class State(Protocol):
+    """One backend's stores, opened and closed together."""
+
+    @property
+    def channels(self) -> ChannelStore: ...
+
+    @property
+    def memory(self) -> MemoryStore: ...
+
+    @property
+    def gates(self) -> GateStore: ...
+
+    @property
+    def tasks(self) -> TaskStore: ...
+
+    @property
+    def runs(self) -> RunStore: ...
+
+    @property
+    def prefixes(self) -> PrefixStore: ...
+
+    async def aclose(self) -> None: ...

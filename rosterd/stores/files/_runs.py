@@ -1,0 +1,204 @@
+"""Run directories: ``runs/<run-id>/`` with info, trace, transcript, system.
+
+- ``run.json``: what the run is and how it ended (atomic replace);
+- ``context.jsonl``: one trace record per compilation, fsynced before the
+  engine sees a byte;
+- ``transcript.jsonl``: every user turn, reply and failure, append-only;
+- ``system.json``: a session's frozen system part, to resume it byte-exactly.
+
+``sessions/<worker>/<channel>.json`` names the session each pair has open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import aiofiles.os
+import msgspec
+
+from ..._errors import NotFoundError
+from ..._ids import check_id
+from ...compiler import ContextRecord
+from ...org import Surface
+from ...protocol import RunInfo, RunStatus, TranscriptEntry
+from .._records import SessionState, cut_off
+from ._jsonl import (
+    JsonlLog,
+    read_document,
+    read_log,
+    read_whole_lines,
+    repair_tail,
+    write_document,
+)
+from ._leases import Leases
+
+__all__ = ("FileRun", "FileRuns")
+
+log = logging.getLogger("rosterd.stores")
+
+
+class _SessionPointer(msgspec.Struct, frozen=True):
+    session: str
+
+
+class FileRun:
+    """An open run: its trace and transcript logs, appended and fsynced."""
+
+    def __init__(
+        self,
+        store: FileRuns,
+        info: RunInfo,
+        context: JsonlLog[ContextRecord],
+        transcript: JsonlLog[TranscriptEntry],
+        last_turn: int = 0,
+    ) -> None:
+        self.store = store
+        self.info = info
+        # The highest turn traced so far, failed compilations included.
+        self.last_turn = last_turn
+        self._context = context
+        self._transcript = transcript
+
+    def __repr__(self) -> str:
+        return f"FileRun({self.info.id!r}, {self.info.status})"
+
+    async def trace(self, record: ContextRecord) -> None:
+        await self._context.append(record)
+
+    async def record(self, entry: TranscriptEntry) -> None:
+        await self._transcript.append(entry)
+
+    async def record_many(self, entries: Sequence[TranscriptEntry]) -> None:
+        """Append *entries* with one write and one fsync."""
+        await self._transcript.extend(entries)
+
+    async def finish(self, status: RunStatus, at: float, error: str | None = None) -> None:
+        await self.end(msgspec.structs.replace(self.info, status=status, ended_at=at, error=error))
+
+    async def end(self, info: RunInfo) -> None:
+        """Write the run's final *info* and close its logs."""
+        self.info = info
+        await self.store.write_info(self.info)
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._context.aclose()
+        await self._transcript.aclose()
+
+    async def stale(self) -> bool:
+        # The daemon holds the state directory's lock: no one else writes.
+        return False
+
+
+class FileRuns:
+    """``runs/`` and ``sessions/`` under the state directory."""
+
+    def __init__(self, state: Path) -> None:
+        self.root = state / "runs"
+        self._pointers = state / "sessions"
+        self._leases = Leases()
+
+    def __repr__(self) -> str:
+        return f"FileRuns({str(self.root)!r})"
+
+    def new_id(self, prefix: str, now: float) -> str:
+        stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%d-%H%M%S")
+        return f"{prefix}-{stamp}-{secrets.token_hex(3)}"
+
+    def path(self, run: str) -> Path:
+        return self.root / check_id("run", run)
+
+    async def create(self, info: RunInfo) -> FileRun:
+        await self.write_info(info)
+        run, _ = await self.reopen(info)
+        return run
+
+    async def reopen(self, info: RunInfo) -> tuple[FileRun, list[TranscriptEntry]]:
+        """Open a run's logs for appending (torn tails repaired), with its transcript."""
+        directory = self.path(info.id)
+        context, records = await JsonlLog.open(directory / "context.jsonl", ContextRecord)
+        transcript, entries = await JsonlLog.open(directory / "transcript.jsonl", TranscriptEntry)
+        last_turn = max((record.turn for record in records), default=0)
+        return FileRun(self, info, context, transcript, last_turn), entries
+
+    async def recover(self, now: float) -> int:
+        """After a kill: mark cut-off task/direct runs interrupted; their count.
+
+        Sessions stay ``open``: they resume from their transcript. Every run
+        no longer open gets its torn last lines cut, since nothing will
+        reopen its logs to do it.
+        """
+        interrupted = 0
+        for info in await self.all():
+            if info.status == "open" and info.surface == Surface.SESSION.value:
+                continue
+            if info.status == "open" and self._leases.free(info.id, now):
+                await self.write_info(cut_off(info, now))
+                interrupted += 1
+            directory = self.path(info.id)
+            await repair_tail(directory / "context.jsonl", ContextRecord)
+            await repair_tail(directory / "transcript.jsonl", TranscriptEntry)
+        if interrupted:
+            log.warning("marked %d runs cut off by a stop as interrupted", interrupted)
+        return interrupted
+
+    async def write_info(self, info: RunInfo) -> None:
+        await write_document(self.path(info.id) / "run.json", info)
+
+    async def info(self, run: str) -> RunInfo:
+        info = await read_document(self.path(run) / "run.json", RunInfo)
+        if info is None:
+            raise NotFoundError("run", run)
+        return info
+
+    async def all(self) -> list[RunInfo]:
+        try:
+            names = await aiofiles.os.listdir(self.root)
+        except FileNotFoundError:
+            return []
+        infos = []
+        for name in names:
+            info = await read_document(self.root / name / "run.json", RunInfo)
+            if info is not None:
+                infos.append(info)
+        return sorted(infos, key=lambda i: (i.created_at, i.id))
+
+    async def context(self, run: str) -> list[ContextRecord]:
+        return await read_log(self.path(run) / "context.jsonl", ContextRecord)
+
+    async def export(self, run: str) -> bytes:
+        return await read_whole_lines(self.path(run) / "context.jsonl")
+
+    async def transcript(self, run: str) -> list[TranscriptEntry]:
+        return await read_log(self.path(run) / "transcript.jsonl", TranscriptEntry)
+
+    async def save_session(self, run: str, state: SessionState) -> None:
+        await write_document(self.path(run) / "system.json", state)
+
+    async def load_session(self, run: str) -> SessionState | None:
+        return await read_document(self.path(run) / "system.json", SessionState)
+
+    def _pointer(self, worker: str, channel: str) -> Path:
+        return self._pointers / check_id("worker", worker) / f"{check_id('channel', channel)}.json"
+
+    async def session_for(self, worker: str, channel: str) -> str | None:
+        pointer = await read_document(self._pointer(worker, channel), _SessionPointer)
+        return pointer.session if pointer is not None else None
+
+    async def set_session(self, worker: str, channel: str, session: str) -> None:
+        await write_document(self._pointer(worker, channel), _SessionPointer(session=session))
+
+    async def clear_session(self, worker: str, channel: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            await aiofiles.os.remove(self._pointer(worker, channel))
+
+    async def lease(self, run: str, holder: str, now: float, until: float) -> str | None:
+        return self._leases.take(run, holder, now, until)
+
+    async def release(self, run: str, holder: str) -> None:
+        self._leases.release(run, holder)

@@ -1,0 +1,131 @@
+"""Tasks in the database: queued, running, paused, done, failed."""
+
+from __future__ import annotations
+
+import msgspec
+
+from ..._errors import NotFoundError
+from ...protocol import TaskState
+from ._db import Database, encode, number, scalar
+
+__all__ = ("PostgresTasks",)
+
+_task = msgspec.json.Decoder(TaskState)
+
+_NEXT_TASK = "SELECT nextval('task_numbers')"
+_SUBMIT = (
+    "INSERT INTO tasks (n, status, submitted_at, change, record)"
+    " VALUES (%s, %s, %s, nextval('state_changes'), %s)"
+)
+_UPDATE = (
+    "UPDATE tasks SET status = %s, submitted_at = %s, change = nextval('state_changes'),"
+    " record = %s WHERE n = %s"
+)
+# A run names the task it was started for; the latest update wins, as in
+# the file backend's index.
+_RUNS = (
+    "INSERT INTO task_runs (run, task) SELECT run, %s FROM unnest(%s::text[]) AS r (run)"
+    " ON CONFLICT (run) DO UPDATE SET task = excluded.task"
+)
+_GET = "SELECT record FROM tasks WHERE n = %s"
+# On task_runs' primary key, then tasks' own.
+_BY_RUN = "SELECT t.record FROM task_runs r JOIN tasks t ON t.n = r.task WHERE r.run = %s"
+_ALL = "SELECT record FROM tasks"
+# On the partial index tasks_pending: only tasks still to run, however
+# many have finished.
+_PENDING = "SELECT record FROM tasks WHERE status IN ('queued', 'running')"
+# The oldest task to run that no live host holds, on the same partial index;
+# SKIP LOCKED: hosts claiming at once each get a different one, or none.
+_CLAIM = (
+    "UPDATE tasks SET holder = %(holder)s, lease_until = %(until)s WHERE n = ("
+    " SELECT n FROM tasks WHERE status IN ('queued', 'running')"
+    " AND (lease_until IS NULL OR lease_until <= %(now)s)"
+    " ORDER BY submitted_at, n LIMIT 1 FOR UPDATE SKIP LOCKED)"
+    " RETURNING record"
+)
+_RENEW = "UPDATE tasks SET lease_until = %s WHERE n = %s AND holder = %s"
+_RELEASE = "UPDATE tasks SET holder = NULL, lease_until = NULL WHERE n = %s AND holder = %s"
+
+
+def _submission_order(tasks: list[TaskState]) -> list[TaskState]:
+    # Sorted here, as the file backend sorts: ids compare as strings.
+    return sorted(tasks, key=lambda t: (t.submitted_at, t.id))
+
+
+class PostgresTasks:
+    """All tasks in table ``tasks``, each change a whole new state."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def __repr__(self) -> str:
+        return f"PostgresTasks({self._db.where!r})"
+
+    async def submit(self, worker: str, channel: str, text: str, at: float) -> TaskState:
+        async with self._db.connection("submit a task") as conn:
+            # A number taken is never handed out again, even if the insert fails.
+            n = await scalar(conn, _NEXT_TASK)
+            task = TaskState(
+                id=f"task-{n}",
+                worker=worker,
+                channel=channel,
+                text=text,
+                submitted_at=at,
+                updated_at=at,
+            )
+            await conn.execute(_SUBMIT, (n, task.status, at, encode(task)))
+        return task
+
+    async def update(self, task: TaskState) -> TaskState:
+        """Store *task*'s new state as a whole; raises ``NotFoundError`` for a
+        task never submitted (its number is the database's to hand out)."""
+        n = self._number(task.id)
+        async with self._db.transaction("update a task") as conn:
+            cursor = await conn.execute(_UPDATE, (task.status, task.submitted_at, encode(task), n))
+            if cursor.rowcount == 0:
+                raise NotFoundError("task", task.id)
+            if task.runs:
+                await conn.execute(_RUNS, (n, list(task.runs)))
+        return task
+
+    async def get(self, task_id: str) -> TaskState:
+        """Raises ``NotFoundError`` for an unknown id."""
+        row = await self._db.fetchone("read a task", _GET, (self._number(task_id),))
+        if row is None:
+            raise NotFoundError("task", task_id)
+        return self._db.decode(_task, row[0])
+
+    async def by_run(self, run: str) -> TaskState | None:
+        row = await self._db.fetchone("read a task", _BY_RUN, (run,))
+        return None if row is None else self._db.decode(_task, row[0])
+
+    async def all(self) -> list[TaskState]:
+        """Every task, in submission order."""
+        rows = await self._db.fetchall("read tasks", _ALL)
+        return _submission_order([self._db.decode(_task, row[0]) for row in rows])
+
+    async def pending(self) -> list[TaskState]:
+        """Tasks to (re)start after a restart: queued, or cut off while running."""
+        rows = await self._db.fetchall("read tasks", _PENDING)
+        return _submission_order([self._db.decode(_task, row[0]) for row in rows])
+
+    async def claim(self, holder: str, now: float, until: float) -> TaskState | None:
+        params = {"holder": holder, "until": until, "now": now}
+        row = await self._db.fetchone("claim a task", _CLAIM, params)
+        return None if row is None else self._db.decode(_task, row[0])
+
+    async def renew(self, task_id: str, holder: str, until: float) -> bool:
+        async with self._db.connection("renew a task's lease") as conn:
+            cursor = await conn.execute(_RENEW, (until, self._number(task_id), holder))
+            return cursor.rowcount == 1
+
+    async def release(self, task_id: str, holder: str) -> None:
+        async with self._db.connection("release a task") as conn:
+            await conn.execute(_RELEASE, (self._number(task_id), holder))
+
+    @staticmethod
+    def _number(task_id: str) -> int:
+        n = number(task_id, "task")
+        if n is None:
+            raise NotFoundError("task", task_id)
+        return n

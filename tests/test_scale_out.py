@@ -1,0 +1,213 @@
+"""Several daemons, one PostgreSQL database, one org.
+
+Real processes on a real server: whichever host a client reaches continues
+any session byte for byte, turns of one session never interleave, a host
+killed mid-turn or mid-task hands over within its lease, and each task
+runs once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from harness import DaemonProcess, make_org
+from simulator import Simulator, Stall
+
+from rosterd.client import RosterClient
+
+LEASE_S = 2.0
+
+
+def _org(root: Path, engine: str = 'kind = "echo"') -> Path:
+    org = make_org(root, channels=4, engine=engine)
+    with (org / "org.toml").open("a") as toml:
+        toml.write(f"\n[daemon]\nlease_s = {LEASE_S}\ntask_workers = 2\n")
+    return org
+
+
+@pytest.fixture
+def hosts(tmp_path: Path, postgres_url: str) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
+    """Two daemons on one database, each with its own socket and log."""
+    org = _org(tmp_path / "org")
+    first = DaemonProcess(org, tmp_path / "a", database=postgres_url).start()
+    second = DaemonProcess(org, tmp_path / "b", database=postgres_url).start()
+    yield first, second
+    for host in (first, second):
+        host.stop()
+
+
+async def _call(host: DaemonProcess, method: str, params: dict[str, Any]) -> Any:
+    async with await host.client() as client:
+        return await client.call(method, params)
+
+
+async def _requests(host: DaemonProcess, run: str) -> list[dict[str, Any]]:
+    """Every request the engine received in *run*, as ``runs.context`` pages them."""
+    requests: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        page = await _call(host, "runs.context", {"run": run, "all": True, "after": after})
+        requests.extend(page["turns"])
+        if page.get("next") is None:
+            return requests
+        after = page["next"]
+
+
+@pytest.mark.anyio
+async def test_a_session_alternating_between_hosts_extends_its_request_byte_for_byte(
+    hosts: tuple[DaemonProcess, DaemonProcess],
+) -> None:
+    first, second = hosts
+    opened = await _call(first, "session.open", {"worker": "ada", "channel": "c0"})
+    session = opened["session"]
+    for n in range(12):
+        host = hosts[n % 2]
+        result = await _call(host, "session.send", {"session": session, "text": f"turn {n}"})
+        assert (result["run"], result["turn"]) == (session, n + 1)
+    again = await _call(second, "session.open", {"worker": "ada", "channel": "c0"})
+    assert again["session"] == session
+    requests = await _requests(first, session)
+    assert requests == await _requests(second, session)
+    assert [r["turn"] for r in requests] == list(range(1, 13))
+    for earlier, later in itertools.pairwise(requests):
+        assert later["system"] == earlier["system"]
+        assert later["messages"][: len(earlier["messages"])] == earlier["messages"]
+        assert len(later["messages"]) == len(earlier["messages"]) + 2
+
+
+@pytest.mark.anyio
+async def test_memory_and_gates_from_one_host_are_in_the_next_turn_on_the_other(
+    hosts: tuple[DaemonProcess, DaemonProcess],
+) -> None:
+    first, second = hosts
+    session = (await _call(first, "session.open", {"worker": "ada", "channel": "c1"}))["session"]
+    await _call(first, "session.send", {"session": session, "text": "hello"})
+    await _call(second, "memory.add", {"worker": "ada", "text": "the deploy key rotates fridays"})
+    gate = await _call(second, "gate.file", {"worker": "ada", "summary": "approve the release"})
+    await _call(first, "session.send", {"session": session, "text": "what rotates fridays?"})
+    sent = (await _requests(first, session))[-1]["messages"][-1]["content"]
+    assert "the deploy key rotates fridays" in sent
+    assert "approve the release" in sent
+    await _call(first, "gate.resolve", {"gate": gate["id"], "outcome": "approved"})
+    (listed,) = await _call(second, "gate.list", {"worker": "ada"})
+    assert listed["status"] == "resolved"
+
+
+@pytest.mark.anyio
+async def test_forty_tasks_on_two_hosts_each_run_once_spread_over_both(
+    hosts: tuple[DaemonProcess, DaemonProcess],
+) -> None:
+    first, second = hosts
+    submitted = []
+    for n in range(40):
+        host = hosts[n % 2]
+        task = await _call(host, "task.submit", {"worker": "ada", "channel": "c2", "text": f"t{n}"})
+        submitted.append(task["id"])
+    assert len(set(submitted)) == 40
+    with anyio.fail_after(60):
+        while True:
+            tasks = await _call(first, "task.list", {})
+            if all(t["status"] == "done" for t in tasks):
+                break
+            await anyio.sleep(0.05)  # polled: the state is on two hosts
+    assert sorted(t["id"] for t in tasks) == sorted(submitted)
+    assert all(len(t["runs"]) == 1 for t in tasks)
+    runs = {r["id"]: r for r in await _call(second, "runs.list", {})}
+    ran_on = {runs[t["runs"][0]]["host"] for t in tasks}
+    assert len(ran_on) == 2
+
+
+def _simulated(simulator: Simulator) -> str:
+    return f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"'
+
+
+@pytest.mark.anyio
+async def test_a_host_killed_mid_turn_releases_the_session_within_its_lease(
+    tmp_path: Path, postgres_url: str, simulator: Simulator
+) -> None:
+    org = _org(tmp_path / "org", _simulated(simulator))
+    first = DaemonProcess(org, tmp_path / "a", database=postgres_url).start()
+    second = DaemonProcess(org, tmp_path / "b", database=postgres_url).start()
+    try:
+        session = (await _call(first, "session.open", {"worker": "ada", "channel": "c0"}))[
+            "session"
+        ]
+        await _call(first, "session.send", {"session": session, "text": "one"})
+        simulator.script(Stall())
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_send_ignoring_the_kill, first, session)
+            with anyio.fail_after(10):
+                while len(simulator.requests) < 2:  # noqa: ASYNC110 - polled, no event to wait on
+                    await anyio.sleep(0.01)
+            first.stop(9)
+        killed_at = time.monotonic()
+        with anyio.fail_after(LEASE_S + 10):
+            reply = await _call(second, "session.send", {"session": session, "text": "three"})
+        assert time.monotonic() - killed_at < LEASE_S + 5
+        assert reply["turn"] == 3
+        requests = await _requests(second, session)
+        # The cut-off turn's user message was traced and is sent again, never lost.
+        assert [r["turn"] for r in requests] == [1, 2, 3]
+        assert requests[2]["messages"][: len(requests[1]["messages"])] == requests[1]["messages"]
+    finally:
+        second.stop()
+        first.stop()
+
+
+async def _send_ignoring_the_kill(host: DaemonProcess, session: str) -> None:
+    try:
+        await _call(host, "session.send", {"session": session, "text": "two"})
+    except Exception:  # the host is killed under this call
+        return
+
+
+@pytest.mark.anyio
+async def test_a_task_whose_host_died_is_finished_by_the_other(
+    tmp_path: Path, postgres_url: str, simulator: Simulator
+) -> None:
+    org = _org(tmp_path / "org", _simulated(simulator))
+    first = DaemonProcess(org, tmp_path / "a", database=postgres_url).start()
+    try:
+        simulator.script(Stall())
+        task = await _call(first, "task.submit", {"worker": "ada", "channel": "c3", "text": "x"})
+        with anyio.fail_after(10):
+            while not simulator.requests:  # noqa: ASYNC110 - polled, no event to wait on
+                await anyio.sleep(0.01)
+        first.stop(9)
+        second = DaemonProcess(org, tmp_path / "b", database=postgres_url).start()
+        try:
+            with anyio.fail_after(LEASE_S + 15):
+                while (  # noqa: ASYNC110 - polled, no event to wait on
+                    await _call(second, "task.get", {"task": task["id"]})
+                )["status"] != "done":
+                    await anyio.sleep(0.05)
+            done = await _call(second, "task.get", {"task": task["id"]})
+            assert len(done["runs"]) == 2
+            cut = await _call(second, "runs.show", {"run": done["runs"][0]})
+            assert cut["info"]["status"] == "interrupted"
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+
+
+@pytest.mark.anyio
+async def test_a_client_of_either_host_reads_the_same_trace_bytes(
+    hosts: tuple[DaemonProcess, DaemonProcess],
+) -> None:
+    first, second = hosts
+    session = (await _call(first, "session.open", {"worker": "ada", "channel": "c3"}))["session"]
+    await _call(second, "session.send", {"session": session, "text": "odd \u2028 text \U0001f600"})
+    async with (
+        await RosterClient.connect(first.socket) as a,
+        await RosterClient.connect(second.socket) as b,
+    ):
+        shown_a = await a.call("runs.show", {"run": session})
+        shown_b = await b.call("runs.show", {"run": session})
+    assert shown_a == shown_b

@@ -1,0 +1,437 @@
+"""The run store contract on both backends, and what only the database adds.
+
+``runs`` yields a ``RunStore`` of each backend over an empty state; every
+contract test runs on both with the same assertions. The PostgreSQL tests
+after them check byte-identical traces against the file backend, two hosts
+continuing one run, and errors that name the database without its password.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import msgspec
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from psycopg_pool import AsyncConnectionPool
+
+from rosterd import InvalidIdError, NotFoundError, StorageError
+from rosterd.compiler import ContextRecord, RunMeta, compile_system
+from rosterd.org import Surface, load_org
+from rosterd.protocol import RunInfo, TranscriptEntry
+from rosterd.stores import FileRuns, RunStore, SessionState
+from rosterd.stores.postgres import migrate
+from rosterd.stores.postgres._db import Database
+from rosterd.stores.postgres._runs import OPEN_RUNS, PostgresRuns
+from rosterd.stores.postgres._state import redact
+
+EXAMPLE_ORG = Path(__file__).resolve().parent.parent / "examples" / "org"
+NOW = 1_780_000_000.0
+ODD = 'NUL \x00, U+2028 \u2028, U+2029 \u2029, emoji 😀👩‍💻, é, 中文, \x1f, \x7f, "quote" \\ </s>'
+
+
+@asynccontextmanager
+async def postgres_runs(url: str) -> AsyncIterator[PostgresRuns]:
+    """A run store over its own small pool, as one host would have it."""
+    async with AsyncConnectionPool(
+        url, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
+    ) as pool:
+        await pool.open(wait=True)
+        async with pool.connection() as conn:
+            await migrate(conn, redact(url))
+        yield PostgresRuns(Database(pool, redact(url)))
+
+
+@pytest.fixture(params=["files", "postgres"])
+async def runs(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RunStore]:
+    if request.param == "files":
+        yield FileRuns(tmp_path / "state")
+        return
+    async with postgres_runs(request.getfixturevalue("postgres_url")) as store:
+        yield store
+
+
+def session_info(run: str, at: float = NOW) -> RunInfo:
+    return RunInfo(id=run, surface="session", worker="ada", channel="general", created_at=at)
+
+
+def system_record(run: str, *, turn: int = 0) -> tuple[ContextRecord, SessionState]:
+    """A real compiled session opening from the example org."""
+    org = load_org(EXAMPLE_ORG)
+    scope = org.scope(Surface.SESSION, "ada", "general")
+    system = compile_system(org, scope, RunMeta(run=run, turn=turn, now=NOW))
+    state = SessionState(system=system, engine=org.engine_for("ada"))
+    return system.record(RunMeta(run=run, turn=turn, now=NOW)), state
+
+
+def with_content(record: ContextRecord, turn: int, content: str) -> ContextRecord:
+    block = msgspec.structs.replace(record.blocks[0], content=content)
+    return msgspec.structs.replace(
+        record, kind="turn", turn=turn, blocks=(block, *record.blocks[1:])
+    )
+
+
+def entry(turn: int, role: str, content: str) -> TranscriptEntry:
+    return msgspec.convert(
+        {"turn": turn, "role": role, "content": content, "at": NOW + turn}, TranscriptEntry
+    )
+
+
+def lines(records: list[ContextRecord]) -> bytes:
+    return b"".join(msgspec.json.encode(record) + b"\n" for record in records)
+
+
+# The contract, on both backends.
+
+
+@pytest.mark.anyio
+async def test_create_writes_info_that_info_and_all_read_oldest_first(runs: RunStore) -> None:
+    assert await runs.all() == []
+    late = await runs.create(session_info("s-late", NOW + 5))
+    early = await runs.create(session_info("s-early", NOW))
+    tie_b = await runs.create(session_info("s-tie-b", NOW + 2))
+    tie_a = await runs.create(session_info("s-tie-a", NOW + 2))
+    assert late.last_turn == early.last_turn == 0
+    assert await runs.info("s-late") == late.info
+    assert [i.id for i in await runs.all()] == ["s-early", "s-tie-a", "s-tie-b", "s-late"]
+    assert [tie_a.info, tie_b.info] == (await runs.all())[1:3]
+    for run in (late, early, tie_a, tie_b):
+        await run.aclose()
+
+
+@pytest.mark.anyio
+async def test_unknown_runs_are_not_found_and_bad_ids_invalid(runs: RunStore) -> None:
+    with pytest.raises(NotFoundError) as raised:
+        await runs.info("s-nobody")
+    assert (raised.value.kind, raised.value.name) == ("run", "s-nobody")
+    assert await runs.context("s-nobody") == []
+    assert await runs.transcript("s-nobody") == []
+    assert await runs.load_session("s-nobody") is None
+    for bad in ("../etc", "", ".hidden", "a/b"):
+        with pytest.raises(InvalidIdError):
+            await runs.info(bad)
+    with pytest.raises(InvalidIdError):
+        await runs.session_for("ada", "../general")
+
+
+@pytest.mark.anyio
+async def test_new_ids_carry_prefix_and_utc_stamp_and_differ(runs: RunStore) -> None:
+    ids = {runs.new_id("task", 0.0) for _ in range(20)}
+    assert len(ids) == 20
+    for run in ids:
+        head, stamp_date, stamp_time, tail = run.split("-")
+        assert (head, stamp_date, stamp_time) == ("task", "19700101", "000000")
+        assert len(tail) == 6 and int(tail, 16) >= 0
+
+
+@pytest.mark.anyio
+async def test_trace_and_transcript_read_back_in_append_order(runs: RunStore) -> None:
+    record, _ = system_record("s-1")
+    run = await runs.create(session_info("s-1"))
+    traced = [record, with_content(record, 1, "one"), with_content(record, 2, ODD)]
+    for item in traced:
+        await run.trace(item)
+    entries = [entry(1, "user", "hi"), entry(1, "assistant", ODD), entry(2, "user", "again")]
+    await run.record(entries[0])
+    await run.record_many(entries[1:])
+    await run.record_many([])
+    assert await runs.context("s-1") == traced
+    assert await runs.transcript("s-1") == entries
+    await run.aclose()
+
+
+@pytest.mark.anyio
+async def test_reopen_gives_transcript_and_highest_traced_turn(runs: RunStore) -> None:
+    record, _ = system_record("s-1")
+    run = await runs.create(session_info("s-1"))
+    await run.trace(record)
+    await run.trace(with_content(record, 1, "one"))
+    # Turn 2's compilation failed: traced, never sent, so not in the transcript.
+    failed = msgspec.structs.replace(with_content(record, 2, "too long"), status="failed")
+    await run.trace(failed)
+    await run.record_many([entry(1, "user", "hi"), entry(1, "assistant", "hello")])
+    await run.aclose()
+
+    again, transcript = await runs.reopen(await runs.info("s-1"))
+    assert again.last_turn == 2
+    assert transcript == [entry(1, "user", "hi"), entry(1, "assistant", "hello")]
+    await again.record(entry(3, "user", "on"))
+    assert [e.turn for e in await runs.transcript("s-1")] == [1, 1, 3]
+    await again.aclose()
+
+
+@pytest.mark.anyio
+async def test_finish_and_end_write_the_final_info(runs: RunStore) -> None:
+    run = await runs.create(session_info("s-1"))
+    await run.finish("failed", NOW + 9, error="over budget")
+    assert run.info.status == "failed"
+    assert await runs.info("s-1") == msgspec.structs.replace(
+        session_info("s-1"), status="failed", ended_at=NOW + 9, error="over budget"
+    )
+    other = await runs.create(session_info("s-2"))
+    final = msgspec.structs.replace(other.info, status="done", ended_at=NOW + 1, rolled_to="s-3")
+    await other.end(final)
+    assert await runs.info("s-2") == final
+    await runs.write_info(msgspec.structs.replace(final, rollover="bound"))
+    assert (await runs.info("s-2")).rollover == "bound"
+
+
+@pytest.mark.anyio
+async def test_recover_interrupts_open_task_and_direct_runs_only(runs: RunStore) -> None:
+    def info(run: str, surface: str) -> RunInfo:
+        return RunInfo(id=run, surface=surface, worker="grace", channel=None, created_at=NOW)
+
+    for run_id, surface in [("task-a", "task"), ("direct-a", "direct"), ("s-open", "session")]:
+        await (await runs.create(info(run_id, surface))).aclose()
+    done = await runs.create(info("direct-done", "direct"))
+    await done.finish("done", NOW + 1)
+
+    assert await runs.recover(NOW + 10) == 2
+    by_id = {i.id: i for i in await runs.all()}
+    for run_id in ("task-a", "direct-a"):
+        assert by_id[run_id] == msgspec.structs.replace(
+            info(run_id, by_id[run_id].surface),
+            status="interrupted",
+            ended_at=NOW + 10,
+            error="the daemon stopped before this run finished",
+        )
+    assert by_id["s-open"].status == "open"
+    assert by_id["direct-done"].status == "done"
+    assert await runs.recover(NOW + 20) == 0
+
+
+@pytest.mark.anyio
+async def test_session_state_saved_and_loaded_exactly(runs: RunStore) -> None:
+    _, state = system_record("s-1")
+    await (await runs.create(session_info("s-1"))).aclose()
+    assert await runs.load_session("s-1") is None
+    await runs.save_session("s-1", state)
+    assert await runs.load_session("s-1") == state
+    changed = msgspec.structs.replace(
+        state, engine=msgspec.structs.replace(state.engine, model="m")
+    )
+    await runs.save_session("s-1", changed)
+    assert await runs.load_session("s-1") == changed
+
+
+@pytest.mark.anyio
+async def test_session_pointers_set_replace_and_clear(runs: RunStore) -> None:
+    assert await runs.session_for("ada", "general") is None
+    await runs.set_session("ada", "general", "s-1")
+    await runs.set_session("ada", "random", "s-2")
+    assert await runs.session_for("ada", "general") == "s-1"
+    await runs.set_session("ada", "general", "s-3")
+    assert await runs.session_for("ada", "general") == "s-3"
+    await runs.clear_session("ada", "general")
+    await runs.clear_session("ada", "general")
+    assert await runs.session_for("ada", "general") is None
+    assert await runs.session_for("ada", "random") == "s-2"
+
+
+@pytest.mark.anyio
+async def test_a_lone_surrogate_is_refused_before_anything_is_written(runs: RunStore) -> None:
+    # Python strs may hold one; UTF-8 cannot, so msgspec refuses to encode it.
+    record, _ = system_record("s-1")
+    run = await runs.create(session_info("s-1"))
+    with pytest.raises(UnicodeEncodeError):
+        await run.trace(with_content(record, 1, "half \ud83d"))
+    with pytest.raises(UnicodeEncodeError):
+        await run.record_many([entry(1, "user", "fine"), entry(1, "assistant", "\udc00")])
+    assert await runs.context("s-1") == []
+    assert await runs.transcript("s-1") == []
+
+
+# What the database adds.
+
+
+@pytest.mark.anyio
+async def test_export_is_byte_identical_to_the_files_context_jsonl(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    record, _ = system_record("s-1")
+    traced = [
+        record,
+        with_content(record, 1, ODD),
+        with_content(record, 2, "\u2028" * 3 + "\x00" + "🧪" * 50),
+        msgspec.structs.replace(with_content(record, 3, ""), status="failed", at=0.1 + 0.2),
+    ]
+    files = FileRuns(tmp_path / "state")
+    async with postgres_runs(postgres_url) as postgres:
+        for store in (files, postgres):
+            run = await store.create(session_info("s-1"))
+            for item in traced:
+                await run.trace(item)
+            await run.aclose()
+        on_disk = (tmp_path / "state" / "runs" / "s-1" / "context.jsonl").read_bytes()
+        assert await postgres.export("s-1") == on_disk == lines(traced)
+        assert lines(await postgres.context("s-1")) == on_disk
+        assert await postgres.context("s-1") == await files.context("s-1") == traced
+        assert await postgres.export("s-nobody") == b""
+
+
+# Any str UTF-8 can hold: everything but the surrogates. Times are finite:
+# msgspec writes inf as null, which neither backend reads back as a float.
+_texts = st.text(st.characters(exclude_categories=["Cs"]))
+_example = itertools.count()
+
+
+@pytest.mark.anyio
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    contents=st.lists(_texts, min_size=1, max_size=4),
+    at=st.floats(allow_nan=False, allow_infinity=False),
+)
+async def test_export_matches_the_file_for_any_text_and_time(
+    postgres_url: str, tmp_path: Path, contents: list[str], at: float
+) -> None:
+    # One database and directory for every example: each example its own run.
+    run_id = f"s-{next(_example)}"
+    record, _ = system_record(run_id)
+    traced = [
+        msgspec.structs.replace(with_content(record, i, c), at=at) for i, c in enumerate(contents)
+    ]
+    files = FileRuns(tmp_path / "state")
+    async with postgres_runs(postgres_url) as postgres:
+        for store in (files, postgres):
+            run = await store.create(session_info(run_id, at))
+            for item in traced:
+                await run.trace(item)
+            await run.record_many([entry(1, "user", c) for c in contents])
+        on_disk = (tmp_path / "state" / "runs" / run_id / "context.jsonl").read_bytes()
+        assert await postgres.export(run_id) == on_disk
+        assert await postgres.transcript(run_id) == await files.transcript(run_id)
+        assert await postgres.info(run_id) == await files.info(run_id)
+
+
+@pytest.mark.anyio
+async def test_a_second_host_continues_a_session_the_first_wrote(postgres_url: str) -> None:
+    record, state = system_record("s-1")
+    async with postgres_runs(postgres_url) as host_a, postgres_runs(postgres_url) as host_b:
+        run_a = await host_a.create(session_info("s-1"))
+        await host_a.save_session("s-1", state)
+        await host_a.set_session("ada", "general", "s-1")
+        await run_a.trace(record)
+        await run_a.trace(with_content(record, 1, "turn one"))
+        await run_a.record_many([entry(1, "user", "one"), entry(1, "assistant", "1")])
+
+        assert await host_b.session_for("ada", "general") == "s-1"
+        assert await host_b.load_session("s-1") == state
+        run_b, transcript = await host_b.reopen(await host_b.info("s-1"))
+        assert run_b.last_turn == 1
+        assert transcript == await host_a.transcript("s-1")
+        await run_b.trace(with_content(record, 2, "turn two"))
+        await run_b.record_many([entry(2, "user", "two"), entry(2, "assistant", "2")])
+        # And back on A, whose run object knows nothing of B's lines.
+        await run_a.record(entry(3, "user", "three"))
+
+        assert [r.turn for r in await host_a.context("s-1")] == [0, 1, 2]
+        assert [(e.turn, e.content) for e in await host_a.transcript("s-1")] == [
+            (1, "one"), (1, "1"), (2, "two"), (2, "2"), (3, "three"),
+        ]  # fmt: skip
+        async with await psycopg.AsyncConnection.connect(postgres_url) as conn:
+            cursor = await conn.execute("SELECT n FROM run_transcript WHERE run = 's-1' ORDER BY n")
+            assert [n for (n,) in await cursor.fetchall()] == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.anyio
+async def test_concurrent_appends_from_two_hosts_number_every_line_once(
+    postgres_url: str,
+) -> None:
+    async with postgres_runs(postgres_url) as host_a, postgres_runs(postgres_url) as host_b:
+        run_a = await host_a.create(session_info("s-1"))
+        run_b, _ = await host_b.reopen(run_a.info)
+        async with anyio.create_task_group() as tg:
+            for i in range(40):
+                run = run_a if i % 2 else run_b
+                tg.start_soon(
+                    run.record_many, [entry(i, "user", f"{i}a"), entry(i, "tool", f"{i}b")]
+                )
+        transcript = await host_a.transcript("s-1")
+        assert sorted(e.content for e in transcript) == sorted(
+            f"{i}{part}" for i in range(40) for part in "ab"
+        )
+        # Each batch stayed whole and in order.
+        for first, second in zip(transcript[::2], transcript[1::2], strict=True):
+            assert (first.turn, first.role, second.turn, second.role) == (
+                first.turn, "user", first.turn, "tool",
+            )  # fmt: skip
+
+
+@pytest.mark.anyio
+async def test_two_hosts_recovering_at_once_interrupt_each_run_once(postgres_url: str) -> None:
+    async with postgres_runs(postgres_url) as host_a, postgres_runs(postgres_url) as host_b:
+        for i in range(30):
+            info = RunInfo(
+                id=f"task-{i}", surface="task", worker="grace", channel=None, created_at=NOW
+            )
+            await (await host_a.create(info)).aclose()
+        counts: list[int] = []
+
+        async def recover(host: PostgresRuns, at: float) -> None:
+            counts.append(await host.recover(at))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(recover, host_a, NOW + 1)
+            tg.start_soon(recover, host_b, NOW + 2)
+        assert sum(counts) == 30
+        infos = await host_b.all()
+        assert {i.status for i in infos} == {"interrupted"}
+        # Each run's info is the one its recovering host wrote, whole.
+        assert sorted(sum(i.ended_at == NOW + at for i in infos) for at in (1, 2)) == sorted(counts)
+
+
+@pytest.mark.anyio
+async def test_appending_to_a_run_that_was_never_created_is_not_found(
+    postgres_url: str,
+) -> None:
+    async with postgres_runs(postgres_url) as store:
+        run, _ = await store.reopen(session_info("s-ghost"))
+        with pytest.raises(NotFoundError):
+            await run.record(entry(1, "user", "hi"))
+
+
+@pytest.mark.anyio
+async def test_recovery_reads_open_runs_through_the_partial_index(postgres_url: str) -> None:
+    async with postgres_runs(postgres_url) as store:
+        await (await store.create(session_info("s-1"))).aclose()
+    async with await psycopg.AsyncConnection.connect(postgres_url) as conn:
+        # Off, a scan of every run is what the planner would pick if it could.
+        await conn.execute("SET enable_seqscan = off")
+        cursor = await conn.execute(f"EXPLAIN {OPEN_RUNS}", ("session", 0.0))
+        plan = "\n".join(line for (line,) in await cursor.fetchall())
+    assert "runs_open" in plan, plan
+    assert "Seq Scan" not in plan, plan
+
+
+@pytest.mark.anyio
+async def test_database_errors_are_storage_errors_naming_no_password(postgres_url: str) -> None:
+    # Nothing listens on port 1: every connection attempt fails.
+    url = "postgresql://rosterd:hunter2-secret@127.0.0.1:1/state?connect_timeout=1"
+    async with AsyncConnectionPool(url, min_size=1, timeout=0.5, open=False) as pool:
+        await pool.open(wait=False)
+        store = PostgresRuns(Database(pool, redact(url)))
+        with pytest.raises(StorageError) as raised:
+            await store.info("s-1")
+    error = raised.value
+    assert (error.path, error.op) == (
+        "postgresql://rosterd:***@127.0.0.1:1/state?connect_timeout=1",
+        "read run info",
+    )
+    assert "hunter2" not in str(error) and error.__cause__ is None
+
+    async with postgres_runs(postgres_url) as store:
+        run = await store.create(session_info("s-1"))
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as conn:
+            await conn.execute("DROP TABLE run_transcript")
+        with pytest.raises(StorageError) as raised:
+            await run.record(entry(1, "user", "hi"))
+        assert raised.value.op == "record"
+        assert "run_transcript" in str(raised.value)
