@@ -102,3 +102,49 @@ async def test_bad_org_fails_start_with_one_clear_line(org_dir: Path, tmp_path: 
     log = process.log()
     assert "invalid TOML" in log and "org.toml" in log
     assert "Traceback" not in log
+
+
+@pytest.mark.anyio
+async def test_kill_9_mid_stream_on_a_database_keeps_every_acknowledged_turn(
+    org_dir: Path, tmp_path: Path, postgres_url: str
+) -> None:
+    toml = org_dir / "org.toml"
+    toml.write_text(toml.read_text().replace("[daemon]\n", "[daemon]\nlease_s = 1\n", 1))
+    process = DaemonProcess(org_dir, tmp_path / "a", database=postgres_url).start()
+    acknowledged: list[tuple[int, str]] = []
+    async with await process.client() as client:
+        opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
+        session = opened["session"]
+
+        async def stream_turns() -> None:
+            n = 0
+            while True:
+                n += 1
+                text = f"turn text {n}"
+                try:
+                    result = await client.call("session.send", {"session": session, "text": text})
+                except (RosterError, OSError):  # the daemon died under us: expected
+                    return
+                acknowledged.append((result["turn"], text))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stream_turns)
+            await anyio.sleep(random.Random(3).uniform(0.2, 0.8))
+            process.kill9()
+    assert acknowledged, "no turn was acknowledged before the kill"
+
+    process = DaemonProcess(org_dir, tmp_path / "b", database=postgres_url).start()
+    try:
+        async with await process.client() as client:
+            reopened = await client.call("session.open", {"worker": "ada", "channel": "general"})
+            assert reopened["session"] == session
+            entries = (await client.call("runs.show", {"run": session}))["transcript"]
+            after = await client.call("session.send", {"session": session, "text": "after"})
+    finally:
+        process.stop()
+    for turn, text in acknowledged:
+        user = [e for e in entries if e["turn"] == turn and e["role"] == "user"]
+        reply = [e for e in entries if e["turn"] == turn and e["role"] == "assistant"]
+        assert len(user) == 1 and text in str(user[0]["content"])
+        assert len(reply) == 1 and text in str(reply[0]["content"])
+    assert after["turn"] == reopened["turns"] + 1
