@@ -83,7 +83,7 @@ class LeaseKeeper:
             try:
                 yield
             finally:
-                del held[key]
+                held.pop(key, None)
         if scope.cancelled_caught:
             raise ConflictError(f"{kind} {key!r}: this host lost its lease to another host")
 
