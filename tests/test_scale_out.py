@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 from harness import DaemonProcess, make_org
-from simulator import Simulator, Stall
+from simulator import Delay, Simulator, Stall
 
 from rosterd.client import RosterClient
 
@@ -211,3 +211,39 @@ async def test_a_client_of_either_host_reads_the_same_trace_bytes(
         shown_a = await a.call("runs.show", {"run": session})
         shown_b = await b.call("runs.show", {"run": session})
     assert shown_a == shown_b
+
+
+@pytest.mark.anyio
+async def test_a_turn_on_one_host_waits_for_a_turn_held_past_its_lease_on_the_other(
+    tmp_path: Path, postgres_url: str, simulator: Simulator
+) -> None:
+    org = _org(tmp_path / "org", _simulated(simulator))
+    first = DaemonProcess(org, tmp_path / "a", database=postgres_url).start()
+    second = DaemonProcess(org, tmp_path / "b", database=postgres_url).start()
+    finished: list[str] = []
+
+    async def send(host: DaemonProcess, name: str, session: str) -> None:
+        await _call(host, "session.send", {"session": session, "text": name})
+        finished.append(name)
+
+    try:
+        session = (await _call(first, "session.open", {"worker": "ada", "channel": "c0"}))[
+            "session"
+        ]
+        await _call(first, "session.send", {"session": session, "text": "one"})
+        # Longer than the lease: the first host must renew it to keep the turn.
+        simulator.script(Delay(LEASE_S * 1.5))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, first, "slow", session)
+            with anyio.fail_after(10):
+                while len(simulator.requests) < 2:  # noqa: ASYNC110 - polled, no event to wait on
+                    await anyio.sleep(0.01)
+            tg.start_soon(send, second, "waiting", session)
+        assert finished == ["slow", "waiting"]
+        requests = await _requests(second, session)
+        assert [r["turn"] for r in requests] == [1, 2, 3]
+        assert [m["role"] for m in requests[2]["messages"]] == ["user", "assistant"] * 2 + ["user"]
+        assert "lease lost" not in first.log() + second.log()
+    finally:
+        second.stop()
+        first.stop()
