@@ -9,6 +9,9 @@ runs once.
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -247,3 +250,16 @@ async def test_a_turn_on_one_host_waits_for_a_turn_held_past_its_lease_on_the_ot
     finally:
         second.stop()
         first.stop()
+
+
+def test_serving_a_database_without_a_socket_path_is_one_clear_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("ROSTER_SOCKET", "RUNTIME_DIRECTORY")}
+    done = subprocess.run(
+        [sys.executable, "-m", "rosterd.cli", "serve", "--org", str(_org(tmp_path / "org")),
+         "--state", "postgresql://rosterd:secret@127.0.0.1:1/roster"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "roster: with the state in a database, name the socket: --socket PATH or ROSTER_SOCKET"
+    )

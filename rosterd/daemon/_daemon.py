@@ -62,8 +62,13 @@ async def run_daemon(
     inherited = listen_fds(environ)
     watchdog_s = watchdog_interval(environ)
     source = await OrgSource.load(org_dir, clock)
+    if isinstance(state, Path):
+        state = Path(await anyio.Path(state).resolve())
+    # Named before the state is opened: a database without a socket path
+    # is a usage mistake, reported as one.
+    path = socket_path or default_socket_path(state, os.environ)
     async with (
-        _open_state(state) as (stores, state),
+        _open_state(state) as stores,
         notifier,
         Host(source, stores, environ, clock) as host,
     ):
@@ -75,7 +80,7 @@ async def run_daemon(
                 host,
                 sessions,
                 watcher,
-                socket_path or default_socket_path(state, os.environ),
+                path,
                 inherited,
                 notifier,
                 watchdog_s,
@@ -88,19 +93,19 @@ async def run_daemon(
 
 
 @asynccontextmanager
-async def _open_state(location: StateLocation) -> AsyncIterator[tuple[State, StateLocation]]:
-    """The opened stores, and where they are (a directory resolved)."""
+async def _open_state(location: StateLocation) -> AsyncIterator[State]:
+    """The opened stores of *location*."""
     if isinstance(location, str):
         # psycopg loads for a database only.
         from ..stores.postgres import PostgresState
 
         async with PostgresState(location) as database:
-            yield database, location
+            yield database
         return
     directory, lock = await anyio.to_thread.run_sync(_lock_state, location)
     try:
         async with FileState(directory) as files:
-            yield files, directory
+            yield files
     finally:
         os.close(lock)
 
