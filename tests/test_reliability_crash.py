@@ -248,7 +248,7 @@ async def test_kill_9_across_two_hosts_on_one_database_loses_no_acknowledged_wri
     """The same workload sent to two daemons on one PostgreSQL database in
     turn; at each random point one of them is killed, the other serves on."""
     toml = org_dir / "org.toml"
-    toml.write_text(toml.read_text().replace("[daemon]\n", "[daemon]\nlease_s = 2\n", 1))
+    toml.write_text(toml.read_text().replace("[daemon]\n", "[daemon]\nlease_s = 1\n", 1))
     rng = random.Random(SEED + 1)
     ledger = Ledger()
     hosts = [
