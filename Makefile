@@ -7,6 +7,9 @@ STATE ?= $(CURDIR)/.state
 ORG ?= $(CURDIR)/examples/org
 WORKER ?= ada
 CHANNEL ?= general
+# Twice the cores: much of the suite waits on daemons, sockets and PostgreSQL
+# rather than computing, so one worker per core leaves the CPUs idle.
+TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(2 * (os.cpu_count() or 1))')
 
 .PHONY: run test lint bench clean
 
@@ -33,7 +36,9 @@ test: $(STAMP)
 	$(BIN)/ruff check rosterd tests bench examples
 	$(BIN)/ruff format --check rosterd tests bench examples
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n auto --dist worksteal
+	@# One test at a time to whichever worker is free, in collection order (long tests
+	@# first, see tests/conftest.py); an xdist_group stays on one worker.
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscopereorder
 
 bench: $(STAMP)
 	$(BIN)/python bench/compile.py

@@ -59,6 +59,9 @@ from rosterd.org import (
 )
 from rosterd.sessions import ShownLedger
 
+# Each property draws hundreds of examples: seconds per test.
+pytestmark = pytest.mark.long
+
 SETTINGS = settings(
     deadline=None,
     max_examples=100,
