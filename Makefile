@@ -38,7 +38,7 @@ test: $(STAMP)
 	$(BIN)/mypy
 	@# One test at a time to whichever worker is free, in collection order (long tests
 	@# first, see tests/conftest.py); an xdist_group stays on one worker.
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscopereorder
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 bench: $(STAMP)
 	$(BIN)/python bench/compile.py
