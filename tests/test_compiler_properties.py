@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import random
 import re
@@ -57,6 +58,7 @@ from rosterd.org import (
     Surface,
     WorkerConfig,
 )
+from rosterd.org._config import HttpMethod
 from rosterd.sessions import ShownLedger
 
 # Each property draws hundreds of examples: seconds per test.
@@ -227,38 +229,51 @@ def _budget(draw: st.DrawFn) -> ContextBudget:
     )
 
 
+# The strategies are built once, not inside the composites at each draw: a new
+# strategy object is validated again each time it is made, a cost as large as
+# the draw.
+_HOSTS = st.lists(st.sampled_from(["a.example", "b.example", "c.example"]))
+_METHODS: st.SearchStrategy[list[HttpMethod]] = st.lists(
+    st.sampled_from(["GET", "POST", "DELETE"]), min_size=1
+)
+_ENVS = {name: st.sampled_from([None, "TOKEN", f"{name.upper()}_TOKEN"]) for name in SERVICES}
+_SERVICE_NAMES = st.lists(st.sampled_from(SERVICES), unique=True)
+_OVERLAY = st.one_of(
+    st.just(ContextOverlay()),
+    structs(
+        ContextOverlay,
+        memory=st.none() | st.integers(0, 1500),
+        briefing=st.none() | st.integers(0, 800),
+        history=st.none() | st.integers(0, 1500),
+    ),
+)
+_PURPOSE_CHANNELS = st.lists(st.sampled_from(CHANNELS))
+
+
+@functools.cache
+def _connection_lists(names: tuple[str, ...]) -> st.SearchStrategy[list[str]]:
+    return st.lists(st.sampled_from(names))
+
+
 @st.composite
 def org_specs(draw: st.DrawFn) -> OrgSpec:
     connections = {
         name: ConnectionConfig(
-            hosts=draw(st.lists(st.sampled_from(["a.example", "b.example", "c.example"]))),
-            methods=draw(st.lists(st.sampled_from(["GET", "POST", "DELETE"]), min_size=1)),
-            env=draw(st.sampled_from([None, "TOKEN", f"{name.upper()}_TOKEN"])),
+            hosts=draw(_HOSTS),
+            methods=draw(_METHODS),
+            env=draw(_ENVS[name]),
             note=draw(FILE_TEXT),
         )
-        for name in draw(st.lists(st.sampled_from(SERVICES), unique=True))
+        for name in draw(_SERVICE_NAMES)
     }
-    overlays = {
-        name: draw(
-            st.one_of(
-                st.just(ContextOverlay()),
-                structs(
-                    ContextOverlay,
-                    memory=st.none() | st.integers(0, 1500),
-                    briefing=st.none() | st.integers(0, 800),
-                    history=st.none() | st.integers(0, 1500),
-                ),
-            )
-        )
-        for name in WORKERS
-    }
+    overlays = {name: draw(_OVERLAY) for name in WORKERS}
     return OrgSpec(
         budget=_budget(draw),
         overlays=overlays,
         identities={w: draw(FILE_TEXT) for w in WORKERS},
-        purposes={c: draw(FILE_TEXT) for c in draw(st.lists(st.sampled_from(CHANNELS)))},
+        purposes={c: draw(FILE_TEXT) for c in draw(_PURPOSE_CHANNELS)},
         worker_connections={
-            w: draw(st.lists(st.sampled_from(sorted(connections)))) if connections else []
+            w: draw(_connection_lists(tuple(sorted(connections)))) if connections else []
             for w in WORKERS
         },
         connections=connections,
@@ -267,49 +282,38 @@ def org_specs(draw: st.DrawFn) -> OrgSpec:
 
 _CHANNEL_OR_NONE = st.sampled_from([None, *CHANNELS, "elsewhere"])
 _STAMP = st.floats(0, 4e9, allow_nan=False)
+_MEMORY = st.lists(
+    structs(MemoryItem, id=_SHORT, text=TEXT, created_at=_STAMP, channel=_CHANNEL_OR_NONE),
+    max_size=10,
+)
+_GATES = st.lists(
+    structs(
+        Gate,
+        id=_SHORT,
+        worker=st.sampled_from([*WORKERS, "eve"]),
+        summary=TEXT,
+        filed_at=_STAMP,
+        channel=_CHANNEL_OR_NONE,
+        run=st.none() | _SHORT,
+    ),
+    max_size=8,
+)
+_CONTINUATION = st.none() | structs(
+    Continuation, gate=_SHORT, summary=_SHORT, outcome=_SHORT, note=_SHORT
+)
+_HISTORY = st.none() | st.lists(
+    structs(ChannelMessage, seq=st.integers(0, 10_000), sender=_SHORT, text=TEXT, at=_STAMP),
+    max_size=10,
+    unique_by=lambda m: m.seq,
+).map(tuple)
 
 
 @st.composite
 def turn_inputs(draw: st.DrawFn) -> TurnInput:
-    memory = draw(
-        st.lists(
-            structs(
-                MemoryItem,
-                id=_SHORT,
-                text=TEXT,
-                created_at=_STAMP,
-                channel=_CHANNEL_OR_NONE,
-            ),
-            max_size=10,
-        )
-    )
-    gates = draw(
-        st.lists(
-            structs(
-                Gate,
-                id=_SHORT,
-                worker=st.sampled_from([*WORKERS, "eve"]),
-                summary=TEXT,
-                filed_at=_STAMP,
-                channel=_CHANNEL_OR_NONE,
-                run=st.none() | _SHORT,
-            ),
-            max_size=8,
-        )
-    )
-    continuation = draw(
-        st.none() | structs(Continuation, gate=_SHORT, summary=_SHORT, outcome=_SHORT, note=_SHORT)
-    )
-    history = draw(
-        st.none()
-        | st.lists(
-            structs(
-                ChannelMessage, seq=st.integers(0, 10_000), sender=_SHORT, text=TEXT, at=_STAMP
-            ),
-            max_size=10,
-            unique_by=lambda m: m.seq,
-        ).map(tuple)
-    )
+    memory = draw(_MEMORY)
+    gates = draw(_GATES)
+    continuation = draw(_CONTINUATION)
+    history = draw(_HISTORY)
     return TurnInput(
         text=draw(TEXT),
         sender=draw(_SHORT),
@@ -369,16 +373,23 @@ _ALNUM = string.ascii_letters + string.digits
 RUN_IDS = st.tuples(st.sampled_from(_ALNUM), st.text(_ALNUM + "._-", max_size=20)).map("".join)
 
 
+_SURFACES = st.sampled_from(list(Surface))
+_CHANNELS = st.sampled_from(CHANNELS)
+_WORKERS = st.sampled_from(WORKERS)
+_ORG_SPECS = org_specs()
+_TURN_INPUTS = turn_inputs()
+
+
 @st.composite
 def cases(draw: st.DrawFn) -> Case:
-    surface = draw(st.sampled_from(list(Surface)))
-    channel = None if surface is Surface.DIRECT else draw(st.sampled_from(CHANNELS))
+    surface = draw(_SURFACES)
+    channel = None if surface is Surface.DIRECT else draw(_CHANNELS)
     return Case(
-        spec=draw(org_specs()),
+        spec=draw(_ORG_SPECS),
         surface=surface,
-        worker=draw(st.sampled_from(WORKERS)),
+        worker=draw(_WORKERS),
         channel=channel,
-        turn=draw(turn_inputs()),
+        turn=draw(_TURN_INPUTS),
         meta=RunMeta(
             run=draw(RUN_IDS),
             turn=draw(st.integers(0, 10_000)),
