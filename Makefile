@@ -16,8 +16,9 @@ TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(2 * (os.cpu_count() or 1)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# The pip that venv bundles with Python >= 3.11 installs editable projects
+# (PEP 660): upgrading it first would only cost another download.
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
