@@ -17,6 +17,14 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_ORG = REPO / "examples" / "org"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Long tests first: one started last would keep a worker busy after the others
+    # are done (make test hands tests out one by one, longest known first).
+    items.sort(
+        key=lambda item: not (item.get_closest_marker("long") or item.get_closest_marker("bench"))
+    )
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     # aiofiles runs on asyncio's executor, so the daemon and tests use asyncio.

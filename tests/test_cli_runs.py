@@ -230,6 +230,7 @@ async def _roster(*argv: str, stdin: bytes = b"") -> bytes:
     return done.stdout
 
 
+@pytest.mark.long
 @pytest.mark.anyio
 async def test_runs_context_is_exactly_what_the_engine_received(tmp_path: Path) -> None:
     async with Simulator(openai_min_tokens=64, openai_step_tokens=16) as sim:

@@ -9,6 +9,7 @@ import pytest
 from harness import DaemonProcess, make_org
 
 
+@pytest.mark.long
 @pytest.mark.anyio
 async def test_200_concurrent_clients_all_get_correct_replies(tmp_path: Path) -> None:
     org = make_org(tmp_path / "org", channels=200)

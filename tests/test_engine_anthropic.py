@@ -202,6 +202,7 @@ def system_shapes(draw: st.DrawFn) -> tuple[str, list[int], int]:
     return text, [*cuts, len(text)], draw(st.integers(0, 5))
 
 
+@pytest.mark.long
 @settings(max_examples=100, deadline=None)
 @given(shape=system_shapes())
 async def test_breakpoints_follow_the_boundaries_whatever_they_are(

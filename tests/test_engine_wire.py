@@ -64,6 +64,7 @@ def make_engine(kind: EngineKind, sim: Simulator) -> Engine:
     return AnthropicEngine(config, api_key=None, backoff=fast)
 
 
+@pytest.mark.long
 @settings(
     max_examples=40,
     deadline=None,

@@ -44,6 +44,7 @@ def _run(*argv: str | Path, cwd: Path) -> str:
     return done.stdout
 
 
+# The tests of the wheel run on one xdist worker, so it is built once.
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("wheel")
@@ -58,6 +59,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
+@pytest.mark.long
+@pytest.mark.xdist_group("wheel")
 @pytest.mark.timeout(300)
 def test_the_wheel_holds_every_file_of_the_package(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
@@ -70,6 +73,8 @@ def test_the_wheel_holds_every_file_of_the_package(wheel: Path) -> None:
     assert packaged == sources
 
 
+@pytest.mark.long
+@pytest.mark.xdist_group("wheel")
 @pytest.mark.timeout(300)
 def test_the_wheel_installed_in_a_fresh_venv_runs(wheel: Path, tmp_path: Path) -> None:
     venv = tmp_path / "venv"

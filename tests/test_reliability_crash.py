@@ -196,6 +196,7 @@ async def workload(
     return victim
 
 
+@pytest.mark.long
 @pytest.mark.anyio
 async def test_kill_9_at_random_points_loses_no_acknowledged_write(
     org_dir: Path, tmp_path: Path
@@ -241,6 +242,7 @@ async def test_kill_9_at_random_points_loses_no_acknowledged_write(
     assert process.log().count("dropped a torn last line") >= rounds
 
 
+@pytest.mark.long
 @pytest.mark.anyio
 async def test_kill_9_across_two_hosts_on_one_database_loses_no_acknowledged_write(
     org_dir: Path, tmp_path: Path, postgres_url: str
@@ -248,7 +250,7 @@ async def test_kill_9_across_two_hosts_on_one_database_loses_no_acknowledged_wri
     """The same workload sent to two daemons on one PostgreSQL database in
     turn; at each random point one of them is killed, the other serves on."""
     toml = org_dir / "org.toml"
-    toml.write_text(toml.read_text().replace("[daemon]\n", "[daemon]\nlease_s = 2\n", 1))
+    toml.write_text(toml.read_text().replace("[daemon]\n", "[daemon]\nlease_s = 1\n", 1))
     rng = random.Random(SEED + 1)
     ledger = Ledger()
     hosts = [

@@ -28,6 +28,9 @@ ERROR_CODES = {-32700, -32600, -32601, -32602, *range(1001, 1011)}
 FIELDS = sorted({f for kind in METHODS.values() for f in kind.__struct_encode_fields__})
 IDS = ["ada", "grace", "general", "releases", "../etc", "", "a" * 65, "g-1", "task-1", "m-1"]
 
+# One daemon takes all the fuzzing, so the module runs on one xdist worker, in order.
+pytestmark = pytest.mark.xdist_group("fuzz")
+
 
 @pytest.fixture(scope="module")
 def fuzz_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
@@ -213,6 +216,7 @@ def test_lines_that_once_crashed_or_passed_get_errors(
     assert after["id"] == "after" and after["result"]["pid"] > 0
 
 
+@pytest.mark.long
 def test_fuzzed_lines_get_json_rpc_replies_and_the_daemon_survives(
     fuzz_daemon: DaemonProcess,
 ) -> None:

@@ -606,6 +606,7 @@ _workers = itertools.count()
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
+@pytest.mark.long
 @given(ops=_HOST_OPS)
 async def test_two_hosts_agree_with_a_reference_model(
     postgres_url: str, ops: list[tuple[int, str, int]]
