@@ -231,6 +231,17 @@ class PostgresServer:
         self._account.own(self.base)
         with (self.data / "postgresql.conf").open("a", encoding="utf-8") as conf:
             conf.write(_SETTINGS.format(socket_dir=self.socket_dir))
+        self.resume()
+
+    def halt(self) -> None:
+        """Stops the server as an outage would, keeping its data for ``resume()``."""
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
+        self._stop_postmaster()
+
+    def resume(self) -> None:
+        """Starts the server on its data; returns once it takes connections."""
         # -w: pg_ctl returns once the server reports itself ready (or fails after -t).
         log = self.base / "server.log"
         self._pg(

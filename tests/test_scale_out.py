@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import pytest
 from harness import DaemonProcess, make_org
+from postgres import PostgresServer
 from simulator import Delay, Simulator, Stall
 
-from rosterd.client import RosterClient
+from rosterd.client import RosterClient, RpcError
 
 LEASE_S = 2.0
 
@@ -263,3 +265,35 @@ def test_serving_a_database_without_a_socket_path_is_one_clear_line(tmp_path: Pa
     assert done.stderr.strip().splitlines()[-1] == (
         "roster: with the state in a database, name the socket: --socket PATH or ROSTER_SOCKET"
     )
+
+
+@pytest.mark.anyio
+async def test_a_database_outage_fails_turns_clearly_and_the_daemon_serves_on_once_it_is_back(
+    tmp_path: Path,
+) -> None:
+    server = await anyio.to_thread.run_sync(PostgresServer.start)
+    try:
+        url = server.url(server.create_database())
+        host = DaemonProcess(_org(tmp_path / "org"), tmp_path / "a", database=url).start()
+        try:
+            async with await host.client() as client:
+                opened = await client.call("session.open", {"worker": "ada", "channel": "c0"})
+                session = opened["session"]
+                await client.call("session.send", {"session": session, "text": "before"})
+                await anyio.to_thread.run_sync(server.halt)
+                with pytest.raises(RpcError) as failed:
+                    await client.call("session.send", {"session": session, "text": "during"})
+                assert "failed" in failed.value.message
+                status = await client.call("daemon.status")
+                assert status["sessions"] == 1
+                await anyio.to_thread.run_sync(server.resume)
+                after = await client.call("session.send", {"session": session, "text": "after"})
+                shown = await client.call("runs.show", {"run": session})
+        finally:
+            code = host.stop()
+    finally:
+        await anyio.to_thread.run_sync(server.stop)
+    assert code == 0
+    users = [e["content"] for e in shown["transcript"] if e["role"] == "user"]
+    assert after["turn"] == len(users) and "before" in users[0] and "after" in users[-1]
+    assert "Traceback" not in host.log()

@@ -39,6 +39,8 @@ __all__ = ("run_daemon",)
 
 log = logging.getLogger("rosterd.daemon")
 
+_DATABASE_TIMEOUT_S = 10.0
+
 
 async def run_daemon(
     org_dir: Path,
@@ -99,7 +101,9 @@ async def _open_state(location: StateLocation) -> AsyncIterator[State]:
         # psycopg loads for a database only.
         from ..stores.postgres import PostgresState
 
-        async with PostgresState(location) as database:
+        # A request waits this long for a connection: an outage fails
+        # turns in seconds, and the daemon serves on once it is over.
+        async with PostgresState(location, timeout=_DATABASE_TIMEOUT_S) as database:
             yield database
         return
     directory, lock = await anyio.to_thread.run_sync(_lock_state, location)

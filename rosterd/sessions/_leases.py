@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 
-from .._errors import ConflictError
+from .._errors import ConflictError, StorageError
 from ..stores import State
 
 __all__ = ("LeaseKeeper",)
@@ -91,13 +91,22 @@ class LeaseKeeper:
         """Renew every held lease until cancelled."""
         while True:
             await anyio.sleep(self._lease_s() / 3)
-            until = self._clock() + self._lease_s()
-            for run, scope in list(self._runs.items()):
-                now = self._clock()
-                if await self._stores.runs.lease(run, self.holder, now, until) is not None:
-                    log.error("run %s: lease lost to another host; cutting it short", run)
-                    scope.cancel()
-            for task_id, scope in list(self._tasks.items()):
-                if not await self._stores.tasks.renew(task_id, self.holder, until):
-                    log.error("task %s: lease lost to another host; cutting its run", task_id)
-                    scope.cancel()
+            try:
+                await self._renew()
+            except StorageError as exc:
+                # Unreachable store: the next round tries again. Should
+                # another host take a lease over meanwhile, this host's
+                # writes fail as well, so none lands after the other's.
+                log.warning("could not renew leases: %s", exc)
+
+    async def _renew(self) -> None:
+        until = self._clock() + self._lease_s()
+        for run, scope in list(self._runs.items()):
+            now = self._clock()
+            if await self._stores.runs.lease(run, self.holder, now, until) is not None:
+                log.error("run %s: lease lost to another host; cutting it short", run)
+                scope.cancel()
+        for task_id, scope in list(self._tasks.items()):
+            if not await self._stores.tasks.renew(task_id, self.holder, until):
+                log.error("task %s: lease lost to another host; cutting its run", task_id)
+                scope.cancel()

@@ -34,6 +34,7 @@ from .._errors import (
     NotFoundError,
     SessionError,
     ShutdownError,
+    StorageError,
 )
 from ..compiler import (
     ChannelMessage,
@@ -407,7 +408,11 @@ class SessionManager:
 
     async def expire_idle(self) -> None:
         for session in self.sessions():
-            await self._expired(session)
+            try:
+                await self._expired(session)
+            except StorageError as exc:
+                # The store is unreachable: the next round tries again.
+                log.warning("session %s: idle check failed: %s", session.id, exc)
 
     async def _expired(self, session: Session) -> bool:
         """Expire *session* if it has been idle too long; whether it was.

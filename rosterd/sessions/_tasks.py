@@ -16,7 +16,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskStatus
 
-from .._errors import ConflictError, NotFoundError, RosterError, ShutdownError
+from .._errors import ConflictError, NotFoundError, RosterError, ShutdownError, StorageError
 from ..compiler import Continuation, RunMeta, compile_run
 from ..engines import DeltaSink
 from ..org import Surface
@@ -106,7 +106,12 @@ class TaskRunner:
             queued = self._queued
             lease_s = host.org.daemon.lease_s
             now = host.clock()
-            task = await host.stores.tasks.claim(host.leases.holder, now, now + lease_s)
+            try:
+                task = await host.stores.tasks.claim(host.leases.holder, now, now + lease_s)
+            except StorageError as exc:
+                # The store is unreachable: look again later, the pool goes on.
+                log.warning("could not claim a task: %s", exc)
+                task = None
             if task is None:
                 # Other hosts' tasks are found by looking again now and then.
                 with anyio.move_on_after(min(1.0, lease_s / 4)):

@@ -94,10 +94,22 @@ class Database:
             ) from None
 
     @asynccontextmanager
+    async def pooled(self) -> AsyncIterator[Connection]:
+        """A connection from the pool; after a lost connection every idle one
+        is checked, so requests once the server is back connect afresh
+        instead of each finding a connection the outage left dead."""
+        try:
+            async with self.pool.connection() as conn:
+                yield conn
+        except psycopg.OperationalError:
+            await self.pool.check()
+            raise
+
+    @asynccontextmanager
     async def connection(self, op: str) -> AsyncIterator[Connection]:
         """A pooled connection for a few statements, each committed on its own."""
         with self.failing(op):
-            async with self.pool.connection() as conn:
+            async with self.pooled() as conn:
                 yield conn
 
     @asynccontextmanager
@@ -105,7 +117,7 @@ class Database:
         """A connection in a transaction, committed when the block ends, rolled
         back if it raises."""
         with self.failing(op):
-            async with self.pool.connection() as conn, conn.transaction():
+            async with self.pooled() as conn, conn.transaction():
                 yield conn
 
     async def fetchone(self, op: str, query: LiteralString, params: Params = ()) -> Row | None:

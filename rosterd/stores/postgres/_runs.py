@@ -148,7 +148,6 @@ class PostgresRuns:
 
     def __init__(self, db: Database) -> None:
         self._db = db
-        self._pool = db.pool
         self.where = db.where
 
     def __repr__(self) -> str:
@@ -170,7 +169,7 @@ class PostgresRuns:
         """Open a run for appending, with its transcript and its last traced turn."""
         run = check_id("run", info.id)
         with self._failing("reopen"):
-            async with self._pool.connection() as conn:
+            async with self._db.pooled() as conn:
                 # The revision first: a write landing meanwhile makes the
                 # handle stale, never one that misses it.
                 cursor = await conn.execute(_REVISION, (run,))
@@ -195,7 +194,7 @@ class PostgresRuns:
         """
         with self._failing(op):
             try:
-                async with self._pool.connection() as conn:
+                async with self._db.pooled() as conn:
                     async with conn.pipeline(), conn.transaction():
                         counted = await conn.execute(_LOCK_RUN, (run,))
                         await conn.execute(query, params)
@@ -212,7 +211,7 @@ class PostgresRuns:
     async def lease(self, run: str, holder: str, now: float, until: float) -> str | None:
         params = {"key": run, "holder": holder, "until": until, "now": now}
         with self._failing("take a lease"):
-            async with self._pool.connection() as conn:
+            async with self._db.pooled() as conn:
                 cursor = await conn.execute(_LEASE, params)
                 row = await cursor.fetchone()
         # No row: released between the two reads, so free; the next try takes it.
@@ -221,7 +220,7 @@ class PostgresRuns:
 
     async def release(self, run: str, holder: str) -> None:
         with self._failing("release a lease"):
-            async with self._pool.connection() as conn:
+            async with self._db.pooled() as conn:
                 await conn.execute(_RELEASE, (run, holder))
 
     async def recover(self, now: float) -> int:
@@ -231,7 +230,7 @@ class PostgresRuns:
         runs are read, through the partial index on them.
         """
         with self._failing("recover"):
-            async with self._pool.connection() as conn, conn.transaction():
+            async with self._db.pooled() as conn, conn.transaction():
                 cursor = await conn.execute(OPEN_RUNS, (Surface.SESSION.value, now))
                 interrupted = 0
                 for (text,) in await cursor.fetchall():
@@ -255,7 +254,7 @@ class PostgresRuns:
             encode(info),
         )
         with self._failing("write run info"):
-            async with self._pool.connection() as conn:
+            async with self._db.pooled() as conn:
                 cursor = await conn.execute(_WRITE_INFO, params)
                 row = await cursor.fetchone()
         assert row is not None  # INSERT ... RETURNING always returns its row
@@ -263,14 +262,14 @@ class PostgresRuns:
 
     async def _one(self, op: str, query: str, params: tuple[str, ...]) -> str | None:
         with self._failing(op):
-            async with self._pool.connection() as conn:
+            async with self._db.pooled() as conn:
                 cursor = await conn.execute(query, params)
                 row = await cursor.fetchone()
         return None if row is None else str(row[0])
 
     async def _lines(self, op: str, query: str, run: str) -> list[str]:
         with self._failing(op):
-            async with self._pool.connection() as conn:
+            async with self._db.pooled() as conn:
                 cursor = await conn.execute(query, (check_id("run", run),))
                 return [str(text) for (text,) in await cursor.fetchall()]
 
@@ -286,7 +285,7 @@ class PostgresRuns:
         # Ids in code point order, as the file backend sorts them, whatever
         # the database's collation.
         with self._failing("list runs"):
-            async with self._pool.connection() as conn:
+            async with self._db.pooled() as conn:
                 cursor = await conn.execute(
                     'SELECT record FROM runs ORDER BY created_at, id COLLATE "C"'
                 )
@@ -309,7 +308,7 @@ class PostgresRuns:
 
     async def save_session(self, run: str, state: SessionState) -> None:
         with self._failing("save session"):
-            async with self._pool.connection() as conn:
+            async with self._db.pooled() as conn:
                 await conn.execute(
                     "INSERT INTO session_states (run, record) VALUES (%s, %s)"
                     " ON CONFLICT (run) DO UPDATE SET record = excluded.record",
@@ -333,7 +332,7 @@ class PostgresRuns:
 
     async def set_session(self, worker: str, channel: str, session: str) -> None:
         with self._failing("set session pointer"):
-            async with self._pool.connection() as conn:
+            async with self._db.pooled() as conn:
                 await conn.execute(
                     "INSERT INTO session_pointers (worker, channel, session) VALUES (%s, %s, %s)"
                     " ON CONFLICT (worker, channel) DO UPDATE SET session = excluded.session",
@@ -342,7 +341,7 @@ class PostgresRuns:
 
     async def clear_session(self, worker: str, channel: str) -> None:
         with self._failing("clear session pointer"):
-            async with self._pool.connection() as conn:
+            async with self._db.pooled() as conn:
                 await conn.execute(
                     "DELETE FROM session_pointers WHERE worker = %s AND channel = %s",
                     _pair(worker, channel),
