@@ -11,6 +11,7 @@ import pytest
 from harness import DaemonProcess
 
 from rosterd import RosterError
+from rosterd.client import RosterClient
 
 
 def transcript(state: Path, session: str) -> list[dict[str, object]]:
@@ -24,6 +25,41 @@ def tear_last_line(path: Path) -> None:
         torn.write(b'{"turn": 999, "role": "user", "cont')
 
 
+async def turns_until_killed(
+    client: RosterClient, session: str, process: DaemonProcess, kill_after: float
+) -> list[tuple[int, str]]:
+    """Send turns back to back and kill -9 the daemon after *kill_after* s;
+    the (turn, text) of every turn acknowledged before."""
+    acknowledged: list[tuple[int, str]] = []
+
+    async def stream_turns() -> None:
+        n = 0
+        while True:
+            n += 1
+            text = f"turn text {n}"
+            try:
+                result = await client.call("session.send", {"session": session, "text": text})
+            except (RosterError, OSError):  # the daemon died under us: expected
+                return
+            acknowledged.append((result["turn"], text))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stream_turns)
+        await anyio.sleep(kill_after)
+        process.kill9()
+    assert acknowledged, "no turn was acknowledged before the kill"
+    return acknowledged
+
+
+def assert_kept(entries: list[dict[str, object]], acknowledged: list[tuple[int, str]]) -> None:
+    """Each acknowledged turn has its one user entry and its one reply."""
+    for turn, text in acknowledged:
+        user = [e for e in entries if e["turn"] == turn and e["role"] == "user"]
+        reply = [e for e in entries if e["turn"] == turn and e["role"] == "assistant"]
+        assert len(user) == 1 and text in str(user[0]["content"])
+        assert len(reply) == 1 and text in str(reply[0]["content"])
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("seed", [1, 2])
 async def test_kill_9_mid_stream_keeps_every_acknowledged_turn(
@@ -31,36 +67,13 @@ async def test_kill_9_mid_stream_keeps_every_acknowledged_turn(
 ) -> None:
     state = tmp_path / "state"
     process = DaemonProcess(org_dir, state).start()
-    acknowledged: list[tuple[int, str]] = []
     async with await process.client() as client:
         session = (await client.call("session.open", {"worker": "ada", "channel": "general"}))[
             "session"
         ]
         kill_after = random.Random(seed).uniform(0.2, 0.8)
-
-        async def stream_turns() -> None:
-            n = 0
-            while True:
-                n += 1
-                text = f"turn text {n}"
-                try:
-                    result = await client.call("session.send", {"session": session, "text": text})
-                except (RosterError, OSError):  # the daemon died under us: expected
-                    return
-                acknowledged.append((result["turn"], text))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(stream_turns)
-            await anyio.sleep(kill_after)
-            process.kill9()
-    assert acknowledged, "no turn was acknowledged before the kill"
-
-    entries = transcript(state, session)
-    for turn, text in acknowledged:
-        user = [e for e in entries if e["turn"] == turn and e["role"] == "user"]
-        reply = [e for e in entries if e["turn"] == turn and e["role"] == "assistant"]
-        assert len(user) == 1 and text in str(user[0]["content"])
-        assert len(reply) == 1 and text in str(reply[0]["content"])
+        acknowledged = await turns_until_killed(client, session, process, kill_after)
+    assert_kept(transcript(state, session), acknowledged)
 
     tear_last_line(state / "runs" / session / "transcript.jsonl")
     process = DaemonProcess(org_dir, state).start()
@@ -111,27 +124,11 @@ async def test_kill_9_mid_stream_on_a_database_keeps_every_acknowledged_turn(
     toml = org_dir / "org.toml"
     toml.write_text(toml.read_text().replace("[daemon]\n", "[daemon]\nlease_s = 1\n", 1))
     process = DaemonProcess(org_dir, tmp_path / "a", database=postgres_url).start()
-    acknowledged: list[tuple[int, str]] = []
     async with await process.client() as client:
         opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
         session = opened["session"]
-
-        async def stream_turns() -> None:
-            n = 0
-            while True:
-                n += 1
-                text = f"turn text {n}"
-                try:
-                    result = await client.call("session.send", {"session": session, "text": text})
-                except (RosterError, OSError):  # the daemon died under us: expected
-                    return
-                acknowledged.append((result["turn"], text))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(stream_turns)
-            await anyio.sleep(random.Random(3).uniform(0.2, 0.8))
-            process.kill9()
-    assert acknowledged, "no turn was acknowledged before the kill"
+        kill_after = random.Random(3).uniform(0.2, 0.8)
+        acknowledged = await turns_until_killed(client, session, process, kill_after)
 
     process = DaemonProcess(org_dir, tmp_path / "b", database=postgres_url).start()
     try:
@@ -142,9 +139,5 @@ async def test_kill_9_mid_stream_on_a_database_keeps_every_acknowledged_turn(
             after = await client.call("session.send", {"session": session, "text": "after"})
     finally:
         process.stop()
-    for turn, text in acknowledged:
-        user = [e for e in entries if e["turn"] == turn and e["role"] == "user"]
-        reply = [e for e in entries if e["turn"] == turn and e["role"] == "assistant"]
-        assert len(user) == 1 and text in str(user[0]["content"])
-        assert len(reply) == 1 and text in str(reply[0]["content"])
+    assert_kept(entries, acknowledged)
     assert after["turn"] == reopened["turns"] + 1

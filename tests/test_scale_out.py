@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +40,21 @@ def _org(root: Path, engine: str = 'kind = "echo"') -> Path:
 @pytest.fixture
 def hosts(tmp_path: Path, postgres_url: str) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
     """Two daemons on one database, each with its own socket and log."""
-    org = _org(tmp_path / "org")
-    first = DaemonProcess(org, tmp_path / "a", database=postgres_url).start()
-    second = DaemonProcess(org, tmp_path / "b", database=postgres_url).start()
-    yield first, second
-    for host in (first, second):
-        host.stop()
+    with _started(_org(tmp_path / "org"), tmp_path, postgres_url) as started:
+        yield started
+
+
+@contextmanager
+def _started(org: Path, root: Path, database: str) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
+    first = DaemonProcess(org, root / "a", database=database).start()
+    try:
+        second = DaemonProcess(org, root / "b", database=database).start()
+        try:
+            yield first, second
+        finally:
+            second.stop()
+    finally:
+        first.stop()
 
 
 async def _call(host: DaemonProcess, method: str, params: dict[str, Any]) -> Any:
@@ -137,9 +147,7 @@ async def test_a_host_killed_mid_turn_releases_the_session_within_its_lease(
     tmp_path: Path, postgres_url: str, simulator: Simulator
 ) -> None:
     org = _org(tmp_path / "org", _simulated(simulator))
-    first = DaemonProcess(org, tmp_path / "a", database=postgres_url).start()
-    second = DaemonProcess(org, tmp_path / "b", database=postgres_url).start()
-    try:
+    with _started(org, tmp_path, postgres_url) as (first, second):
         session = (await _call(first, "session.open", {"worker": "ada", "channel": "c0"}))[
             "session"
         ]
@@ -160,9 +168,6 @@ async def test_a_host_killed_mid_turn_releases_the_session_within_its_lease(
         # The cut-off turn's user message was traced and is sent again, never lost.
         assert [r["turn"] for r in requests] == [1, 2, 3]
         assert requests[2]["messages"][: len(requests[1]["messages"])] == requests[1]["messages"]
-    finally:
-        second.stop()
-        first.stop()
 
 
 async def _send_ignoring_the_kill(host: DaemonProcess, session: str) -> None:
@@ -223,15 +228,13 @@ async def test_a_turn_on_one_host_waits_for_a_turn_held_past_its_lease_on_the_ot
     tmp_path: Path, postgres_url: str, simulator: Simulator
 ) -> None:
     org = _org(tmp_path / "org", _simulated(simulator))
-    first = DaemonProcess(org, tmp_path / "a", database=postgres_url).start()
-    second = DaemonProcess(org, tmp_path / "b", database=postgres_url).start()
     finished: list[str] = []
 
     async def send(host: DaemonProcess, name: str, session: str) -> None:
         await _call(host, "session.send", {"session": session, "text": name})
         finished.append(name)
 
-    try:
+    with _started(org, tmp_path, postgres_url) as (first, second):
         session = (await _call(first, "session.open", {"worker": "ada", "channel": "c0"}))[
             "session"
         ]
@@ -249,9 +252,6 @@ async def test_a_turn_on_one_host_waits_for_a_turn_held_past_its_lease_on_the_ot
         assert [r["turn"] for r in requests] == [1, 2, 3]
         assert [m["role"] for m in requests[2]["messages"]] == ["user", "assistant"] * 2 + ["user"]
         assert "lease lost" not in first.log() + second.log()
-    finally:
-        second.stop()
-        first.stop()
 
 
 def test_serving_a_database_without_a_socket_path_is_one_clear_line(tmp_path: Path) -> None:
