@@ -729,16 +729,19 @@ NOTES = st.lists(
     structs(MemoryItem, id=_IDS, text=TEXT, created_at=_STAMPS, channel=_CHANNEL_OR_NONE),
     max_size=25,
 )
-
-
-@SETTINGS
-@given(
+# Notes loaded at once and added one by one, notes added after a snapshot,
+# a message and a channel: what the ranking properties draw.
+RANKING_CASES = given(
     notes=NOTES,
     later=NOTES,
     bulk=st.integers(0, 25),
     message=TEXT,
     channel=st.sampled_from([None, *CHANNELS]),
 )
+
+
+@SETTINGS
+@RANKING_CASES
 def test_indexed_ranking_matches_the_reference(
     notes: list[MemoryItem], later: list[MemoryItem], bulk: int, message: str, channel: str | None
 ) -> None:
@@ -776,13 +779,7 @@ _FILLER_IN_ORDER = tuple(
 
 
 @SETTINGS
-@given(
-    notes=NOTES,
-    later=NOTES,
-    bulk=st.integers(0, 25),
-    message=TEXT,
-    channel=st.sampled_from([None, *CHANNELS]),
-)
+@RANKING_CASES
 def test_ranking_of_notes_entered_in_time_order_matches_the_reference(
     notes: list[MemoryItem], later: list[MemoryItem], bulk: int, message: str, channel: str | None
 ) -> None:
