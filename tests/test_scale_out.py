@@ -26,6 +26,8 @@ from postgres import PostgresServer
 from simulator import Delay, Simulator, Stall
 
 from rosterd.client import RosterClient, RpcError
+from rosterd.compiler import RunMeta, compile_system
+from rosterd.org import Surface, load_org
 
 LEASE_S = 2.0
 
@@ -297,3 +299,56 @@ async def test_a_database_outage_fails_turns_clearly_and_the_daemon_serves_on_on
     users = [e["content"] for e in shown["transcript"] if e["role"] == "user"]
     assert after["turn"] == len(users) and "before" in users[0] and "after" in users[-1]
     assert "Traceback" not in host.log()
+
+
+@pytest.mark.anyio
+async def test_a_session_rolled_over_on_one_host_is_followed_by_the_other(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    org = _org(tmp_path / "org")
+    loaded = load_org(org)
+    system = compile_system(
+        loaded, loaded.scope(Surface.SESSION, "ada", "c0"), RunMeta(run="t", turn=0, now=0.0)
+    )
+    toml = org / "org.toml"
+    toml.write_text(
+        f"{toml.read_text()}\n[context]\nsession_chars = {len(system.text) + 1500}\n"
+        "history_messages = 2\n"
+    )
+    with _started(org, tmp_path, postgres_url) as (first, second):
+        old = (await _call(first, "session.open", {"worker": "ada", "channel": "c0"}))["session"]
+        # Both hosts hold a warm copy of the session before it rolls over.
+        await _call(second, "session.send", {"session": old, "text": "warm on b"})
+        rolled = None
+        for n in range(20):
+            result = await _call(first, "session.send", {"session": old, "text": f"q{n} " * 20})
+            if result["rolled_from"] is not None:
+                rolled = result
+                break
+        assert rolled is not None and rolled["rolled_from"] == old
+        new = rolled["run"]
+        # The other host's copy is stale: its next turn goes to the successor.
+        on_b = await _call(second, "session.send", {"session": old, "text": "after on b"})
+        assert (on_b["run"], on_b["turn"]) == (new, 2)
+        reopened = await _call(second, "session.open", {"worker": "ada", "channel": "c0"})
+        assert reopened["session"] == new
+        requests = await _requests(first, new)
+        assert requests[1]["messages"][: len(requests[0]["messages"])] == requests[0]["messages"]
+        old_info = (await _call(second, "runs.show", {"run": old}))["info"]
+        assert (old_info["status"], old_info["rolled_to"]) == ("rolled-over", new)
+
+
+@pytest.mark.anyio
+async def test_a_session_closed_on_one_host_is_closed_on_the_other(
+    hosts: tuple[DaemonProcess, DaemonProcess],
+) -> None:
+    first, second = hosts
+    session = (await _call(first, "session.open", {"worker": "ada", "channel": "c1"}))["session"]
+    await _call(second, "session.send", {"session": session, "text": "warm on b"})
+    await _call(first, "session.close", {"session": session})
+    with pytest.raises(RpcError) as closed:
+        await _call(second, "session.send", {"session": session, "text": "too late"})
+    assert closed.value.code == 1004
+    fresh = await _call(second, "session.open", {"worker": "ada", "channel": "c1"})
+    assert fresh["session"] != session
+    assert (await _call(first, "runs.show", {"run": session}))["info"]["status"] == "closed"
