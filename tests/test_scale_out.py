@@ -88,7 +88,10 @@ async def test_a_session_alternating_between_hosts_extends_its_request_byte_for_
         result = await _call(host, "session.send", {"session": session, "text": f"turn {n}"})
         assert (result["run"], result["turn"]) == (session, n + 1)
     again = await _call(second, "session.open", {"worker": "ada", "channel": "c0"})
-    assert again["session"] == session
+    assert (again["session"], again["turns"]) == (session, 12)
+    # The first host's copy saw only its own turns until it looks again.
+    here = await _call(first, "session.open", {"worker": "ada", "channel": "c0"})
+    assert (here["session"], here["turns"]) == (session, 12)
     requests = await _requests(first, session)
     assert requests == await _requests(second, session)
     assert [r["turn"] for r in requests] == list(range(1, 13))

@@ -333,6 +333,13 @@ class Session:
         """Whether another host wrote to this session since this copy did."""
         return await self._run.stale()
 
+    async def refresh(self) -> None:
+        """Read the session again if another host wrote to it, unless a turn
+        here is under way (that turn catches up itself)."""
+        if not self.busy:
+            async with self._lock:
+                await self._catch_up()
+
     async def detach(self) -> None:
         """Release files on daemon shutdown; the session stays resumable."""
         async with self._lock:
@@ -395,7 +402,9 @@ class SessionManager:
                 await session.detach()
                 session = None
             if session is not None and not session.closed and not await self._expired(session):
-                return session
+                await session.refresh()
+                if not session.closed:  # closed or rolled over elsewhere meanwhile
+                    return session
             session = await self._resume(worker, channel) or await self.start(scope.worker, channel)
             self._by_pair[(worker, channel)] = session
             self._by_id[session.id] = session
