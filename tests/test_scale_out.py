@@ -355,3 +355,35 @@ async def test_a_session_closed_on_one_host_is_closed_on_the_other(
     fresh = await _call(second, "session.open", {"worker": "ada", "channel": "c1"})
     assert fresh["session"] != session
     assert (await _call(first, "runs.show", {"run": session}))["info"]["status"] == "closed"
+
+
+@pytest.mark.anyio
+async def test_a_direct_run_cut_off_by_a_dead_host_is_marked_by_the_live_one(
+    tmp_path: Path, postgres_url: str, simulator: Simulator
+) -> None:
+    org = _org(tmp_path / "org", _simulated(simulator))
+    with _started(org, tmp_path, postgres_url) as (first, second):
+        simulator.script(Stall())
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_direct_ignoring_the_kill, first)
+            with anyio.fail_after(10):
+                while not simulator.requests:  # noqa: ASYNC110 - polled, no event to wait on
+                    await anyio.sleep(0.01)
+            first.stop(9)
+        (run,) = [r for r in await _call(second, "runs.list", {}) if r["surface"] == "direct"]
+        assert run["status"] == "open"
+        # The live host's lease keeper finds it once the dead host's lease ran out.
+        with anyio.fail_after(LEASE_S + 10):
+            while (await _call(second, "runs.show", {"run": run["id"]}))["info"][  # noqa: ASYNC110
+                "status"
+            ] == "open":
+                await anyio.sleep(0.05)
+        info = (await _call(second, "runs.show", {"run": run["id"]}))["info"]
+        assert info["status"] == "interrupted"
+
+
+async def _direct_ignoring_the_kill(host: DaemonProcess) -> None:
+    try:
+        await _call(host, "run.direct", {"worker": "ada", "text": "hello"})
+    except Exception:  # the host is killed under this call
+        return

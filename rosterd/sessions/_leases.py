@@ -93,6 +93,8 @@ class LeaseKeeper:
             await anyio.sleep(self._lease_s() / 3)
             try:
                 await self._renew()
+                # Runs whose host died while another host serves on.
+                await self._stores.runs.recover(self._clock())
             except StorageError as exc:
                 # Unreachable store: the next round tries again. Should
                 # another host take a lease over meanwhile, this host's

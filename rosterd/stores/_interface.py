@@ -212,9 +212,11 @@ class RunStore(RunReader, Protocol):
         ...
 
     async def recover(self, now: float) -> int:
-        """At a host's start: mark open task and direct runs that no live
-        host holds a lease on interrupted (their host's stop cut them off);
-        their count. Sessions stay open: they resume from their transcript."""
+        """Mark open task and direct runs that no live host holds a lease on
+        interrupted (their host's stop cut them off); their count. Sessions
+        stay open: they resume from their transcript. Called at a host's
+        start and then every lease renewal round: a run under way always
+        holds its lease, so only a dead host's runs are marked."""
         ...
 
     async def write_info(self, info: RunInfo) -> None: ...

@@ -102,6 +102,9 @@ class FileRuns:
         self.root = state / "runs"
         self._pointers = state / "sessions"
         self._leases = Leases()
+        # The daemon holding the directory is its only host: once it has
+        # recovered at its start, no other host can cut a run off.
+        self._recovered = False
 
     def __repr__(self) -> str:
         return f"FileRuns({str(self.root)!r})"
@@ -133,6 +136,9 @@ class FileRuns:
         no longer open gets its torn last lines cut, since nothing will
         reopen its logs to do it.
         """
+        if self._recovered:
+            return 0
+        self._recovered = True
         interrupted = 0
         for info in await self.all():
             if info.status == "open" and info.surface == Surface.SESSION.value:
