@@ -52,7 +52,10 @@ class PostgresPrefixes:
 
     async def put(self, worker: str, channel: str | None, state: PrefixState) -> None:
         key = _key(worker, channel)
-        previous = await self.get(worker, channel)
+        # A turn reads its prefix just before it puts the next: that read
+        # decides whether the row needs a write (a new run or new
+        # boundaries), without reading the row again.
+        previous = self._states.get(key) if key in self._rows else await self.get(worker, channel)
         if previous is None or previous.run != state.run or previous.boundaries != state.boundaries:
             record = encode(state)
             async with self._db.connection("write a prefix") as conn:
