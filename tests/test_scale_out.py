@@ -29,7 +29,7 @@ from rosterd.client import RosterClient, RpcError
 from rosterd.compiler import RunMeta, compile_system
 from rosterd.org import Surface, load_org
 
-LEASE_S = 2.0
+LEASE_S = 1.0
 
 
 def _org(root: Path, engine: str = 'kind = "echo"') -> Path:
