@@ -11,7 +11,7 @@ CHANNEL ?= general
 # rather than computing, so one worker per core leaves the CPUs idle.
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(2 * (os.cpu_count() or 1))')
 
-.PHONY: run test lint bench clean
+.PHONY: run test checks suite bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,10 +33,16 @@ run: $(STAMP)
 	  daemon=$$!; trap 'kill $$daemon 2>/dev/null; wait $$daemon 2>/dev/null' EXIT INT TERM; \
 	  $(BIN)/roster chat --socket $(STATE)/rosterd.sock --wait 10 --worker $(WORKER) --channel $(CHANNEL)
 
+# The checks and the suite side by side: the suite's workers often wait.
 test: $(STAMP)
+	@$(MAKE) --no-print-directory -j2 checks suite
+
+checks: $(STAMP)
 	$(BIN)/ruff check rosterd tests bench examples
 	$(BIN)/ruff format --check rosterd tests bench examples
 	$(BIN)/mypy
+
+suite: $(STAMP)
 	@# One test at a time to whichever worker is free, in collection order (long tests
 	@# first, see tests/conftest.py); an xdist_group stays on one worker.
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
