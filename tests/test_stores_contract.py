@@ -301,13 +301,15 @@ async def test_a_task_update_is_stored_whole_and_found_by_its_runs(state: State)
     assert await tasks.by_run("run-2") == paused
 
 
-async def test_pending_tasks_are_queued_or_cut_off_while_running(state: State) -> None:
+async def test_claims_take_the_tasks_queued_or_cut_off_while_running(state: State) -> None:
     tasks = state.tasks
     by_status: dict[str, list[TaskState]] = {}
     for at, status in enumerate(["queued", "running", "paused", "done", "failed", "queued"]):
         task = await tasks.submit("ada", "c", status, float(10 - at))
         by_status.setdefault(status, []).append(await tasks.update(replace(task, status=status)))
-    pending = await tasks.pending()
+    pending: list[TaskState] = []
+    while (claimed := await tasks.claim(f"host-{len(pending)}", 100.0, 130.0)) is not None:
+        pending.append(claimed)
     # In submission order: each task here was submitted at an earlier time
     # than the one before it.
     assert [(t.id, t.status) for t in pending] == [
@@ -478,7 +480,7 @@ async def test_everything_is_still_there_after_a_reopen(state: State) -> None:
         assert await again.gates.waiting_on("r1")
         assert await again.tasks.get(task.id) == task
         assert await again.tasks.by_run("r1") == task
-        assert await again.tasks.pending() == [task]
+        assert await again.tasks.claim("host-a", 10.0, 40.0) == task
         assert await again.prefixes.get("ada", "c") == prefix
         # Numbering goes on from what is stored.
         assert (await again.channels.post_many("c", [("bob", "yo", 7.0)]))[0].seq == 2
@@ -746,7 +748,7 @@ async def test_a_database_that_goes_away_fails_each_request_without_its_password
                 lambda: state.channels.recent("c", 5),
                 lambda: state.memory.view("ada"),
                 lambda: state.gates.briefing_for("ada", None),
-                lambda: state.tasks.pending(),
+                lambda: state.tasks.claim("host-a", 3.0, 33.0),
             ]
             for request in requests:
                 with pytest.raises(StorageError) as caught:

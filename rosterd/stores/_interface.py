@@ -128,10 +128,6 @@ class TaskStore(Protocol):
         """Every task, in submission order."""
         ...
 
-    async def pending(self) -> list[TaskState]:
-        """Tasks to (re)start: queued, or cut off while running."""
-        ...
-
     async def claim(self, holder: str, now: float, until: float) -> TaskState | None:
         """The oldest task no live host holds, leased to *holder* until *until*:
         queued, or running under a lease that ran out before *now* (its host

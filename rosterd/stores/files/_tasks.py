@@ -69,10 +69,6 @@ class FileTasks:
     async def all(self) -> list[TaskState]:
         return sorted(self._table.values(), key=lambda t: (t.submitted_at, t.id))
 
-    async def pending(self) -> list[TaskState]:
-        """Tasks to (re)start after a restart: queued, or cut off while running."""
-        return [t for t in await self.all() if t.status in _PENDING]
-
     async def claim(self, holder: str, now: float, until: float) -> TaskState | None:
         tasks = (self._table.get(task_id) for task_id in self._pending)
         free = [t for t in tasks if t is not None and self._leases.free(t.id, now)]

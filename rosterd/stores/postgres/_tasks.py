@@ -31,10 +31,8 @@ _GET = "SELECT record FROM tasks WHERE n = %s"
 # On task_runs' primary key, then tasks' own.
 _BY_RUN = "SELECT t.record FROM task_runs r JOIN tasks t ON t.n = r.task WHERE r.run = %s"
 _ALL = "SELECT record FROM tasks"
-# On the partial index tasks_pending: only tasks still to run, however
-# many have finished.
-_PENDING = "SELECT record FROM tasks WHERE status IN ('queued', 'running')"
-# The oldest task to run that no live host holds, on the same partial index;
+# The oldest task to run that no live host holds, on the partial index
+# tasks_pending (only tasks still to run, however many have finished);
 # SKIP LOCKED: hosts claiming at once each get a different one, or none.
 _CLAIM = (
     "UPDATE tasks SET holder = %(holder)s, lease_until = %(until)s WHERE n = ("
@@ -102,11 +100,6 @@ class PostgresTasks:
     async def all(self) -> list[TaskState]:
         """Every task, in submission order."""
         rows = await self._db.fetchall("read tasks", _ALL)
-        return _submission_order([self._db.decode(_task, row[0]) for row in rows])
-
-    async def pending(self) -> list[TaskState]:
-        """Tasks to (re)start after a restart: queued, or cut off while running."""
-        rows = await self._db.fetchall("read tasks", _PENDING)
         return _submission_order([self._db.decode(_task, row[0]) for row in rows])
 
     async def claim(self, holder: str, now: float, until: float) -> TaskState | None:
