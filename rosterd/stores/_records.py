@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import secrets
+from datetime import UTC, datetime
+
 import msgspec
 
 from ..compiler import SystemPrompt
 from ..org import EngineConfig
-from ..protocol import RunInfo
+from ..protocol import RunInfo, RunStatus
 
-__all__ = ("SessionState", "cut_off")
+__all__ = ("SessionState", "cut_off", "ended", "new_run_id")
 
 
 class SessionState(msgspec.Struct, frozen=True):
@@ -18,11 +21,17 @@ class SessionState(msgspec.Struct, frozen=True):
     engine: EngineConfig
 
 
+def new_run_id(prefix: str, now: float) -> str:
+    """``<prefix>-<UTC stamp>-<6 hex>``: sortable by creation, unguessable."""
+    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%d-%H%M%S")
+    return f"{prefix}-{stamp}-{secrets.token_hex(3)}"
+
+
+def ended(info: RunInfo, status: RunStatus, at: float, error: str | None = None) -> RunInfo:
+    """*info* of a run that ended with *status* at *at*."""
+    return msgspec.structs.replace(info, status=status, ended_at=at, error=error)
+
+
 def cut_off(info: RunInfo, now: float) -> RunInfo:
     """*info* of a run its daemon's stop cut off: ``interrupted`` as of *now*."""
-    return msgspec.structs.replace(
-        info,
-        status="interrupted",
-        ended_at=now,
-        error="the daemon stopped before this run finished",
-    )
+    return ended(info, "interrupted", now, "the daemon stopped before this run finished")

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 
 import aiofiles.os
@@ -26,7 +24,7 @@ from ..._ids import check_id
 from ...compiler import ContextRecord
 from ...org import Surface
 from ...protocol import RunInfo, RunStatus, TranscriptEntry
-from .._records import SessionState, cut_off
+from .._records import SessionState, cut_off, ended, new_run_id
 from ._jsonl import (
     JsonlLog,
     read_document,
@@ -78,7 +76,7 @@ class FileRun:
         await self._transcript.extend(entries)
 
     async def finish(self, status: RunStatus, at: float, error: str | None = None) -> None:
-        await self.end(msgspec.structs.replace(self.info, status=status, ended_at=at, error=error))
+        await self.end(ended(self.info, status, at, error))
 
     async def end(self, info: RunInfo) -> None:
         """Write the run's final *info* and close its logs."""
@@ -110,8 +108,7 @@ class FileRuns:
         return f"FileRuns({str(self.root)!r})"
 
     def new_id(self, prefix: str, now: float) -> str:
-        stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%d-%H%M%S")
-        return f"{prefix}-{stamp}-{secrets.token_hex(3)}"
+        return new_run_id(prefix, now)
 
     def path(self, run: str) -> Path:
         return self.root / check_id("run", run)

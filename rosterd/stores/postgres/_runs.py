@@ -16,10 +16,8 @@ whoever wrote it.
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
 
 import msgspec
 import psycopg
@@ -30,7 +28,7 @@ from ..._ids import check_id
 from ...compiler import ContextRecord
 from ...org import Surface
 from ...protocol import RunInfo, RunStatus, TranscriptEntry
-from .._records import SessionState, cut_off
+from .._records import SessionState, cut_off, ended, new_run_id
 from ._db import Database, encode
 
 __all__ = ("PostgresRun", "PostgresRuns")
@@ -121,7 +119,7 @@ class PostgresRun:
         self._wrote(await self.store.append(self.info.id, "record", _APPEND_TRANSCRIPT, params))
 
     async def finish(self, status: RunStatus, at: float, error: str | None = None) -> None:
-        await self.end(msgspec.structs.replace(self.info, status=status, ended_at=at, error=error))
+        await self.end(ended(self.info, status, at, error))
 
     async def end(self, info: RunInfo) -> None:
         """Write the run's final *info*."""
@@ -157,8 +155,7 @@ class PostgresRuns:
         return self._db.failing(op)
 
     def new_id(self, prefix: str, now: float) -> str:
-        stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%d-%H%M%S")
-        return f"{prefix}-{stamp}-{secrets.token_hex(3)}"
+        return new_run_id(prefix, now)
 
     async def create(self, info: RunInfo) -> PostgresRun:
         await self.write_info(info)
