@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 
 import anyio
-import anyio.to_thread
 
 from ..._ids import check_id
 from ...compiler import MemoryIndex, MemoryItem, MemoryView
+from .._indexing import index_notes
 from ._jsonl import JsonlLog
 
 __all__ = ("FileMemory",)
@@ -54,17 +53,12 @@ class FileMemory:
         if index is None:
             path = self._root / f"{check_id('worker', worker)}.jsonl"
             log, loaded = await JsonlLog.open(path, MemoryItem)
-            # Indexing months of notes takes a while: not on the event loop.
-            built = await anyio.to_thread.run_sync(MemoryIndex, loaded)
+            built = await index_notes(loaded)
             if worker in self._indexes:  # another task loaded it meanwhile
                 await log.aclose()
                 return self._indexes[worker]
             self._logs[worker] = log
             index = self._indexes[worker] = built
-            # The index lives as long as the daemon, as do the modules loaded
-            # before it: out of the collector's full walks, which otherwise
-            # hold the GIL for tens of ms every so often.
-            gc.freeze()
         return index
 
     async def aclose(self) -> None:

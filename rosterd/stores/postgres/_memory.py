@@ -3,14 +3,12 @@ compilation on, whichever host added them."""
 
 from __future__ import annotations
 
-import gc
-
 import anyio
-import anyio.to_thread
 import msgspec
 
 from ..._ids import check_id
 from ...compiler import MemoryIndex, MemoryItem, MemoryView
+from .._indexing import index_notes
 from ._db import Database, encode
 
 __all__ = ("PostgresMemory",)
@@ -96,12 +94,8 @@ class PostgresMemory:
             rows = await self._db.fetchall("read notes", _AFTER, (worker, last))
             if notes is None:
                 loaded = [self._db.decode(_item, row[1]) for row in rows]
-                # Indexing months of notes takes a while: not on the event loop.
-                index = await anyio.to_thread.run_sync(MemoryIndex, loaded)
+                index = await index_notes(loaded)
                 notes = self._notes[worker] = _Notes(index, int(rows[-1][0]) if rows else 0)
-                # The index lives as long as the daemon: out of the
-                # collector's full walks (as the file backend does).
-                gc.freeze()
             else:
                 for n, record in rows:
                     notes.index.add(self._db.decode(_item, record))
