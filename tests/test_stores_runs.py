@@ -25,8 +25,8 @@ from rosterd import InvalidIdError, NotFoundError, StorageError
 from rosterd.compiler import ContextRecord, RunMeta, compile_system
 from rosterd.org import Surface, load_org
 from rosterd.protocol import RunInfo, TranscriptEntry
-from rosterd.stores import FileRuns, RunStore, SessionState
-from rosterd.stores.postgres import migrate
+from rosterd.stores import FileRuns, RunStore, SessionState, State
+from rosterd.stores.postgres import PostgresState
 from rosterd.stores.postgres._db import Database
 from rosterd.stores.postgres._runs import OPEN_RUNS, PostgresRuns
 from rosterd.stores.postgres._state import redact
@@ -38,23 +38,15 @@ ODD = 'NUL \x00, U+2028 \u2028, U+2029 \u2029, emoji 😀👩‍💻, é, 中文
 
 @asynccontextmanager
 async def postgres_runs(url: str) -> AsyncIterator[PostgresRuns]:
-    """A run store over its own small pool, as one host would have it."""
-    async with AsyncConnectionPool(
-        url, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
-    ) as pool:
-        await pool.open(wait=True)
-        async with pool.connection() as conn:
-            await migrate(conn, redact(url))
-        yield PostgresRuns(Database(pool, redact(url)))
+    """The run store of one host on the database at *url*."""
+    async with PostgresState(url) as state:
+        yield state.runs
 
 
-@pytest.fixture(params=["files", "postgres"])
-async def runs(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RunStore]:
-    if request.param == "files":
-        yield FileRuns(tmp_path / "state")
-        return
-    async with postgres_runs(request.getfixturevalue("postgres_url")) as store:
-        yield store
+@pytest.fixture
+def runs(state: State) -> RunStore:
+    """The run store of each backend (the ``state`` fixture's)."""
+    return state.runs
 
 
 def session_info(run: str, at: float = NOW) -> RunInfo:
