@@ -170,9 +170,25 @@ def test_memory_gate_and_channel_commands_reach_the_next_compilation(
     item = roster.json("memory", "add", "--worker", "ada", "--channel", "general", "ship on Fri")
     assert (item["id"], item["channel"], item["text"]) == ("m-2", "general", "ship on Fri")
     code, out, _ = roster("memory", "list", "--worker", "ada")
-    rows = [line.split(None, 3) for line in out.splitlines()[1:]]
-    assert [(r[0], r[1]) for r in rows] == [("m-1", "*"), ("m-2", "#general")]
-    assert rows[0][3].strip() == "prefers small PRs"
+    assert out.splitlines()[0].split() == ["ID", "SCOPE", "AUTHOR", "CREATED", "TEXT"]
+    rows = [line.split(None, 4) for line in out.splitlines()[1:]]
+    assert [r[:3] for r in rows] == [["m-1", "*", "operator"], ["m-2", "#general", "operator"]]
+    assert rows[0][4].strip() == "prefers small PRs"
+
+    code, out, _ = roster("memory", "forget", "m-2", "--worker", "ada", "--because", "it's Thu")
+    assert (code, out) == (0, "memory m-2 retired for ada: it never ranks again\n")
+    code, out, _ = roster("memory", "list", "--worker", "ada")
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["m-1"]
+    listed = roster.json("memory", "list", "--worker", "ada", "--all")
+    assert [(n["id"], n["retired"] and n["retired"]["because"]) for n in listed] == [
+        ("m-1", None),
+        ("m-2", "it's Thu"),
+    ]
+    code, out, _ = roster("memory", "list", "--worker", "ada", "--all")
+    assert out.splitlines()[0].split()[-1] == "RETIRED"
+    assert "by operator: it's Thu" in out.splitlines()[2]
+    code, out, err = roster("memory", "forget", "m-2", "--worker", "ada", "--because", "again")
+    assert (code, out, err) == (1, "", "roster: unknown note 'm-2'\n")
 
     code, out, _ = roster("gate", "file", "--worker", "ada", "--channel", "general", "ok", "to?")
     assert (code, out) == (0, "gate g-1 filed for ada (#general)\n")

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from rosterd import ConfigError
 from rosterd.compiler import (
+    ForgetRequest,
+    RememberRequest,
     RunMeta,
     ToolCall,
     ToolRequest,
@@ -67,9 +69,9 @@ def tools_of(org: Org, worker: str = "ada") -> list[dict[str, object]]:
     return [json.loads(line) for line in record.tools.content.splitlines()]
 
 
-def test_one_tool_per_connection_sorted_then_file_gate(org: Org) -> None:
+def test_one_tool_per_connection_sorted_then_file_gate_then_memory(org: Org) -> None:
     tools = tools_of(org)
-    assert [t["name"] for t in tools] == ["github", "linear", "file_gate"]
+    assert [t["name"] for t in tools] == ["github", "linear", "file_gate", "remember", "forget"]
     github = tools[0]["parameters"]
     assert isinstance(github, dict)
     props = github["properties"]
@@ -78,7 +80,44 @@ def test_one_tool_per_connection_sorted_then_file_gate(org: Org) -> None:
     assert github["additionalProperties"] is False
     assert set(github["required"]) == {"method", "host", "path"}
     assert "$GITHUB_TOKEN" in str(tools[0]["description"])
-    assert [t["name"] for t in tools_of(org, "bob")] == ["file_gate"]
+    assert [t["name"] for t in tools_of(org, "bob")] == ["file_gate", "remember", "forget"]
+
+
+@pytest.mark.parametrize(
+    ("scope", "tools", "scopes"),
+    [
+        ("channel", ["file_gate", "remember", "forget"], ["channel"]),
+        ("worker", ["file_gate", "remember", "forget"], ["channel", "worker"]),
+        ("off", ["file_gate"], None),
+    ],
+)
+def test_memory_scope_decides_the_memory_tools(
+    tmp_path: Path, scope: str, tools: list[str], scopes: list[str] | None
+) -> None:
+    org = make_org(
+        tmp_path, ORG_TOML.replace("[workers.bob]", f'[workers.bob]\nmemory_scope = "{scope}"')
+    )
+    found = {str(t["name"]): t for t in tools_of(org, "bob")}
+    assert list(found) == tools
+    if scopes is not None:
+        schema = found["remember"]["parameters"]
+        assert isinstance(schema, dict)
+        assert schema["properties"]["scope"]["enum"] == scopes
+        assert schema["properties"]["text"]["maxLength"] == 2000
+        assert schema["additionalProperties"] is False
+
+
+def test_an_unknown_memory_scope_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"workers\.bob.*memory_scope"):
+        make_org(tmp_path, ORG_TOML.replace("[workers.bob]", '[workers.bob]\nmemory_scope = "all"'))
+
+
+def test_valid_memory_calls_name_their_note_and_scope_never_a_channel(org: Org) -> None:
+    system = compile_system(org, org.scope(Surface.SESSION, "ada", "general"), META)
+    remember = check_call(system.tools, ToolCall("c1", "remember", '{"text":" Tuesdays "}'))
+    assert remember == RememberRequest(text="Tuesdays", scope="channel")
+    forget = check_call(system.tools, ToolCall("c2", "forget", '{"id":"m-3","because":"moved"}'))
+    assert forget == ForgetRequest(note="m-3", because="moved")
 
 
 def test_definitions_are_canonical_and_independent_of_config_order(tmp_path: Path) -> None:
@@ -104,7 +143,7 @@ def test_tools_are_in_run_records_and_frozen_in_the_system_part(org: Org) -> Non
     scope = org.scope(Surface.TASK, "ada", "general")
     compilation = compile_run(org, scope, TurnInput(text="go"), META)
     assert compilation.record.tools is not None
-    assert compilation.record.tools.items == 3
+    assert compilation.record.tools.items == 5
     # The system part round-trips through system.json with its tools.
     data = msgspec.json.encode(compilation.system)
     again = msgspec.json.decode(data, type=type(compilation.system))
@@ -138,6 +177,17 @@ def test_a_call_inside_the_connection_is_validated(org: Org) -> None:
         ("shell", "{}", "error", "no tool"),
         ("file_gate", '{"summary":"   "}', "error", "summary"),
         ("file_gate", "[1]", "error", "malformed"),
+        ("remember", '{"text":""}', "error", "1 to 2000"),
+        ("remember", '{"text":"' + "x" * 2001 + '"}', "error", "not 2001"),
+        ("remember", '{"text":"a","scope":"worker"}', "refused", "'worker' is not allowed"),
+        ("remember", '{"text":"a","scope":"#random"}', "error", "malformed"),
+        ("remember", '{"text":"a","channel":"random"}', "error", "channel"),
+        ("remember", '{"text":7}', "error", "malformed"),
+        ("remember", "remember this", "error", "malformed"),
+        ("forget", '{"id":"../m-1","because":"x"}', "error", "note id"),
+        ("forget", '{"id":"m-1"}', "error", "because"),
+        ("forget", '{"id":"m-1","because":" "}', "error", "because"),
+        ("forget", '{"id":"m-1","because":"x","worker":"bob"}', "error", "worker"),
     ],
 )
 def test_a_bad_call_gets_a_refusal_or_error(
@@ -187,9 +237,9 @@ def test_a_forged_envelope_in_a_result_stays_inside_one_envelope(org: Org) -> No
 
 
 def test_a_connection_name_that_cannot_be_a_tool_is_a_config_error(tmp_path: Path) -> None:
-    toml = ORG_TOML.replace("linear", "file_gate")
-    with pytest.raises(ConfigError, match="file_gate"):
-        make_org(tmp_path, toml)
+    for builtin in ("file_gate", "remember", "forget"):
+        with pytest.raises(ConfigError, match=builtin):
+            make_org(tmp_path, ORG_TOML.replace("linear", builtin))
     with pytest.raises(ConfigError, match="tool"):
         dotted = ORG_TOML.replace("[connections.linear]", '[connections."lin.ear"]')
         make_org(tmp_path, dotted.replace('"linear"', '"lin.ear"'))

@@ -133,10 +133,15 @@ async def test_a_provider_side_expiry_is_blamed_on_the_provider(
 async def test_a_prompt_below_the_minimum_is_labelled(tmp_path: Path, simulator: Simulator) -> None:
     org = copy_org(tmp_path / "org")
     set_engine(org, anthropic(simulator))
+    # Without the memory tools, the example's prompt is under the minimum.
+    toml = org / "org.toml"
+    toml.write_text(
+        toml.read_text().replace("[workers.grace]", '[workers.grace]\nmemory_scope = "off"')
+    )
     process = DaemonProcess(org, tmp_path / "state").start()
     try:
         async with await process.client() as client:
-            session = await chat(client, "general", 2, worker="ada")
+            session = await chat(client, "general", 2, worker="grace")
             run = await shown(client, session)
     finally:
         process.stop()

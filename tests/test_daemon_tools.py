@@ -191,7 +191,7 @@ async def test_a_three_step_turn_is_traced_and_extends_each_request(
     # The second step's call reached the gateway only after step 2 was traced
     # (and so sent): trace first, always.
     assert gw.traced == [2, 3]
-    assert trace[0]["tools"]["items"] == 2
+    assert trace[0]["tools"]["items"] == 4
     # runs.context has each step as a request of its own, as it was sent.
     requests = page["turns"]
     assert [(r["turn"], r["step"]) for r in requests] == [(1, 1), (1, 2), (1, 3)]

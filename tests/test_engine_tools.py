@@ -74,7 +74,7 @@ async def test_streamed_calls_are_read_whole_and_results_extend_the_request(
     assert second.startswith(first)
     body = json.loads(sim.requests[0].body)
     names = [t["function"]["name"] if api == "openai" else t["name"] for t in body["tools"]]
-    assert names == ["github", "file_gate"]
+    assert names == ["github", "file_gate", "remember", "forget"]
     schema = body["tools"][0]["function"]["parameters"] if api == "openai" else None
     if api == "anthropic":
         schema = body["tools"][0]["input_schema"]

@@ -16,8 +16,15 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from ..client import OnDelta, RosterClient
-from ..compiler import ChannelMessage, MemoryItem
-from ..protocol import GateState, StatusResult, TaskState, TurnResult, describe_over_budget
+from ..compiler import ChannelMessage, Retirement
+from ..protocol import (
+    GateState,
+    MemoryNote,
+    StatusResult,
+    TaskState,
+    TurnResult,
+    describe_over_budget,
+)
 from ._chat import stream_deltas
 from ._output import emit_json, read_text, short, table, when
 from ._views import summary_line
@@ -96,19 +103,42 @@ def _show_tasks(tasks: list[TaskState], args: _Args, socket: Path) -> None:
     print(table(("TASK", "STATUS", "WORKER", "CHANNEL", "SUBMITTED", "RUNS", "TEXT"), rows))
 
 
-def _show_memory_added(item: MemoryItem, args: _Args, socket: Path) -> None:
+def _show_memory_added(item: MemoryNote, args: _Args, socket: Path) -> None:
     print(f"memory {item.id} added for {args.worker} ({_where(item.channel)})")
 
 
-def _show_memory(items: list[MemoryItem], args: _Args, socket: Path) -> None:
-    if not items:
+def _show_memory(notes: list[MemoryNote], args: _Args, socket: Path) -> None:
+    if not notes:
         print(f"no memory for {args.worker}")
         return
     rows = [
-        (m.id, f"#{m.channel}" if m.channel else "*", when(m.created_at), short(m.text, 70))
-        for m in items
+        (
+            m.id,
+            f"#{m.channel}" if m.channel else "*",
+            _author(m.author, m.run, m.turn),
+            when(m.created_at),
+            short(m.text, 60),
+            *([_retired(m.retired)] if args.all else []),
+        )
+        for m in notes
     ]
-    print(table(("ID", "CHANNEL", "CREATED", "TEXT"), rows))
+    headers = ("ID", "SCOPE", "AUTHOR", "CREATED", "TEXT", *(["RETIRED"] if args.all else []))
+    print(table(headers, rows))
+
+
+def _show_forgotten(note: MemoryNote, args: _Args, socket: Path) -> None:
+    print(f"memory {note.id} retired for {args.worker}: it never ranks again")
+
+
+def _author(author: str, run: str | None, turn: int | None) -> str:
+    return author if run is None else f"{author} in {run} turn {turn}"
+
+
+def _retired(retired: Retirement | None) -> str:
+    if retired is None:
+        return "-"
+    by = _author(retired.author, retired.run, retired.turn)
+    return f"retired {when(retired.at)} by {by}: {short(retired.because, 40)}"
 
 
 def _show_filed(gate: GateState, args: _Args, socket: Path) -> None:
@@ -170,7 +200,10 @@ COMMANDS: dict[str, Callable[[_Args, Path], Awaitable[int]]] = {
         lambda c, a: c.memory_add(a.worker, read_text(a.text, "memory text"), a.channel),
         _show_memory_added,
     ),
-    "memory list": _Call(lambda c, a: c.memory_list(a.worker), _show_memory),
+    "memory list": _Call(lambda c, a: c.memory_list(a.worker, a.all), _show_memory),
+    "memory forget": _Call(
+        lambda c, a: c.memory_forget(a.worker, a.note, a.because), _show_forgotten
+    ),
     "gate file": _Call(
         lambda c, a: c.gate_file(a.worker, read_text(a.summary, "gate summary"), a.channel, a.run),
         _show_filed,

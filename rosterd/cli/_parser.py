@@ -180,9 +180,21 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--channel", help="only for this channel (default: every channel)")
     _text(add, "text", "the note")
     add.set_defaults(handler="memory add")
-    listing = memory.add_parser("list", parents=[client], help="list a worker's notes")
+    listing = memory.add_parser(
+        "list", parents=[client], help="list a worker's notes: scope, author, text"
+    )
     listing.add_argument("--worker", required=True, help="whose memory")
+    listing.add_argument(
+        "--all", action="store_true", help="the retired notes too: who retired them and why"
+    )
     listing.set_defaults(handler="memory list")
+    forget = memory.add_parser(
+        "forget", parents=[client], help="retire a note: it never ranks again"
+    )
+    forget.add_argument("note", metavar="ID", help="the note id, e.g. m-12")
+    forget.add_argument("--worker", required=True, help="whose memory")
+    forget.add_argument("--because", required=True, help="why it is retired (recorded)")
+    forget.set_defaults(handler="memory forget")
 
     gate = commands.add_parser("gate", help="questions a worker waits on").add_subparsers(
         dest="action", required=True, metavar="ACTION"

@@ -161,6 +161,9 @@ def _compilation(number: int, count: int, record: ContextRecord) -> list[str]:
             f"  tools ({names}): {record.tools.rendered_chars} chars, "
             f"sha256 {record.tools.sha256[:_HASH]}, cached before the system text"
         )
+    for note in record.notes:
+        where = f"#{note.channel}" if note.channel else "worker-wide"
+        lines.append(f"  memory: {note.action} note {note.note} ({where})")
     held = _already_shown(record.blocks)
     if held:
         lines.append(f"  already in the conversation, left out: {held}")

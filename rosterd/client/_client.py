@@ -18,7 +18,7 @@ from anyio.abc import AsyncResource, SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from .._errors import ProtocolError, RosterError, RpcError
-from ..compiler import ChannelMessage, MemoryItem
+from ..compiler import ChannelMessage
 from ..protocol import (
     METHODS,
     PARSE_ERROR,
@@ -32,7 +32,9 @@ from ..protocol import (
     GateResolve,
     GateState,
     MemoryAdd,
+    MemoryForget,
     MemoryList,
+    MemoryNote,
     Params,
     Reply,
     RunDirect,
@@ -125,11 +127,15 @@ class RosterClient(AsyncResource):
     async def channel_post(self, channel: str, sender: str, text: str) -> ChannelMessage:
         return await self._call(ChannelPost(channel, sender, text), ChannelMessage)
 
-    async def memory_add(self, worker: str, text: str, channel: str | None = None) -> MemoryItem:
-        return await self._call(MemoryAdd(worker, text, channel), MemoryItem)
+    async def memory_add(self, worker: str, text: str, channel: str | None = None) -> MemoryNote:
+        return await self._call(MemoryAdd(worker, text, channel), MemoryNote)
 
-    async def memory_list(self, worker: str) -> list[MemoryItem]:
-        return await self._call(MemoryList(worker), list[MemoryItem])
+    async def memory_list(self, worker: str, every: bool = False) -> list[MemoryNote]:
+        """The live notes of *worker*; with *every*, the retired ones too."""
+        return await self._call(MemoryList(worker, every), list[MemoryNote])
+
+    async def memory_forget(self, worker: str, note: str, because: str) -> MemoryNote:
+        return await self._call(MemoryForget(worker, note, because), MemoryNote)
 
     async def gate_file(
         self, worker: str, summary: str, channel: str | None = None, run: str | None = None

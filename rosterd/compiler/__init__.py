@@ -60,19 +60,25 @@ from ._inputs import (
     Continuation,
     Gate,
     MemoryItem,
+    NoteAuthor,
+    Retirement,
     RunMeta,
     Shown,
     ShownItems,
     TurnInput,
 )
-from ._memory import MemoryIndex, MemoryView, rank_memory
+from ._memory import MemoryIndex, MemoryView, memory_view, rank_memory
 from ._policy import POLICY_SHA256, POLICY_TEXT, POLICY_VERSION
-from ._shown import HeldMemo, ShownKind, shown_in
+from ._shown import HeldMemo, ShownKind, held_note, shown_in
 from ._stability import PrefixState, check_prefix, prefix_state
 from ._system import SystemPrompt, compile_system, route_key
 from ._tools import (
+    NOTE_CHARS,
+    ForgetRequest,
     GateRequest,
+    NoteScope,
     Refusal,
+    RememberRequest,
     ToolCall,
     ToolRequest,
     ToolResult,
@@ -92,6 +98,7 @@ from ._trace import (
     BudgetTrace,
     ContextRecord,
     FailureTrace,
+    NoteTrace,
     PolicyTrace,
     RecordKind,
     RolloverTrace,
@@ -101,6 +108,7 @@ from ._turn import Compilation, compile_run, compile_turn
 __all__ = (
     "ADVISORY_ORDER",
     "BLOCK_TYPES",
+    "NOTE_CHARS",
     "POLICY_SHA256",
     "POLICY_TEXT",
     "POLICY_VERSION",
@@ -122,6 +130,7 @@ __all__ = (
     "Continuation",
     "DryRun",
     "FailureTrace",
+    "ForgetRequest",
     "Gate",
     "GateIndex",
     "GateRequest",
@@ -130,12 +139,17 @@ __all__ = (
     "MemoryIndex",
     "MemoryItem",
     "MemoryView",
+    "NoteAuthor",
+    "NoteScope",
+    "NoteTrace",
     "OverBudget",
     "PolicyTrace",
     "PrefixState",
     "RecordKind",
     "Refusal",
+    "RememberRequest",
     "RequestBlock",
+    "Retirement",
     "RolloverTrace",
     "RunMeta",
     "Shown",
@@ -157,7 +171,9 @@ __all__ = (
     "compile_tools",
     "compile_turn",
     "dry_run",
+    "held_note",
     "iso_time",
+    "memory_view",
     "over_budget",
     "prefix_state",
     "rank_memory",

@@ -7,7 +7,7 @@ run's scope itself, so selection never depends on text inside a message.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
@@ -21,6 +21,8 @@ __all__ = (
     "Continuation",
     "Gate",
     "MemoryItem",
+    "NoteAuthor",
+    "Retirement",
     "RunMeta",
     "Shown",
     "ShownItems",
@@ -28,13 +30,37 @@ __all__ = (
 )
 
 
+# Who wrote a note or retired one: an operator (``memory.add``,
+# ``memory.forget``) or the worker itself, through its memory tools.
+NoteAuthor = Literal["operator", "worker"]
+
+
 class MemoryItem(msgspec.Struct, frozen=True):
-    """An advisory note of a worker; ``channel=None`` means worker-wide."""
+    """An advisory note of a worker; ``channel=None`` means worker-wide.
+
+    A note the worker wrote names the run and turn that wrote it; notes
+    from before notes had authors read as an operator's.
+    """
 
     id: str
     text: str
     created_at: float
     channel: str | None = None
+    author: NoteAuthor = "operator"
+    run: str | None = None
+    turn: int | None = None
+
+
+class Retirement(msgspec.Struct, frozen=True):
+    """Note ``note`` of a worker retired: it never ranks again. Appended,
+    never rewritten; a worker's names the run and turn that retired it."""
+
+    note: str
+    because: str
+    at: float
+    author: NoteAuthor = "operator"
+    run: str | None = None
+    turn: int | None = None
 
 
 class Gate(msgspec.Struct, frozen=True):

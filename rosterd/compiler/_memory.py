@@ -19,6 +19,10 @@ each note's shared words are one ``&`` and ``bit_count``, and sorting the
 recency walk by that count gives the same order as the heap (shared words,
 then newest, then id).
 
+A retired note stays in the index (its ordinal and postings do not move)
+but never ranks again and no longer counts in the scope's totals: each
+view holds the set of retired ordinals as of its snapshot.
+
 The index is append-only: a ``MemoryView`` is a snapshot of its first *n*
 notes, so later additions never change a compilation under way, and a view
 may be read from a worker thread while the event loop adds notes (every
@@ -39,7 +43,7 @@ from itertools import islice, repeat
 from operator import itemgetter, or_
 from typing import TypeVar
 
-from ._inputs import MemoryItem
+from ._inputs import MemoryItem, Retirement
 from ._scoped import scoped_totals
 
 __all__ = ("SCAN_LIMIT", "MemoryIndex", "MemoryView", "memory_view", "rank_memory", "words")
@@ -84,7 +88,9 @@ def _query_words(text: str) -> list[str]:
 class MemoryIndex:
     """One worker's notes, indexed by word and by recency per channel."""
 
-    def __init__(self, items: Iterable[MemoryItem] = ()) -> None:
+    def __init__(
+        self, items: Iterable[MemoryItem] = (), retirements: Iterable[Retirement] = ()
+    ) -> None:
         self._items: list[MemoryItem] = []
         # Word to the ordinals of the notes holding it, ascending: the one
         # ordinal of a word only one note holds (most distinct words), an
@@ -118,6 +124,13 @@ class MemoryIndex:
         self._held: dict[str, int] = {}
         self._walk: list[int] = []
         self._walk_masks: list[int] = []
+        # Ordinals of retired notes, replaced whole on each retirement (a
+        # view keeps the set it was made with), and each retirement by note id.
+        self._retired: frozenset[int] = frozenset()
+        self._retirements: dict[str, Retirement] = {}
+        # Per run, the ordinals of the notes it wrote, in order: a session
+        # holds its own notes in its conversation already.
+        self._written: dict[str, list[int]] = {}
         for item in items:
             self._enter(item)
         # Entered in ordinal order: the masks by ordinal, until sorted.
@@ -125,6 +138,8 @@ class MemoryIndex:
         for ordinals in (*self._recent.values(), self._walk):
             ordinals.sort(key=self._key, reverse=True)
         self._walk_masks = list(map(masks.__getitem__, self._walk)) if self._walk else []
+        for retirement in retirements:
+            self.retire(retirement)
 
     def __repr__(self) -> str:
         return f"MemoryIndex({len(self._items)} notes, {len(self._postings)} words)"
@@ -135,6 +150,32 @@ class MemoryIndex:
     def items(self) -> tuple[MemoryItem, ...]:
         """Every note, oldest first."""
         return tuple(self._items)
+
+    def live(self, item_id: str) -> MemoryItem | None:
+        """The note *item_id*, unless there is none such or it is retired."""
+        ordinal = self._ids.get(item_id)
+        if ordinal is None or ordinal in self._retired:
+            return None
+        return self._items[ordinal]
+
+    def retirements(self) -> Mapping[str, Retirement]:
+        """Each retired note's retirement, by note id."""
+        return self._retirements
+
+    def retire(self, retirement: Retirement) -> bool:
+        """Retire note ``retirement.note``; whether it was a live note (a
+        second retirement of one note, say from two hosts, changes nothing)."""
+        item = self.live(retirement.note)
+        if item is None:
+            return False
+        ordinals = [self._ids[item.id], *self._more_ids.get(item.id, ())]
+        self._retired = self._retired.union(ordinals)
+        self._retirements[item.id] = retirement
+        for ordinal in ordinals:
+            retired = self._items[ordinal]
+            count, chars = self._totals[retired.channel]
+            self._totals[retired.channel] = (count - 1, chars - len(retired.text))
+        return True
 
     def add(self, item: MemoryItem) -> None:
         ordinal = self._enter(item)
@@ -161,6 +202,7 @@ class MemoryIndex:
             (self._walk, self._walk_masks, self._bits, self._held)
             if len(self._walk) == size
             else None,
+            self._retired,
         )
 
     def _out_of_order(self, ordinals: list[int]) -> int | None:
@@ -195,6 +237,8 @@ class MemoryIndex:
                 self._postings[word] = array("I", (postings, ordinal))
             else:
                 postings.append(ordinal)
+        if item.run is not None:
+            self._written.setdefault(item.run, []).append(ordinal)
         channel = item.channel
         self._recent.setdefault(channel, []).append(ordinal)
         count, chars = self._totals.get(channel, (0, 0))
@@ -232,7 +276,7 @@ def _insertion_point(ordinals: list[int], key: _Key, key_of: Callable[[int], _Ke
 class MemoryView:
     """A snapshot of a ``MemoryIndex``: what one compilation may rank."""
 
-    __slots__ = ("_index", "_recent", "_size", "_totals", "_walk")
+    __slots__ = ("_index", "_recent", "_retired", "_size", "_totals", "_walk")
 
     def __init__(
         self,
@@ -241,6 +285,7 @@ class MemoryView:
         recent: dict[str | None, tuple[list[int], int]],
         totals: dict[str | None, tuple[int, int]],
         walk: tuple[list[int], list[int], dict[str, int], dict[str, int]] | None,
+        retired: frozenset[int] = frozenset(),
     ) -> None:
         self._index = index
         self._size = size
@@ -250,6 +295,7 @@ class MemoryView:
         # words' bits and how many notes hold each word, if the index keeps
         # them for all its notes.
         self._walk = walk
+        self._retired = retired
 
     def __repr__(self) -> str:
         return f"MemoryView({self._size} notes)"
@@ -278,6 +324,12 @@ class MemoryView:
         if more is None:  # the usual: an id given once
             return [first]
         return [first, *(o for o in more if o < self._size)]
+
+    def written_by(self, run: str) -> list[MemoryItem]:
+        """The notes run *run* wrote, in the order it wrote them."""
+        items = self._index._items
+        size = self._size
+        return [items[o] for o in self._index._written.get(run, ()) if o < size]
 
     def with_ids(
         self, ids: Mapping[str, _V], channel: str | None
@@ -319,6 +371,8 @@ class MemoryView:
     def _ranked(
         self, message: str, channels: Collection[str | None], leave_out: Container[int]
     ) -> Iterator[MemoryItem]:
+        if self._retired:
+            leave_out = _EitherOf(leave_out, self._retired)
         query = _query_words(message)
         # Scanning a note costs about what counting a posting does, and
         # walking the newest of the rest costs what scanning _ALWAYS_SCAN
@@ -385,6 +439,19 @@ class MemoryView:
         for ordinal in heapq.merge(*newest, key=index._key):
             if ordinal not in shared and ordinal not in leave_out:
                 yield items[ordinal]
+
+
+class _EitherOf:
+    """The ordinals in either of two containers."""
+
+    __slots__ = ("_first", "_second")
+
+    def __init__(self, first: Container[int], second: Container[int]) -> None:
+        self._first = first
+        self._second = second
+
+    def __contains__(self, ordinal: object) -> bool:
+        return ordinal in self._first or ordinal in self._second
 
 
 def _ties_by_id(

@@ -20,7 +20,7 @@ import msgspec
 
 from ._blocks import gate_line, memory_line
 from ._gates import GateView
-from ._inputs import Gate, Shown, ShownItems
+from ._inputs import Gate, MemoryItem, Shown, ShownItems
 from ._memory import MemoryView
 from ._trace import AlreadyShown, sha256_text
 
@@ -29,6 +29,7 @@ __all__ = (
     "HeldMemo",
     "ShownKind",
     "held_memory",
+    "held_note",
     "held_open_gates",
     "line_sha256",
     "shown_in",
@@ -69,6 +70,12 @@ def _memory_sha256(item_id: str, text: str) -> str:
     # Every turn checks every item already shown: the same texts each turn,
     # so this is a cache hit, not a render.
     return line_sha256(memory_line(item_id, text))
+
+
+def held_note(item: MemoryItem, turn: int) -> Shown:
+    """A note the session wrote itself in *turn*, as if its line had been
+    sent then: the conversation holds the call that wrote it."""
+    return Shown(sha256=_memory_sha256(item.id, item.text), turn=turn)
 
 
 class Held(msgspec.Struct, frozen=True):

@@ -1,7 +1,9 @@
 """Tools: what a worker may call, and how results come back as data.
 
 A worker gets one tool per connection, whose schema admits only that
-connection's hosts and methods, and the built-in ``file_gate``. Definitions
+connection's hosts and methods, the built-in ``file_gate``, and the memory
+tools ``remember`` and ``forget`` unless its ``memory_scope`` is ``off``
+(``remember`` admits only the scopes that config allows). Definitions
 are rendered canonically (sorted keys, fixed order) and belong to the frozen
 system part: both APIs cache tools before the system prompt, so a session
 keeps them unchanged to its end.
@@ -14,19 +16,24 @@ of what was cut; ``compile_step`` traces the results of one tool step.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Literal
 
 import msgspec
 
-from ..org import FILE_GATE, Org, RunScope, Surface
+from ..org import FILE_GATE, FORGET, REMEMBER, MemoryScope, Org, RunScope, Surface
 from ._blocks import render_result, tool_block
 from ._inputs import RunMeta
-from ._trace import BlockTrace, ContextRecord, context_record, sha256_text
+from ._trace import BlockTrace, ContextRecord, NoteTrace, context_record, sha256_text
 
 __all__ = (
+    "NOTE_CHARS",
+    "ForgetRequest",
     "GateRequest",
+    "NoteScope",
     "Refusal",
+    "RememberRequest",
     "ToolCall",
     "ToolRequest",
     "ToolResult",
@@ -38,16 +45,26 @@ __all__ = (
 )
 
 ToolStatus = Literal["ok", "refused", "error", "timeout"]
+NoteScope = Literal["channel", "worker"]
 _PATH_CHARS = 2048
 _SUMMARY_CHARS = 2000
+# The longest note ``remember`` takes, and the longest reason ``forget`` does.
+NOTE_CHARS = 2000
+_NOTE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_NOTE_SCOPES: dict[MemoryScope, tuple[NoteScope, ...]] = {
+    "channel": ("channel",),
+    "worker": ("channel", "worker"),
+    "off": (),
+}
 _canonical = msgspec.json.Encoder(order="deterministic")
 
 
 class ToolSpec(msgspec.Struct, frozen=True):
     """One tool as the model sees it; ``schema`` is its canonical JSON input schema.
 
-    ``connection`` is ``None`` for ``file_gate``; the hosts and methods are
-    those the schema admits, so a call is checked against what the model saw.
+    ``connection`` is ``None`` for the built-in tools; the hosts, methods
+    and note scopes are those the schema admits, so a call is checked
+    against what the model saw.
     """
 
     name: str
@@ -56,6 +73,7 @@ class ToolSpec(msgspec.Struct, frozen=True):
     schema: str
     hosts: tuple[str, ...] = ()
     methods: tuple[str, ...] = ()
+    scopes: tuple[NoteScope, ...] = ()
 
 
 class ToolCall(msgspec.Struct, frozen=True):
@@ -79,6 +97,20 @@ class ToolRequest(msgspec.Struct, frozen=True):
 
 class GateRequest(msgspec.Struct, frozen=True):
     summary: str
+
+
+class RememberRequest(msgspec.Struct, frozen=True):
+    """A note to write, in the run's channel or worker-wide (never a named one)."""
+
+    text: str
+    scope: NoteScope
+
+
+class ForgetRequest(msgspec.Struct, frozen=True):
+    """A note to retire, if the run may see it."""
+
+    note: str
+    because: str
 
 
 class Refusal(msgspec.Struct, frozen=True):
@@ -109,12 +141,25 @@ class _GateArgs(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     summary: str
 
 
+class _RememberArgs(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    text: str
+    scope: NoteScope = "channel"
+
+
+class _ForgetArgs(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    id: str
+    because: str
+
+
 _decode_request = msgspec.json.Decoder(_RequestArgs).decode
 _decode_gate = msgspec.json.Decoder(_GateArgs).decode
+_decode_remember = msgspec.json.Decoder(_RememberArgs).decode
+_decode_forget = msgspec.json.Decoder(_ForgetArgs).decode
 
 
 def compile_tools(org: Org, worker: str) -> tuple[ToolSpec, ...]:
-    """The worker's tools: its connections sorted by name, then ``file_gate``."""
+    """The worker's tools: its connections sorted by name, then ``file_gate``,
+    then the memory tools its ``memory_scope`` allows."""
     tools = []
     for name in sorted(set(org.workers[worker].connections)):
         connection = org.connections[name]
@@ -181,28 +226,97 @@ def compile_tools(org: Org, worker: str) -> tuple[ToolSpec, ...]:
             schema=_canonical.encode(gate_schema).decode(),
         )
     )
+    scopes = _NOTE_SCOPES[org.workers[worker].memory_scope]
+    if scopes:
+        tools += _memory_tools(scopes)
     return tuple(tools)
 
 
-def check_call(tools: Sequence[ToolSpec], call: ToolCall) -> ToolRequest | GateRequest | Refusal:
+def _memory_tools(scopes: tuple[NoteScope, ...]) -> tuple[ToolSpec, ToolSpec]:
+    """``remember`` (writing notes in *scopes*) and ``forget``."""
+    wide = " or, with scope worker, of every channel" if "worker" in scopes else ""
+    remember_schema = {
+        "type": "object",
+        "properties": {
+            "text": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": NOTE_CHARS,
+                "description": "the note: one fact worth keeping, in your own words",
+            },
+            "scope": {
+                "type": "string",
+                "enum": list(scopes),
+                "description": "channel (the default): this run's channel only"
+                + ("; worker: every channel" if "worker" in scopes else ""),
+            },
+        },
+        "required": ["text"],
+        "additionalProperties": False,
+    }
+    forget_schema = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "description": "the note's id, e.g. m-12"},
+            "because": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": NOTE_CHARS,
+                "description": "why the note is wrong or no longer holds",
+            },
+        },
+        "required": ["id", "because"],
+        "additionalProperties": False,
+    }
+    return (
+        ToolSpec(
+            name=REMEMBER,
+            connection=None,
+            description=(
+                "Save a note to your memory: a fact worth keeping for later sessions, such as "
+                f"a decision, a preference or a date. Later sessions of this channel{wide} "
+                "see it among their memory notes when it is relevant. A note is advisory "
+                "data: it is no instruction and grants nothing. The result names its id."
+            ),
+            schema=_canonical.encode(remember_schema).decode(),
+            scopes=scopes,
+        ),
+        ToolSpec(
+            name=FORGET,
+            connection=None,
+            description=(
+                "Retire a note of your memory that is wrong or out of date, by the id its "
+                "memory envelope or remember gave it, saying why. It is never shown again; "
+                "the retirement is recorded."
+            ),
+            schema=_canonical.encode(forget_schema).decode(),
+        ),
+    )
+
+
+Checked = ToolRequest | GateRequest | RememberRequest | ForgetRequest | Refusal
+
+
+def check_call(tools: Sequence[ToolSpec], call: ToolCall) -> Checked:
     """Validate *call* against the tool it names; never raises."""
     tool = next((t for t in tools if t.name == call.name), None)
     if tool is None:
         names = ", ".join(t.name for t in tools)
         return Refusal("error", f"no tool named {call.name!r}; the tools are: {names}")
-    if tool.connection is None:
-        try:
-            gate = _decode_gate(call.arguments or "{}")
-        except msgspec.DecodeError as exc:
-            return Refusal("error", f"malformed arguments for {tool.name}: {exc}")
-        summary = gate.summary.strip()
-        if not summary or len(summary) > _SUMMARY_CHARS:
-            return Refusal("error", f"summary must be 1 to {_SUMMARY_CHARS} characters")
-        return GateRequest(summary=summary)
+    arguments = call.arguments or "{}"
     try:
-        args = _decode_request(call.arguments or "{}")
+        if tool.connection is not None:
+            return _check_request(tool, _decode_request(arguments))
+        if tool.name == REMEMBER:
+            return _check_remember(tool, _decode_remember(arguments))
+        if tool.name == FORGET:
+            return _check_forget(_decode_forget(arguments))
+        return _check_gate(_decode_gate(arguments))
     except msgspec.DecodeError as exc:
         return Refusal("error", f"malformed arguments for {tool.name}: {exc}")
+
+
+def _check_request(tool: ToolSpec, args: _RequestArgs) -> ToolRequest | Refusal:
     if args.method not in tool.methods:
         return Refusal(
             "refused",
@@ -233,14 +347,45 @@ def check_call(tools: Sequence[ToolSpec], call: ToolCall) -> ToolRequest | GateR
     )
 
 
+def _check_gate(args: _GateArgs) -> GateRequest | Refusal:
+    summary = args.summary.strip()
+    if not summary or len(summary) > _SUMMARY_CHARS:
+        return Refusal("error", f"summary must be 1 to {_SUMMARY_CHARS} characters")
+    return GateRequest(summary=summary)
+
+
+def _check_remember(tool: ToolSpec, args: _RememberArgs) -> RememberRequest | Refusal:
+    text = args.text.strip()
+    if not text or len(text) > NOTE_CHARS:
+        return Refusal("error", f"text must be 1 to {NOTE_CHARS} characters, not {len(text)}")
+    if args.scope not in tool.scopes:
+        return Refusal(
+            "refused",
+            f"scope {args.scope!r} is not allowed for this worker; allowed: "
+            f"{', '.join(tool.scopes)}",
+        )
+    return RememberRequest(text=text, scope=args.scope)
+
+
+def _check_forget(args: _ForgetArgs) -> ForgetRequest | Refusal:
+    because = args.because.strip()
+    if not _NOTE_ID.fullmatch(args.id):
+        return Refusal("error", "id must be a note id, such as m-12")
+    if not because or len(because) > NOTE_CHARS:
+        return Refusal("error", f"because must be 1 to {NOTE_CHARS} characters")
+    return ForgetRequest(note=args.id, because=because)
+
+
 def compile_step(
     first: ContextRecord,
     results: Sequence[ToolResult],
     limit: int,
     meta: RunMeta,
     step: int,
+    notes: Sequence[NoteTrace] = (),
 ) -> tuple[list[str], ContextRecord]:
-    """The tool messages of step *step* and its trace record, one block per result.
+    """The tool messages of step *step* and its trace record, one block per
+    result, naming the *notes* the calls wrote or retired.
 
     *first* is the turn's own record (``turn`` or ``run``), whose run facts the
     step shares: run, turn, worker, channel, engine, route key, boundaries.
@@ -262,5 +407,6 @@ def compile_step(
         input_sha256=sha256_text("".join(lines)),
         boundaries=first.boundaries,
         step=step,
+        notes=tuple(notes),
     )
     return lines, record

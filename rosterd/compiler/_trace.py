@@ -26,6 +26,7 @@ __all__ = (
     "BudgetTrace",
     "ContextRecord",
     "FailureTrace",
+    "NoteTrace",
     "PolicyTrace",
     "RecordKind",
     "RolloverTrace",
@@ -141,12 +142,22 @@ class RolloverTrace(msgspec.Struct, frozen=True):
     reason: str
 
 
+class NoteTrace(msgspec.Struct, frozen=True):
+    """On a ``step`` record: a note its tool calls wrote or retired, and the
+    note's channel (``None``: worker-wide)."""
+
+    action: Literal["wrote", "retired"]
+    note: str
+    channel: str | None
+
+
 class ContextRecord(msgspec.Struct, frozen=True):
     """One compilation. A session writes a ``system`` record when it opens and
     a ``turn`` record per turn; a task or direct run writes one ``run``
     record holding both parts. Each later engine call of a turn (``step`` 2
-    and on) writes a ``step`` record holding the tool results it adds.
-    ``tools`` holds the tool definitions on ``system`` and ``run`` records.
+    and on) writes a ``step`` record holding the tool results it adds, and
+    the notes those calls wrote or retired. ``tools`` holds the tool
+    definitions on ``system`` and ``run`` records.
     """
 
     kind: RecordKind
@@ -170,6 +181,7 @@ class ContextRecord(msgspec.Struct, frozen=True):
     rollover: RolloverTrace | None = None
     step: int = 1
     tools: BlockTrace | None = None
+    notes: tuple[NoteTrace, ...] = ()
 
 
 _POLICY = PolicyTrace(version=POLICY_VERSION, sha256=POLICY_SHA256)
@@ -190,6 +202,7 @@ def context_record(
     tools: BlockTrace | None = None,
     error: FailureTrace | None = None,
     step: int = 1,
+    notes: tuple[NoteTrace, ...] = (),
 ) -> ContextRecord:
     """The one way a record is made: every kind, failed (with *error*) or ok.
 
@@ -216,4 +229,5 @@ def context_record(
         error=error,
         step=step,
         tools=tools,
+        notes=notes,
     )

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Awaitable, Callable
 
+import msgspec
+
 from .. import __version__
 from .._errors import ConflictError, NotFoundError, ProtocolError
-from ..compiler import MemoryItem
+from ..compiler import MemoryItem, Retirement
 from ..org import Surface
 from ..protocol import (
     INVALID_PARAMS,
@@ -22,7 +24,9 @@ from ..protocol import (
     GateResolve,
     GateState,
     MemoryAdd,
+    MemoryForget,
     MemoryList,
+    MemoryNote,
     Params,
     RunDirect,
     RunsContext,
@@ -123,11 +127,16 @@ class Methods:
                 return message
             case MemoryAdd(worker=worker, text=text, channel=channel):
                 self._check_scope(worker, channel)
-                item: MemoryItem = await host.stores.memory.add(worker, text, channel, host.clock())
-                return item
-            case MemoryList(worker=worker):
+                item = await host.stores.memory.add(worker, text, channel, host.clock())
+                return _with_retirement(item, None)
+            case MemoryList(worker=worker, all=every):
                 self._check_scope(worker, None)
-                return await host.stores.memory.items(worker)
+                return await self._notes(worker, every)
+            case MemoryForget(worker=worker, note=note, because=because):
+                self._check_scope(worker, None)
+                retirement = Retirement(note=note, because=because, at=host.clock())
+                item = await host.stores.memory.retire(worker, retirement)
+                return _with_retirement(item, retirement)
             case GateFile(worker=worker, summary=summary, channel=channel, run=run):
                 self._check_scope(worker, channel)
                 if run is not None:
@@ -173,6 +182,15 @@ class Methods:
             limit=params.limit or CONTEXT_PAGE_TURNS,
         )
 
+    async def _notes(self, worker: str, every: bool) -> list[MemoryNote]:
+        memory = self._host.stores.memory
+        retired = await memory.retirements(worker)
+        return [
+            _with_retirement(item, retired.get(item.id))
+            for item in await memory.items(worker)
+            if every or item.id not in retired
+        ]
+
     def _known_channel(self, channel: str) -> None:
         if channel not in self._host.org.channels:
             raise NotFoundError("channel", channel)
@@ -183,6 +201,10 @@ class Methods:
             org.scope(Surface.DIRECT, worker, None)
         else:
             org.scope(Surface.SESSION, worker, channel)
+
+
+def _with_retirement(item: MemoryItem, retired: Retirement | None) -> MemoryNote:
+    return MemoryNote(**msgspec.structs.asdict(item), retired=retired)
 
 
 def _turn_result(outcome: TurnOutcome) -> TurnResult:

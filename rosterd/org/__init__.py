@@ -1,7 +1,10 @@
 """Org configuration: org.toml and the trusted files it refers to."""
 
 from ._config import (
+    BUILTIN_TOOLS,
     FILE_GATE,
+    FORGET,
+    REMEMBER,
     ChannelConfig,
     ConnectionConfig,
     ContextBudget,
@@ -11,6 +14,7 @@ from ._config import (
     EngineKind,
     EngineOverlay,
     GatewayConfig,
+    MemoryScope,
     WorkerConfig,
 )
 from ._load import identity_path, load_org, purpose_path
@@ -18,7 +22,10 @@ from ._org import Org, RunScope, Surface
 from ._source import OrgSource
 
 __all__ = (
+    "BUILTIN_TOOLS",
     "FILE_GATE",
+    "FORGET",
+    "REMEMBER",
     "ChannelConfig",
     "ConnectionConfig",
     "ContextBudget",
@@ -28,6 +35,7 @@ __all__ = (
     "EngineKind",
     "EngineOverlay",
     "GatewayConfig",
+    "MemoryScope",
     "Org",
     "OrgSource",
     "RunScope",

@@ -11,7 +11,10 @@ from typing import Annotated, Literal
 import msgspec
 
 __all__ = (
+    "BUILTIN_TOOLS",
     "FILE_GATE",
+    "FORGET",
+    "REMEMBER",
     "ChannelConfig",
     "ConnectionConfig",
     "ContextBudget",
@@ -21,6 +24,7 @@ __all__ = (
     "EngineKind",
     "EngineOverlay",
     "GatewayConfig",
+    "MemoryScope",
     "WorkerConfig",
 )
 
@@ -30,8 +34,15 @@ Seconds = Annotated[float, msgspec.Meta(gt=0)]
 EnvName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 HttpMethod = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 EngineKind = Literal["echo", "openai", "anthropic"]
-# The built-in tool every worker has besides one per connection.
+# The built-in tools a worker has besides one per connection: rosterd
+# answers these itself, so no connection may take their names.
 FILE_GATE = "file_gate"
+REMEMBER = "remember"
+FORGET = "forget"
+BUILTIN_TOOLS = (FILE_GATE, REMEMBER, FORGET)
+# What notes a worker may write with ``remember``: its run's channel only,
+# also worker-wide ones, or none (no memory tools at all).
+MemoryScope = Literal["channel", "worker", "off"]
 
 
 class ContextBudget(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -134,6 +145,9 @@ class WorkerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     connections: list[str] = []
     context: ContextOverlay = ContextOverlay()
     engine: EngineOverlay = EngineOverlay()
+    memory_scope: MemoryScope = "channel"
+    # Notes one turn may write; a call past it is refused.
+    remember_per_turn: Chars = 5
 
 
 class ChannelConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

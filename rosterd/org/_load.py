@@ -18,7 +18,7 @@ import msgspec
 from .._errors import ConfigError, InvalidIdError
 from .._ids import check_id
 from ._config import (
-    FILE_GATE,
+    BUILTIN_TOOLS,
     ChannelConfig,
     ConnectionConfig,
     ContextBudget,
@@ -145,10 +145,11 @@ def _check_tool_names(path: Path, connections: dict[str, ConnectionConfig]) -> N
     # Each connection is offered to the model as a tool of the same name;
     # both APIs allow only these characters in a tool name.
     for name in connections:
-        if not _TOOL_NAME.fullmatch(name) or name == FILE_GATE:
+        if not _TOOL_NAME.fullmatch(name) or name in BUILTIN_TOOLS:
+            builtin = ", ".join(repr(tool) for tool in BUILTIN_TOOLS)
             raise ConfigError(
                 f"{path}: [connections.{name}] names a tool: use letters, digits, '_' "
-                f"and '-' only, and not {FILE_GATE!r}",
+                f"and '-' only, and none of the built-in tools' names ({builtin})",
                 path=str(path),
                 key=f"connections.{name}",
             )

@@ -19,6 +19,7 @@ __all__ = (
     "GateList",
     "GateResolve",
     "MemoryAdd",
+    "MemoryForget",
     "MemoryList",
     "Params",
     "RunDirect",
@@ -44,6 +45,8 @@ MemoryText = Annotated[str, msgspec.Meta(min_length=1, max_length=MEMORY_NOTE_MA
 MessageText = Annotated[str, msgspec.Meta(min_length=1, max_length=CHANNEL_MESSAGE_MAX)]
 GateText = Annotated[str, msgspec.Meta(min_length=1, max_length=GATE_TEXT_MAX)]
 GateNote = Annotated[str, msgspec.Meta(max_length=GATE_TEXT_MAX)]
+REASON_MAX = 4096
+Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=REASON_MAX)]
 
 
 class DaemonStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
@@ -98,7 +101,18 @@ class MemoryAdd(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_de
 
 
 class MemoryList(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+    """The live notes; ``all`` adds the retired ones, with their retirement."""
+
     worker: Id
+    all: bool = False
+
+
+class MemoryForget(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+    """An operator retires any note of *worker*."""
+
+    worker: Id
+    note: Id
+    because: Reason
 
 
 class GateFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
@@ -147,6 +161,7 @@ Params = (
     | ChannelPost
     | MemoryAdd
     | MemoryList
+    | MemoryForget
     | GateFile
     | GateResolve
     | GateList
@@ -167,6 +182,7 @@ METHODS: dict[str, type[Params]] = {
     "channel.post": ChannelPost,
     "memory.add": MemoryAdd,
     "memory.list": MemoryList,
+    "memory.forget": MemoryForget,
     "gate.file": GateFile,
     "gate.resolve": GateResolve,
     "gate.list": GateList,

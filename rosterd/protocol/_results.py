@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import msgspec
 
-from ..compiler import ContextRecord, OverBudget
+from ..compiler import ContextRecord, MemoryItem, OverBudget, Retirement
 from ._records import RunInfo, TranscriptEntry, Usage
 
 __all__ = (
     "BlockSummary",
     "Closed",
     "Delta",
+    "MemoryNote",
     "RunShown",
     "SessionOpened",
     "StatusResult",
@@ -92,3 +93,10 @@ class Delta(msgspec.Struct, frozen=True):
 
 class Closed(msgspec.Struct, frozen=True):
     closed: str
+
+
+class MemoryNote(MemoryItem, frozen=True):
+    """A note as ``memory.list`` and ``memory.forget`` show it: with how it
+    was retired, if it was."""
+
+    retired: Retirement | None = None

@@ -1,31 +1,43 @@
-"""Answering the tool calls of one reply: validate, then file a gate or forward.
+"""Answering the tool calls of one turn: validate, then act or forward.
 
 Model output is untrusted: each call is checked against the definitions the
 model was given (the frozen ones of a session) before anything leaves
 rosterd, and a call that fails the check is answered by rosterd itself.
-``file_gate`` files a gate against the run; every other valid call goes to
-the gateway. Calls are answered in the order the model made them.
+``file_gate`` files a gate against the run; ``remember`` and ``forget``
+write or retire a note of the run's own worker, in the run's own channel
+(worker-wide only where the worker's ``memory_scope`` allows), each durable
+before its result is returned; every other valid call goes to the gateway.
+Calls are answered in the order the model made them.
+
+No argument names a channel or a worker: the scope of a note comes from
+the run, which the host created from its RPC call.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from .._errors import NotFoundError
 from ..compiler import (
+    ForgetRequest,
     GateRequest,
+    NoteTrace,
     Refusal,
+    RememberRequest,
+    Retirement,
     ToolCall,
     ToolRequest,
     ToolResult,
     ToolSpec,
     check_call,
 )
-from ..stores import GateStore
+from ..org import REMEMBER
+from ..stores import State
 from ._gateway import Gateway
 from ._runs import RunInfo
 
-__all__ = ("CALLS_PER_STEP", "answer_calls")
+__all__ = ("CALLS_PER_STEP", "TurnTools")
 
 log = logging.getLogger("rosterd.tools")
 
@@ -33,37 +45,120 @@ log = logging.getLogger("rosterd.tools")
 CALLS_PER_STEP = 16
 
 
-async def answer_calls(
-    calls: Sequence[ToolCall],
-    tools: Sequence[ToolSpec],
-    run: RunInfo,
-    gateway: Gateway,
-    gates: GateStore,
-    now: float,
-    *,
-    stop: str | None = None,
-) -> list[ToolResult]:
-    """One result per call; with *stop*, every call is refused with that reason."""
-    results = []
-    for number, call in enumerate(calls):
-        if stop is None and number >= CALLS_PER_STEP:
-            reason = f"at most {CALLS_PER_STEP} calls are answered per step"
-            results.append(ToolResult(call.id, call.name, "refused", reason))
-            continue
-        if stop is not None:
-            results.append(ToolResult(call.id, call.name, "refused", stop))
-            continue
+class TurnTools:
+    """Answers the tool calls of one turn of *run*, counting the notes it writes."""
+
+    def __init__(
+        self,
+        run: RunInfo,
+        turn: int,
+        notes_per_turn: int,
+        gateway: Gateway,
+        stores: State,
+        clock: Callable[[], float],
+    ) -> None:
+        self._run = run
+        self._turn = turn
+        self._notes_per_turn = notes_per_turn
+        self._gateway = gateway
+        self._stores = stores
+        self._clock = clock
+        self._written = 0
+
+    def __repr__(self) -> str:
+        return f"TurnTools({self._run.id!r}, turn {self._turn}, {self._written} notes written)"
+
+    async def answer(
+        self, calls: Sequence[ToolCall], tools: Sequence[ToolSpec], *, stop: str | None = None
+    ) -> tuple[list[ToolResult], list[NoteTrace]]:
+        """One result per call, and the notes the calls wrote or retired;
+        with *stop*, every call is refused with that reason."""
+        results: list[ToolResult] = []
+        notes: list[NoteTrace] = []
+        for number, call in enumerate(calls):
+            if stop is None and number >= CALLS_PER_STEP:
+                stop_here = f"at most {CALLS_PER_STEP} calls are answered per step"
+                results.append(ToolResult(call.id, call.name, "refused", stop_here))
+            elif stop is not None:
+                results.append(ToolResult(call.id, call.name, "refused", stop))
+            else:
+                result, note = await self._answer(call, tools)
+                results.append(result)
+                if note is not None:
+                    notes.append(note)
+        return results, notes
+
+    async def _answer(
+        self, call: ToolCall, tools: Sequence[ToolSpec]
+    ) -> tuple[ToolResult, NoteTrace | None]:
+        run = self._run
         match check_call(tools, call):
             case Refusal(status=status, text=text):
                 log.info("run %s: %s call %s %s: %s", run.id, call.name, call.id, status, text)
-                results.append(ToolResult(call.id, call.name, status, text))
+                return ToolResult(call.id, call.name, status, text), None
             case GateRequest(summary=summary):
-                gate = await gates.file(run.worker, summary, now, run.channel, run.id)
+                gate = await self._stores.gates.file(
+                    run.worker, summary, self._clock(), run.channel, run.id
+                )
                 text = f"gate {gate.id} filed; a person will resolve it"
                 if run.task is not None:
                     text += "; this task pauses until then and continues with the outcome"
-                results.append(ToolResult(call.id, call.name, "ok", text))
+                return ToolResult(call.id, call.name, "ok", text), None
+            case RememberRequest() as request:
+                return await self._remember(call, request)
+            case ForgetRequest() as request:
+                return await self._forget(call, request, tools)
             case ToolRequest() as request:
-                answered, reason = await gateway.call(run.id, run.worker, request)
-                results.append(ToolResult(call.id, call.name, answered, reason))
-    return results
+                answered, reason = await self._gateway.call(run.id, run.worker, request)
+                return ToolResult(call.id, call.name, answered, reason), None
+        raise AssertionError("check_call answers one of the cases above")
+
+    async def _remember(
+        self, call: ToolCall, request: RememberRequest
+    ) -> tuple[ToolResult, NoteTrace | None]:
+        run, limit = self._run, self._notes_per_turn
+        channel = run.channel if request.scope == "channel" else None
+        if self._written >= limit:
+            reason = f"at most {limit} notes are written per turn (remember_per_turn)"
+            return ToolResult(call.id, call.name, "refused", reason), None
+        if request.scope == "channel" and channel is None:
+            reason = "this run has no channel: a channel note needs one"
+            return ToolResult(call.id, call.name, "refused", reason), None
+        note = await self._stores.memory.add(
+            run.worker, request.text, channel, self._clock(), run=run.id, turn=self._turn
+        )
+        self._written += 1
+        where = f"channel {channel}" if channel is not None else "every channel"
+        log.info("run %s: turn %d wrote note %s for %s", run.id, self._turn, note.id, where)
+        text = f"note {note.id} saved; later sessions of {where} may see it"
+        return ToolResult(call.id, call.name, "ok", text), NoteTrace("wrote", note.id, channel)
+
+    async def _forget(
+        self, call: ToolCall, request: ForgetRequest, tools: Sequence[ToolSpec]
+    ) -> tuple[ToolResult, NoteTrace | None]:
+        run = self._run
+        # Notes of the run's channel, and worker-wide ones where the worker
+        # may write them (as the definitions it was given say): what it
+        # could have written, it may retire.
+        scopes = next((tool.scopes for tool in tools if tool.name == REMEMBER), ())
+        channels: list[str | None] = [run.channel] if run.channel is not None else []
+        if "worker" in scopes:
+            channels.append(None)
+        retirement = Retirement(
+            note=request.note,
+            because=request.because,
+            at=self._clock(),
+            author="worker",
+            run=run.id,
+            turn=self._turn,
+        )
+        try:
+            note = await self._stores.memory.retire(run.worker, retirement, channels)
+        except NotFoundError:
+            text = f"no note {request.note} in this worker's memory for this channel"
+            return ToolResult(call.id, call.name, "error", text), None
+        log.info("run %s: turn %d retired note %s", run.id, self._turn, note.id)
+        text = f"note {note.id} retired; it will not be shown again"
+        return ToolResult(call.id, call.name, "ok", text), NoteTrace(
+            "retired", note.id, note.channel
+        )

@@ -3,10 +3,11 @@
 Task runs, direct runs and session turns all go through ``run_turn``:
 compile, write the trace (fsync), record the user turn, call the engine,
 record the reply. While the reply calls tools, the turn goes on in steps:
-the calls are answered (validated, then forwarded to the gateway or filing
-a gate), the results traced and recorded, and the engine called again with
-the request extended by the reply and its results, up to ``[gateway]
-max_steps`` engine calls. Nothing reaches an engine that was not traced first.
+the calls are answered (validated, then forwarded to the gateway, or filing
+a gate, or writing or retiring a note), the results traced and recorded,
+and the engine called again with the request extended by the reply and its
+results, up to ``[gateway] max_steps`` engine calls. Nothing reaches an
+engine that was not traced first.
 """
 
 from __future__ import annotations
@@ -48,10 +49,10 @@ from ..engines import (
     Usage,
     open_engine,
 )
-from ..org import EngineConfig, Org, OrgSource, Surface
+from ..org import EngineConfig, Org, OrgSource, Surface, WorkerConfig
 from ..stores import ActiveRun, State
 from ._cache import judge_cache
-from ._calls import answer_calls
+from ._calls import TurnTools
 from ._gateway import Gateway
 from ._leases import LeaseKeeper
 from ._runs import RunInfo, TranscriptEntry
@@ -238,7 +239,17 @@ class Host(AsyncResource):
             tg.start_soon(run.record, user)
             tg.start_soon(self.prefixes.put, worker, channel, own)
         transcript.append(ChatMessage(role="user", content=compilation.input_text))
-        call = _Call(run, engine, engine_config, record, system, checks, transcript, on_delta)
+        tools = TurnTools(
+            run.info,
+            record.turn,
+            self.org.workers.get(worker, WorkerConfig()).remember_per_turn,
+            Gateway(self.org.gateway),
+            self.stores,
+            self.clock,
+        )
+        call = _Call(
+            run, engine, engine_config, record, system, checks, transcript, on_delta, tools
+        )
         reply = await self._complete(call, 1)
         if previous_input_tokens is not None:
             reusable = previous_input_tokens
@@ -318,18 +329,10 @@ class Host(AsyncResource):
     ) -> None:
         """Answer *reply*'s calls; trace and record the results, then append them."""
         run, record = call.run, call.record
-        results = await answer_calls(
-            reply.calls,
-            call.system.tools,
-            run.info,
-            Gateway(self.org.gateway),
-            self.stores.gates,
-            self.clock(),
-            stop=stop,
-        )
+        results, notes = await call.tools.answer(reply.calls, call.system.tools, stop=stop)
         meta = RunMeta(run=run.info.id, turn=record.turn, now=self.clock())
         limit = call.system.budget.tool_result
-        lines, step_record = compile_step(record, results, limit, meta, step)
+        lines, step_record = compile_step(record, results, limit, meta, step, notes)
         entries = [
             msgspec.structs.replace(call.entry(step, "tool", line, meta.now), call=result.call)
             for result, line in zip(results, lines, strict=True)
@@ -362,6 +365,7 @@ class _Call:
         checks: Sequence[BoundaryCheck],
         transcript: list[ChatMessage],
         on_delta: DeltaSink,
+        tools: TurnTools,
     ) -> None:
         self.run = run
         self.engine = engine
@@ -371,6 +375,7 @@ class _Call:
         self.checks = checks
         self.transcript = transcript
         self.on_delta = on_delta
+        self.tools = tools
 
     def __repr__(self) -> str:
         return f"_Call({self.run.info.id!r}, turn {self.record.turn})"

@@ -44,6 +44,7 @@ from ..compiler import (
     SystemPrompt,
     compile_system,
     compile_turn,
+    memory_view,
 )
 from ..engines import DeltaSink
 from ..org import Surface
@@ -227,6 +228,7 @@ class Session:
             backlog_omitted=omitted,
             shown=self._shown.items(),
         )
+        self._shown.note_written(memory_view(turn_input.memory).written_by(self.id))
         meta = RunMeta(run=self.id, turn=turn, now=host.clock())
         limit = budget.session_chars
 

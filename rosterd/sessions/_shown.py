@@ -5,14 +5,18 @@ resumes (the user entries hold the compiled input exactly as sent) and kept
 up to date from each turn's input once it is in the transcript, so what the
 compiler leaves out is always something the engine has been or will be sent.
 A new session, rolled over or not, starts with an empty ledger.
+
+A note the session wrote itself (``remember``) counts as shown from the turn
+that wrote it: the conversation holds the call. Those come from the memory
+store, which names each note's run, so a resumed session holds them too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from types import MappingProxyType
 
-from ..compiler import HeldMemo, Shown, ShownItems, ShownKind, shown_in
+from ..compiler import HeldMemo, MemoryItem, Shown, ShownItems, ShownKind, held_note, shown_in
 from ..engines import ChatMessage
 from ._runs import TranscriptEntry
 
@@ -26,6 +30,8 @@ class ShownLedger:
         self._memory: dict[str, Shown] = {}
         self._gates: dict[str, Shown] = {}
         self._log: list[tuple[ShownKind, str]] = []
+        # How many of the notes the session wrote are noted already.
+        self._written = 0
         # Read-only views: a turn's input borrows them instead of copying.
         # The log and memo let a turn look only at what changed since the last.
         self._view = ShownItems(
@@ -57,6 +63,13 @@ class ShownLedger:
             table = self._memory if kind == "memory" else self._gates
             table[item_id] = Shown(sha256=sha256, turn=turn)
             self._log.append((kind, item_id))
+
+    def note_written(self, notes: Sequence[MemoryItem]) -> None:
+        """Hold the notes the session wrote, all of them so far, in order."""
+        for item in notes[self._written :]:
+            self._memory[item.id] = held_note(item, item.turn or 0)
+            self._log.append(("memory", item.id))
+        self._written = len(notes)
 
     def note_sent(self, turn: int, messages: Iterable[ChatMessage]) -> None:
         """``note`` for each user message appended to a transcript by *turn*."""

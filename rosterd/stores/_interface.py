@@ -10,7 +10,7 @@ on disk (or committed) before the engine sees a byte of its request.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol
 
 from ..compiler import (
@@ -20,6 +20,7 @@ from ..compiler import (
     MemoryItem,
     MemoryView,
     PrefixState,
+    Retirement,
 )
 from ..protocol import GateState, RunInfo, RunStatus, TaskState, TranscriptEntry
 from ._records import SessionState
@@ -66,12 +67,37 @@ class ChannelStore(Protocol):
 
 
 class MemoryStore(Protocol):
-    """Each worker's notes, eligible from the next compilation on."""
+    """Each worker's notes, eligible from the next compilation on, until retired."""
 
-    async def add(self, worker: str, text: str, channel: str | None, at: float) -> MemoryItem: ...
+    async def add(
+        self,
+        worker: str,
+        text: str,
+        channel: str | None,
+        at: float,
+        *,
+        run: str | None = None,
+        turn: int | None = None,
+    ) -> MemoryItem:
+        """A new note, durable on return: an operator's, or (with *run* and
+        *turn*) one the worker wrote in that turn."""
+        ...
+
+    async def retire(
+        self, worker: str, retirement: Retirement, channels: Collection[str | None] | None = None
+    ) -> MemoryItem:
+        """Retire note ``retirement.note`` of *worker*, durably, and return
+        it; with *channels*, only a note whose channel (``None``:
+        worker-wide) is one of them. ``NotFoundError`` when there is no such
+        live note."""
+        ...
 
     async def items(self, worker: str) -> tuple[MemoryItem, ...]:
-        """Every note of *worker*, oldest first."""
+        """Every note of *worker*, oldest first, retired ones included."""
+        ...
+
+    async def retirements(self, worker: str) -> Mapping[str, Retirement]:
+        """How each retired note of *worker* was retired, by note id."""
         ...
 
     async def view(self, worker: str) -> MemoryView:

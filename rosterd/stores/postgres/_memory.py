@@ -1,48 +1,67 @@
 """Worker memory in the database: advisory notes, eligible from the next
-compilation on, whichever host added them."""
+compilation on, whichever host added them, until one retires them."""
 
 from __future__ import annotations
+
+from collections.abc import Collection, Mapping
 
 import anyio
 import msgspec
 
 from ..._ids import check_id
-from ...compiler import MemoryIndex, MemoryItem, MemoryView
-from .._indexing import index_notes
+from ...compiler import MemoryIndex, MemoryItem, MemoryView, Retirement
+from .._indexing import index_notes, new_note, retirable
 from ._db import Database, encode
 
 __all__ = ("PostgresMemory",)
 
 _item = msgspec.json.Decoder(MemoryItem)
+_retirement = msgspec.json.Decoder(Retirement)
 
 # A note takes m-<n> by moving its worker's row on; the note is inserted in
 # the same transaction, so racing adds (from any host) wait for each
 # other's commit: n is distinct and note n is visible before n + 1 exists.
 # That is what lets a host catch up by reading only n > the last it saw.
+# Retirements are numbered the same way, on a counter of their own.
 _TAKE_NUMBER = (
     "INSERT INTO memory_workers (worker, last_note) VALUES (%s, 1)"
     " ON CONFLICT (worker) DO UPDATE SET last_note = memory_workers.last_note + 1"
     " RETURNING last_note"
 )
 _INSERT = "INSERT INTO memory_notes (worker, n, record) VALUES (%s, %s, %s)"
-# On the primary key (worker, n): what is new since n, never the history.
-_AFTER = "SELECT n, record FROM memory_notes WHERE worker = %s AND n > %s ORDER BY n"
+# A retired note exists, so its worker's row does too.
+_TAKE_RETIREMENT = (
+    "UPDATE memory_workers SET last_retired = last_retired + 1 WHERE worker = %s"
+    " RETURNING last_retired"
+)
+_INSERT_RETIREMENT = "INSERT INTO memory_retirements (worker, n, record) VALUES (%s, %s, %s)"
+# On the primary keys (worker, n): what is new since the last note and the
+# last retirement seen, in one snapshot, notes first.
+_AFTER = (
+    "SELECT 0, n, record FROM memory_notes WHERE worker = %s AND n > %s"
+    " UNION ALL"
+    " SELECT 1, n, record FROM memory_retirements WHERE worker = %s AND n > %s"
+    " ORDER BY 1, 2"
+)
 
 
 class _Notes:
-    """One worker's index on this host, and the last note number it holds."""
+    """One worker's index on this host, and the last note and retirement
+    numbers it holds."""
 
-    def __init__(self, index: MemoryIndex, last: int) -> None:
+    def __init__(self, index: MemoryIndex, last: int, last_retired: int) -> None:
         self.index = index
         self.last = last
+        self.last_retired = last_retired
 
 
 class PostgresMemory:
-    """Notes in table ``memory_notes``; each worker's indexed on this host.
+    """Notes in table ``memory_notes``, retirements in ``memory_retirements``;
+    each worker's indexed on this host.
 
     The first read of a worker indexes all its notes (off the event loop);
-    every later read first adds the notes other hosts added since, in one
-    query on the primary key, so a turn costs what is new.
+    every later read first adds the notes and retirements other hosts added
+    since, in one query on the primary keys, so a turn costs what is new.
     """
 
     def __init__(self, db: Database) -> None:
@@ -55,14 +74,23 @@ class PostgresMemory:
     def __repr__(self) -> str:
         return f"PostgresMemory({self._db.where!r}, {len(self._notes)} workers indexed)"
 
-    async def add(self, worker: str, text: str, channel: str | None, at: float) -> MemoryItem:
+    async def add(
+        self,
+        worker: str,
+        text: str,
+        channel: str | None,
+        at: float,
+        *,
+        run: str | None = None,
+        turn: int | None = None,
+    ) -> MemoryItem:
         check_id("worker", worker)
         async with self._db.transaction("add a note") as conn:
             cursor = await conn.execute(_TAKE_NUMBER, (worker,))
             row = await cursor.fetchone()
             assert row is not None  # RETURNING of an upsert always has its row
             n = int(row[0])
-            item = MemoryItem(id=f"m-{n}", text=text, created_at=at, channel=channel)
+            item = new_note(n, text, channel, at, run, turn)
             await conn.execute(_INSERT, (worker, n, encode(item)))
         notes = self._notes.get(worker)
         # Next in line: indexed now. Otherwise (another host's notes came
@@ -74,33 +102,63 @@ class PostgresMemory:
                     notes.last = n
         return item
 
+    async def retire(
+        self, worker: str, retirement: Retirement, channels: Collection[str | None] | None = None
+    ) -> MemoryItem:
+        # Two hosts retiring one note at once both append: the index keeps
+        # the first, and the note is retired either way.
+        notes = await self._current(worker)
+        item = retirable(notes.index, retirement, channels)
+        async with self._db.transaction("retire a note") as conn:
+            cursor = await conn.execute(_TAKE_RETIREMENT, (worker,))
+            row = await cursor.fetchone()
+            assert row is not None  # the note exists, and so its worker's row
+            n = int(row[0])
+            await conn.execute(_INSERT_RETIREMENT, (worker, n, encode(retirement)))
+        async with self._lock(worker):
+            if notes.last_retired == n - 1:
+                notes.index.retire(retirement)
+                notes.last_retired = n
+        return item
+
     async def items(self, worker: str) -> tuple[MemoryItem, ...]:
-        """Every note of *worker*, oldest first."""
-        return (await self._current(worker)).items()
+        """Every note of *worker*, oldest first, retired ones included."""
+        return (await self._current(worker)).index.items()
+
+    async def retirements(self, worker: str) -> Mapping[str, Retirement]:
+        return dict((await self._current(worker)).index.retirements())
 
     async def view(self, worker: str) -> MemoryView:
         """A snapshot: later additions do not change a compilation under way."""
-        return (await self._current(worker)).snapshot()
+        return (await self._current(worker)).index.snapshot()
 
     def _lock(self, worker: str) -> anyio.Lock:
         return self._locks.setdefault(worker, anyio.Lock())
 
-    async def _current(self, worker: str) -> MemoryIndex:
-        """*worker*'s index, with every note committed so far."""
+    async def _current(self, worker: str) -> _Notes:
+        """*worker*'s notes, with every note and retirement committed so far."""
         check_id("worker", worker)
         async with self._lock(worker):
             notes = self._notes.get(worker)
-            last = 0 if notes is None else notes.last
-            rows = await self._db.fetchall("read notes", _AFTER, (worker, last))
+            last, last_retired = (0, 0) if notes is None else (notes.last, notes.last_retired)
+            rows = await self._db.fetchall(
+                "read notes", _AFTER, (worker, last, worker, last_retired)
+            )
+            added = [(int(n), self._db.decode(_item, r)) for kind, n, r in rows if kind == 0]
+            retired = [
+                (int(n), self._db.decode(_retirement, r)) for kind, n, r in rows if kind == 1
+            ]
             if notes is None:
-                loaded = [self._db.decode(_item, row[1]) for row in rows]
-                index = await index_notes(loaded)
-                notes = self._notes[worker] = _Notes(index, int(rows[-1][0]) if rows else 0)
+                index = await index_notes((item for _, item in added), (r for _, r in retired))
+                notes = self._notes[worker] = _Notes(index, 0, 0)
             else:
-                for n, record in rows:
-                    notes.index.add(self._db.decode(_item, record))
-                    notes.last = int(n)
-            return notes.index
+                for _, item in added:
+                    notes.index.add(item)
+                for _, retirement in retired:
+                    notes.index.retire(retirement)
+            notes.last = added[-1][0] if added else notes.last
+            notes.last_retired = retired[-1][0] if retired else notes.last_retired
+            return notes
 
     async def aclose(self) -> None:
         self._notes.clear()
