@@ -250,9 +250,14 @@ class _Lines(logging.Handler):
 
 @asynccontextmanager
 async def daemon_in_process(
-    org: Path, state: Path, *, clock: Callable[[], float] = time.time
+    org: Path, state: Path, *, clock: Callable[[], float] = time.time, database: str | None = None
 ) -> AsyncIterator[InProcessDaemon]:
-    """Serve *org* until the block ends, then drain and stop as on SIGTERM."""
+    """Serve *org* until the block ends, then drain and stop as on SIGTERM.
+
+    With *database* (a PostgreSQL URL) the state is there, and *state* is
+    only the directory that holds the socket."""
+    if database is not None:
+        await anyio.Path(state).mkdir(parents=True, exist_ok=True)
     environ = {k: v for k, v in os.environ.items() if k not in _SYSTEMD_VARIABLES}
     stop = anyio.Event()
     lines = _Lines()
@@ -264,7 +269,13 @@ async def daemon_in_process(
         async with anyio.create_task_group() as tg:
             path = await tg.start(
                 partial(
-                    run_daemon, org, state, state / "rosterd.sock", environ, clock=clock, stop=stop
+                    run_daemon,
+                    org,
+                    database or state,
+                    state / "rosterd.sock",
+                    environ,
+                    clock=clock,
+                    stop=stop,
                 )
             )
             try:

@@ -199,7 +199,7 @@ async def test_a_three_step_turn_is_traced_and_extends_each_request(
         answered = [m["call"] for m in request["messages"] if m["role"] == "tool"]
         assert answered == [m["call"] for m in tool_messages(recorded.body)]
         tools = [json.loads(line)["name"] for line in request["tools"].splitlines()]
-        assert tools == ["github", "file_gate"]
+        assert tools == ["github", "file_gate", "remember", "forget"]
     # rosterd holds no credential: the env var is named, its value never sent.
     assert all(b"ghp_never" not in r.body for r in sim.requests)
     assert "ghp_never" not in json.dumps(gw.calls)
@@ -211,7 +211,7 @@ async def test_a_three_step_turn_is_traced_and_extends_each_request(
         == 0
     )
     shown = capsys.readouterr().out
-    assert "tools (github, file_gate)" in shown
+    assert "tools (github, file_gate, remember, forget)" in shown
     assert "turn 1 step 2: tool results" in shown and "turn 1 step 3" in shown
     assert (
         await anyio.to_thread.run_sync(

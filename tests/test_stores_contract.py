@@ -24,7 +24,7 @@ from msgspec.structs import replace
 from postgres import PostgresServer
 
 from rosterd._errors import ConflictError, InvalidIdError, NotFoundError, StorageError
-from rosterd.compiler import Boundary, ChannelMessage, PrefixState
+from rosterd.compiler import Boundary, ChannelMessage, PrefixState, Retirement
 from rosterd.protocol import RunInfo, TranscriptEntry
 from rosterd.stores import FileState, State, TaskState
 from rosterd.stores.postgres import PostgresState
@@ -180,9 +180,56 @@ async def test_a_memory_view_is_a_snapshot_that_later_notes_do_not_change(state:
     assert len(await state.memory.view("nobody")) == 0
 
 
+async def test_a_note_a_run_wrote_names_its_worker_run_and_turn(state: State) -> None:
+    note = await state.memory.add("ada", "releases on tuesdays", "ops", 1.0, run="s-1", turn=3)
+    operator = await state.memory.add("ada", "likes tea", None, 2.0)
+    assert (note.author, note.run, note.turn) == ("worker", "s-1", 3)
+    assert (operator.author, operator.run, operator.turn) == ("operator", None, None)
+    view = await state.memory.view("ada")
+    assert view.written_by("s-1") == [note]
+    assert view.written_by("s-2") == []
+
+
+async def test_a_retired_note_never_ranks_again_and_its_retirement_is_kept(state: State) -> None:
+    tea = await state.memory.add("ada", "likes tea", None, 1.0)
+    ops = await state.memory.add("ada", "tea breaks at four", "ops", 2.0)
+    before = await state.memory.view("ada")
+    because = Retirement(note=ops.id, because="moved", at=3.0, author="worker", run="s-1", turn=2)
+    assert await state.memory.retire("ada", because, ["ops", None]) == ops
+    after = await state.memory.view("ada")
+    assert list(after.ranked("tea", "ops")) == [tea]
+    assert list(after.ranked_all("tea breaks")) == [tea]
+    assert after.totals("ops") == (1, len(tea.text))
+    # A view taken before keeps ranking what it held.
+    assert list(before.ranked("tea breaks", "ops")) == [ops, tea]
+    assert await state.memory.items("ada") == (tea, ops)
+    assert await state.memory.retirements("ada") == {ops.id: because}
+    # Retired already, or never written: no such live note.
+    for note in (ops.id, "m-9"):
+        with pytest.raises(NotFoundError):
+            await state.memory.retire("ada", Retirement(note=note, because="x", at=4.0))
+    async with reopened(state) as again:
+        assert list((await again.memory.view("ada")).ranked_all("tea breaks")) == [tea]
+        assert await again.memory.retirements("ada") == {ops.id: because}
+        assert (await again.memory.add("ada", "more", None, 5.0)).id == "m-3"
+
+
+async def test_a_retirement_out_of_its_channels_is_no_such_note(state: State) -> None:
+    wide = await state.memory.add("ada", "likes tea", None, 1.0)
+    elsewhere = await state.memory.add("ada", "deploys on fridays", "ops", 2.0)
+    for note, channels in ((wide.id, ["dev"]), (elsewhere.id, ["dev", None])):
+        with pytest.raises(NotFoundError) as refused:
+            await state.memory.retire("ada", Retirement(note=note, because="x", at=3.0), channels)
+        assert str(refused.value) == f"unknown note {note!r}"
+    assert await state.memory.retirements("ada") == {}
+    assert len(list((await state.memory.view("ada")).ranked_all("tea"))) == 2
+
+
 async def test_a_worker_id_that_is_not_an_id_is_refused(state: State) -> None:
     with pytest.raises(InvalidIdError):
         await state.memory.add("../ada", "x", None, 1.0)
+    with pytest.raises(InvalidIdError):
+        await state.memory.retire("../ada", Retirement(note="m-1", because="x", at=1.0))
     with pytest.raises(InvalidIdError):
         await state.memory.view("a b")
 
@@ -509,6 +556,21 @@ async def test_a_note_added_on_one_host_is_in_the_next_view_of_another(postgres_
         assert second.id == "m-2"
         assert await one.memory.items("ada") == (first, second)
         assert await two.memory.items("ada") == (first, second)
+
+
+async def test_a_note_retired_on_one_host_ranks_on_neither(postgres_url: str) -> None:
+    async with two_hosts(postgres_url) as (one, two):
+        tea = await one.memory.add("ada", "likes tea", None, 1.0)
+        green = await one.memory.add("ada", "green tea only", None, 2.0)
+        assert len(list((await two.memory.view("ada")).ranked_all("tea"))) == 2
+        await one.memory.retire("ada", Retirement(note=green.id, because="x", at=3.0))
+        assert list((await two.memory.view("ada")).ranked_all("tea")) == [tea]
+        # Both hosts retire the same note: the first counts, the note is gone.
+        await two.memory.retire("ada", Retirement(note=tea.id, because="first", at=4.0))
+        with pytest.raises(NotFoundError):
+            await two.memory.retire("ada", Retirement(note=tea.id, because="again", at=5.0))
+        assert list((await one.memory.view("ada")).ranked_all("tea")) == []
+        assert (await one.memory.retirements("ada"))[tea.id].because == "first"
 
 
 async def test_gates_filed_and_resolved_on_one_host_change_the_others_briefing(
