@@ -40,7 +40,7 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 import anyio.abc
@@ -78,6 +78,7 @@ __all__ = (
     "filler",
     "prompt_bytes",
     "reported",
+    "tool_messages",
     "write_org",
 )
 
@@ -716,6 +717,20 @@ def reported(reply: EngineReply) -> Usage:
     """The usage of a reply that must have reported one."""
     assert reply.usage is not None, "the provider reported no usage"
     return reply.usage
+
+
+def tool_messages(body: bytes) -> list[dict[str, Any]]:
+    """The tool result envelopes of a request, in order, in either API's shape."""
+    request = json.loads(body)
+    found = []
+    for message in request["messages"]:
+        if message["role"] == "tool":
+            found.append(message["content"])
+        elif isinstance(message["content"], list):
+            found += [b["content"] for b in message["content"] if b["type"] == "tool_result"]
+    for content in found:
+        assert content.count("\n") == 1 and content.endswith("\n")
+    return [json.loads(content) for content in found]
 
 
 def prompt_bytes(recorded: Recorded) -> bytes:

@@ -16,7 +16,7 @@ from typing import Any
 import anyio.to_thread
 import pytest
 from harness import daemon_in_process
-from simulator import Calls, Reply, Simulator, default_reply, write_org
+from simulator import Calls, Reply, Simulator, default_reply, tool_messages, write_org
 
 from rosterd.cli import main
 from rosterd.client import RosterClient
@@ -55,18 +55,6 @@ def remember(text: str, scope: str | None = None) -> tuple[str, str]:
 
 def forget(note: str, because: str = "out of date") -> tuple[str, str]:
     return "forget", json.dumps({"id": note, "because": because})
-
-
-def tool_results(body: bytes) -> list[dict[str, Any]]:
-    """The tool result envelopes of a request, in either API's shape."""
-    request = json.loads(body)
-    found = []
-    for message in request["messages"]:
-        if message["role"] == "tool":
-            found.append(message["content"])
-        elif isinstance(message["content"], list):
-            found += [b["content"] for b in message["content"] if b["type"] == "tool_result"]
-    return [json.loads(content) for content in found]
 
 
 def tool_names(body: bytes) -> list[str]:
@@ -120,7 +108,7 @@ async def test_a_note_reaches_the_next_session_of_its_channel_only(
     # Durable, attributed, and answered with its id.
     assert (note.id, note.channel, note.author) == ("m-1", "c0", "worker")
     assert (note.run, note.turn) == (opened.session, 1)
-    (result,) = tool_results(sim.requests[1].body)
+    (result,) = tool_messages(sim.requests[1].body)
     assert result["status"] == "ok" and "note m-1 saved" in result["text"]
     # The writing session holds it already: its later turn leaves it out.
     memory = next(b for b in writer[1].blocks if b.block == "memory")
@@ -157,7 +145,7 @@ async def test_a_worker_wide_note_needs_memory_scope_worker(
             await client.session_send(other.session, "when is standup?")
             elsewhere = await turn_records(client, other.session)
 
-    (result,) = tool_results(sim.requests[1].body)
+    (result,) = tool_messages(sim.requests[1].body)
     assert result["status"] == status
     if status == "refused":
         assert "'worker' is not allowed" in result["text"]
@@ -174,7 +162,7 @@ async def test_a_direct_run_has_no_channel_to_write_a_channel_note_to(tmp_path: 
         async with served(org, tmp_path / "state") as client:
             await client.run_direct("w0", "remember this")
             assert await client.memory_list("w0") == []
-    (result,) = tool_results(sim.requests[1].body)
+    (result,) = tool_messages(sim.requests[1].body)
     assert (result["status"], result["text"]) == (
         "refused",
         "this run has no channel: a channel note needs one",
@@ -197,8 +185,8 @@ async def test_a_turn_writes_at_most_five_notes_of_at_most_2000_characters(
             notes = await client.memory_list("w0")
 
     assert result.steps == 3
-    assert [r["status"] for r in tool_results(sim.requests[1].body)] == ["ok"] * 4
-    last = tool_results(sim.requests[2].body)[4:]
+    assert [r["status"] for r in tool_messages(sim.requests[1].body)] == ["ok"] * 4
+    last = tool_messages(sim.requests[2].body)[4:]
     assert [r["status"] for r in last] == ["ok", "refused", "error"]
     assert "at most 5 notes are written per turn" in last[1]["text"]
     assert "1 to 2000 characters, not 2001" in last[2]["text"]
@@ -221,7 +209,7 @@ async def test_forget_answers_an_unknown_and_an_out_of_scope_id_alike(tmp_path: 
             await client.session_send(opened.session, "forget what is outdated")
             notes = await client.memory_list("w0", every=True)
 
-    other, wide, unknown, own = tool_results(sim.requests[1].body)
+    other, wide, unknown, own = tool_messages(sim.requests[1].body)
     for refused, note in ((other, "m-1"), (wide, "m-2")):
         assert refused["status"] == unknown["status"] == "error"
         assert refused["text"].replace(note, "m-9") == unknown["text"]

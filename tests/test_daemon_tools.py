@@ -19,7 +19,7 @@ import anyio.to_thread
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 from harness import daemon_in_process as daemon
-from simulator import Calls, Reply, Simulator, prompt_bytes, write_org
+from simulator import Calls, Reply, Simulator, prompt_bytes, tool_messages, write_org
 
 from rosterd.cli import main
 from rosterd.client import RosterClient
@@ -92,20 +92,6 @@ def make_org(root: Path, sim: Simulator, api: str, gateway_toml: str) -> Path:
 def records(state: Path, run: str) -> list[dict[str, Any]]:
     lines = (state / "runs" / run / "context.jsonl").read_bytes().splitlines()
     return [json.loads(line) for line in lines]
-
-
-def tool_messages(body: bytes) -> list[dict[str, Any]]:
-    """The tool result envelopes of a request, in order, in either API's shape."""
-    request = json.loads(body)
-    found = []
-    for message in request["messages"]:
-        if message["role"] == "tool":
-            found.append(message["content"])
-        elif isinstance(message["content"], list):
-            found += [b["content"] for b in message["content"] if b["type"] == "tool_result"]
-    for content in found:
-        assert content.count("\n") == 1 and content.endswith("\n")
-    return [json.loads(content) for content in found]
 
 
 async def say(client: RosterClient, session: str, text: str) -> tuple[dict[str, Any], str]:
