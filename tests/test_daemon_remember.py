@@ -331,3 +331,22 @@ async def test_a_note_is_on_disk_before_its_result_reaches_the_model(tmp_path: P
             await client.session_send(opened.session, "remember the key rotation")
 
     assert json.loads(seen[2])["text"] == "the deploy key rotates monthly"
+
+
+async def test_a_resumed_session_still_holds_the_notes_it_wrote(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    async with Simulator() as sim:
+        org = make_org(tmp_path / "org", sim)
+        sim.script(Calls((remember("the deploy key rotates monthly"),)), Reply("Noted."))
+        async with served(org, state) as client:
+            opened = await client.session_open("w0", "c0")
+            await client.session_send(opened.session, "remember the key rotation")
+        async with served(org, state) as client:
+            resumed = await client.session_open("w0", "c0")
+            await client.session_send(resumed.session, "when does the deploy key rotate?")
+            records = await turn_records(client, resumed.session)
+
+    assert resumed.session == opened.session
+    memory = next(b for b in records[-1].blocks if b.block == "memory")
+    assert memory.status == "absent"
+    assert [(s.id, s.since) for s in memory.already_shown] == [("m-1", 1)]
