@@ -18,8 +18,11 @@ DAEMON_SIDE = (
     "aiofiles",
     "psycopg",
     "psycopg_pool",
+    "prometheus_client",
+    "opentelemetry",
     "rosterd.daemon",
     "rosterd.engines",
+    "rosterd.observe",
     "rosterd.sessions",
     "rosterd.stores",
 )
@@ -94,3 +97,17 @@ def test_serve_is_what_loads_the_daemon() -> None:
     """The check above can fail: the same probe sees the daemon where it is loaded."""
     modules, _ = _loaded("import rosterd.daemon; code = None")
     assert {"rosterd.daemon", "httpx", "watchfiles"} <= _daemon_side(modules)
+
+
+def test_a_daemon_loads_the_telemetry_extras_only_when_its_org_asks() -> None:
+    modules, _ = _loaded("import rosterd.daemon; code = None")
+    assert {"rosterd.observe"} <= modules
+    assert not {m for m in modules if m.startswith(("prometheus_client", "opentelemetry"))}
+
+
+def test_reading_the_state_loads_no_telemetry_extra(tmp_path: Path) -> None:
+    (tmp_path / "runs").mkdir()
+    argv = ["server", "runs", "list", "--state", str(tmp_path)]
+    modules, code = _loaded(f"from rosterd.cli import main; code = main({argv!r})")
+    assert code == 0
+    assert not {m for m in modules if m.startswith(("prometheus_client", "opentelemetry"))}

@@ -12,6 +12,7 @@ import argparse
 import logging
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -114,7 +115,13 @@ def _serve(args: argparse.Namespace) -> int:
 
     socket_path = Path(args.socket) if args.socket else _env_path("ROSTER_SOCKET")
     state: StateLocation = state_location(args.state)
-    anyio.run(run_daemon, Path(args.org), state, socket_path, os.environ)
+    anyio.run(
+        partial(run_daemon, metrics_listen=args.metrics),
+        Path(args.org),
+        state,
+        socket_path,
+        os.environ,
+    )
     return 0
 
 

@@ -127,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--socket", default=None, help="socket path ($ROSTER_SOCKET)")
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    serve.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        default=None,
+        help="serve Prometheus metrics at /metrics here (overrides [metrics] listen)",
+    )
     serve.set_defaults(handler="serve")
 
     chat = commands.add_parser(

@@ -26,6 +26,7 @@ import anyio.to_thread
 from anyio.abc import SocketListener, TaskStatus
 
 from .._errors import ConfigError
+from ..observe import open_telemetry
 from ..org import OrgSource
 from ..protocol import StateLocation, default_socket_path
 from ..sessions import Host, SessionManager, TaskRunner
@@ -50,6 +51,7 @@ async def run_daemon(
     *,
     clock: Callable[[], float] = time.time,
     stop: anyio.Event | None = None,
+    metrics_listen: str | None = None,
     task_status: TaskStatus[Path] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until SIGTERM, SIGINT or *stop*; raises ``RosterError`` if it cannot start.
@@ -58,7 +60,8 @@ async def run_daemon(
     program (the tests run one in process, with *clock* under their
     control). ``task_status`` receives the socket path once it accepts.
     *state* is a directory (locked: one daemon each) or a PostgreSQL URL,
-    which any number of daemons may share.
+    which any number of daemons may share. *metrics_listen* overrides
+    ``[metrics] listen``.
     """
     notifier = Notifier.from_env(environ)
     inherited = listen_fds(environ)
@@ -70,9 +73,12 @@ async def run_daemon(
     # is a usage mistake, reported as one.
     path = socket_path or default_socket_path(state, os.environ)
     async with (
+        open_telemetry(
+            source.current(), source.root / "org.toml", environ, metrics_listen
+        ) as telemetry,
         _open_state(state) as stores,
         notifier,
-        Host(source, stores, environ, clock) as host,
+        Host(source, stores, environ, clock, telemetry) as host,
     ):
         await host.runs.recover(host.clock())
         watcher = OrgWatcher(source)
@@ -146,6 +152,8 @@ async def _serve(
                 tg.start_soon(watcher.run, stop_watching)
                 tg.start_soon(sessions.run_reaper)
                 tg.start_soon(host.leases.keep)
+                host.telemetry.watch(lambda: len(sessions), lambda: server.connections)
+                tg.start_soon(host.telemetry.keep_task_counts, host.stores.tasks)
                 if watchdog_s is not None:
                     tg.start_soon(_watchdog, notifier, watchdog_s / 2)
                 where = f"fd {inherited[0].fileno()}" if inherited else str(path)

@@ -15,7 +15,10 @@ from ._config import (
     EngineOverlay,
     GatewayConfig,
     MemoryScope,
+    MetricsConfig,
+    TelemetryConfig,
     WorkerConfig,
+    listen_address,
 )
 from ._load import identity_path, load_org, purpose_path
 from ._org import Org, RunScope, Surface
@@ -36,12 +39,15 @@ __all__ = (
     "EngineOverlay",
     "GatewayConfig",
     "MemoryScope",
+    "MetricsConfig",
     "Org",
     "OrgSource",
     "RunScope",
     "Surface",
+    "TelemetryConfig",
     "WorkerConfig",
     "identity_path",
+    "listen_address",
     "load_org",
     "purpose_path",
 )

@@ -6,6 +6,7 @@ being silently ignored. Budgets are characters as the model receives them.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Annotated, Literal
 
 import msgspec
@@ -25,7 +26,10 @@ __all__ = (
     "EngineOverlay",
     "GatewayConfig",
     "MemoryScope",
+    "MetricsConfig",
+    "TelemetryConfig",
     "WorkerConfig",
+    "listen_address",
 )
 
 Chars = Annotated[int, msgspec.Meta(ge=0)]
@@ -137,6 +141,70 @@ class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     socket: str | None = None
     timeout_s: Seconds = 30.0
     max_steps: Positive = 8
+
+
+class MetricsConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``[metrics]``: where Prometheus scrapes ``/metrics``; off without ``listen``.
+
+    ``listen`` is ``HOST:PORT`` (``[::1]:PORT`` for IPv6). An address that is
+    not loopback needs ``allow_remote = true``, so metrics are never
+    published by accident.
+    """
+
+    listen: str | None = None
+    allow_remote: bool = False
+
+    def __post_init__(self) -> None:
+        if self.listen is None:
+            return
+        host, _ = listen_address(self.listen)
+        if not self.allow_remote and not _is_loopback(host):
+            raise ValueError(
+                f"listen = {self.listen!r} is not a loopback address: "
+                "set allow_remote = true to publish metrics beyond this host"
+            )
+
+
+class TelemetryConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``[telemetry]``: OpenTelemetry traces over OTLP/HTTP.
+
+    On when ``otlp_endpoint`` is set (the collector's base URL; traces go
+    to ``/v1/traces`` under it), or when the daemon's environment sets
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``.
+    Message text is exported only with ``capture_content``.
+    """
+
+    otlp_endpoint: str | None = None
+    capture_content: bool = False
+    service_name: str = "rosterd"
+    timeout_s: Seconds = 10.0
+
+    def __post_init__(self) -> None:
+        if self.otlp_endpoint is not None and not self.otlp_endpoint.startswith(
+            ("http://", "https://")
+        ):
+            raise ValueError(
+                f"otlp_endpoint = {self.otlp_endpoint!r} must be an http:// or https:// URL"
+            )
+
+
+def listen_address(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``[V6]:PORT``) as host and port; ``ValueError`` if it is not one."""
+    host, colon, port = listen.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not colon or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"listen = {listen!r} must be HOST:PORT, e.g. 127.0.0.1:9464")
+    return host, int(port)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class WorkerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -25,6 +25,8 @@ from ._config import (
     DaemonConfig,
     EngineConfig,
     GatewayConfig,
+    MetricsConfig,
+    TelemetryConfig,
     WorkerConfig,
 )
 from ._org import Org
@@ -39,6 +41,8 @@ _TABLES: dict[str, type[Any]] = {
     "daemon": DaemonConfig,
     "engine": EngineConfig,
     "gateway": GatewayConfig,
+    "metrics": MetricsConfig,
+    "telemetry": TelemetryConfig,
 }
 _NAMED_TABLES: dict[str, tuple[str, type[Any]]] = {
     "workers": ("worker", WorkerConfig),
@@ -117,6 +121,8 @@ def load_org(root: Path) -> Org:
         identities=identities,
         purposes=purposes,
         gateway=sections.get("gateway", GatewayConfig()),
+        metrics=sections.get("metrics", MetricsConfig()),
+        telemetry=sections.get("telemetry", TelemetryConfig()),
     )
 
 

@@ -20,6 +20,8 @@ from ._config import (
     DaemonConfig,
     EngineConfig,
     GatewayConfig,
+    MetricsConfig,
+    TelemetryConfig,
     WorkerConfig,
 )
 
@@ -54,6 +56,8 @@ class Org(msgspec.Struct, frozen=True):
     identities: dict[str, str]
     purposes: dict[str, str]
     gateway: GatewayConfig = GatewayConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
 
     def budget_for(self, worker: str) -> ContextBudget:
         overlay = self._worker(worker).context

@@ -32,6 +32,7 @@ from ..compiler import (
     ToolSpec,
     check_call,
 )
+from ..observe import TurnWatch
 from ..org import REMEMBER
 from ..stores import State
 from ._gateway import Gateway
@@ -56,6 +57,7 @@ class TurnTools:
         gateway: Gateway,
         stores: State,
         clock: Callable[[], float],
+        watch: TurnWatch,
     ) -> None:
         self._run = run
         self._turn = turn
@@ -63,6 +65,7 @@ class TurnTools:
         self._gateway = gateway
         self._stores = stores
         self._clock = clock
+        self._watch = watch
         self._written = 0
 
     def __repr__(self) -> str:
@@ -78,14 +81,15 @@ class TurnTools:
         for number, call in enumerate(calls):
             if stop is None and number >= CALLS_PER_STEP:
                 stop_here = f"at most {CALLS_PER_STEP} calls are answered per step"
-                results.append(ToolResult(call.id, call.name, "refused", stop_here))
+                result = ToolResult(call.id, call.name, "refused", stop_here)
             elif stop is not None:
-                results.append(ToolResult(call.id, call.name, "refused", stop))
+                result = ToolResult(call.id, call.name, "refused", stop)
             else:
                 result, note = await self._answer(call, tools)
-                results.append(result)
                 if note is not None:
                     notes.append(note)
+            self._watch.tool(call.name, call.id, result.status)
+            results.append(result)
         return results, notes
 
     async def _answer(
@@ -110,6 +114,7 @@ class TurnTools:
                 return await self._forget(call, request, tools)
             case ToolRequest() as request:
                 answered, reason = await self._gateway.call(run.id, run.worker, request)
+                self._watch.gateway(answered)
                 return ToolResult(call.id, call.name, answered, reason), None
         raise AssertionError("check_call answers one of the cases above")
 

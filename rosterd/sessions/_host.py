@@ -49,6 +49,7 @@ from ..engines import (
     Usage,
     open_engine,
 )
+from ..observe import NO_TELEMETRY, OutcomeLabel, Telemetry, TurnWatch
 from ..org import EngineConfig, Org, OrgSource, Surface, WorkerConfig
 from ..stores import ActiveRun, State
 from ._cache import judge_cache
@@ -84,8 +85,10 @@ class Host(AsyncResource):
         stores: State,
         env: Mapping[str, str],
         clock: Callable[[], float] = time.time,
+        telemetry: Telemetry = NO_TELEMETRY,
     ) -> None:
         self.org_source = org_source
+        self.telemetry = telemetry
         self.stores = stores
         # Names this daemon in the leases it takes on sessions and tasks.
         self.leases = LeaseKeeper(
@@ -207,16 +210,58 @@ class Host(AsyncResource):
         # A provider that cannot be set up (no key, no model) fails the turn
         # before anything is traced or recorded.
         engine = self.engine(engine_config)
+        watch = self.telemetry.turn(run.info, engine_config)
+        outcome: OutcomeLabel = "failed"
+        try:
+            turned = await self._turn(
+                watch,
+                run,
+                engine,
+                engine_config,
+                compile_fn,
+                transcript,
+                on_delta,
+                previous_input_tokens,
+                seen,
+            )
+            outcome = "ok"
+            return turned
+        except CompileError:
+            outcome = "compile_failed"
+            raise
+        except EngineError:
+            outcome = "engine_failed"
+            raise
+        except ShutdownError:
+            outcome = "interrupted"
+            raise
+        finally:
+            watch.finish(outcome)
+
+    async def _turn(
+        self,
+        watch: TurnWatch,
+        run: ActiveRun,
+        engine: Engine,
+        engine_config: EngineConfig,
+        compile_fn: Callable[[], Compilation],
+        transcript: list[ChatMessage],
+        on_delta: DeltaSink,
+        previous_input_tokens: int | None,
+        seen: int | None,
+    ) -> TurnOutcome:
         try:
             # Pure, but ranking a message whose words many notes share can
             # take more than a few ms: off the loop, so no other client
             # waits through it. The stores hand over snapshots a thread may
             # read while the loop keeps writing.
-            compilation = await anyio.to_thread.run_sync(compile_fn)
+            with watch.phase("compile"):
+                compilation = await anyio.to_thread.run_sync(compile_fn)
         except CompileError as exc:
             if exc.record is not None:
                 await run.trace(exc.record)
             raise
+        watch.numbered(compilation.record.turn)
         system = compilation.system
         worker, channel = run.info.worker, run.info.channel
         previous = await self.prefixes.get(worker, channel)
@@ -234,10 +279,11 @@ class Host(AsyncResource):
         )
         # Both are fsynced before the engine sees a byte; in parallel, they
         # cost one disk round trip instead of two.
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run.trace, record)
-            tg.start_soon(run.record, user)
-            tg.start_soon(self.prefixes.put, worker, channel, own)
+        with watch.phase("commit"):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run.trace, record)
+                tg.start_soon(run.record, user)
+                tg.start_soon(self.prefixes.put, worker, channel, own)
         transcript.append(ChatMessage(role="user", content=compilation.input_text))
         tools = TurnTools(
             run.info,
@@ -246,9 +292,10 @@ class Host(AsyncResource):
             Gateway(self.org.gateway),
             self.stores,
             self.clock,
+            watch,
         )
         call = _Call(
-            run, engine, engine_config, record, system, checks, transcript, on_delta, tools
+            run, engine, engine_config, record, system, checks, transcript, on_delta, tools, watch
         )
         reply = await self._complete(call, 1)
         if previous_input_tokens is not None:
@@ -287,23 +334,28 @@ class Host(AsyncResource):
         if self._interrupted:
             scope.cancel()
         self._calls.add(scope)
+        watch = call.watch.engine_call(step)
         try:
             with scope:
                 reply = await call.engine.complete(
-                    EngineRequest(system=call.system, messages=call.transcript), call.on_delta
+                    EngineRequest(system=call.system, messages=call.transcript),
+                    watch.sink(call.on_delta),
                 )
         except EngineError as exc:
+            watch.failed(exc)
             await call.run.record(call.entry(step, "error", str(exc), self.clock()))
             raise
         finally:
             self._calls.discard(scope)
         if scope.cancelled_caught:
+            watch.failed(None)
             error = ShutdownError(
                 "the daemon is shutting down: this turn was interrupted before the engine "
                 "answered; it is recorded, retry after the restart"
             )
             await call.run.record(call.entry(step, "error", str(error), self.clock()))
             raise error
+        watch.answered(reply, call.transcript[call.answered :])
         return reply
 
     async def _answered(
@@ -318,11 +370,14 @@ class Host(AsyncResource):
             measured=call.engine.kind != "echo",
             idle_s=idle_s,
         )
+        call.watch.cache(cache.verdict)
         entry = call.entry(step, "assistant", reply.text, self.clock())
-        await call.run.record(
-            msgspec.structs.replace(entry, usage=reply.usage, cache=cache, calls=reply.calls)
-        )
+        with call.watch.phase("commit"):
+            await call.run.record(
+                msgspec.structs.replace(entry, usage=reply.usage, cache=cache, calls=reply.calls)
+            )
         call.transcript.append(ChatMessage(role="assistant", content=reply.text, calls=reply.calls))
+        call.answered = len(call.transcript)
 
     async def _tool_step(
         self, call: _Call, step: int, reply: EngineReply, stop: str | None
@@ -338,9 +393,10 @@ class Host(AsyncResource):
             for result, line in zip(results, lines, strict=True)
         ]
         # Both are fsynced before the engine sees a byte of this step.
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run.trace, step_record)
-            tg.start_soon(run.record_many, entries)
+        with call.watch.phase("commit"):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run.trace, step_record)
+                tg.start_soon(run.record_many, entries)
         call.transcript.extend(
             ChatMessage(role="tool", content=line, call=result.call)
             for result, line in zip(results, lines, strict=True)
@@ -366,6 +422,7 @@ class _Call:
         transcript: list[ChatMessage],
         on_delta: DeltaSink,
         tools: TurnTools,
+        watch: TurnWatch,
     ) -> None:
         self.run = run
         self.engine = engine
@@ -376,6 +433,10 @@ class _Call:
         self.transcript = transcript
         self.on_delta = on_delta
         self.tools = tools
+        self.watch = watch
+        # The transcript up to the last reply: what follows is what the
+        # next engine call adds to the request.
+        self.answered = len(transcript) - 1
 
     def __repr__(self) -> str:
         return f"_Call({self.run.info.id!r}, turn {self.record.turn})"

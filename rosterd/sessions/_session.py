@@ -21,6 +21,7 @@ request extends the previous one byte for byte.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
@@ -155,9 +156,11 @@ class Session:
         return self._lock.locked()
 
     async def send(self, text: str, sender: str, on_delta: DeltaSink) -> TurnOutcome:
+        arrived = time.perf_counter()
         async with self._lock:
             if self.successor is None and not self.closed:
                 async with self._host.leases.run(self.id):
+                    self._host.telemetry.waited(time.perf_counter() - arrived)
                     await self._catch_up()
                     if self.successor is None and not self.closed:
                         return await self._send(text, sender, on_delta)
@@ -189,10 +192,12 @@ class Session:
         may_roll = bool(self._transcript)
         briefed_at, seen = self._briefed_at, self._seen
         mark = len(self._transcript)
+        telemetry = self._host.telemetry
         try:
             return await self._turn(text, sender, on_delta, may_roll=may_roll)
         except _SessionFull as full:
             reason = full.reason
+            telemetry.rolled_over("session_chars")
         except EngineError as exc:
             if not (exc.context_exceeded and may_roll):
                 raise
@@ -207,6 +212,7 @@ class Session:
             # briefed and showed is still owed.
             self._briefed_at, self._seen = briefed_at, seen
             reason = f"the provider refused the request as too long: {exc}"
+            telemetry.rolled_over("provider_too_long")
         return await self._roll_over(text, sender, on_delta, reason)
 
     async def _turn(

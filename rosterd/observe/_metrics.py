@@ -1,0 +1,133 @@
+"""Prometheus metrics, served at ``/metrics`` by prometheus-client.
+
+Every name has the ``rosterd_`` prefix and follows the conventions:
+``_total`` on counters, base units (``_seconds``). Counters start at 0 in
+each process; ``rate()`` handles restarts. The server is prometheus-client's
+own, on a thread of its own: a scrape never waits on the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.process_collector import ProcessCollector
+
+from .._errors import ConfigError
+from ..org import MetricsConfig, listen_address
+
+__all__ = ("Metrics",)
+
+log = logging.getLogger("rosterd.observe")
+
+# From a fast echo turn to a slow tool loop of a large model.
+_TURN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60)
+
+
+class Metrics:
+    """The daemon's metrics in a registry of their own, and the server that publishes them."""
+
+    def __init__(self, config: MetricsConfig, where: str) -> None:
+        self.config = config
+        # The org.toml the address comes from, for the error if it is taken.
+        self._where = where
+        self.registry = registry = CollectorRegistry()
+        ProcessCollector(namespace="", registry=registry)
+        self.turns = Counter(
+            "rosterd_turns",
+            "Turns and runs answered, by surface, worker, engine kind and outcome.",
+            ("surface", "worker", "engine", "outcome"),
+            registry=registry,
+        )
+        self.turn_seconds = Histogram(
+            "rosterd_turn_duration_seconds",
+            "Time from compiling a turn to its last engine call's answer, tool steps included.",
+            ("surface", "worker"),
+            buckets=_TURN_BUCKETS,
+            registry=registry,
+        )
+        self.first_token = Histogram(
+            "rosterd_engine_first_token_seconds",
+            "Time from sending a request to the first piece of its reply.",
+            ("engine",),
+            buckets=_TURN_BUCKETS,
+            registry=registry,
+        )
+        self.tokens = Counter(
+            "rosterd_tokens",
+            "Tokens as the provider reported them: fresh input, cached input, "
+            "input written to the cache, output.",
+            ("worker", "engine", "kind"),
+            registry=registry,
+        )
+        self.cache_misses = Counter(
+            "rosterd_cache_misses",
+            "Engine calls whose cache verdict was not a hit, by verdict.",
+            ("cause",),
+            registry=registry,
+        )
+        self.rollovers = Counter(
+            "rosterd_rollovers",
+            "Sessions that rolled over to a new one, by reason.",
+            ("reason",),
+            registry=registry,
+        )
+        self.sessions_warm = Gauge(
+            "rosterd_sessions_warm", "Sessions warm in this daemon.", registry=registry
+        )
+        self.connections = Gauge(
+            "rosterd_connections", "Clients connected to the socket.", registry=registry
+        )
+        self.tasks = Gauge(
+            "rosterd_tasks", "Tasks in the state, by status.", ("status",), registry=registry
+        )
+        self.engine_errors = Counter(
+            "rosterd_engine_errors",
+            "Engine calls that failed after their retries, by engine kind and code.",
+            ("engine", "code"),
+            registry=registry,
+        )
+        self.gateway_calls = Counter(
+            "rosterd_gateway_calls",
+            "Tool calls forwarded to the gateway, by outcome.",
+            ("outcome",),
+            registry=registry,
+        )
+        self.queue_wait = Histogram(
+            "rosterd_queue_wait_seconds",
+            "Time a turn waited for its session: earlier turns, another host's lease.",
+            buckets=_WAIT_BUCKETS,
+            registry=registry,
+        )
+        self.telemetry_dropped = Counter(
+            "rosterd_telemetry_dropped",
+            "Spans dropped because the collector was down, slow or behind.",
+            registry=registry,
+        )
+        self._server: WSGIServer | None = None
+
+    def __repr__(self) -> str:
+        return f"Metrics({self.config.listen!r})"
+
+    def start(self) -> None:
+        """Serve ``/metrics`` on the configured address; ``ConfigError`` if it is taken."""
+        assert self.config.listen is not None
+        host, port = listen_address(self.config.listen)
+        try:
+            self._server, _ = start_http_server(port, host, registry=self.registry)
+        except OSError as exc:
+            raise ConfigError(
+                f"{self._where}: [metrics] listen = {self.config.listen!r}: cannot listen: "
+                f"{exc.strerror}",
+                path=self._where,
+                key="metrics.listen",
+            ) from None
+        log.info("metrics on http://%s:%d/metrics", host, self._server.server_port)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

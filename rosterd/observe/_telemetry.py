@@ -1,0 +1,238 @@
+"""What the daemon tells the operators' own tools about its turns.
+
+One ``Telemetry`` per daemon holds the Prometheus metrics, the OpenTelemetry
+tracer, both or neither. The turn path asks it for a ``TurnWatch`` per turn
+and reports what happens (compile, commit, each engine call, each tool call,
+the outcome); a watch with nothing configured does nothing, so a daemon
+without ``[metrics]`` or ``[telemetry]`` pays a few attribute checks a turn
+and imports neither library.
+
+Labels are bounded: surface, worker, engine kind, verdict, reason and
+outcome come from the org and from fixed sets, never a run, session, gate
+or user id, and never text.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Literal
+
+import anyio
+
+from .._errors import EngineError, RosterError
+from ..compiler import ToolStatus
+from ..engines import ChatMessage, DeltaSink, EngineReply
+from ..org import EngineConfig
+from ..protocol import RunInfo, Verdict
+
+if TYPE_CHECKING:
+    from ..stores import TaskStore
+    from ._metrics import Metrics
+    from ._tracing import Span, Tracing
+
+__all__ = (
+    "NO_TELEMETRY",
+    "CallWatch",
+    "OutcomeLabel",
+    "RolloverReason",
+    "Telemetry",
+    "TurnWatch",
+)
+
+log = logging.getLogger("rosterd.observe")
+
+OutcomeLabel = Literal["ok", "compile_failed", "engine_failed", "interrupted", "failed"]
+RolloverReason = Literal["session_chars", "provider_too_long"]
+# How often the task gauge is read from the store.
+_TASK_COUNTS_S = 10.0
+
+
+class Telemetry:
+    """The daemon's metrics and tracer; either may be ``None``."""
+
+    def __init__(self, metrics: Metrics | None = None, tracing: Tracing | None = None) -> None:
+        self.metrics = metrics
+        self.tracing = tracing
+
+    def __repr__(self) -> str:
+        return f"Telemetry(metrics={self.metrics!r}, tracing={self.tracing!r})"
+
+    def turn(self, info: RunInfo, engine: EngineConfig) -> TurnWatch:
+        """A watch over one turn (or one task or direct run) of *info*."""
+        span = None
+        if self.tracing is not None:
+            span = self.tracing.turn_span(info)
+        return TurnWatch(self.metrics, self.tracing, info, engine, span)
+
+    def rolled_over(self, reason: RolloverReason) -> None:
+        if self.metrics is not None:
+            self.metrics.rollovers.labels(reason).inc()
+
+    def waited(self, seconds: float) -> None:
+        """A turn waited *seconds* for its session (turns before it, a lease)."""
+        if self.metrics is not None:
+            self.metrics.queue_wait.observe(seconds)
+
+    def watch(self, sessions: Callable[[], int], connections: Callable[[], int]) -> None:
+        """Read the warm sessions and open connections at each scrape."""
+        if self.metrics is not None:
+            self.metrics.sessions_warm.set_function(sessions)
+            self.metrics.connections.set_function(connections)
+
+    async def keep_task_counts(self, tasks: TaskStore) -> None:
+        """Keep the task gauge up to date from the store, until cancelled."""
+        metrics = self.metrics
+        if metrics is None:
+            return
+        while True:
+            try:
+                counts: dict[str, int] = {}
+                for task in await tasks.all():
+                    counts[task.status] = counts.get(task.status, 0) + 1
+            except RosterError as exc:  # a gauge never stops the daemon
+                log.warning("task counts for the metrics failed: %s", exc)
+            else:
+                for status in ("queued", "running", "paused", "done", "failed"):
+                    metrics.tasks.labels(status).set(counts.get(status, 0))
+            await anyio.sleep(_TASK_COUNTS_S)
+
+
+NO_TELEMETRY = Telemetry()
+
+
+class TurnWatch:
+    """What one turn reports: its phases, engine calls, tool calls and outcome."""
+
+    def __init__(
+        self,
+        metrics: Metrics | None,
+        tracing: Tracing | None,
+        info: RunInfo,
+        engine: EngineConfig,
+        span: Span | None,
+    ) -> None:
+        self._metrics = metrics
+        self._tracing = tracing
+        self._info = info
+        self._engine = engine
+        self._span = span
+        self._started = time.perf_counter()
+
+    def __repr__(self) -> str:
+        return f"TurnWatch({self._info.id!r})"
+
+    def numbered(self, turn: int) -> None:
+        """The turn's number, once its compilation has one."""
+        if self._span is not None:
+            self._span.set_attribute("rosterd.turn", turn)
+
+    @contextmanager
+    def phase(self, name: Literal["compile", "commit"]) -> Iterator[None]:
+        """A span for one phase of the turn (the compilation, a store commit)."""
+        if self._tracing is None or self._span is None:
+            yield
+            return
+        with self._tracing.phase(self._span, name):
+            yield
+
+    def engine_call(self, step: int) -> CallWatch:
+        span = None
+        if self._tracing is not None and self._span is not None:
+            span = self._tracing.chat_span(self._span, self._info, self._engine, step)
+        return CallWatch(self._metrics, self._tracing, self._info, self._engine, span)
+
+    def cache(self, verdict: Verdict) -> None:
+        if self._metrics is not None and verdict not in ("hit", "unmeasured"):
+            self._metrics.cache_misses.labels(verdict).inc()
+
+    def tool(self, name: str, call_id: str, status: ToolStatus) -> None:
+        """A tool call answered, by the gateway or by rosterd."""
+        if self._tracing is not None and self._span is not None:
+            self._tracing.tool_span(self._span, name, call_id, status)
+
+    def gateway(self, status: ToolStatus) -> None:
+        """A tool call the gateway answered."""
+        if self._metrics is not None:
+            self._metrics.gateway_calls.labels(status).inc()
+
+    def finish(self, outcome: OutcomeLabel) -> None:
+        info = self._info
+        if self._metrics is not None:
+            labels = (info.surface, info.worker, self._engine.kind)
+            self._metrics.turns.labels(*labels, outcome).inc()
+            elapsed = time.perf_counter() - self._started
+            self._metrics.turn_seconds.labels(info.surface, info.worker).observe(elapsed)
+        if self._tracing is not None and self._span is not None:
+            self._tracing.end(self._span, None if outcome == "ok" else outcome)
+
+
+class CallWatch:
+    """One engine call: the time to its first token, its usage, or its error."""
+
+    def __init__(
+        self,
+        metrics: Metrics | None,
+        tracing: Tracing | None,
+        info: RunInfo,
+        engine: EngineConfig,
+        span: Span | None,
+    ) -> None:
+        self._metrics = metrics
+        self._tracing = tracing
+        self._info = info
+        self._engine = engine
+        self._span = span
+        self._started = time.perf_counter()
+        self._first: float | None = None
+
+    def __repr__(self) -> str:
+        return f"CallWatch({self._info.id!r}, {self._engine.kind})"
+
+    def sink(self, on_delta: DeltaSink) -> DeltaSink:
+        """*on_delta*, noting when the first piece of the reply arrives."""
+        if self._metrics is None:
+            return on_delta
+
+        async def first_noted(text: str) -> None:
+            if self._first is None:
+                self._first = time.perf_counter()
+                assert self._metrics is not None
+                elapsed = self._first - self._started
+                self._metrics.first_token.labels(self._engine.kind).observe(elapsed)
+            await on_delta(text)
+
+        return first_noted
+
+    def answered(self, reply: EngineReply, added: Sequence[ChatMessage]) -> None:
+        """The call returned *reply*; *added* is what this call added to the request."""
+        usage = reply.usage
+        if self._metrics is not None and usage is not None:
+            tokens = self._metrics.tokens
+            worker, kind = self._info.worker, self._engine.kind
+            fresh = usage.input_tokens - usage.cached_input_tokens
+            tokens.labels(worker, kind, "input").inc(max(fresh, 0))
+            tokens.labels(worker, kind, "cached").inc(usage.cached_input_tokens)
+            tokens.labels(worker, kind, "cache_write").inc(usage.cache_write_tokens)
+            tokens.labels(worker, kind, "output").inc(usage.output_tokens)
+        if self._tracing is not None and self._span is not None:
+            self._tracing.answered(self._span, self._engine, reply, added)
+
+    def failed(self, error: EngineError | None) -> None:
+        """The call failed with *error*, or was cut short (``None``)."""
+        code = "interrupted" if error is None else _error_code(error)
+        if self._metrics is not None:
+            self._metrics.engine_errors.labels(self._engine.kind, code).inc()
+        if self._tracing is not None and self._span is not None:
+            self._tracing.end(self._span, code)
+
+
+def _error_code(error: EngineError) -> str:
+    """A bounded label for *error*: the HTTP status, or what kind of failure."""
+    if error.status is not None:
+        return str(error.status)
+    if error.context_exceeded:
+        return "context_exceeded"
+    return "retryable" if error.retryable else "failed"
