@@ -1,0 +1,184 @@
+"""OpenTelemetry traces: what a collector receives of a turn, over OTLP/HTTP."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import httpx
+import pytest
+from harness import daemon_in_process
+from otlp import Collector, attributes, collector
+from prometheus import free_port
+from simulator import Calls, Reply, Simulator, write_org
+
+from rosterd.protocol import RunShown
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "releases go out on Tuesdays"
+
+
+def make_org(root: Path, sim: Simulator, telemetry: str) -> Path:
+    write_org(
+        root,
+        workers=1,
+        channels=1,
+        identity_chars=400,
+        purpose_chars=100,
+        engine=f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{sim.openai_url}"',
+    )
+    with (root / "org.toml").open("a") as toml:
+        toml.write(f"\n[telemetry]\n{telemetry}\n")
+    return root
+
+
+async def traced(tmp_path: Path, capture: bool) -> tuple[Collector, RunShown]:
+    """One session turn that calls ``remember``, traced to an in-process collector."""
+    async with Simulator() as sim, collector() as otlp:
+        settings = f'otlp_endpoint = "{otlp.url}"\ncapture_content = {str(capture).lower()}'
+        org = make_org(tmp_path / "org", sim, settings)
+        sim.script(Calls((("remember", json.dumps({"text": SECRET})),)), Reply("Noted."))
+        async with (
+            daemon_in_process(org, tmp_path / "state") as daemon,
+            await daemon.client() as client,
+        ):
+            opened = await client.session_open("w0", "c0")
+            await client.session_send(opened.session, f"remember: {SECRET}")
+            shown = await client.runs_show(opened.session)
+        # The daemon has stopped: its exporter sent every span before it did.
+        return otlp, shown
+
+
+def attrs(span: Any) -> dict[str, Any]:
+    return attributes(span.attributes)
+
+
+async def test_a_turn_is_one_trace_of_gen_ai_spans(tmp_path: Path) -> None:
+    otlp, shown = await traced(tmp_path, capture=False)
+    assert set(otlp.paths) == {"/v1/traces"}
+    assert {r["service.name"] for r in otlp.resources} == {"rosterd"}
+
+    (root,) = otlp.named("invoke_agent w0")
+    assert root.parent_span_id == b""
+    assert attrs(root) == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "w0",
+        "gen_ai.conversation.id": shown.info.id,
+        "rosterd.surface": "session",
+        "rosterd.channel": "c0",
+        "rosterd.turn": 1,
+    }
+    children = [span for span in otlp.spans if span is not root]
+    assert {span.trace_id for span in otlp.spans} == {root.trace_id}
+    assert {span.parent_span_id for span in children} == {root.span_id}
+    assert sorted({span.name for span in children}) == [
+        "chat sim-1",
+        "commit",
+        "compile",
+        "execute_tool remember",
+    ]
+
+    # One chat span per engine call, with the usage the provider reported.
+    replies = [e for e in shown.transcript if e.role == "assistant"]
+    chats = sorted(otlp.named("chat sim-1"), key=lambda s: attrs(s)["rosterd.step"])
+    assert len(chats) == len(replies) == 2
+    for span, entry in zip(chats, replies, strict=True):
+        assert span.kind == span.SPAN_KIND_CLIENT
+        assert entry.usage is not None
+        assert attrs(span) == {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "openai",
+            "gen_ai.request.model": "sim-1",
+            "gen_ai.request.max_tokens": 1024,
+            "gen_ai.response.model": "sim-1",
+            "gen_ai.conversation.id": shown.info.id,
+            "gen_ai.usage.input_tokens": entry.usage.input_tokens,
+            "gen_ai.usage.output_tokens": entry.usage.output_tokens,
+            "gen_ai.usage.cache_read.input_tokens": entry.usage.cached_input_tokens,
+            "gen_ai.usage.cache_creation.input_tokens": entry.usage.cache_write_tokens,
+            "rosterd.step": entry.step,
+            **({"gen_ai.response.finish_reasons": ["tool_calls"]} if entry.calls else {}),
+        }
+
+    (tool,) = otlp.named("execute_tool remember")
+    (call,) = replies[0].calls
+    assert attrs(tool) == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "remember",
+        "gen_ai.tool.call.id": call.id,
+        "rosterd.tool.status": "ok",
+    }
+    # No content leaves without capture_content: not the message, not the note.
+    for span in otlp.spans:
+        assert not any(key.startswith(("gen_ai.input", "gen_ai.output")) for key in attrs(span))
+        assert SECRET not in repr(attrs(span))
+
+
+async def test_capture_content_exports_what_each_call_added_and_its_reply(
+    tmp_path: Path,
+) -> None:
+    otlp, _ = await traced(tmp_path, capture=True)
+    chats = sorted(otlp.named("chat sim-1"), key=lambda s: attrs(s)["rosterd.step"])
+    first, second = (attrs(span) for span in chats)
+    (sent,) = json.loads(first["gen_ai.input.messages"])
+    assert sent["role"] == "user" and SECRET in sent["parts"][0]["content"]
+    (result,) = json.loads(second["gen_ai.input.messages"])
+    assert result["role"] == "tool" and "note m-1 saved" in result["parts"][0]["content"]
+    (answer,) = json.loads(second["gen_ai.output.messages"])
+    assert answer == {"role": "assistant", "parts": [{"type": "text", "content": "Noted."}]}
+
+
+async def test_a_stalled_collector_never_holds_up_a_turn_and_its_spans_are_counted(
+    org_dir: Path, tmp_path: Path
+) -> None:
+    asked = anyio.Event()
+
+    async def stall(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            await stream.receive()
+            asked.set()
+            await anyio.sleep_forever()
+
+    listen = f"127.0.0.1:{free_port()}"
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        with (org_dir / "org.toml").open("a") as toml:
+            toml.write(
+                f'\n[metrics]\nlisten = "{listen}"\n'
+                f'[telemetry]\notlp_endpoint = "http://127.0.0.1:{port}"\ntimeout_s = 1\n'
+            )
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, stall)
+            async with (
+                daemon_in_process(org_dir, tmp_path / "state") as daemon,
+                await daemon.client() as client,
+            ):
+                opened = await client.session_open("ada", "general")
+                await client.session_send(opened.session, "first")
+                await asked.wait()  # the exporter is stuck on the collector now
+                with anyio.fail_after(30):  # a guard against a hang, not a timing
+                    for n in range(5):
+                        reply = await client.session_send(opened.session, f"turn {n}")
+                        assert reply.text.startswith("[echo]")
+                dropped = await _dropped(listen)
+            tg.cancel_scope.cancel()
+    assert dropped >= 1
+
+
+async def _dropped(listen: str) -> float:
+    """``rosterd_telemetry_dropped_total`` once the stuck export has given up
+    (its timeout is 1 s): read until it counts, 30 s at most."""
+    pattern = re.compile(r"^rosterd_telemetry_dropped_total (\S+)$", re.M)
+    async with httpx.AsyncClient() as http:
+        for _ in range(300):
+            text = (await http.get(f"http://{listen}/metrics")).text
+            found = pattern.search(text)
+            if found and float(found[1]) > 0:
+                return float(found[1])
+            await anyio.sleep(0.1)
+    raise AssertionError("no span was counted as dropped")
