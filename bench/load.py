@@ -15,6 +15,9 @@ Prints, measured side by side in one run:
   daemon starts, as months of use would have left it). The three daemons
   run side by side and their turns alternate, so that machine noise hits
   every state alike instead of whichever ran while another process was busy;
+- turn p50 of one session on a daemon with Prometheus metrics and
+  OpenTelemetry tracing on (spans exported to a collector that takes them)
+  against one with both off, their turns alternating (aim: at most 1.05x);
 - with ``--state postgresql://…``: turns/s and p99 of concurrent sessions on
   the file backend, on that database with one daemon, and with two daemons
   sharing it (half the sessions on each), side by side.
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import socket
 import statistics
 import tempfile
 import time
@@ -34,8 +38,10 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import msgspec
 from _daemon import percentile, rss_kib, serve, write_org
+from anyio.streams.buffered import BufferedByteReceiveStream
 
 from rosterd.client import RosterClient
 from rosterd.compiler import MemoryItem
@@ -229,6 +235,73 @@ async def run_accumulated(quick: bool) -> None:
     print("(aim: turn p50 within 2x of the empty state, daemon.status within 20 ms)")
 
 
+async def _collector(stream: anyio.abc.SocketStream) -> None:
+    """An OTLP/HTTP collector that takes every export and keeps nothing."""
+    async with stream:
+        reader = BufferedByteReceiveStream(stream)
+        while True:
+            try:
+                head = await reader.receive_until(b"\r\n\r\n", 65536)
+            except (anyio.EndOfStream, anyio.IncompleteRead):
+                return
+            length = next(
+                (int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                 if line.lower().startswith(b"content-length:")),
+                0,
+            )  # fmt: skip
+            await reader.receive_exactly(length)
+            await stream.send(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+
+
+async def run_telemetry(quick: bool) -> None:
+    turns = 40 if quick else 300
+    print(f"telemetry overhead, one session of {turns} turns per daemon, turns alternating:")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        async with (
+            await anyio.create_tcp_listener(local_host="127.0.0.1") as listener,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(listener.serve, _collector)
+            port = listener.extra(anyio.abc.SocketAttribute.local_port)
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                metrics_port = probe.getsockname()[1]
+            observed = (
+                f'\n[metrics]\nlisten = "127.0.0.1:{metrics_port}"\n'
+                f'[telemetry]\notlp_endpoint = "http://127.0.0.1:{port}"\n'
+            )
+            latencies: dict[str, list[float]] = {"off": [], "on": []}
+            async with AsyncExitStack() as stack:
+                clients = {}
+                for name, extra in (("off", ""), ("on", observed)):
+                    write_org(root / name / "org", ("ada",), 1, identity_lines=200)
+                    with (root / name / "org" / "org.toml").open("a") as toml:
+                        toml.write(extra)
+                    socket_path = root / name / "rosterd.sock"
+                    await stack.enter_async_context(
+                        serve(root / name / "org", root / name / "state", socket_path)
+                    )
+                    client = await stack.enter_async_context(
+                        await RosterClient.connect(socket_path)
+                    )
+                    opened = await client.session_open("ada", "c0")
+                    await client.session_send(opened.session, "warm up")
+                    clients[name] = (client, opened.session)
+                for n in range(turns):
+                    for name in ("off", "on") if n % 2 else ("on", "off"):
+                        client, session = clients[name]
+                        start = time.perf_counter()
+                        await client.session_send(session, f"turn {n}")
+                        latencies[name].append(time.perf_counter() - start)
+            tg.cancel_scope.cancel()
+    off, on = (statistics.median(latencies[name]) for name in ("off", "on"))
+    print(f"{'telemetry':>10} {'turn p50 ms':>12}")
+    print(f"{'off':>10} {off * 1000:>12.2f}")
+    print(f"{'on':>10} {on * 1000:>12.2f}")
+    print(f"ratio turn p50 telemetry on / off: {on / off:.2f} (aim: at most 1.05)")
+
+
 async def run_backends(database: str, quick: bool) -> None:
     sessions, turns = (8, 5) if quick else (20, 20)
     print(f"state backends, {sessions} concurrent sessions of {turns} turns:")
@@ -277,6 +350,7 @@ def main() -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     anyio.run(run, args.quick)
     anyio.run(run_accumulated, args.quick)
+    anyio.run(run_telemetry, args.quick)
     if args.state is not None:
         anyio.run(run_backends, args.state, args.quick)
 

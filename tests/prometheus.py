@@ -66,6 +66,13 @@ class PrometheusServer:
         result = answer.json()["data"]["result"]
         return float(result[0]["value"][1]) if result else None
 
+    async def check(self, expression: str) -> None:
+        """Prometheus accepts and evaluates *expression* (its answer has no error)."""
+        async with httpx.AsyncClient() as client:
+            answer = await client.get(f"{self.url}/api/v1/query", params={"query": expression})
+        assert answer.status_code == 200, (expression, answer.text)
+        assert answer.json()["status"] == "success", (expression, answer.text)
+
     async def until(self, expression: str, expected: float) -> None:
         """Wait until *expression* is *expected*: Prometheus scrapes on its own
         schedule, so its next scrapes are what there is to wait for (30 s at most)."""

@@ -31,6 +31,10 @@ def test_bench_load_quick_reports_its_figures_and_a_database_beside_the_files(
         (100_000, 25_000),
     ], out
     assert float(grown[0][2]) == 1.0
+    # Telemetry on beside off, with the ratio of their turn p50s.
+    assert re.search(r"^\s+off\s+\d+\.\d\d$", out, re.M), out
+    assert re.search(r"^\s+on\s+\d+\.\d\d$", out, re.M), out
+    assert re.search(r"ratio turn p50 telemetry on / off: \d+\.\d\d", out), out
     backends = re.findall(
         r"^\s+(files|postgresql)\s+(\d)\s+(\d+\.\d)\s+\d+\.\d\d\s+\d+\.\d\d$", out, re.M
     )

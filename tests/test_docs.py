@@ -123,7 +123,7 @@ def _clean_env() -> dict[str, str]:
 @pytest.mark.parametrize("block", RUNNABLE, ids=[b.where for b in RUNNABLE])
 def test_runnable_example(block: Block, tmp_path: Path) -> None:
     if "socat" in block.text and shutil.which("socat") is None:
-        pytest.skip("socat is not installed")
+        pytest.fail("socat is not installed: apt-get install socat")
     work = _scratch(tmp_path)
     daemon = DaemonProcess(work / "examples" / "org", work / ".state").start()
     try:

@@ -18,6 +18,9 @@ from rosterd.org import (
     ContextBudget,
     DaemonConfig,
     EngineConfig,
+    GatewayConfig,
+    MetricsConfig,
+    TelemetryConfig,
     WorkerConfig,
 )
 from rosterd.protocol import (
@@ -126,6 +129,9 @@ _TABLES: list[tuple[str, type[msgspec.Struct]]] = [
     ("[workers.<name>]", WorkerConfig),
     ("[channels.<id>]", ChannelConfig),
     ("[connections.<service>]", ConnectionConfig),
+    ("[gateway]: where tool calls go", GatewayConfig),
+    ("[metrics]: Prometheus", MetricsConfig),
+    ("[telemetry]: OpenTelemetry traces", TelemetryConfig),
 ]
 
 

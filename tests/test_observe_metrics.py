@@ -3,6 +3,7 @@ checks the exposition."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -10,13 +11,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from harness import daemon_in_process
+from harness import REPO, daemon_in_process
 from prometheus import free_port, prometheus_server, promtool
 
 from rosterd import ConfigError
 from rosterd.org import load_org
 
 pytestmark = pytest.mark.anyio
+
+DASHBOARD = REPO / "docs" / "grafana-dashboard.json"
 
 
 def with_metrics(org: Path, listen: str, extra: str = "") -> None:
@@ -44,6 +47,10 @@ async def test_prometheus_counts_every_turn_and_promtool_finds_no_problem(
                 'sum(rosterd_turns_total{surface="session",worker="ada",outcome="ok"})'
             )
             warm = await prometheus.query("rosterd_sessions_warm")
+            # Every query of the shipped dashboard is one Prometheus takes.
+            for panel in json.loads(DASHBOARD.read_text())["panels"]:
+                for target in panel["targets"]:
+                    await prometheus.check(target["expr"])
             async with httpx.AsyncClient() as http:
                 exposition = (await http.get(f"http://{listen}/metrics")).content
 

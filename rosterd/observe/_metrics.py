@@ -17,7 +17,7 @@ from prometheus_client.process_collector import ProcessCollector
 from .._errors import ConfigError
 from ..org import MetricsConfig, listen_address
 
-__all__ = ("Metrics",)
+__all__ = ("Metrics", "TurnSeries")
 
 log = logging.getLogger("rosterd.observe")
 
@@ -107,6 +107,16 @@ class Metrics:
             registry=registry,
         )
         self._server: WSGIServer | None = None
+        self._series: dict[tuple[str, str, str], TurnSeries] = {}
+
+    def series(self, surface: str, worker: str, engine: str) -> TurnSeries:
+        """The series a turn of *surface*, *worker* and *engine* counts in,
+        looked up once per combination rather than label by label each turn."""
+        key = (surface, worker, engine)
+        found = self._series.get(key)
+        if found is None:
+            found = self._series[key] = TurnSeries(self, surface, worker, engine)
+        return found
 
     def __repr__(self) -> str:
         return f"Metrics({self.config.listen!r})"
@@ -131,3 +141,29 @@ class Metrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+class TurnSeries:
+    """The labelled series of one surface, worker and engine kind."""
+
+    def __init__(self, metrics: Metrics, surface: str, worker: str, engine: str) -> None:
+        self._turns = metrics.turns
+        self._labels = (surface, worker, engine)
+        self._outcomes: dict[str, Counter] = {}
+        self.duration = metrics.turn_seconds.labels(surface, worker)
+        self.first_token = metrics.first_token.labels(engine)
+        tokens = metrics.tokens
+        self.input = tokens.labels(worker, engine, "input")
+        self.cached = tokens.labels(worker, engine, "cached")
+        self.cache_write = tokens.labels(worker, engine, "cache_write")
+        self.output = tokens.labels(worker, engine, "output")
+
+    def __repr__(self) -> str:
+        return f"TurnSeries{self._labels!r}"
+
+    def ended(self, outcome: str) -> Counter:
+        """The turn counter of *outcome*."""
+        found = self._outcomes.get(outcome)
+        if found is None:
+            found = self._outcomes[outcome] = self._turns.labels(*self._labels, outcome)
+        return found

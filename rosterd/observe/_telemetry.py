@@ -30,7 +30,7 @@ from ..protocol import RunInfo, Verdict
 
 if TYPE_CHECKING:
     from ..stores import TaskStore
-    from ._metrics import Metrics
+    from ._metrics import Metrics, TurnSeries
     from ._tracing import Span, Tracing
 
 __all__ = (
@@ -62,10 +62,12 @@ class Telemetry:
 
     def turn(self, info: RunInfo, engine: EngineConfig) -> TurnWatch:
         """A watch over one turn (or one task or direct run) of *info*."""
-        span = None
+        series = span = None
+        if self.metrics is not None:
+            series = self.metrics.series(info.surface, info.worker, engine.kind)
         if self.tracing is not None:
             span = self.tracing.turn_span(info)
-        return TurnWatch(self.metrics, self.tracing, info, engine, span)
+        return TurnWatch(self.metrics, series, self.tracing, info, engine, span)
 
     def rolled_over(self, reason: RolloverReason) -> None:
         if self.metrics is not None:
@@ -109,12 +111,14 @@ class TurnWatch:
     def __init__(
         self,
         metrics: Metrics | None,
+        series: TurnSeries | None,
         tracing: Tracing | None,
         info: RunInfo,
         engine: EngineConfig,
         span: Span | None,
     ) -> None:
         self._metrics = metrics
+        self._series = series
         self._tracing = tracing
         self._info = info
         self._engine = engine
@@ -142,7 +146,7 @@ class TurnWatch:
         span = None
         if self._tracing is not None and self._span is not None:
             span = self._tracing.chat_span(self._span, self._info, self._engine, step)
-        return CallWatch(self._metrics, self._tracing, self._info, self._engine, span)
+        return CallWatch(self._metrics, self._series, self._tracing, self._engine, span)
 
     def cache(self, verdict: Verdict) -> None:
         if self._metrics is not None and verdict not in ("hit", "unmeasured"):
@@ -159,12 +163,9 @@ class TurnWatch:
             self._metrics.gateway_calls.labels(status).inc()
 
     def finish(self, outcome: OutcomeLabel) -> None:
-        info = self._info
-        if self._metrics is not None:
-            labels = (info.surface, info.worker, self._engine.kind)
-            self._metrics.turns.labels(*labels, outcome).inc()
-            elapsed = time.perf_counter() - self._started
-            self._metrics.turn_seconds.labels(info.surface, info.worker).observe(elapsed)
+        if self._series is not None:
+            self._series.ended(outcome).inc()
+            self._series.duration.observe(time.perf_counter() - self._started)
         if self._tracing is not None and self._span is not None:
             self._tracing.end(self._span, None if outcome == "ok" else outcome)
 
@@ -175,48 +176,44 @@ class CallWatch:
     def __init__(
         self,
         metrics: Metrics | None,
+        series: TurnSeries | None,
         tracing: Tracing | None,
-        info: RunInfo,
         engine: EngineConfig,
         span: Span | None,
     ) -> None:
         self._metrics = metrics
+        self._series = series
         self._tracing = tracing
-        self._info = info
         self._engine = engine
         self._span = span
         self._started = time.perf_counter()
-        self._first: float | None = None
+        self._first = False
 
     def __repr__(self) -> str:
-        return f"CallWatch({self._info.id!r}, {self._engine.kind})"
+        return f"CallWatch({self._engine.kind})"
 
     def sink(self, on_delta: DeltaSink) -> DeltaSink:
         """*on_delta*, noting when the first piece of the reply arrives."""
-        if self._metrics is None:
+        series = self._series
+        if series is None:
             return on_delta
 
         async def first_noted(text: str) -> None:
-            if self._first is None:
-                self._first = time.perf_counter()
-                assert self._metrics is not None
-                elapsed = self._first - self._started
-                self._metrics.first_token.labels(self._engine.kind).observe(elapsed)
+            if not self._first:
+                self._first = True
+                series.first_token.observe(time.perf_counter() - self._started)
             await on_delta(text)
 
         return first_noted
 
     def answered(self, reply: EngineReply, added: Sequence[ChatMessage]) -> None:
         """The call returned *reply*; *added* is what this call added to the request."""
-        usage = reply.usage
-        if self._metrics is not None and usage is not None:
-            tokens = self._metrics.tokens
-            worker, kind = self._info.worker, self._engine.kind
-            fresh = usage.input_tokens - usage.cached_input_tokens
-            tokens.labels(worker, kind, "input").inc(max(fresh, 0))
-            tokens.labels(worker, kind, "cached").inc(usage.cached_input_tokens)
-            tokens.labels(worker, kind, "cache_write").inc(usage.cache_write_tokens)
-            tokens.labels(worker, kind, "output").inc(usage.output_tokens)
+        usage, series = reply.usage, self._series
+        if series is not None and usage is not None:
+            series.input.inc(max(usage.input_tokens - usage.cached_input_tokens, 0))
+            series.cached.inc(usage.cached_input_tokens)
+            series.cache_write.inc(usage.cache_write_tokens)
+            series.output.inc(usage.output_tokens)
         if self._tracing is not None and self._span is not None:
             self._tracing.answered(self._span, self._engine, reply, added)
 

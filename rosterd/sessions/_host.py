@@ -372,10 +372,9 @@ class Host(AsyncResource):
         )
         call.watch.cache(cache.verdict)
         entry = call.entry(step, "assistant", reply.text, self.clock())
-        with call.watch.phase("commit"):
-            await call.run.record(
-                msgspec.structs.replace(entry, usage=reply.usage, cache=cache, calls=reply.calls)
-            )
+        await call.run.record(
+            msgspec.structs.replace(entry, usage=reply.usage, cache=cache, calls=reply.calls)
+        )
         call.transcript.append(ChatMessage(role="assistant", content=reply.text, calls=reply.calls))
         call.answered = len(call.transcript)
 
