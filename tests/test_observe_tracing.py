@@ -182,3 +182,25 @@ async def _dropped(listen: str) -> float:
                 return float(found[1])
             await anyio.sleep(0.1)
     raise AssertionError("no span was counted as dropped")
+
+
+async def test_the_standard_otlp_environment_turns_tracing_on(
+    org_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with collector() as otlp:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url)
+        monkeypatch.setenv("OTEL_SERVICE_NAME", "rosterd-eu")
+        async with (
+            daemon_in_process(org_dir, tmp_path / "state") as daemon,
+            await daemon.client() as client,
+        ):
+            await client.run_direct("grace", "what is blocked?")
+    assert set(otlp.paths) == {"/v1/traces"}
+    assert {r["service.name"] for r in otlp.resources} == {"rosterd-eu"}
+    (root,) = otlp.named("invoke_agent grace")
+    assert attrs(root)["rosterd.surface"] == "direct"
+    assert [span.name for span in otlp.spans if span.parent_span_id == root.span_id] == [
+        "compile",
+        "commit",
+        "chat echo",
+    ]

@@ -53,7 +53,7 @@ async def open_telemetry(
     tracing = None
     if tracing_wanted(org, environ):
         dropped = metrics.telemetry_dropped.inc if metrics is not None else _log_dropped
-        tracing = _tracing(org, toml, dropped)
+        tracing = _tracing(org, toml, environ, dropped)
     try:
         if metrics is not None:
             metrics.start()
@@ -73,12 +73,14 @@ def _metrics(config: MetricsConfig, toml: Path) -> Metrics:
     return Metrics(config, str(toml))
 
 
-def _tracing(org: Org, toml: Path, dropped: Callable[[int], None]) -> Tracing:
+def _tracing(
+    org: Org, toml: Path, environ: Mapping[str, str], dropped: Callable[[int], None]
+) -> Tracing:
     try:
         from ._tracing import Tracing
     except ImportError as exc:
         raise _missing("telemetry", "telemetry", exc, toml) from None
-    return Tracing(org.telemetry, dropped)
+    return Tracing(org.telemetry, environ, dropped)
 
 
 def _missing(table: str, extra: str, exc: ImportError, toml: Path) -> ConfigError:

@@ -99,7 +99,9 @@ class _Trace:
 class Tracing:
     """The tracer of one daemon, and the export behind it."""
 
-    def __init__(self, config: TelemetryConfig, dropped: Callable[[int], None]) -> None:
+    def __init__(
+        self, config: TelemetryConfig, environ: Mapping[str, str], dropped: Callable[[int], None]
+    ) -> None:
         self.config = config
         endpoint = config.otlp_endpoint
         # Without an endpoint the exporter reads OTEL_EXPORTER_OTLP_* itself.
@@ -107,7 +109,8 @@ class Tracing:
             endpoint=f"{endpoint.rstrip('/')}/v1/traces" if endpoint else None,
             timeout=config.timeout_s,
         )
-        resource = Resource.create({"service.name": config.service_name})
+        name = config.service_name or environ.get("OTEL_SERVICE_NAME") or "rosterd"
+        resource = Resource.create({"service.name": name})
         self._export = _Export(exporter, resource, dropped, config.timeout_s)
 
     def __repr__(self) -> str:

@@ -176,7 +176,8 @@ class TelemetryConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
     otlp_endpoint: str | None = None
     capture_content: bool = False
-    service_name: str = "rosterd"
+    # None: $OTEL_SERVICE_NAME, else "rosterd".
+    service_name: str | None = None
     timeout_s: Seconds = 10.0
 
     def __post_init__(self) -> None:
