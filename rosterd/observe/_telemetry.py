@@ -62,12 +62,7 @@ class Telemetry:
 
     def turn(self, info: RunInfo, engine: EngineConfig) -> TurnWatch:
         """A watch over one turn (or one task or direct run) of *info*."""
-        series = span = None
-        if self.metrics is not None:
-            series = self.metrics.series(info.surface, info.worker, engine.kind)
-        if self.tracing is not None:
-            span = self.tracing.turn_span(info)
-        return TurnWatch(self.metrics, series, self.tracing, info, engine, span)
+        return TurnWatch(self.metrics, self.tracing, info, engine)
 
     def rolled_over(self, reason: RolloverReason) -> None:
         if self.metrics is not None:
@@ -109,20 +104,16 @@ class TurnWatch:
     """What one turn reports: its phases, engine calls, tool calls and outcome."""
 
     def __init__(
-        self,
-        metrics: Metrics | None,
-        series: TurnSeries | None,
-        tracing: Tracing | None,
-        info: RunInfo,
-        engine: EngineConfig,
-        span: Span | None,
+        self, metrics: Metrics | None, tracing: Tracing | None, info: RunInfo, engine: EngineConfig
     ) -> None:
         self._metrics = metrics
-        self._series = series
         self._tracing = tracing
         self._info = info
-        self._engine = engine
-        self._span = span
+        self.engine = engine
+        self.series: TurnSeries | None = None
+        if metrics is not None:
+            self.series = metrics.series(info.surface, info.worker, engine.kind)
+        self._span = tracing.turn_span(info) if tracing is not None else None
         self._started = time.perf_counter()
 
     def __repr__(self) -> str:
@@ -145,8 +136,8 @@ class TurnWatch:
     def engine_call(self, step: int) -> CallWatch:
         span = None
         if self._tracing is not None and self._span is not None:
-            span = self._tracing.chat_span(self._span, self._info, self._engine, step)
-        return CallWatch(self._metrics, self._series, self._tracing, self._engine, span)
+            span = self._tracing.chat_span(self._span, self._info, self.engine, step)
+        return CallWatch(self, self._metrics, self._tracing, span)
 
     def cache(self, verdict: Verdict) -> None:
         if self._metrics is not None and verdict not in ("hit", "unmeasured"):
@@ -163,9 +154,9 @@ class TurnWatch:
             self._metrics.gateway_calls.labels(status).inc()
 
     def finish(self, outcome: OutcomeLabel) -> None:
-        if self._series is not None:
-            self._series.ended(outcome).inc()
-            self._series.duration.observe(time.perf_counter() - self._started)
+        if self.series is not None:
+            self.series.ended(outcome).inc()
+            self.series.duration.observe(time.perf_counter() - self._started)
         if self._tracing is not None and self._span is not None:
             self._tracing.end(self._span, None if outcome == "ok" else outcome)
 
@@ -175,16 +166,15 @@ class CallWatch:
 
     def __init__(
         self,
+        turn: TurnWatch,
         metrics: Metrics | None,
-        series: TurnSeries | None,
         tracing: Tracing | None,
-        engine: EngineConfig,
         span: Span | None,
     ) -> None:
         self._metrics = metrics
-        self._series = series
+        self._series = turn.series
         self._tracing = tracing
-        self._engine = engine
+        self._engine = turn.engine
         self._span = span
         self._started = time.perf_counter()
         self._first = False
