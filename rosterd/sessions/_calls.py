@@ -54,7 +54,7 @@ class TurnTools:
         run: RunInfo,
         turn: int,
         notes_per_turn: int,
-        gateway: Gateway,
+        gateway: Callable[[], Gateway],
         stores: State,
         clock: Callable[[], float],
         watch: TurnWatch,
@@ -113,7 +113,7 @@ class TurnTools:
             case ForgetRequest() as request:
                 return await self._forget(call, request, tools)
             case ToolRequest() as request:
-                answered, reason = await self._gateway.call(run.id, run.worker, request)
+                answered, reason = await self._gateway().call(run.id, run.worker, request)
                 self._watch.gateway(answered)
                 return ToolResult(call.id, call.name, answered, reason), None
         raise AssertionError("check_call answers one of the cases above")

@@ -289,7 +289,8 @@ class Host(AsyncResource):
             run.info,
             record.turn,
             self.org.workers.get(worker, WorkerConfig()).remember_per_turn,
-            Gateway(self.org.gateway),
+            # [gateway] is enforcement, not prompt: read at each call.
+            lambda: Gateway(self.org.gateway),
             self.stores,
             self.clock,
             watch,
