@@ -35,6 +35,7 @@ from rosterd.compiler import (
     GateIndex,
     MemoryIndex,
     MemoryItem,
+    Retirement,
     RunMeta,
     Shown,
     ShownItems,
@@ -767,6 +768,49 @@ def test_indexed_ranking_matches_the_reference(
     assert [id(m) for m in index.snapshot().ranked(message, channel)] == [
         id(m)
         for m in reference_ranking([m for m in everything if m.channel in (None, channel)], message)
+    ]
+
+
+@SETTINGS
+@given(
+    notes=NOTES,
+    bulk=st.integers(0, 25),
+    retired=st.sets(_IDS, max_size=4),
+    message=TEXT,
+    channel=st.sampled_from([None, *CHANNELS]),
+)
+def test_retired_notes_never_rank_again_in_views_after_them(
+    notes: list[MemoryItem], bulk: int, retired: set[str], message: str, channel: str | None
+) -> None:
+    retirements = [Retirement(note=note, because="out of date", at=0.0) for note in retired]
+    index = MemoryIndex(notes[:bulk])
+    for item in notes[bulk:]:
+        index.add(item)
+    before = index.snapshot()
+    for retirement in retirements:
+        index.retire(retirement)
+    eligible = [m for m in notes if m.channel in (None, channel)]
+    live = [m for m in eligible if m.id not in retired]
+    expected = [id(m) for m in reference_ranking(live, message)]
+    # The same whether retired after loading, at loading (a restart), or
+    # past the scan limit, where postings are counted instead.
+    for view in (
+        index.snapshot(),
+        MemoryIndex(notes, retirements).snapshot(),
+        MemoryIndex([*_FILLER, *notes], retirements).snapshot(),
+    ):
+        assert [id(m) for m in view.ranked(message, channel)] == expected
+        assert view.totals(channel) == (len(live), sum(len(m.text) for m in live))
+        # Held notes and retired ones are passed over together.
+        found = view.with_ids(dict.fromkeys(m.id for m in eligible[::2]), channel)
+        leave_out = {ordinal for ordinal, _, _ in found}
+        left = {id(item) for _, item, _ in found}
+        assert [id(m) for m in view.ranked(message, channel, leave_out)] == [
+            i for i in expected if i not in left
+        ]
+    # A view from before the retirements still ranks what it held.
+    assert [id(m) for m in before.ranked(message, channel)] == [
+        id(m) for m in reference_ranking(eligible, message)
     ]
 
 
