@@ -145,6 +145,7 @@ class EngineError(RosterError):
         status: int | None = None,
         retryable: bool = False,
         context_exceeded: bool = False,
+        tried: tuple[tuple[str, str], ...] = (),
     ) -> None:
         super().__init__(message)
         self.provider = provider
@@ -153,3 +154,5 @@ class EngineError(RosterError):
         # The provider refused the request as longer than its context window:
         # the same request can never succeed, but a rolled-over session can.
         self.context_exceeded = context_exceeded
+        # With fallbacks: each engine tried, by name, and what it answered.
+        self.tried = tried

@@ -21,7 +21,7 @@ from ._config import (
     listen_address,
 )
 from ._load import identity_path, load_org, purpose_path
-from ._org import Org, RunScope, Surface
+from ._org import NamedEngine, Org, RunScope, Surface
 from ._source import OrgSource
 
 __all__ = (
@@ -40,6 +40,7 @@ __all__ = (
     "GatewayConfig",
     "MemoryScope",
     "MetricsConfig",
+    "NamedEngine",
     "Org",
     "OrgSource",
     "RunScope",

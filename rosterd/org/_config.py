@@ -87,7 +87,8 @@ class ContextOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 
 class EngineConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """``[engine]``: which model answers, and how to reach it."""
+    """``[engine]`` and each ``[engines.<name>]``: which model answers, and how
+    to reach it; ``fallback`` names the engines that answer when it cannot."""
 
     kind: EngineKind = "echo"
     model: str = ""
@@ -97,10 +98,13 @@ class EngineConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     timeout_s: Seconds = 60.0
     max_retries: Chars = 3
     cache_min_tokens: Chars = 1024
+    # Named [engines.*] to try, in order, when this one cannot answer.
+    fallback: tuple[str, ...] = ()
 
 
 class EngineOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """``[workers.<name>.engine]``: any key of ``[engine]``, for one worker."""
+    """``[workers.<name>.engine]``: any key of ``[engine]``, for one worker,
+    over ``[engine]`` or over the named engine ``use`` picks."""
 
     kind: EngineKind | None = None
     model: str | None = None
@@ -110,6 +114,9 @@ class EngineOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     timeout_s: Seconds | None = None
     max_retries: Chars | None = None
     cache_min_tokens: Chars | None = None
+    fallback: tuple[str, ...] | None = None
+    # A named [engines.*] table to start from instead of [engine].
+    use: str | None = None
 
 
 class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

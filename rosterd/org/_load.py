@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,6 +48,7 @@ _NAMED_TABLES: dict[str, tuple[str, type[Any]]] = {
     "workers": ("worker", WorkerConfig),
     "channels": ("channel", ChannelConfig),
     "connections": ("connection", ConnectionConfig),
+    "engines": ("engine", EngineConfig),
 }
 
 
@@ -97,7 +98,9 @@ def load_org(root: Path) -> Org:
     workers: dict[str, WorkerConfig] = sections.get("workers", {})
     channels: dict[str, ChannelConfig] = sections.get("channels", {})
     connections: dict[str, ConnectionConfig] = sections.get("connections", {})
+    engines: dict[str, EngineConfig] = sections.get("engines", {})
     _check_references(toml_path, workers, channels, connections)
+    _check_engines(toml_path, sections.get("engine", EngineConfig()), engines, workers)
     _check_tool_names(toml_path, connections)
 
     identities: dict[str, str] = {}
@@ -121,6 +124,7 @@ def load_org(root: Path) -> Org:
         identities=identities,
         purposes=purposes,
         gateway=sections.get("gateway", GatewayConfig()),
+        engines=engines,
         metrics=sections.get("metrics", MetricsConfig()),
         telemetry=sections.get("telemetry", TelemetryConfig()),
     )
@@ -173,8 +177,33 @@ def _check_references(
         _check_named(path, f"channels.{channel_id}.workers", channel.workers, workers)
 
 
-def _check_named(path: Path, key: str, names: list[str], table: Mapping[str, object]) -> None:
-    table_name = key.rpartition(".")[2]
+def _check_engines(
+    path: Path,
+    default: EngineConfig,
+    engines: dict[str, EngineConfig],
+    workers: dict[str, WorkerConfig],
+) -> None:
+    """Every engine a worker uses, and every fallback, is an [engines.*] table."""
+    _check_named(path, "engine.fallback", default.fallback, engines, "engines")
+    for name, engine in engines.items():
+        _check_named(path, f"engines.{name}.fallback", engine.fallback, engines, "engines")
+    for name, worker in workers.items():
+        overlay = worker.engine
+        where = f"workers.{name}.engine"
+        if overlay.use is not None:
+            _check_named(path, f"{where}.use", (overlay.use,), engines, "engines")
+        if overlay.fallback is not None:
+            _check_named(path, f"{where}.fallback", overlay.fallback, engines, "engines")
+
+
+def _check_named(
+    path: Path,
+    key: str,
+    names: Sequence[str],
+    table: Mapping[str, object],
+    table_name: str | None = None,
+) -> None:
+    table_name = table_name or key.rpartition(".")[2]
     for name in names:
         if name not in table:
             raise ConfigError(

@@ -25,7 +25,7 @@ from ._config import (
     WorkerConfig,
 )
 
-__all__ = ("Org", "RunScope", "Surface")
+__all__ = ("NamedEngine", "Org", "RunScope", "Surface")
 
 
 class Surface(enum.Enum):
@@ -44,6 +44,13 @@ class RunScope(msgspec.Struct, frozen=True):
     channel: str | None
 
 
+class NamedEngine(msgspec.Struct, frozen=True):
+    """An engine with the name it has in org.toml (``engine`` for ``[engine]``)."""
+
+    name: str
+    config: EngineConfig
+
+
 class Org(msgspec.Struct, frozen=True):
     """Everything the compiler may read of an org directory, already loaded."""
 
@@ -56,6 +63,7 @@ class Org(msgspec.Struct, frozen=True):
     identities: dict[str, str]
     purposes: dict[str, str]
     gateway: GatewayConfig = GatewayConfig()
+    engines: dict[str, EngineConfig] = {}
     metrics: MetricsConfig = MetricsConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
 
@@ -67,11 +75,26 @@ class Org(msgspec.Struct, frozen=True):
         return msgspec.structs.replace(self.context, **changes)
 
     def engine_for(self, worker: str) -> EngineConfig:
+        """The engine *worker* uses: ``[engine]``, or the named one its
+        overlay ``use``s, with the overlay's other keys over it."""
         overlay = self._worker(worker).engine
+        base = self.engine if overlay.use is None else self.engines[overlay.use]
         changes = {
-            f: v for f in overlay.__struct_fields__ if (v := getattr(overlay, f)) is not None
+            f: v
+            for f in overlay.__struct_fields__
+            if f != "use" and (v := getattr(overlay, f)) is not None
         }
-        return msgspec.structs.replace(self.engine, **changes)
+        return msgspec.structs.replace(base, **changes)
+
+    def engine_chain(self, worker: str) -> tuple[NamedEngine, ...]:
+        """*worker*'s engine, then each of its fallbacks, in the order to try them.
+
+        A fallback's own ``fallback`` list is not followed: one chain per worker.
+        """
+        engine = self.engine_for(worker)
+        name = self._worker(worker).engine.use or "engine"
+        fallbacks = (NamedEngine(f, self.engines[f]) for f in engine.fallback)
+        return (NamedEngine(name, engine), *fallbacks)
 
     def engine_fingerprint(self, worker: str) -> str:
         """Hash of the engine settings that decide whether a cached prefix applies."""

@@ -75,13 +75,15 @@ def error_object(exc: RosterError) -> ErrorObject:
             data = {"run": run, "block": exc.block, "size": exc.size, "limit": exc.limit}
             return ErrorObject(COMPILE_FAILED, str(exc), data)
         case EngineError():
-            data = {
+            failed: dict[str, object] = {
                 "provider": exc.provider,
                 "status": exc.status,
                 "retryable": exc.retryable,
                 "context_exceeded": exc.context_exceeded,
             }
-            return ErrorObject(ENGINE_FAILED, str(exc), data)
+            if exc.tried:
+                failed["engines"] = [{"engine": name, "error": error} for name, error in exc.tried]
+            return ErrorObject(ENGINE_FAILED, str(exc), failed)
         case NotFoundError():
             return ErrorObject(NOT_FOUND, str(exc), {"kind": exc.kind, "name": exc.name})
         case InvalidIdError():

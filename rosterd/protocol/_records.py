@@ -49,7 +49,9 @@ class Usage(msgspec.Struct, frozen=True):
     output_tokens: int = 0
 
 
-Verdict = Literal["hit", "cold", "prefix-changed", "provider-miss", "below-minimum", "unmeasured"]
+Verdict = Literal[
+    "hit", "cold", "prefix-changed", "provider-miss", "below-minimum", "unmeasured", "fallback"
+]
 
 
 class CacheCheck(msgspec.Struct, frozen=True):

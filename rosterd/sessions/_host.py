@@ -25,7 +25,7 @@ import anyio.to_thread
 import msgspec
 from anyio.abc import AsyncResource
 
-from .._errors import CompileError, EngineError, ShutdownError
+from .._errors import CompileError, ConfigError, EngineError, ShutdownError
 from ..compiler import (
     BoundaryCheck,
     ChannelMessage,
@@ -50,7 +50,7 @@ from ..engines import (
     open_engine,
 )
 from ..observe import NO_TELEMETRY, OutcomeLabel, Telemetry, TurnWatch
-from ..org import EngineConfig, Org, OrgSource, Surface, WorkerConfig
+from ..org import EngineConfig, NamedEngine, Org, OrgSource, Surface, WorkerConfig
 from ..stores import ActiveRun, State
 from ._cache import judge_cache
 from ._calls import TurnTools
@@ -189,7 +189,7 @@ class Host(AsyncResource):
     async def run_turn(
         self,
         run: ActiveRun,
-        engine_config: EngineConfig,
+        engines: Sequence[NamedEngine],
         compile_fn: Callable[[], Compilation],
         transcript: list[ChatMessage],
         on_delta: DeltaSink,
@@ -206,18 +206,21 @@ class Host(AsyncResource):
         all of it is a reusable prefix, and *seen*, the channel seq their
         input covers, recorded with the user turn so a resumed session
         continues from it.
+
+        *engines* answer each engine call: the first, or when it cannot
+        answer before any output reached the client, the next (the run's
+        fallbacks), each call starting from the first again.
         """
         # A provider that cannot be set up (no key, no model) fails the turn
         # before anything is traced or recorded.
-        engine = self.engine(engine_config)
-        watch = self.telemetry.turn(run.info, engine_config)
+        self.engine(engines[0].config)
+        watch = self.telemetry.turn(run.info, engines[0].config)
         outcome: OutcomeLabel = "failed"
         try:
             turned = await self._turn(
                 watch,
                 run,
-                engine,
-                engine_config,
+                engines,
                 compile_fn,
                 transcript,
                 on_delta,
@@ -242,8 +245,7 @@ class Host(AsyncResource):
         self,
         watch: TurnWatch,
         run: ActiveRun,
-        engine: Engine,
-        engine_config: EngineConfig,
+        engines: Sequence[NamedEngine],
         compile_fn: Callable[[], Compilation],
         transcript: list[ChatMessage],
         on_delta: DeltaSink,
@@ -295,10 +297,9 @@ class Host(AsyncResource):
             self.clock,
             watch,
         )
-        call = _Call(
-            run, engine, engine_config, record, system, checks, transcript, on_delta, tools, watch
-        )
-        reply = await self._complete(call, 1)
+        call = _Call(run, engines, record, system, checks, transcript, on_delta, tools, watch)
+        answer = await self._complete(call, 1)
+        reply = answer.reply
         if previous_input_tokens is not None:
             reusable = previous_input_tokens
         elif reply.usage is not None:
@@ -306,7 +307,7 @@ class Host(AsyncResource):
         else:
             reusable = 0
         idle_s = own.at - previous.at if previous is not None else None
-        await self._answered(call, 1, reply, reusable, idle_s)
+        await self._answered(call, 1, answer, reusable, idle_s)
         step = 1
         while reply.calls:
             # Every step's request is the previous one plus the reply and
@@ -323,25 +324,24 @@ class Host(AsyncResource):
             if stop is not None:
                 break
             earlier = reply.usage.input_tokens if reply.usage is not None else 0
-            reply = await self._complete(call, step)
-            await self._answered(call, step, reply, earlier, 0.0)
+            answer = await self._complete(call, step)
+            reply = answer.reply
+            await self._answered(call, step, answer, earlier, 0.0)
         return TurnOutcome(
             run=run.info.id, turn=record.turn, reply=reply, record=record, steps=step
         )
 
-    async def _complete(self, call: _Call, step: int) -> EngineReply:
+    async def _complete(self, call: _Call, step: int) -> _Answer:
         """One engine call; a failure or a stop is recorded before it is raised."""
         scope = anyio.CancelScope()
         if self._interrupted:
             scope.cancel()
         self._calls.add(scope)
         watch = call.watch.engine_call(step)
+        request = EngineRequest(system=call.system, messages=call.transcript)
         try:
             with scope:
-                reply = await call.engine.complete(
-                    EngineRequest(system=call.system, messages=call.transcript),
-                    watch.sink(call.on_delta),
-                )
+                answer = await self._first_answer(call.engines, request, watch.sink(call.on_delta))
         except EngineError as exc:
             watch.failed(exc)
             await call.run.record(call.entry(step, "error", str(exc), self.clock()))
@@ -356,21 +356,61 @@ class Host(AsyncResource):
             )
             await call.run.record(call.entry(step, "error", str(error), self.clock()))
             raise error
-        watch.answered(reply, call.transcript[call.answered :])
-        return reply
+        watch.answered(answer.reply, call.transcript[call.answered :])
+        return answer
+
+    async def _first_answer(
+        self, engines: Sequence[NamedEngine], request: EngineRequest, on_delta: DeltaSink
+    ) -> _Answer:
+        """The reply of the first of *engines* that answers.
+
+        The next engine is tried only while no output has reached the
+        client, and only for a failure another provider may not share: a
+        provider that is down, overloaded, rate limited or refuses the key.
+        A request too long or malformed fails as it is.
+        """
+        streamed = False
+
+        async def noted(text: str) -> None:
+            nonlocal streamed
+            streamed = True
+            await on_delta(text)
+
+        tried: list[tuple[str, str]] = []
+        for position, named in enumerate(engines):
+            try:
+                reply = await self.engine(named.config).complete(request, noted)
+            except (EngineError, ConfigError) as exc:
+                failure = _engine_failure(named, exc)
+                last = position == len(engines) - 1
+                if streamed or last or not _falls_back(failure):
+                    if tried:
+                        raise _failed(failure, [*tried, (named.name, str(failure))]) from exc
+                    raise failure from (None if failure is exc else exc)
+                tried.append((named.name, str(failure)))
+                log.warning("engine %s cannot answer (%s); trying the next", named.name, failure)
+                continue
+            reason = "; ".join(f"{name}: {error}" for name, error in tried) or None
+            return _Answer(reply, named, reason)
+        raise AssertionError("a run has at least one engine")
 
     async def _answered(
-        self, call: _Call, step: int, reply: EngineReply, reusable: int, idle_s: float | None
+        self, call: _Call, step: int, answer: _Answer, reusable: int, idle_s: float | None
     ) -> None:
-        """Record *reply*, its tool calls and its cache verdict, and append it."""
+        """Record the reply, its tool calls and its cache verdict, and append it."""
+        reply, engine = answer.reply, answer.engine.config
         cache = judge_cache(
             call.checks,
             reply.usage,
             reusable_tokens=reusable,
-            min_tokens=call.engine_config.cache_min_tokens,
-            measured=call.engine.kind != "echo",
+            min_tokens=engine.cache_min_tokens,
+            measured=engine.kind != "echo",
             idle_s=idle_s,
         )
+        if answer.fallback is not None:
+            # A cold cache at another provider, not a prefix the compiler moved.
+            cause = f"answered by fallback engine {answer.engine.name}: {answer.fallback}"
+            cache = msgspec.structs.replace(cache, verdict="fallback", cause=cause)
         call.watch.cache(cache.verdict)
         entry = call.entry(step, "assistant", reply.text, self.clock())
         await call.run.record(
@@ -414,8 +454,7 @@ class _Call:
     def __init__(
         self,
         run: ActiveRun,
-        engine: Engine,
-        engine_config: EngineConfig,
+        engines: Sequence[NamedEngine],
         record: ContextRecord,
         system: SystemPrompt,
         checks: Sequence[BoundaryCheck],
@@ -425,8 +464,7 @@ class _Call:
         watch: TurnWatch,
     ) -> None:
         self.run = run
-        self.engine = engine
-        self.engine_config = engine_config
+        self.engines = engines
         self.record = record
         self.system = system
         self.checks = checks
@@ -445,6 +483,46 @@ class _Call:
         self, step: int, role: Literal["assistant", "error", "tool"], content: str, at: float
     ) -> TranscriptEntry:
         return TranscriptEntry(turn=self.record.turn, role=role, content=content, at=at, step=step)
+
+
+class _Answer(msgspec.Struct, frozen=True):
+    """A reply, the engine that gave it, and why the ones before it did not."""
+
+    reply: EngineReply
+    engine: NamedEngine
+    fallback: str | None = None
+
+
+def _engine_failure(named: NamedEngine, exc: EngineError | ConfigError) -> EngineError:
+    """*exc* as an engine failure: a fallback that cannot be set up (no key) is one."""
+    if isinstance(exc, EngineError):
+        return exc
+    return EngineError(f"engine {named.name} cannot be used: {exc}", provider=named.config.kind)
+
+
+# Statuses another provider may well not answer with: a key it refuses,
+# a model it lacks.
+_ANOTHER_MAY_ANSWER = frozenset({401, 403, 404})
+
+
+def _falls_back(failure: EngineError) -> bool:
+    """Whether another engine may answer what *failure*'s could not."""
+    if failure.context_exceeded:
+        return False
+    return failure.retryable or failure.status is None or failure.status in _ANOTHER_MAY_ANSWER
+
+
+def _failed(last: EngineError, tried: Sequence[tuple[str, str]]) -> EngineError:
+    """The error of a call no engine answered: *last*'s, naming every engine tried."""
+    message = "no engine answered: " + "; ".join(f"{name}: {error}" for name, error in tried)
+    return EngineError(
+        message,
+        provider=last.provider,
+        status=last.status,
+        retryable=last.retryable,
+        context_exceeded=last.context_exceeded,
+        tried=tuple(tried),
+    )
 
 
 def _prefix_tokens(checks: Sequence[BoundaryCheck], compilation: Compilation, usage: Usage) -> int:

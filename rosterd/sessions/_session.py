@@ -252,7 +252,7 @@ class Session:
         try:
             outcome = await host.run_turn(
                 self._run,
-                self._state.engine,
+                self._state.engines(),
                 compile_checked,
                 self._transcript,
                 on_delta,
@@ -550,7 +550,13 @@ class SessionManager:
                 await run.trace(exc.record)
             await run.finish("failed", now, error=str(exc))
             raise
-        state = SessionState(system=system, engine=org.engine_for(worker))
+        primary, *fallbacks = org.engine_chain(worker)
+        state = SessionState(
+            system=system,
+            engine=primary.config,
+            engine_name=primary.name,
+            fallbacks=tuple(fallbacks),
+        )
         await host.runs.save_session(session_id, state)
         record = system.record(meta)
         if rolled_from is not None:

@@ -167,7 +167,7 @@ class TaskRunner:
             meta = RunMeta(run=run_id, turn=1, now=now)
             outcome = await host.run_turn(
                 run,
-                org.engine_for(task.worker),
+                org.engine_chain(task.worker),
                 lambda: compile_run(org, scope, turn, meta),
                 [],
                 _discard,
@@ -229,7 +229,7 @@ async def _direct(
         turn = await host.turn_input(worker, text, sender)
         meta = RunMeta(run=run_id, turn=1, now=now)
         outcome = await host.run_turn(
-            run, org.engine_for(worker), lambda: compile_run(org, scope, turn, meta), [], on_delta
+            run, org.engine_chain(worker), lambda: compile_run(org, scope, turn, meta), [], on_delta
         )
     except Exception as exc:
         # An unexpected error still ends the run as failed; the caller maps

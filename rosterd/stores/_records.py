@@ -8,17 +8,27 @@ from datetime import UTC, datetime
 import msgspec
 
 from ..compiler import SystemPrompt
-from ..org import EngineConfig
+from ..org import EngineConfig, NamedEngine
 from ..protocol import RunInfo, RunStatus
 
 __all__ = ("SessionState", "cut_off", "ended", "new_run_id")
 
 
 class SessionState(msgspec.Struct, frozen=True):
-    """What a session froze when it started: resumed byte-exactly from it."""
+    """What a session froze when it started: resumed byte-exactly from it.
+
+    ``engine`` answers its turns, under the name ``engine_name``; each of
+    ``fallbacks`` in order when it cannot.
+    """
 
     system: SystemPrompt
     engine: EngineConfig
+    engine_name: str = "engine"
+    fallbacks: tuple[NamedEngine, ...] = ()
+
+    def engines(self) -> tuple[NamedEngine, ...]:
+        """The engines to try for a turn, the session's own first."""
+        return (NamedEngine(self.engine_name, self.engine), *self.fallbacks)
 
 
 def new_run_id(prefix: str, now: float) -> str:

@@ -1,0 +1,163 @@
+"""Named engines and fallbacks: a provider that cannot answer is answered for
+by the next engine, before any output reached the client, and only then."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio.to_thread
+import pytest
+from harness import daemon_in_process
+from simulator import Drop, Hangup, Reply, Simulator, Status, write_org
+
+from rosterd import ConfigError
+from rosterd.cli import main
+from rosterd.client import RosterClient, RpcError
+from rosterd.org import load_org
+
+pytestmark = pytest.mark.anyio
+
+
+def make_org(root: Path, primary: Simulator, fallback: Simulator, extra: str = "") -> Path:
+    """Worker w0 on engine ``claude`` (Anthropic API), falling back to ``local``
+    (OpenAI API), each on a simulator of its own, without retries."""
+    write_org(root, workers=1, channels=1, identity_chars=300, purpose_chars=100)
+    with (root / "org.toml").open("a") as toml:
+        toml.write(
+            f"""
+[engines.claude]
+kind = "anthropic"
+model = "sim-claude"
+base_url = "{primary.anthropic_url}"
+max_retries = 0
+fallback = ["local"]
+
+[engines.local]
+kind = "openai"
+model = "sim-local"
+base_url = "{fallback.openai_url}"
+max_retries = 0
+{extra}"""
+        )
+    toml_text = (root / "org.toml").read_text()
+    (root / "org.toml").write_text(
+        toml_text.replace("[workers.w0]", '[workers.w0.engine]\nuse = "claude"\n\n[workers.w0]', 1)
+    )
+    return root
+
+
+@asynccontextmanager
+async def session(
+    tmp_path: Path, primary: Simulator, fallback: Simulator, extra: str = ""
+) -> AsyncIterator[tuple[RosterClient, str]]:
+    org = make_org(tmp_path / "org", primary, fallback, extra)
+    async with (
+        daemon_in_process(org, tmp_path / "state") as daemon,
+        await daemon.client() as client,
+    ):
+        opened = await client.session_open("w0", "c0")
+        yield client, opened.session
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [Status(529, "Overloaded"), Status(429, retry_after=0), Status(503), Status(401), Hangup()],
+    ids=["529", "429", "503", "401", "reset"],
+)
+async def test_the_fallback_answers_when_the_engine_cannot_and_the_next_turn_tries_it_again(
+    tmp_path: Path, failure: Status | Hangup, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with Simulator() as primary, Simulator() as fallback:
+        primary.script(failure, Reply("from claude"))
+        fallback.script(Reply("from local"))
+        async with session(tmp_path, primary, fallback) as (client, session_id):
+            first = await client.session_send(session_id, "first")
+            second = await client.session_send(session_id, "second")
+            shown = await client.runs_show(session_id)
+
+    assert (first.text, second.text) == ("from local", "from claude")
+    assert (len(primary.requests), len(fallback.requests)) == (2, 1)
+    # The fallback got the same conversation, in its own API's shape.
+    assert fallback.requests[0].path == "/v1/chat/completions"
+    verdicts = [e.cache for e in shown.transcript if e.role == "assistant"]
+    assert verdicts[0] is not None and verdicts[0].verdict == "fallback"
+    assert verdicts[0].cause is not None
+    assert verdicts[0].cause.startswith("answered by fallback engine local: claude: ")
+    assert verdicts[1] is not None and verdicts[1].verdict != "fallback"
+    # Visible where operators look: runs show and stats cache.
+    state = str(tmp_path / "state")
+    capsys.readouterr()
+    assert (
+        await anyio.to_thread.run_sync(
+            main, ["server", "runs", "show", session_id, "--state", state]
+        )
+        == 0
+    )
+    assert "answered by fallback engine local" in capsys.readouterr().out
+    assert await anyio.to_thread.run_sync(main, ["server", "stats", "cache", "--state", state]) == 0
+    assert "fallback" in capsys.readouterr().out
+
+
+async def test_a_call_no_engine_answers_names_every_engine_tried(tmp_path: Path) -> None:
+    async with Simulator() as primary, Simulator() as fallback:
+        primary.script(Status(529, "Overloaded"))
+        fallback.script(Status(502, "Bad gateway"))
+        async with session(tmp_path, primary, fallback) as (client, session_id):
+            with pytest.raises(RpcError) as failed:
+                await client.session_send(session_id, "anyone?")
+            # Nothing is lost: the next turn is answered, by the engine first.
+            again = await client.session_send(session_id, "again")
+
+    assert failed.value.code == 1002
+    message = str(failed.value)
+    assert "no engine answered: claude: anthropic: HTTP 529" in message
+    assert "local: openai: HTTP 502" in message
+    assert failed.value.data is not None
+    assert [e["engine"] for e in failed.value.data["engines"]] == ["claude", "local"]
+    assert again.turn == 2 and len(primary.requests) == 2
+
+
+async def test_output_already_streamed_is_never_sent_again_to_another_engine(
+    tmp_path: Path,
+) -> None:
+    async with Simulator() as primary, Simulator() as fallback:
+        primary.script(Drop(after_deltas=1))
+        async with session(tmp_path, primary, fallback) as (client, session_id):
+            with pytest.raises(RpcError) as failed:
+                await client.session_send(session_id, "tell me a long story")
+
+    assert failed.value.code == 1002
+    assert "mid-response" in str(failed.value)
+    assert fallback.requests == []
+
+
+async def test_a_request_too_long_is_no_reason_to_fall_back(tmp_path: Path) -> None:
+    async with Simulator() as primary, Simulator() as fallback:
+        primary.script(Status(400, "prompt is too long: 300000 tokens > 200000 maximum"))
+        async with session(tmp_path, primary, fallback) as (client, session_id):
+            # A fresh session's first request cannot roll over: it fails as it is.
+            with pytest.raises(RpcError) as failed:
+                await client.session_send(session_id, "hello")
+    assert failed.value.data is not None and failed.value.data["context_exceeded"] is True
+    assert fallback.requests == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        ('[engines.spare]\nkind = "echo"\nfallback = ["nowhere"]\n', "engines.spare.fallback"),
+        ('[workers.w1.engine]\nuse = "gpt"\n', "workers.w1.engine.use"),
+    ],
+)
+def test_an_engine_name_that_is_no_engine_is_a_config_error(
+    tmp_path: Path, extra: str, key: str
+) -> None:
+    write_org(tmp_path, workers=2, channels=1, identity_chars=100, purpose_chars=10)
+    toml = tmp_path / "org.toml"
+    toml.write_text(toml.read_text() + extra)
+    with pytest.raises(ConfigError) as refused:
+        load_org(tmp_path)
+    assert refused.value.key == key
+    assert "expected one of [engines.*]" in str(refused.value)
