@@ -146,6 +146,7 @@ class EngineError(RosterError):
         retryable: bool = False,
         context_exceeded: bool = False,
         tried: tuple[tuple[str, str], ...] = (),
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.provider = provider
@@ -156,3 +157,5 @@ class EngineError(RosterError):
         self.context_exceeded = context_exceeded
         # With fallbacks: each engine tried, by name, and what it answered.
         self.tried = tried
+        # Seconds until the engine takes calls again, when that is known.
+        self.retry_after = retry_after

@@ -16,6 +16,7 @@ from rosterd import ConfigError
 from rosterd.cli import main
 from rosterd.client import RosterClient, RpcError
 from rosterd.org import load_org
+from rosterd.protocol import Wait
 
 pytestmark = pytest.mark.anyio
 
@@ -161,3 +162,63 @@ def test_an_engine_name_that_is_no_engine_is_a_config_error(
         load_org(tmp_path)
     assert refused.value.key == key
     assert "expected one of [engines.*]" in str(refused.value)
+
+
+async def test_an_open_breaker_fails_a_call_at_once_without_asking_the_provider(
+    tmp_path: Path,
+) -> None:
+    async with Simulator() as primary, Simulator() as fallback:
+        primary.script(Status(500), Status(500))
+        breaker = "breaker_failures = 2\nbreaker_cooldown_s = 600\n"
+        org = make_org(tmp_path / "org", primary, fallback)
+        toml = org / "org.toml"
+        # No fallback: an open breaker fails the call at once.
+        toml.write_text(toml.read_text().replace('fallback = ["local"]\n', breaker))
+        async with (
+            daemon_in_process(org, tmp_path / "state") as daemon,
+            await daemon.client() as client,
+        ):
+            opened = await client.session_open("w0", "c0")
+            for _ in range(2):
+                with pytest.raises(RpcError):
+                    await client.session_send(opened.session, "are you there?")
+            with pytest.raises(RpcError) as paused:
+                await client.session_send(opened.session, "and now?")
+            status = await client.daemon_status()
+    # Two calls failed; the third never reached the provider.
+    assert len(primary.requests) == 2
+    assert paused.value.code == 1002
+    assert "paused by its breaker after 2 failed calls in a row" in str(paused.value)
+    assert paused.value.data is not None and 590 < paused.value.data["retry_after"] <= 600
+    engines = {e.name: e for e in status.engines}
+    assert (engines["claude"].breaker, engines["claude"].failures) == ("open", 2)
+    assert engines["local"].breaker == "closed"
+
+
+async def test_the_client_hears_why_its_turn_waits(tmp_path: Path) -> None:
+    async with Simulator() as primary, Simulator() as fallback:
+        primary.script(Status(429, retry_after=0), Status(529, "Overloaded"))
+        org = make_org(tmp_path / "org", primary, fallback)
+        toml = org / "org.toml"
+        toml.write_text(
+            toml.read_text().replace("max_retries = 0\nfallback", "max_retries = 1\nfallback")
+        )
+        fallback.script(Reply("from local"))
+        waits: list[Wait] = []
+
+        async def heard(wait: Wait) -> None:
+            waits.append(wait)
+
+        async with (
+            daemon_in_process(org, tmp_path / "state") as daemon,
+            await daemon.client() as client,
+        ):
+            opened = await client.session_open("w0", "c0")
+            result = await client.session_send(opened.session, "hello", on_wait=heard)
+
+    assert result.text == "from local"
+    assert [(w.run, w.reason) for w in waits] == [
+        (opened.session, "rate_limited"),
+        (opened.session, "fallback"),
+    ]
+    assert waits[0].retry_in_s == 0

@@ -183,6 +183,14 @@ def _show_status(info: StatusResult, args: _Args, socket: Path) -> None:
         print(f"config error (last good configuration in force): {info.config_error}")
     for problem in info.over_budget:
         print(f"over budget (its runs fail): {describe_over_budget(problem)}")
+    for engine in info.engines:
+        breaker = f"breaker {engine.breaker}"
+        if engine.retry_in_s is not None:
+            breaker += f", retry in {engine.retry_in_s:.0f}s"
+        print(
+            f"engine {engine.name} ({engine.kind}): {breaker} · {engine.inflight} in flight · "
+            f"{engine.queued} queued · {engine.failures} failed in a row"
+        )
 
 
 COMMANDS: dict[str, Callable[[_Args, Path], Awaitable[int]]] = {

@@ -16,7 +16,7 @@ import anyio.to_thread
 
 from .._errors import RosterError
 from ..client import RosterClient, RpcError
-from ..protocol import COMPILE_FAILED, Delta
+from ..protocol import COMPILE_FAILED, Delta, Wait
 from ._views import summary_line
 
 __all__ = ("chat", "connect_waiting", "describe_rpc_error", "stream_deltas")
@@ -37,6 +37,40 @@ async def stream_deltas(delta: Delta) -> None:
     """Write each ``turn.delta`` to stdout as it arrives."""
     sys.stdout.write(delta.text)
     sys.stdout.flush()
+
+
+_WAITING = {
+    "queued": "queued behind other calls to the engine",
+    "rate_limited": "rate limited by the provider",
+    "overloaded": "the provider is overloaded",
+    "fallback": "trying a fallback engine",
+}
+
+
+class _StatusLine:
+    """Why the turn waits, on one line of stderr that the reply replaces,
+    rather than a message of its own."""
+
+    def __init__(self) -> None:
+        self._shown = False
+        self._terminal = sys.stderr.isatty()
+
+    async def waiting(self, wait: Wait) -> None:
+        text = f"[{_WAITING[wait.reason]}"
+        text += f", retrying in {wait.retry_in_s:.0f}s]" if wait.retry_in_s else "]"
+        if self._terminal:
+            sys.stderr.write(f"\r\x1b[2K{text}")
+        else:
+            sys.stderr.write(f"{text}\n")
+        sys.stderr.flush()
+        self._shown = True
+
+    async def delta(self, delta: Delta) -> None:
+        if self._shown and self._terminal:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
+        self._shown = False
+        await stream_deltas(delta)
 
 
 def describe_rpc_error(exc: RpcError) -> str:
@@ -68,7 +102,10 @@ async def chat(path: Path, worker: str, channel: str, sender: str, wait_s: float
             if not text.strip():
                 continue
             try:
-                turn = await client.session_send(session, text, sender, stream_deltas)
+                status = _StatusLine()
+                turn = await client.session_send(
+                    session, text, sender, status.delta, status.waiting
+                )
             except RpcError as exc:
                 print(f"\nroster: {describe_rpc_error(exc)}", file=sys.stderr)
                 continue

@@ -53,11 +53,12 @@ from ..protocol import (
     TaskState,
     TaskSubmit,
     TurnResult,
+    Wait,
     decode_reply,
     encode_request,
 )
 
-__all__ = ("OnDelta", "OnNotification", "RosterClient")
+__all__ = ("OnDelta", "OnNotification", "OnWait", "RosterClient")
 
 _T = TypeVar("_T")
 
@@ -65,6 +66,7 @@ _T = TypeVar("_T")
 _LINE_LIMIT = 16 << 20
 
 OnDelta = Callable[[Delta], Awaitable[None]]
+OnWait = Callable[[Wait], Awaitable[None]]
 OnNotification = Callable[[str, Any], Awaitable[None]]
 _OnReply = Callable[[Reply], Awaitable[None]]
 
@@ -102,18 +104,29 @@ class RosterClient(AsyncResource):
         return await self._call(SessionOpen(worker, channel), SessionOpened)
 
     async def session_send(
-        self, session: str, text: str, sender: str = "operator", on_delta: OnDelta | None = None
+        self,
+        session: str,
+        text: str,
+        sender: str = "operator",
+        on_delta: OnDelta | None = None,
+        on_wait: OnWait | None = None,
     ) -> TurnResult:
-        """One turn; the reply streams to *on_delta* before the result returns."""
-        return await self._call(SessionSend(session, text, sender), TurnResult, on_delta)
+        """One turn; the reply streams to *on_delta* before the result
+        returns, and *on_wait* hears why the turn waits, when it does."""
+        return await self._call(SessionSend(session, text, sender), TurnResult, on_delta, on_wait)
 
     async def session_close(self, session: str) -> Closed:
         return await self._call(SessionClose(session), Closed)
 
     async def run_direct(
-        self, worker: str, text: str, sender: str = "operator", on_delta: OnDelta | None = None
+        self,
+        worker: str,
+        text: str,
+        sender: str = "operator",
+        on_delta: OnDelta | None = None,
+        on_wait: OnWait | None = None,
     ) -> TurnResult:
-        return await self._call(RunDirect(worker, text, sender), TurnResult, on_delta)
+        return await self._call(RunDirect(worker, text, sender), TurnResult, on_delta, on_wait)
 
     async def task_submit(self, worker: str, channel: str, text: str) -> TaskState:
         return await self._call(TaskSubmit(worker, channel, text), TaskState)
@@ -192,12 +205,20 @@ class RosterClient(AsyncResource):
             await self._send(data)
             return msgspec.json.decode(await self._line())
 
-    async def _call(self, params: Params, kind: type[_T], on_delta: OnDelta | None = None) -> _T:
+    async def _call(
+        self,
+        params: Params,
+        kind: type[_T],
+        on_delta: OnDelta | None = None,
+        on_wait: OnWait | None = None,
+    ) -> _T:
         method = _METHOD_OF[type(params)]
 
         async def notified(reply: Reply) -> None:
             if on_delta is not None and reply.method == "turn.delta":
                 await on_delta(_decode(reply.params, Delta, "turn.delta notification"))
+            elif on_wait is not None and reply.method == "turn.wait":
+                await on_wait(_decode(reply.params, Wait, "turn.wait notification"))
 
         result = await self._exchange(
             lambda request_id: encode_request(request_id, method, params), notified

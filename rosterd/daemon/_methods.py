@@ -10,6 +10,7 @@ import msgspec
 from .. import __version__
 from .._errors import ConflictError, NotFoundError, ProtocolError
 from ..compiler import MemoryItem, Retirement
+from ..engines import WaitSink
 from ..org import Surface
 from ..protocol import (
     INVALID_PARAMS,
@@ -42,6 +43,8 @@ from ..protocol import (
     TaskList,
     TaskSubmit,
     TurnResult,
+    Wait,
+    WaitReason,
 )
 from ..sessions import (
     CONTEXT_PAGE_TURNS,
@@ -86,6 +89,7 @@ class Methods:
                     config_loaded_at=self._watcher.source.loaded_at,
                     config_generation=self._watcher.source.generation,
                     over_budget=self._watcher.over_budget,
+                    engines=tuple(host.engine_status()),
                 )
             case SessionOpen(worker=worker, channel=channel):
                 await self._watcher.refresh()
@@ -100,7 +104,9 @@ class Methods:
                 )
             case SessionSend(session=session_id, text=text, sender=sender):
                 session = await self._sessions.get(session_id)
-                outcome = await session.send(text, sender, _deltas(notify, session_id))
+                outcome = await session.send(
+                    text, sender, _deltas(notify, session_id), _waits(notify, session_id)
+                )
                 return _turn_result(outcome)
             case SessionClose(session=session_id):
                 await self._sessions.close(session_id)
@@ -109,7 +115,13 @@ class Methods:
                 await self._watcher.refresh()
                 run_id = host.runs.new_id("d", host.clock())
                 outcome = await direct_run(
-                    host, run_id, worker, text, sender, _deltas(notify, run_id)
+                    host,
+                    run_id,
+                    worker,
+                    text,
+                    sender,
+                    _deltas(notify, run_id),
+                    _waits(notify, run_id),
                 )
                 return _turn_result(outcome)
             case TaskSubmit(worker=worker, channel=channel, text=text):
@@ -231,3 +243,11 @@ def _deltas(notify: Notify, run: str) -> Callable[[str], Awaitable[None]]:
         await notify("turn.delta", Delta(run=run, text=text))
 
     return on_delta
+
+
+def _waits(notify: Notify, run: str) -> WaitSink:
+    async def on_wait(reason: WaitReason, retry_in_s: float | None) -> None:
+        seconds = None if retry_in_s is None else round(retry_in_s, 3)
+        await notify("turn.wait", Wait(run=run, reason=reason, retry_in_s=seconds))
+
+    return on_wait

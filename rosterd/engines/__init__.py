@@ -1,7 +1,8 @@
 """Engines: the model providers a compiled request is sent to."""
 
+from ._admission import Admission
 from ._anthropic import ANTHROPIC_VERSION, DEFAULT_ANTHROPIC_URL, MAX_BREAKPOINTS, AnthropicEngine
-from ._base import ChatMessage, DeltaSink, Engine, EngineReply, EngineRequest, Usage
+from ._base import ChatMessage, DeltaSink, Engine, EngineReply, EngineRequest, Usage, WaitSink
 from ._echo import EchoEngine
 from ._factory import open_engine
 from ._http import Backoff
@@ -12,6 +13,7 @@ __all__ = (
     "DEFAULT_ANTHROPIC_URL",
     "DEFAULT_OPENAI_URL",
     "MAX_BREAKPOINTS",
+    "Admission",
     "AnthropicEngine",
     "Backoff",
     "ChatMessage",
@@ -22,5 +24,6 @@ __all__ = (
     "EngineRequest",
     "OpenAIEngine",
     "Usage",
+    "WaitSink",
     "open_engine",
 )

@@ -18,7 +18,7 @@ pieces; results go back as ``tool_result`` blocks of a user message.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 import msgspec
@@ -158,7 +158,12 @@ class AnthropicEngine(HttpEngine):
     path = "/v1/messages"
 
     def __init__(
-        self, config: EngineConfig, *, api_key: str | None, backoff: Backoff | None = None
+        self,
+        config: EngineConfig,
+        *,
+        api_key: str | None,
+        backoff: Backoff | None = None,
+        on_response: Callable[[int, Mapping[str, str]], None] | None = None,
     ) -> None:
         headers = {
             "accept": "text/event-stream",
@@ -173,6 +178,7 @@ class AnthropicEngine(HttpEngine):
             headers=headers,
             api_key=api_key,
             backoff=backoff,
+            on_response=on_response,
         )
 
     def body(self, request: EngineRequest) -> bytes:

@@ -12,7 +12,7 @@ from typing import Protocol
 import msgspec
 
 from ..compiler import SystemPrompt, ToolCall
-from ..protocol import ChatMessage, Usage
+from ..protocol import ChatMessage, Usage, WaitReason
 
 __all__ = ("ChatMessage", "DeltaSink", "Engine", "EngineReply", "EngineRequest", "Usage")
 
@@ -35,6 +35,8 @@ class EngineReply(msgspec.Struct, frozen=True):
 
 
 DeltaSink = Callable[[str], Awaitable[None]]
+# Hears why a call waits (a retry's backoff, a queue) and for how long, if known.
+WaitSink = Callable[[WaitReason, float | None], Awaitable[None]]
 
 
 class Engine(Protocol):
@@ -43,6 +45,10 @@ class Engine(Protocol):
 
     kind: str
 
-    async def complete(self, request: EngineRequest, on_delta: DeltaSink) -> EngineReply: ...
+    async def complete(
+        self, request: EngineRequest, on_delta: DeltaSink, on_wait: WaitSink | None = None
+    ) -> EngineReply:
+        """The reply to *request*; *on_wait* hears of each wait before a retry."""
+        ...
 
     async def aclose(self) -> None: ...

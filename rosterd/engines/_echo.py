@@ -10,7 +10,7 @@ from collections import Counter
 
 import msgspec
 
-from ._base import DeltaSink, EngineReply, EngineRequest, Usage
+from ._base import DeltaSink, EngineReply, EngineRequest, Usage, WaitSink
 
 __all__ = ("EchoEngine",)
 
@@ -31,7 +31,9 @@ class EchoEngine:
     def __repr__(self) -> str:
         return "EchoEngine()"
 
-    async def complete(self, request: EngineRequest, on_delta: DeltaSink) -> EngineReply:
+    async def complete(
+        self, request: EngineRequest, on_delta: DeltaSink, on_wait: WaitSink | None = None
+    ) -> EngineReply:
         latest = request.messages[-1].content if request.messages else ""
         blocks: Counter[str] = Counter()
         said = ""

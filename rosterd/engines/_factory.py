@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from .._errors import ConfigError
 from ..org import EngineConfig
@@ -14,8 +14,13 @@ from ._openai import OpenAIEngine
 __all__ = ("open_engine",)
 
 
-def open_engine(config: EngineConfig, env: Mapping[str, str]) -> Engine:
+def open_engine(
+    config: EngineConfig,
+    env: Mapping[str, str],
+    on_response: Callable[[int, Mapping[str, str]], None] | None = None,
+) -> Engine:
     """An engine for *config*; the caller owns it and must ``aclose()`` it.
+    *on_response* hears the status and headers of each provider response.
 
     API keys are read from *env* by the name in ``api_key_env``; the value is
     never logged, traced or put in an error. Without ``api_key_env`` no key
@@ -40,9 +45,9 @@ def open_engine(config: EngineConfig, env: Mapping[str, str]) -> Engine:
                 key="engine.api_key_env",
             )
     if config.kind == "openai":
-        return OpenAIEngine(config, api_key=api_key)
+        return OpenAIEngine(config, api_key=api_key, on_response=on_response)
     if config.kind == "anthropic":
-        return AnthropicEngine(config, api_key=api_key)
+        return AnthropicEngine(config, api_key=api_key, on_response=on_response)
     raise ConfigError(
         f"engine kind {config.kind!r} is not available", path="org.toml", key="engine.kind"
     )

@@ -12,10 +12,8 @@ caller, so a failure mid-stream is raised instead of silently replayed.
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import random
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import ClassVar, Protocol
 
@@ -26,7 +24,8 @@ from httpx_sse import EventSource, ServerSentEvent
 
 from .._errors import EngineError
 from ..org import EngineConfig
-from ._base import DeltaSink, EngineReply, EngineRequest
+from ._admission import retry_after_s
+from ._base import DeltaSink, EngineReply, EngineRequest, WaitSink
 
 __all__ = ("Backoff", "HttpEngine", "ProviderHttp", "ServerSentEvent", "StreamParser")
 
@@ -91,8 +90,11 @@ class ProviderHttp:
         max_retries: int,
         secret: str | None,
         backoff: Backoff,
+        on_response: Callable[[int, Mapping[str, str]], None] | None = None,
     ) -> None:
         self.provider = provider
+        # Hears the status and headers of every response: rate limits.
+        self._on_response = on_response
         self._max_retries = max_retries
         self._secret = secret or None
         self._backoff = backoff
@@ -141,11 +143,14 @@ class ProviderHttp:
             text = text.replace(self._secret, "[redacted]")
         return text
 
-    async def stream_events(self, path: str, body: bytes, on_event: EventSink) -> None:
+    async def stream_events(
+        self, path: str, body: bytes, on_event: EventSink, on_wait: WaitSink | None = None
+    ) -> None:
         """POST *body* and feed each server-sent event of the reply to *on_event*.
 
-        Retries 429/5xx and connection failures up to ``max_retries`` times;
-        raises ``EngineError`` when they run out or the stream breaks.
+        Retries 429/5xx and connection failures up to ``max_retries`` times,
+        telling *on_wait* how long each wait is; raises ``EngineError`` when
+        they run out or the stream breaks.
         """
         attempt = 0
         while True:
@@ -166,6 +171,8 @@ class ProviderHttp:
                 delay,
             )
             attempt += 1
+            if on_wait is not None:
+                await on_wait("rate_limited" if retry.status == 429 else "overloaded", delay)
             await anyio.sleep(delay)
 
     async def _attempt(self, path: str, body: bytes, on_event: EventSink) -> _Retry | None:
@@ -173,13 +180,15 @@ class ProviderHttp:
         try:
             async with self._client.stream("POST", path, content=body) as response:
                 answered = True
+                if self._on_response is not None:
+                    self._on_response(response.status_code, response.headers)
                 if response.status_code >= 400:
                     await response.aread()
                     status = response.status_code
                     detail = _error_detail(response.content)
                     message = f"HTTP {status}: {_describe(detail, response.content)}"
                     if status in _RETRY_STATUS or status >= 500:
-                        return _Retry(message, status, _retry_after(response.headers))
+                        return _Retry(message, status, retry_after_s(response.headers))
                     raise self.error(message, status=status, context_exceeded=_too_long(detail))
                 content_type = response.headers.get("content-type", "")
                 if not content_type.startswith("text/event-stream"):
@@ -252,28 +261,6 @@ def _snippet(text: str) -> str:
     return text if len(text) <= _MESSAGE_CHARS else text[:_MESSAGE_CHARS] + "..."
 
 
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds or a date)."""
-    raw_ms = headers.get("retry-after-ms")
-    if raw_ms is not None:
-        try:
-            return max(0.0, float(raw_ms) / 1000)
-        except ValueError:
-            pass
-    raw = headers.get("retry-after")
-    if raw is None:
-        return None
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
 class StreamParser(Protocol):
     """The state of one streamed reply, fed one event at a time."""
 
@@ -297,6 +284,7 @@ class HttpEngine:
         headers: Mapping[str, str],
         api_key: str | None,
         backoff: Backoff | None,
+        on_response: Callable[[int, Mapping[str, str]], None] | None = None,
     ) -> None:
         self._config = config
         self._http = ProviderHttp(
@@ -307,6 +295,7 @@ class HttpEngine:
             max_retries=config.max_retries,
             secret=api_key,
             backoff=backoff or Backoff(),
+            on_response=on_response,
         )
 
     def __repr__(self) -> str:
@@ -319,9 +308,11 @@ class HttpEngine:
     def parser(self, on_delta: DeltaSink) -> StreamParser:
         raise NotImplementedError
 
-    async def complete(self, request: EngineRequest, on_delta: DeltaSink) -> EngineReply:
+    async def complete(
+        self, request: EngineRequest, on_delta: DeltaSink, on_wait: WaitSink | None = None
+    ) -> EngineReply:
         parser = self.parser(on_delta)
-        await self._http.stream_events(self.path, self.body(request), parser.feed)
+        await self._http.stream_events(self.path, self.body(request), parser.feed, on_wait)
         return parser.reply()
 
     async def aclose(self) -> None:

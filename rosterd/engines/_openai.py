@@ -10,6 +10,7 @@ call arrives as ``tool_calls`` deltas whose arguments may be split anywhere.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -123,7 +124,12 @@ class OpenAIEngine(HttpEngine):
     path = "/chat/completions"
 
     def __init__(
-        self, config: EngineConfig, *, api_key: str | None, backoff: Backoff | None = None
+        self,
+        config: EngineConfig,
+        *,
+        api_key: str | None,
+        backoff: Backoff | None = None,
+        on_response: Callable[[int, Mapping[str, str]], None] | None = None,
     ) -> None:
         base_url = config.base_url or DEFAULT_OPENAI_URL
         headers = {"accept": "text/event-stream", "content-type": "application/json"}
@@ -133,7 +139,12 @@ class OpenAIEngine(HttpEngine):
         # compatible servers (vLLM, llama.cpp, Ollama) all understand max_tokens.
         self._completion_field = urlsplit(base_url).hostname == "api.openai.com"
         super().__init__(
-            config, base_url=base_url, headers=headers, api_key=api_key, backoff=backoff
+            config,
+            base_url=base_url,
+            headers=headers,
+            api_key=api_key,
+            backoff=backoff,
+            on_response=on_response,
         )
 
     def body(self, request: EngineRequest) -> bytes:

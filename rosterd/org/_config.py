@@ -100,6 +100,13 @@ class EngineConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     cache_min_tokens: Chars = 1024
     # Named [engines.*] to try, in order, when this one cannot answer.
     fallback: tuple[str, ...] = ()
+    # Calls at once, and per minute, this daemon sends; None: no limit.
+    max_inflight: Positive | None = None
+    requests_per_minute: Positive | None = None
+    input_tokens_per_minute: Positive | None = None
+    # Failed calls in a row that open the breaker, and for how long.
+    breaker_failures: Positive = 5
+    breaker_cooldown_s: Seconds = 30.0
 
 
 class EngineOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -115,6 +122,11 @@ class EngineOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_retries: Chars | None = None
     cache_min_tokens: Chars | None = None
     fallback: tuple[str, ...] | None = None
+    max_inflight: Positive | None = None
+    requests_per_minute: Positive | None = None
+    input_tokens_per_minute: Positive | None = None
+    breaker_failures: Positive | None = None
+    breaker_cooldown_s: Seconds | None = None
     # A named [engines.*] table to start from instead of [engine].
     use: str | None = None
 

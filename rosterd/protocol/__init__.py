@@ -82,13 +82,17 @@ from ._records import (
 )
 from ._results import (
     BlockSummary,
+    BreakerState,
     Closed,
     Delta,
+    EngineStatus,
     MemoryNote,
     RunShown,
     SessionOpened,
     StatusResult,
     TurnResult,
+    Wait,
+    WaitReason,
     describe_over_budget,
 )
 from ._socket import StateLocation, default_socket_path, state_location
@@ -113,6 +117,7 @@ __all__ = (
     "STORAGE_FAILED",
     "BadRequest",
     "BlockSummary",
+    "BreakerState",
     "CacheCheck",
     "ChannelPost",
     "ChatMessage",
@@ -120,6 +125,7 @@ __all__ = (
     "ContextPage",
     "DaemonStatus",
     "Delta",
+    "EngineStatus",
     "ErrorObject",
     "GateFile",
     "GateList",
@@ -156,6 +162,8 @@ __all__ = (
     "TurnResult",
     "Usage",
     "Verdict",
+    "Wait",
+    "WaitReason",
     "decode_reply",
     "decode_request",
     "default_socket_path",

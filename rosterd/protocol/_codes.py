@@ -83,6 +83,8 @@ def error_object(exc: RosterError) -> ErrorObject:
             }
             if exc.tried:
                 failed["engines"] = [{"engine": name, "error": error} for name, error in exc.tried]
+            if exc.retry_after is not None:
+                failed["retry_after"] = round(exc.retry_after, 3)
             return ErrorObject(ENGINE_FAILED, str(exc), failed)
         case NotFoundError():
             return ErrorObject(NOT_FOUND, str(exc), {"kind": exc.kind, "name": exc.name})

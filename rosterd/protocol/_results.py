@@ -8,6 +8,8 @@ working with a daemon that adds fields.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from ..compiler import ContextRecord, MemoryItem, OverBudget, Retirement
@@ -15,13 +17,17 @@ from ._records import RunInfo, TranscriptEntry, Usage
 
 __all__ = (
     "BlockSummary",
+    "BreakerState",
     "Closed",
     "Delta",
+    "EngineStatus",
     "MemoryNote",
     "RunShown",
     "SessionOpened",
     "StatusResult",
     "TurnResult",
+    "Wait",
+    "WaitReason",
     "describe_over_budget",
 )
 
@@ -68,6 +74,8 @@ class StatusResult(msgspec.Struct, frozen=True):
     config_generation: int
     # Scopes whose compilations fail (1001) until their files are fixed.
     over_budget: tuple[OverBudget, ...] = ()
+    # The org's engines: breaker, calls in flight and waiting.
+    engines: tuple[EngineStatus, ...] = ()
 
 
 def describe_over_budget(problem: OverBudget) -> str:
@@ -100,3 +108,28 @@ class MemoryNote(MemoryItem, frozen=True):
     was retired, if it was."""
 
     retired: Retirement | None = None
+
+
+BreakerState = Literal["closed", "open", "half-open"]
+WaitReason = Literal["queued", "rate_limited", "overloaded", "fallback"]
+
+
+class EngineStatus(msgspec.Struct, frozen=True):
+    """An engine of the org as ``daemon.status`` shows it: its breaker, the
+    calls it has in flight and waiting, and its failures in a row."""
+
+    name: str
+    kind: str
+    breaker: BreakerState
+    inflight: int
+    queued: int
+    failures: int
+    retry_in_s: float | None = None
+
+
+class Wait(msgspec.Struct, frozen=True):
+    """``turn.wait``: a turn of *run* waits, and why; seconds until it may go, if known."""
+
+    run: str
+    reason: WaitReason
+    retry_in_s: float | None = None

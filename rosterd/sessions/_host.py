@@ -41,16 +41,19 @@ from ..compiler import (
     prefix_state,
 )
 from ..engines import (
+    Admission,
     ChatMessage,
     DeltaSink,
     Engine,
     EngineReply,
     EngineRequest,
     Usage,
+    WaitSink,
     open_engine,
 )
 from ..observe import NO_TELEMETRY, OutcomeLabel, Telemetry, TurnWatch
 from ..org import EngineConfig, NamedEngine, Org, OrgSource, Surface, WorkerConfig
+from ..protocol import EngineStatus
 from ..stores import ActiveRun, State
 from ._cache import judge_cache
 from ._calls import TurnTools
@@ -102,6 +105,7 @@ class Host(AsyncResource):
         self.clock = clock
         self._env = env
         self._engines: dict[EngineConfig, Engine] = {}
+        self._admissions: dict[EngineConfig, Admission] = {}
         # Engine calls in flight, so a stop that cannot wait can cut them short.
         self._calls: set[anyio.CancelScope] = set()
         self._interrupted = False
@@ -151,8 +155,22 @@ class Host(AsyncResource):
     def engine(self, config: EngineConfig) -> Engine:
         engine = self._engines.get(config)
         if engine is None:
-            engine = self._engines[config] = open_engine(config, self._env)
+            observe = self.admission(config).observe
+            engine = self._engines[config] = open_engine(config, self._env, observe)
         return engine
+
+    def admission(self, config: EngineConfig) -> Admission:
+        """The limits and breaker of the engine *config* describes."""
+        admission = self._admissions.get(config)
+        if admission is None:
+            admission = self._admissions[config] = Admission(config)
+        return admission
+
+    def engine_status(self) -> list[EngineStatus]:
+        """The org's engines, each with its breaker and queue, for ``daemon.status``."""
+        org = self.org
+        named = {"engine": org.engine, **org.engines}
+        return [self.admission(config).status(name) for name, config in named.items()]
 
     async def turn_input(
         self,
@@ -194,6 +212,7 @@ class Host(AsyncResource):
         transcript: list[ChatMessage],
         on_delta: DeltaSink,
         *,
+        on_wait: WaitSink | None = None,
         previous_input_tokens: int | None = None,
         seen: int | None = None,
     ) -> TurnOutcome:
@@ -209,7 +228,9 @@ class Host(AsyncResource):
 
         *engines* answer each engine call: the first, or when it cannot
         answer before any output reached the client, the next (the run's
-        fallbacks), each call starting from the first again.
+        fallbacks), each call starting from the first again. *on_wait*
+        hears why a call waits: its engine's queue or limits, a provider's
+        backoff, a fallback.
         """
         # A provider that cannot be set up (no key, no model) fails the turn
         # before anything is traced or recorded.
@@ -224,6 +245,7 @@ class Host(AsyncResource):
                 compile_fn,
                 transcript,
                 on_delta,
+                on_wait,
                 previous_input_tokens,
                 seen,
             )
@@ -249,6 +271,7 @@ class Host(AsyncResource):
         compile_fn: Callable[[], Compilation],
         transcript: list[ChatMessage],
         on_delta: DeltaSink,
+        on_wait: WaitSink | None,
         previous_input_tokens: int | None,
         seen: int | None,
     ) -> TurnOutcome:
@@ -297,7 +320,9 @@ class Host(AsyncResource):
             self.clock,
             watch,
         )
-        call = _Call(run, engines, record, system, checks, transcript, on_delta, tools, watch)
+        call = _Call(
+            run, engines, record, system, checks, transcript, on_delta, on_wait, tools, watch
+        )
         answer = await self._complete(call, 1)
         reply = answer.reply
         if previous_input_tokens is not None:
@@ -341,7 +366,13 @@ class Host(AsyncResource):
         request = EngineRequest(system=call.system, messages=call.transcript)
         try:
             with scope:
-                answer = await self._first_answer(call.engines, request, watch.sink(call.on_delta))
+                answer = await self._first_answer(
+                    call.engines,
+                    call.run.info.id,
+                    request,
+                    watch.sink(call.on_delta),
+                    call.on_wait,
+                )
         except EngineError as exc:
             watch.failed(exc)
             await call.run.record(call.entry(step, "error", str(exc), self.clock()))
@@ -360,7 +391,12 @@ class Host(AsyncResource):
         return answer
 
     async def _first_answer(
-        self, engines: Sequence[NamedEngine], request: EngineRequest, on_delta: DeltaSink
+        self,
+        engines: Sequence[NamedEngine],
+        key: str,
+        request: EngineRequest,
+        on_delta: DeltaSink,
+        on_wait: WaitSink | None,
     ) -> _Answer:
         """The reply of the first of *engines* that answers.
 
@@ -378,8 +414,10 @@ class Host(AsyncResource):
 
         tried: list[tuple[str, str]] = []
         for position, named in enumerate(engines):
+            if tried and on_wait is not None:
+                await on_wait("fallback", None)
             try:
-                reply = await self.engine(named.config).complete(request, noted)
+                reply = await self._call_engine(named, key, request, noted, on_wait)
             except (EngineError, ConfigError) as exc:
                 failure = _engine_failure(named, exc)
                 last = position == len(engines) - 1
@@ -393,6 +431,45 @@ class Host(AsyncResource):
             reason = "; ".join(f"{name}: {error}" for name, error in tried) or None
             return _Answer(reply, named, reason)
         raise AssertionError("a run has at least one engine")
+
+    async def _call_engine(
+        self,
+        named: NamedEngine,
+        key: str,
+        request: EngineRequest,
+        on_delta: DeltaSink,
+        on_wait: WaitSink | None,
+    ) -> EngineReply:
+        """One engine's reply, within its limits (waiting in its queue as
+        *key*, a session or run) and unless its breaker is open."""
+        config = named.config
+        admission = self.admission(config)
+        retry_in = admission.let_through()
+        if retry_in is not None:
+            raise EngineError(
+                f"{config.kind}: engine {named.name} is paused by its breaker after "
+                f"{config.breaker_failures} failed calls in a row; retry in {retry_in:.1f}s",
+                provider=config.kind,
+                retryable=True,
+                retry_after=retry_in,
+            )
+        engine = self.engine(config)
+        tokens = _input_tokens(request) if config.input_tokens_per_minute is not None else 0
+        try:
+            async with admission.slot(key, tokens, on_wait):
+                reply = await engine.complete(request, on_delta, on_wait)
+        except EngineError as exc:
+            # A provider that answered, if only to refuse, is up.
+            if _falls_back(exc):
+                admission.failed()
+            else:
+                admission.succeeded()
+            raise
+        except BaseException:
+            admission.abandoned()
+            raise
+        admission.succeeded()
+        return reply
 
     async def _answered(
         self, call: _Call, step: int, answer: _Answer, reusable: int, idle_s: float | None
@@ -460,6 +537,7 @@ class _Call:
         checks: Sequence[BoundaryCheck],
         transcript: list[ChatMessage],
         on_delta: DeltaSink,
+        on_wait: WaitSink | None,
         tools: TurnTools,
         watch: TurnWatch,
     ) -> None:
@@ -470,6 +548,7 @@ class _Call:
         self.checks = checks
         self.transcript = transcript
         self.on_delta = on_delta
+        self.on_wait = on_wait
         self.tools = tools
         self.watch = watch
         # The transcript up to the last reply: what follows is what the
@@ -522,7 +601,14 @@ def _failed(last: EngineError, tried: Sequence[tuple[str, str]]) -> EngineError:
         retryable=last.retryable,
         context_exceeded=last.context_exceeded,
         tried=tuple(tried),
+        retry_after=last.retry_after,
     )
+
+
+def _input_tokens(request: EngineRequest) -> int:
+    """About how many tokens *request* sends: four characters a token."""
+    chars = len(request.system.text) + sum(len(m.content) for m in request.messages)
+    return chars // 4
 
 
 def _prefix_tokens(checks: Sequence[BoundaryCheck], compilation: Compilation, usage: Usage) -> int:

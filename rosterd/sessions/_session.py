@@ -47,7 +47,7 @@ from ..compiler import (
     compile_turn,
     memory_view,
 )
-from ..engines import DeltaSink
+from ..engines import DeltaSink, WaitSink
 from ..org import Surface
 from ..stores import ActiveRun, SessionState
 from ._host import Host, TurnOutcome
@@ -155,7 +155,9 @@ class Session:
     def busy(self) -> bool:
         return self._lock.locked()
 
-    async def send(self, text: str, sender: str, on_delta: DeltaSink) -> TurnOutcome:
+    async def send(
+        self, text: str, sender: str, on_delta: DeltaSink, on_wait: WaitSink | None = None
+    ) -> TurnOutcome:
         arrived = time.perf_counter()
         async with self._lock:
             if self.successor is None and not self.closed:
@@ -163,9 +165,9 @@ class Session:
                     self._host.telemetry.waited(time.perf_counter() - arrived)
                     await self._catch_up()
                     if self.successor is None and not self.closed:
-                        return await self._send(text, sender, on_delta)
+                        return await self._send(text, sender, on_delta, on_wait)
             if self.successor is not None:
-                return await self.successor.send(text, sender, on_delta)
+                return await self.successor.send(text, sender, on_delta, on_wait)
             raise SessionError(f"session {self.id!r} is closed")
 
     async def _catch_up(self) -> None:
@@ -185,7 +187,9 @@ class Session:
         log.info("session %s: read again after turns on another host", self.id)
         self._load(run, entries, self._history, self._seen, self._briefed_at)
 
-    async def _send(self, text: str, sender: str, on_delta: DeltaSink) -> TurnOutcome:
+    async def _send(
+        self, text: str, sender: str, on_delta: DeltaSink, on_wait: WaitSink | None
+    ) -> TurnOutcome:
         """One turn, with the lock and the lease held."""
         # Only a conversation can be dropped: a fresh session's first
         # request is as short as this pair's requests get.
@@ -194,7 +198,7 @@ class Session:
         mark = len(self._transcript)
         telemetry = self._host.telemetry
         try:
-            return await self._turn(text, sender, on_delta, may_roll=may_roll)
+            return await self._turn(text, sender, on_delta, on_wait, may_roll=may_roll)
         except _SessionFull as full:
             reason = full.reason
             telemetry.rolled_over("session_chars")
@@ -213,10 +217,16 @@ class Session:
             self._briefed_at, self._seen = briefed_at, seen
             reason = f"the provider refused the request as too long: {exc}"
             telemetry.rolled_over("provider_too_long")
-        return await self._roll_over(text, sender, on_delta, reason)
+        return await self._roll_over(text, sender, on_delta, on_wait, reason)
 
     async def _turn(
-        self, text: str, sender: str, on_delta: DeltaSink, *, may_roll: bool
+        self,
+        text: str,
+        sender: str,
+        on_delta: DeltaSink,
+        on_wait: WaitSink | None,
+        *,
+        may_roll: bool,
     ) -> TurnOutcome:
         host = self._host
         turn = self._turns + 1
@@ -256,6 +266,7 @@ class Session:
                 compile_checked,
                 self._transcript,
                 on_delta,
+                on_wait=on_wait,
                 previous_input_tokens=self._last_input_tokens,
                 seen=last_seq,
             )
@@ -295,7 +306,12 @@ class Session:
         return bool(added)
 
     async def _roll_over(
-        self, text: str, sender: str, on_delta: DeltaSink, reason: str
+        self,
+        text: str,
+        sender: str,
+        on_delta: DeltaSink,
+        on_wait: WaitSink | None,
+        reason: str,
     ) -> TurnOutcome:
         """End this session as ``rolled-over`` and answer *text* in a new one.
 
@@ -319,7 +335,7 @@ class Session:
             self._manager.adopt(self, successor)
             async with host.leases.run(successor.id):
                 # The first turn of a fresh session never rolls over again.
-                outcome = await successor._turn(text, sender, on_delta, may_roll=False)
+                outcome = await successor._turn(text, sender, on_delta, on_wait, may_roll=False)
             return msgspec.structs.replace(outcome, rolled_from=self.id)
 
     async def close(self, status: Literal["closed", "expired"]) -> None:

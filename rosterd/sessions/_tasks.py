@@ -18,7 +18,7 @@ from anyio.abc import TaskStatus
 
 from .._errors import ConflictError, NotFoundError, RosterError, ShutdownError, StorageError
 from ..compiler import Continuation, RunMeta, compile_run
-from ..engines import DeltaSink
+from ..engines import DeltaSink, WaitSink
 from ..org import Surface
 from ..stores import GateState, TaskState, cut_off
 from ._host import Host, TurnOutcome
@@ -211,15 +211,27 @@ class TaskRunner:
 
 
 async def direct_run(
-    host: Host, run_id: str, worker: str, text: str, sender: str, on_delta: DeltaSink
+    host: Host,
+    run_id: str,
+    worker: str,
+    text: str,
+    sender: str,
+    on_delta: DeltaSink,
+    on_wait: WaitSink | None = None,
 ) -> TurnOutcome:
     """An ad-hoc run outside any channel: one compilation, one engine call."""
     async with host.leases.run(run_id):
-        return await _direct(host, run_id, worker, text, sender, on_delta)
+        return await _direct(host, run_id, worker, text, sender, on_delta, on_wait)
 
 
 async def _direct(
-    host: Host, run_id: str, worker: str, text: str, sender: str, on_delta: DeltaSink
+    host: Host,
+    run_id: str,
+    worker: str,
+    text: str,
+    sender: str,
+    on_delta: DeltaSink,
+    on_wait: WaitSink | None = None,
 ) -> TurnOutcome:
     org = host.org
     scope = org.scope(Surface.DIRECT, worker, None)
@@ -229,7 +241,12 @@ async def _direct(
         turn = await host.turn_input(worker, text, sender)
         meta = RunMeta(run=run_id, turn=1, now=now)
         outcome = await host.run_turn(
-            run, org.engine_chain(worker), lambda: compile_run(org, scope, turn, meta), [], on_delta
+            run,
+            org.engine_chain(worker),
+            lambda: compile_run(org, scope, turn, meta),
+            [],
+            on_delta,
+            on_wait=on_wait,
         )
     except Exception as exc:
         # An unexpected error still ends the run as failed; the caller maps
