@@ -3,6 +3,7 @@ by the next engine, before any output reached the client, and only then."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,7 +17,7 @@ from rosterd import ConfigError
 from rosterd.cli import main
 from rosterd.client import RosterClient, RpcError
 from rosterd.org import load_org
-from rosterd.protocol import Wait
+from rosterd.protocol import Delta, Wait
 
 pytestmark = pytest.mark.anyio
 
@@ -222,3 +223,44 @@ async def test_the_client_hears_why_its_turn_waits(tmp_path: Path) -> None:
         (opened.session, "fallback"),
     ]
     assert waits[0].retry_in_s == 0
+
+
+def assistant_texts(body: bytes) -> list[str]:
+    """The assistant messages of a request, as text, in either API's shape."""
+    texts = []
+    for message in json.loads(body)["messages"]:
+        if message["role"] == "assistant":
+            content = message["content"]
+            if isinstance(content, list):
+                content = "".join(b.get("text", "") for b in content if b["type"] == "text")
+            texts.append(content)
+    return texts
+
+
+async def test_a_broken_stream_keeps_what_was_shown_and_the_next_request_carries_it(
+    tmp_path: Path,
+) -> None:
+    async with Simulator(delta_chars=6) as primary, Simulator() as fallback:
+        primary.script(Drop(after_deltas=3))
+        pieces: list[str] = []
+
+        async def collect(delta: Delta) -> None:
+            pieces.append(delta.text)
+
+        async with session(tmp_path, primary, fallback) as (client, session_id):
+            with pytest.raises(RpcError):
+                await client.session_send(session_id, "tell me a story", on_delta=collect)
+            await client.session_send(session_id, "go on")
+            shown = await client.runs_show(session_id)
+            page = await client.runs_context(session_id, all=True)
+
+    partial = "".join(pieces)
+    assert len(pieces) == 3 and partial
+    first = [(e.role, e.incomplete) for e in shown.transcript if e.turn == 1]
+    assert first == [("user", False), ("assistant", True), ("error", False)]
+    (kept,) = [e for e in shown.transcript if e.incomplete]
+    assert kept.content == partial
+    # Never sent again elsewhere; the next request holds it exactly as shown.
+    assert fallback.requests == []
+    assert assistant_texts(primary.requests[1].body) == [partial]
+    assert [m.content for m in page.turns[-1].messages if m.role == "assistant"] == [partial]

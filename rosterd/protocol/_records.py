@@ -91,6 +91,8 @@ class TranscriptEntry(msgspec.Struct, frozen=True):
     A turn's engine calls are its steps: the user entry is sent at step 1;
     an assistant entry of step *s* may hold tool ``calls``, whose ``tool``
     entries (``call`` names the one each answers) are sent at step *s* + 1.
+    A call whose stream broke keeps what it showed as an ``incomplete``
+    assistant entry, before its ``error`` entry.
     """
 
     turn: int
@@ -104,6 +106,9 @@ class TranscriptEntry(msgspec.Struct, frozen=True):
     step: int = 1
     calls: tuple[ToolCall, ...] = ()
     call: str | None = None
+    # An assistant entry whose stream broke: the reply as far as the client
+    # was shown it, sent as it is with the next request.
+    incomplete: bool = False
 
 
 class TurnRequest(msgspec.Struct, frozen=True):

@@ -364,18 +364,16 @@ class Host(AsyncResource):
         self._calls.add(scope)
         watch = call.watch.engine_call(step)
         request = EngineRequest(system=call.system, messages=call.transcript)
+        # What of the reply reached the client, piece by piece.
+        shown = _NotingSink(watch.sink(call.on_delta))
         try:
             with scope:
                 answer = await self._first_answer(
-                    call.engines,
-                    call.run.info.id,
-                    request,
-                    watch.sink(call.on_delta),
-                    call.on_wait,
+                    call.engines, call.run.info.id, request, shown, call.on_wait
                 )
         except EngineError as exc:
             watch.failed(exc)
-            await call.run.record(call.entry(step, "error", str(exc), self.clock()))
+            await self._broken(call, step, shown.shown, str(exc))
             raise
         finally:
             self._calls.discard(scope)
@@ -385,17 +383,29 @@ class Host(AsyncResource):
                 "the daemon is shutting down: this turn was interrupted before the engine "
                 "answered; it is recorded, retry after the restart"
             )
-            await call.run.record(call.entry(step, "error", str(error), self.clock()))
+            await self._broken(call, step, shown.shown, str(error))
             raise error
         watch.answered(answer.reply, call.transcript[call.answered :])
         return answer
+
+    async def _broken(self, call: _Call, step: int, shown: Sequence[str], error: str) -> None:
+        """Record a failed call: the part of its reply the client was shown, if
+        any, kept as it was shown and marked incomplete (the next request
+        carries it), then the failure."""
+        if shown:
+            partial = "".join(shown)
+            entry = call.entry(step, "assistant", partial, self.clock())
+            await call.run.record(msgspec.structs.replace(entry, incomplete=True))
+            call.transcript.append(ChatMessage(role="assistant", content=partial))
+            call.answered = len(call.transcript)
+        await call.run.record(call.entry(step, "error", error, self.clock()))
 
     async def _first_answer(
         self,
         engines: Sequence[NamedEngine],
         key: str,
         request: EngineRequest,
-        on_delta: DeltaSink,
+        on_delta: _NotingSink,
         on_wait: WaitSink | None,
     ) -> _Answer:
         """The reply of the first of *engines* that answers.
@@ -405,23 +415,16 @@ class Host(AsyncResource):
         provider that is down, overloaded, rate limited or refuses the key.
         A request too long or malformed fails as it is.
         """
-        streamed = False
-
-        async def noted(text: str) -> None:
-            nonlocal streamed
-            streamed = True
-            await on_delta(text)
-
         tried: list[tuple[str, str]] = []
         for position, named in enumerate(engines):
             if tried and on_wait is not None:
                 await on_wait("fallback", None)
             try:
-                reply = await self._call_engine(named, key, request, noted, on_wait)
+                reply = await self._call_engine(named, key, request, on_delta, on_wait)
             except (EngineError, ConfigError) as exc:
                 failure = _engine_failure(named, exc)
                 last = position == len(engines) - 1
-                if streamed or last or not _falls_back(failure):
+                if on_delta.shown or last or not _falls_back(failure):
                     if tried:
                         raise _failed(failure, [*tried, (named.name, str(failure))]) from exc
                     raise failure from (None if failure is exc else exc)
@@ -562,6 +565,21 @@ class _Call:
         self, step: int, role: Literal["assistant", "error", "tool"], content: str, at: float
     ) -> TranscriptEntry:
         return TranscriptEntry(turn=self.record.turn, role=role, content=content, at=at, step=step)
+
+
+class _NotingSink:
+    """A delta sink that keeps what it passed on: the reply as the client saw it."""
+
+    def __init__(self, on_delta: DeltaSink) -> None:
+        self.shown: list[str] = []
+        self._on_delta = on_delta
+
+    def __repr__(self) -> str:
+        return f"_NotingSink({len(self.shown)} pieces)"
+
+    async def __call__(self, text: str) -> None:
+        self.shown.append(text)
+        await self._on_delta(text)
 
 
 class _Answer(msgspec.Struct, frozen=True):
