@@ -52,6 +52,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/cache.py
 	$(BIN)/python bench/load.py
 	$(BIN)/python bench/limits.py
+	$(BIN)/python bench/faults.py
 
 clean:
 	rm -rf $(VENV) $(STATE) build *.egg-info

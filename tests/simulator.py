@@ -432,7 +432,12 @@ class Simulator:
                 except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError):
                     return
                 self.requests.append(Recorded(method, path, headers, body))
-                if not await self._dispatch(stream, path, headers, body):
+                try:
+                    if not await self._dispatch(stream, path, headers, body):
+                        return
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    # The client went away mid-reply, as a real server sees
+                    # a proxy or client that gave up.
                     return
 
     async def _dispatch(

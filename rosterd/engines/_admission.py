@@ -189,6 +189,11 @@ class Admission:
         finally:
             self._release()
 
+    def paused(self) -> float | None:
+        """Seconds the provider said to wait still to go, if it did."""
+        left = self._paused_until - self._clock()
+        return left if left > 0 else None
+
     def pause(self, seconds: float, reason: WaitReason) -> None:
         """The provider said to send nothing for *seconds*."""
         until = self._clock() + seconds

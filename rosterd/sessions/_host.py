@@ -419,11 +419,11 @@ class Host(AsyncResource):
         for position, named in enumerate(engines):
             if tried and on_wait is not None:
                 await on_wait("fallback", None)
+            last = position == len(engines) - 1
             try:
-                reply = await self._call_engine(named, key, request, on_delta, on_wait)
+                reply = await self._call_engine(named, key, request, on_delta, on_wait, last)
             except (EngineError, ConfigError) as exc:
                 failure = _engine_failure(named, exc)
-                last = position == len(engines) - 1
                 if on_delta.shown or last or not _falls_back(failure):
                     if tried:
                         raise _failed(failure, [*tried, (named.name, str(failure))]) from exc
@@ -442,11 +442,22 @@ class Host(AsyncResource):
         request: EngineRequest,
         on_delta: DeltaSink,
         on_wait: WaitSink | None,
+        last: bool,
     ) -> EngineReply:
         """One engine's reply, within its limits (waiting in its queue as
-        *key*, a session or run) and unless its breaker is open."""
+        *key*, a session or run) and unless its breaker is open. Only the
+        *last* engine to try waits out a provider's ``retry-after``: with
+        another engine after it, the call goes there instead."""
         config = named.config
         admission = self.admission(config)
+        paused = admission.paused()
+        if paused is not None and not last:
+            raise EngineError(
+                f"{config.kind}: the provider asked for {paused:.1f}s more without calls",
+                provider=config.kind,
+                retryable=True,
+                retry_after=paused,
+            )
         retry_in = admission.let_through()
         if retry_in is not None:
             raise EngineError(

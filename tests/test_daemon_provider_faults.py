@@ -1,0 +1,158 @@
+"""Provider faults through a fault-injecting proxy in front of the simulator:
+what a client sees of each, with and without a fallback engine."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio.to_thread
+import pytest
+from faultproxy import Fault, fault_proxy
+from harness import daemon_in_process
+from simulator import Simulator, write_org
+
+from rosterd.cli import main
+from rosterd.client import RpcError
+from rosterd.protocol import Wait
+
+pytestmark = pytest.mark.anyio
+
+
+def make_org(root: Path, primary_url: str, retries: int, fallback_url: str | None) -> Path:
+    """Worker w0 on ``claude`` (Anthropic API, through the proxy), with a
+    fallback ``local`` (OpenAI API) when *fallback_url* is given."""
+    write_org(root, workers=1, channels=10, identity_chars=300, purpose_chars=100)
+    fallback = 'fallback = ["local"]\n' if fallback_url else ""
+    local = (
+        f'[engines.local]\nkind = "openai"\nmodel = "sim-local"\nbase_url = "{fallback_url}"\n'
+        if fallback_url
+        else ""
+    )
+    with (root / "org.toml").open("a") as toml:
+        toml.write(
+            f'\n[engines.claude]\nkind = "anthropic"\nmodel = "sim-claude"\n'
+            f'base_url = "{primary_url}"\nmax_retries = {retries}\ntimeout_s = 1\n'
+            f"breaker_failures = 1000\n{fallback}\n{local}"
+        )
+    text = (root / "org.toml").read_text()
+    (root / "org.toml").write_text(
+        text.replace("[workers.w0]", '[workers.w0.engine]\nuse = "claude"\n\n[workers.w0]', 1)
+    )
+    return root
+
+
+@pytest.mark.parametrize(
+    ("fault", "heard"),
+    [
+        ("429", "rate_limited"),
+        ("529", "overloaded"),
+        ("500", "overloaded"),
+        ("502", "overloaded"),
+        ("503", "overloaded"),
+        ("reset", "overloaded"),
+    ],
+)
+async def test_a_fault_before_the_reply_is_retried_and_the_client_told(
+    tmp_path: Path, fault: Fault, heard: str
+) -> None:
+    async with Simulator() as sim, fault_proxy(("127.0.0.1", sim.port), _once(fault)) as proxy:
+        org = make_org(tmp_path / "org", proxy.url, retries=1, fallback_url=None)
+        waits: list[Wait] = []
+
+        async def on_wait(wait: Wait) -> None:
+            waits.append(wait)
+
+        async with (
+            daemon_in_process(org, tmp_path / "state") as daemon,
+            await daemon.client() as client,
+        ):
+            opened = await client.session_open("w0", "c0")
+            result = await client.session_send(opened.session, "hello", on_wait=on_wait)
+    assert result.text and proxy.faults == [fault, None]
+    assert [w.reason for w in waits] == [heard]
+
+
+@pytest.mark.parametrize("fault", ["stall", "stall-mid-stream", "truncate"])
+async def test_a_fault_the_engine_cannot_retry_fails_the_turn_and_loses_nothing(
+    tmp_path: Path, fault: Fault
+) -> None:
+    async with Simulator() as sim, fault_proxy(("127.0.0.1", sim.port), _once(fault)) as proxy:
+        org = make_org(tmp_path / "org", proxy.url, retries=1, fallback_url=None)
+        async with (
+            daemon_in_process(org, tmp_path / "state") as daemon,
+            await daemon.client() as client,
+        ):
+            opened = await client.session_open("w0", "c0")
+            with pytest.raises(RpcError) as failed:
+                await client.session_send(opened.session, "hello")
+            again = await client.session_send(opened.session, "hello again")
+            shown = await client.runs_show(opened.session)
+    assert failed.value.code == 1002
+    assert again.turn == 2
+    # Both messages went to the engine with the second turn's request.
+    users = [e.content for e in shown.transcript if e.role == "user"]
+    assert len(users) == 2 and "hello again" in users[1]
+
+
+@pytest.mark.parametrize("fault", ["stall", "truncate", "reset", "529"])
+async def test_a_fault_before_any_output_goes_to_the_fallback(tmp_path: Path, fault: Fault) -> None:
+    async with (
+        Simulator() as sim,
+        Simulator() as local,
+        fault_proxy(("127.0.0.1", sim.port), _once(fault)) as proxy,
+    ):
+        org = make_org(tmp_path / "org", proxy.url, retries=0, fallback_url=local.openai_url)
+        async with (
+            daemon_in_process(org, tmp_path / "state") as daemon,
+            await daemon.client() as client,
+        ):
+            opened = await client.session_open("w0", "c0")
+            result = await client.session_send(opened.session, "hello")
+    assert result.text and len(local.requests) == 1
+
+
+async def test_two_hundred_turns_with_a_third_of_calls_refused_all_answered(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = random.Random(29)
+    refused = {n: rng.choice(("429", "529")) for n in range(1000) if rng.random() < 0.3}
+
+    def plan(n: int) -> Fault | None:
+        return refused.get(n)  # type: ignore[return-value]
+
+    state = tmp_path / "state"
+    failed = 0
+    async with (
+        Simulator() as sim,
+        Simulator() as local,
+        fault_proxy(("127.0.0.1", sim.port), plan, retry_after=0.01) as proxy,
+    ):
+        org = make_org(tmp_path / "org", proxy.url, retries=0, fallback_url=local.openai_url)
+        async with daemon_in_process(org, state) as daemon, await daemon.client() as client:
+            for channel in range(10):
+                opened = await client.session_open("w0", f"c{channel}")
+                for turn in range(20):
+                    try:
+                        await client.session_send(opened.session, f"turn {turn}")
+                    except RpcError:
+                        failed += 1
+    injected = sum(1 for fault in proxy.faults if fault is not None)
+    assert failed == 0
+    # Every refused call went to the fallback, and so did the calls made
+    # while a 429's retry-after ran.
+    assert injected > 30 and len(local.requests) >= injected
+    capsys.readouterr()
+    assert (
+        await anyio.to_thread.run_sync(main, ["server", "stats", "cache", "--state", str(state)])
+        == 0
+    )
+    counted = re.search(r"fallback\D+(\d+)", capsys.readouterr().out)
+    assert counted is not None and int(counted[1]) == len(local.requests)
+
+
+def _once(fault: Fault) -> Callable[[int], Fault | None]:
+    """The first request meets *fault*; the rest go through."""
+    return lambda n: fault if n == 0 else None
