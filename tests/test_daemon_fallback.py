@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 import anyio.to_thread
 import pytest
 from harness import daemon_in_process
-from simulator import Drop, Hangup, Reply, Simulator, Status, write_org
+from simulator import Delay, Drop, Hangup, Reply, Simulator, Status, write_org
 
 from rosterd import ConfigError
 from rosterd.cli import main
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.anyio
 def make_org(root: Path, primary: Simulator, fallback: Simulator, extra: str = "") -> Path:
     """Worker w0 on engine ``claude`` (Anthropic API), falling back to ``local``
     (OpenAI API), each on a simulator of its own, without retries."""
-    write_org(root, workers=1, channels=1, identity_chars=300, purpose_chars=100)
+    write_org(root, workers=1, channels=2, identity_chars=300, purpose_chars=100)
     with (root / "org.toml").open("a") as toml:
         toml.write(
             f"""
@@ -264,3 +265,54 @@ async def test_a_broken_stream_keeps_what_was_shown_and_the_next_request_carries
     assert fallback.requests == []
     assert assistant_texts(primary.requests[1].body) == [partial]
     assert [m.content for m in page.turns[-1].messages if m.role == "assistant"] == [partial]
+
+
+async def test_without_a_fallback_a_call_fails_naming_its_engine_and_when_to_retry(
+    tmp_path: Path,
+) -> None:
+    async with Simulator() as primary, Simulator() as fallback:
+        primary.script(Status(429, "Slow down", retry_after=20))
+        org = make_org(tmp_path / "org", primary, fallback)
+        toml = org / "org.toml"
+        toml.write_text(toml.read_text().replace('fallback = ["local"]\n', ""))
+        async with (
+            daemon_in_process(org, tmp_path / "state") as daemon,
+            await daemon.client() as client,
+        ):
+            opened = await client.session_open("w0", "c0")
+            with pytest.raises(RpcError) as failed:
+                await client.session_send(opened.session, "hello")
+    assert failed.value.code == 1002
+    assert failed.value.data is not None
+    assert failed.value.data["retry_after"] == 20
+    assert [e["engine"] for e in failed.value.data["engines"]] == ["claude"]
+    assert "HTTP 429" in failed.value.data["engines"][0]["error"]
+
+
+async def test_a_call_past_max_inflight_waits_its_turn_and_hears_it(tmp_path: Path) -> None:
+    async with Simulator() as primary, Simulator() as fallback:
+        # The first call is slow; the second, from another session, queues.
+        primary.script(Delay(0.5))
+        org = make_org(tmp_path / "org", primary, fallback)
+        toml = org / "org.toml"
+        limited = "max_inflight = 1\nmax_retries = 0\nfallback"
+        toml.write_text(toml.read_text().replace("max_retries = 0\nfallback", limited, 1))
+        waits: list[Wait] = []
+
+        async def heard(wait: Wait) -> None:
+            waits.append(wait)
+
+        async with (
+            daemon_in_process(org, tmp_path / "state") as daemon,
+            await daemon.client() as one,
+            await daemon.client() as two,
+        ):
+            first = await one.session_open("w0", "c0")
+            second = await two.session_open("w0", "c1")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(one.session_send, first.session, "slow one")
+                while not primary.requests:
+                    await anyio.wait_all_tasks_blocked()
+                tg.start_soon(partial(two.session_send, second.session, "next", on_wait=heard))
+    assert [(w.run, w.reason) for w in waits] == [(second.session, "queued")]
+    assert len(primary.requests) == 2 and fallback.requests == []

@@ -120,6 +120,7 @@ class ProviderHttp:
         status: int | None = None,
         retryable: bool = False,
         context_exceeded: bool = False,
+        retry_after: float | None = None,
     ) -> EngineError:
         """An ``EngineError`` for this provider, with any echoed key removed."""
         return EngineError(
@@ -128,6 +129,7 @@ class ProviderHttp:
             status=status,
             retryable=retryable,
             context_exceeded=context_exceeded,
+            retry_after=retry_after,
         )
 
     def deviation(self, what: str) -> None:
@@ -159,7 +161,12 @@ class ProviderHttp:
                 return
             if attempt >= self._max_retries:
                 tries = f" (gave up after {attempt + 1} attempts)" if attempt else ""
-                raise self.error(retry.message + tries, status=retry.status, retryable=True)
+                raise self.error(
+                    retry.message + tries,
+                    status=retry.status,
+                    retryable=True,
+                    retry_after=retry.retry_after,
+                )
             delay = self._backoff.delay(attempt, self._rng)
             if retry.retry_after is not None:
                 delay = min(retry.retry_after, self._backoff.max_retry_after_s)

@@ -425,9 +425,7 @@ class Host(AsyncResource):
             except (EngineError, ConfigError) as exc:
                 failure = _engine_failure(named, exc)
                 if on_delta.shown or last or not _falls_back(failure):
-                    if tried:
-                        raise _failed(failure, [*tried, (named.name, str(failure))]) from exc
-                    raise failure from (None if failure is exc else exc)
+                    raise _failed(failure, [*tried, (named.name, str(failure))]) from exc
                 tried.append((named.name, str(failure)))
                 log.warning("engine %s cannot answer (%s); trying the next", named.name, failure)
                 continue
@@ -622,7 +620,9 @@ def _falls_back(failure: EngineError) -> bool:
 
 def _failed(last: EngineError, tried: Sequence[tuple[str, str]]) -> EngineError:
     """The error of a call no engine answered: *last*'s, naming every engine tried."""
-    message = "no engine answered: " + "; ".join(f"{name}: {error}" for name, error in tried)
+    message = str(last)
+    if len(tried) > 1:
+        message = "no engine answered: " + "; ".join(f"{name}: {error}" for name, error in tried)
     return EngineError(
         message,
         provider=last.provider,
