@@ -20,6 +20,7 @@ from rosterd.org import (
     EngineConfig,
     GatewayConfig,
     MetricsConfig,
+    PriceConfig,
     TelemetryConfig,
     WorkerConfig,
 )
@@ -132,6 +133,7 @@ _TABLES: list[tuple[str, type[msgspec.Struct]]] = [
     ("[gateway]: where tool calls go", GatewayConfig),
     ("[metrics]: Prometheus", MetricsConfig),
     ("[telemetry]: OpenTelemetry traces", TelemetryConfig),
+    ('[prices."<model>"]: what a call costs', PriceConfig),
 ]
 
 

@@ -18,7 +18,8 @@ import msgspec
 
 from .._errors import ConfigError
 from ..compiler import REQUEST_BLOCKS, SYSTEM_ORDER, BlockTrace, dry_run
-from ..org import load_org
+from ..org import Org, load_org
+from ..pricing import price_for
 from ._output import emit_json, table
 
 __all__ = ("CheckReport", "check", "check_org")
@@ -47,6 +48,8 @@ class CheckReport(msgspec.Struct, frozen=True):
     ok: bool
     runs: list[CheckedRun]
     problems: list[str]
+    # Not problems: the org works, but something in it is worth a look.
+    warnings: list[str] = []
 
 
 def check_org(root: Path) -> CheckReport:
@@ -76,7 +79,26 @@ def check_org(root: Path) -> CheckReport:
             where += f" #{scope.channel}" if scope.channel else ""
             problems.setdefault(f"{run.source}: {run.error}", []).append(where)
     lines = [f"{problem} [{', '.join(where)}]" for problem, where in problems.items()]
-    return CheckReport(org=str(root), ok=not lines, runs=runs, problems=lines)
+    return CheckReport(
+        org=str(root), ok=not lines, runs=runs, problems=lines, warnings=_unpriced(org)
+    )
+
+
+def _unpriced(org: Org) -> list[str]:
+    """The models whose calls would cost "unknown": no price in the library
+    nor in ``[prices]``."""
+    engines = {"engine": org.engine, **org.engines}
+    for name in org.workers:
+        engines.setdefault(f"workers.{name}.engine", org.engine_for(name))
+    missing: dict[str, list[str]] = {}
+    for where, config in engines.items():
+        if price_for(config, org.prices.get(config.model)) is None:
+            missing.setdefault(config.model, []).append(where)
+    return [
+        f"model {model!r} has no price, so its calls cost 'unknown': add "
+        f'[prices."{model}"] with input and output (USD per million tokens) [{", ".join(where)}]'
+        for model, where in missing.items()
+    ]
 
 
 def _blocks(traces: tuple[BlockTrace, ...]) -> list[CheckedBlock]:
@@ -144,4 +166,6 @@ def check(root: Path, as_json: bool) -> int:
         print(render(report))
     for problem in report.problems:
         print(f"roster: {problem}", file=sys.stderr)
+    for warning in report.warnings:
+        print(f"roster: warning: {warning}", file=sys.stderr)
     return 0 if report.ok else 1

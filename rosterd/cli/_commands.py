@@ -12,6 +12,7 @@ import argparse
 import logging
 import os
 import sys
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
@@ -97,7 +98,14 @@ def _dispatch(args: argparse.Namespace) -> int:
             return anyio.run(chat, _socket(args), args.worker, args.channel, args.sender, args.wait)
         case "check":
             return _check(args)
-        case "runs list" | "runs show" | "runs context" | "runs export" | "stats cache":
+        case (
+            "runs list"
+            | "runs show"
+            | "runs context"
+            | "runs export"
+            | "stats cache"
+            | "stats cost"
+        ):
             return _server(args)
     raise AssertionError(f"no handler for {handler!r}")
 
@@ -135,7 +143,7 @@ def _check(args: argparse.Namespace) -> int:
 def _server(args: argparse.Namespace) -> int:
     # The run store (sessions, aiofiles), for the commands that read the state directly.
     from ._runs import runs_context, runs_export, runs_list, runs_show
-    from ._stats import stats_cache
+    from ._stats import stats_cache, stats_cost
 
     state = _state(args)
     match args.handler:
@@ -147,4 +155,20 @@ def _server(args: argparse.Namespace) -> int:
             return anyio.run(runs_context, state, args.run, args.all, args.json)
         case "runs export":
             return anyio.run(runs_export, state, args.run)
+        case "stats cost":
+            since = _since(args.since)
+            return anyio.run(
+                stats_cost, state, args.worker, args.channel, since, args.by, args.json
+            )
     return anyio.run(stats_cache, state, args.worker, args.channel, args.json)
+
+
+def _since(text: str | None) -> float | None:
+    """``--since`` as seconds since the epoch; a time without a zone is UTC."""
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"--since {text!r} is not an ISO time, e.g. 2026-12-01T00:00") from None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()

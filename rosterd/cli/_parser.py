@@ -299,4 +299,19 @@ def build_parser() -> argparse.ArgumentParser:
     cache.add_argument("--worker", help="only runs of this worker")
     cache.add_argument("--channel", help="only runs in this channel")
     cache.set_defaults(handler="stats cache")
+    cost = stats.add_parser(
+        "cost",
+        parents=[state],
+        help="what the engine calls cost, in USD",
+        description="The billed cost of every engine call, summed from what each recorded: "
+        "its usage and the price row it was billed at. A call without a price counts as "
+        "unpriced, never as 0.",
+    )
+    cost.add_argument("--worker", help="only runs of this worker")
+    cost.add_argument("--channel", help="only runs in this channel")
+    cost.add_argument("--since", metavar="ISO", help="only calls since this time (UTC if no zone)")
+    cost.add_argument(
+        "--by", choices=["day", "worker", "channel", "model"], help="one row per day, worker, …"
+    )
+    cost.set_defaults(handler="stats cost")
     return parser

@@ -18,10 +18,18 @@ import msgspec
 
 from ..compiler import SHRINK_RULE, BlockTrace, BoundaryCheck, BudgetTrace, ContextRecord
 from ..engines import Usage
+from ..protocol import Price
 from ..sessions import CacheCheck, RunInfo, TranscriptEntry
 from ._output import short, table, when
 
-__all__ = ("TurnUsage", "UsageSummary", "render_show", "summarise_usage")
+__all__ = (
+    "TurnUsage",
+    "UsageSummary",
+    "describe_price",
+    "render_show",
+    "summarise_usage",
+    "usd",
+)
 
 _HASH = 12
 _BOUNDARY_LABEL = {
@@ -43,6 +51,8 @@ class TurnUsage(msgspec.Struct, frozen=True):
     output_tokens: int | None
     cache: CacheCheck | None = None
     step: int = 1
+    # USD, None where unknown (no usage, or a model without a price).
+    cost_usd: float | None = None
 
 
 class UsageSummary(msgspec.Struct, frozen=True):
@@ -56,14 +66,25 @@ class UsageSummary(msgspec.Struct, frozen=True):
     cache_write_tokens: int
     output_tokens: int
     cache_read_ratio: float | None
+    # The sum of every call's cost; None when any call's is unknown.
+    cost_usd: float | None = None
+    prices: list[Price] = []
 
 
 def summarise_usage(entries: Sequence[TranscriptEntry]) -> UsageSummary:
-    turns = [
-        msgspec.structs.replace(_turn_usage(e.turn, e.usage, e.cache), step=e.step)
-        for e in entries
-        if e.role == "assistant" and (e.usage is not None or e.cache is not None)
+    answered = [
+        e for e in entries if e.role == "assistant" and (e.usage is not None or e.cache is not None)
     ]
+    turns = [
+        msgspec.structs.replace(
+            _turn_usage(e.turn, e.usage, e.cache),
+            step=e.step,
+            cost_usd=e.cost.usd if e.cost is not None else None,
+        )
+        for e in answered
+    ]
+    costs = [e.cost for e in answered]
+    prices = list({c.price: None for c in costs if c is not None})
     known = [e.usage for e in entries if e.role == "assistant" and e.usage is not None]
     total_in = sum(u.input_tokens for u in known)
     cached = sum(u.cached_input_tokens for u in known)
@@ -75,6 +96,8 @@ def summarise_usage(entries: Sequence[TranscriptEntry]) -> UsageSummary:
         cache_write_tokens=sum(u.cache_write_tokens for u in known),
         output_tokens=sum(u.output_tokens for u in known),
         cache_read_ratio=cached / total_in if total_in else None,
+        cost_usd=None if None in costs else sum(c.usd for c in costs if c is not None),
+        prices=prices,
     )
 
 
@@ -271,6 +294,7 @@ def _usage(usage: UsageSummary) -> list[str]:
         return ["usage: none reported yet"]
     headers = (
         "TURN", "INPUT", "CACHED", "UNCACHED", "CACHE-WRITE", "OUTPUT", "EXPECTED", "VERDICT",
+        "COST",
     )  # fmt: skip
     rows: list[tuple[object, ...]] = [
         (
@@ -287,6 +311,7 @@ def _usage(usage: UsageSummary) -> list[str]:
             ),
             t.cache.expected_tokens if t.cache else "-",
             t.cache.verdict if t.cache else "-",
+            usd(t.cost_usd),
         )
         for t in usage.turns
     ]
@@ -300,6 +325,7 @@ def _usage(usage: UsageSummary) -> list[str]:
             usage.output_tokens,
             "",
             "",
+            usd(usage.cost_usd),
         )
     )
     ratio = usage.cache_read_ratio
@@ -316,11 +342,28 @@ def _usage(usage: UsageSummary) -> list[str]:
     ]
     return [
         "usage per turn (tokens, as the provider reported them; EXPECTED is the reuse the "
-        "compiler made possible)",
+        "compiler made possible; COST in USD, unknown where the model has no price)",
         table(headers, rows, indent="  "),
         f"  {summary}",
         *explained,
+        *(f"  {describe_price(price)}" for price in usage.prices),
     ]
+
+
+def usd(amount: float | None) -> str:
+    """A cost as people read it: ``$0.004215``, or ``unknown``, never 0 for unknown."""
+    return "unknown" if amount is None else f"${amount:.6f}"
+
+
+def describe_price(price: Price) -> str:
+    """The price row a cost was computed at, and the rules that filled it in."""
+    text = (
+        f"priced {price.model} ({price.source}), USD per million tokens: input "
+        f"{price.input:g}, cached input {price.cached_input:g}, cache write "
+        f"{price.cache_write_5m:g} (5m) / {price.cache_write_1h:g} (1h) / "
+        f"{price.cache_write:g}, output {price.output:g}"
+    )
+    return text + "".join(f"; {rule}" for rule in price.rules)
 
 
 def _stability(checks: Sequence[BoundaryCheck]) -> str:

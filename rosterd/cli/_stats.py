@@ -1,21 +1,24 @@
-"""``roster server stats cache``: cache-read share and misses by cause.
+"""``roster server stats cache`` and ``stats cost``: cache-read share and
+misses by cause; billed cost.
 
 Aggregated over the state (a directory or a database) from what each turn
-recorded: the provider's usage fields and the daemon's verdict on them,
-never inferred from hashes after the fact.
+recorded: the provider's usage fields, the daemon's verdict on them and the
+cost it billed them at, never inferred from hashes after the fact, and
+readable whether the daemon is up or down.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from datetime import UTC, datetime
 
 import msgspec
 
-from ..protocol import StateLocation
+from ..protocol import CallCost, RunInfo, StateLocation, TranscriptEntry, Usage
 from ._output import emit_json, table
 from ._runs import state_store
 
-__all__ = ("CacheStats", "stats_cache")
+__all__ = ("CacheStats", "CostRow", "stats_cache", "stats_cost")
 
 
 class CacheStats(msgspec.Struct, frozen=True):
@@ -85,4 +88,122 @@ async def stats_cache(
     if stats.misses_by_cause:
         print(table(("MISS CAUSE", "TURNS"), stats.misses_by_cause.items()))
     print(f"compiler-caused misses (the prefix changed): {stats.compiler_caused_misses}")
+    return 0
+
+
+class CostRow(msgspec.Struct, frozen=True):
+    """Engine calls of one group: tokens, what the priced ones cost, and how
+    many had no price (their cost is unknown, never 0)."""
+
+    group: str
+    calls: int
+    input_tokens: int
+    cached_input_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    cost_usd: float
+    unpriced_calls: int
+
+
+class _Tally:
+    """One group's sums while the calls are read."""
+
+    def __init__(self) -> None:
+        self.calls = self.input = self.cached = self.written = self.output = self.unpriced = 0
+        self.usd = 0.0
+
+    def add(self, usage: Usage, cost: CallCost | None) -> None:
+        self.calls += 1
+        self.input += usage.input_tokens
+        self.cached += usage.cached_input_tokens
+        self.written += usage.cache_write_tokens
+        self.output += usage.output_tokens
+        if cost is None:
+            self.unpriced += 1
+        else:
+            self.usd += cost.usd
+
+    def row(self, group: str) -> CostRow:
+        return CostRow(
+            group,
+            self.calls,
+            self.input,
+            self.cached,
+            self.written,
+            self.output,
+            self.usd,
+            self.unpriced,
+        )
+
+
+def _group(by: str | None, info: RunInfo, entry: TranscriptEntry) -> str:
+    match by:
+        case "day":
+            return datetime.fromtimestamp(entry.at, UTC).date().isoformat()
+        case "worker":
+            return info.worker
+        case "channel":
+            return info.channel or "-"
+        case "model":
+            return entry.cost.price.model if entry.cost is not None else "unpriced"
+    return "all"
+
+
+async def collect_cost(
+    state: StateLocation,
+    worker: str | None,
+    channel: str | None,
+    since: float | None,
+    by: str | None,
+) -> list[CostRow]:
+    tallies: dict[str, _Tally] = {}
+    async with state_store(state) as store:
+        for info in await store.all():
+            if (worker is not None and info.worker != worker) or (
+                channel is not None and info.channel != channel
+            ):
+                continue
+            for entry in await store.transcript(info.id):
+                if entry.role != "assistant" or entry.usage is None:
+                    continue
+                if since is None or entry.at >= since:
+                    tally = tallies.setdefault(_group(by, info, entry), _Tally())
+                    tally.add(entry.usage, entry.cost)
+    return [tally.row(group) for group, tally in sorted(tallies.items())]
+
+
+async def stats_cost(
+    state: StateLocation,
+    worker: str | None,
+    channel: str | None,
+    since: float | None,
+    by: str | None,
+    as_json: bool,
+) -> int:
+    rows = await collect_cost(state, worker, channel, since, by)
+    if as_json:
+        emit_json(rows)
+        return 0
+    if not rows:
+        print("no engine call reported usage")
+        return 0
+    headers = ((by or "").upper() or "CALLS OF", "CALLS", "INPUT", "CACHED", "WRITTEN", "OUTPUT")
+    print(
+        table(
+            (*headers, "COST USD", "UNPRICED"),
+            (
+                (
+                    r.group,
+                    r.calls,
+                    r.input_tokens,
+                    r.cached_input_tokens,
+                    r.cache_write_tokens,
+                    r.output_tokens,
+                    f"{r.cost_usd:.6f}" + (" + unknown" if r.unpriced_calls else ""),
+                    r.unpriced_calls,
+                )
+                for r in rows
+            ),
+        )
+    )
     return 0

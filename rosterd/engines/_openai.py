@@ -94,6 +94,8 @@ class _Choice(msgspec.Struct):
 
 class _PromptDetails(msgspec.Struct):
     cached_tokens: int | None = None
+    # Explicit prompt caching (gpt-5.6 and later): tokens written to the cache.
+    cache_write_tokens: int | None = None
 
 
 class _Usage(msgspec.Struct):
@@ -233,6 +235,7 @@ class _Stream:
             self._usage = Usage(
                 input_tokens=chunk.usage.prompt_tokens,
                 cached_input_tokens=(details.cached_tokens or 0) if details else 0,
+                cache_write_tokens=(details.cache_write_tokens or 0) if details else 0,
                 output_tokens=chunk.usage.completion_tokens,
             )
         for choice in chunk.choices[:1]:

@@ -27,6 +27,7 @@ __all__ = (
     "GatewayConfig",
     "MemoryScope",
     "MetricsConfig",
+    "PriceConfig",
     "TelemetryConfig",
     "WorkerConfig",
     "listen_address",
@@ -160,6 +161,24 @@ class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     socket: str | None = None
     timeout_s: Seconds = 30.0
     max_steps: Positive = 8
+
+
+Usd = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class PriceConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``[prices."<model>"]``: USD per million tokens, over the price library's.
+
+    ``cache_write_5m`` and ``cache_write_1h`` are Anthropic's two cache
+    lifetimes; ``cache_write`` a write with no lifetime split (OpenAI's).
+    """
+
+    input: Usd | None = None
+    cached_input: Usd | None = None
+    cache_write_5m: Usd | None = None
+    cache_write_1h: Usd | None = None
+    cache_write: Usd | None = None
+    output: Usd | None = None
 
 
 class MetricsConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

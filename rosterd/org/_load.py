@@ -26,6 +26,7 @@ from ._config import (
     EngineConfig,
     GatewayConfig,
     MetricsConfig,
+    PriceConfig,
     TelemetryConfig,
     WorkerConfig,
 )
@@ -75,6 +76,16 @@ def load_org(root: Path) -> Org:
     for key, value in data.items():
         if key in _TABLES:
             sections[key] = _convert(value, _TABLES[key], toml_path, key)
+        elif key == "prices":
+            # Keyed by model name, which need not be an id ("org/model").
+            if not isinstance(value, dict):
+                raise ConfigError(
+                    f"{toml_path}: [prices] must be a table", path=str(toml_path), key=key
+                )
+            sections[key] = {
+                model: _convert(row, PriceConfig, toml_path, f"prices.{model}")
+                for model, row in sorted(value.items())
+            }
         elif key in _NAMED_TABLES:
             kind, struct = _NAMED_TABLES[key]
             if not isinstance(value, dict):
@@ -90,7 +101,7 @@ def load_org(root: Path) -> Org:
         else:
             raise ConfigError(
                 f"{toml_path}: unknown key {key!r}; expected one of "
-                f"{', '.join(sorted([*_TABLES, *_NAMED_TABLES]))}",
+                f"{', '.join(sorted([*_TABLES, *_NAMED_TABLES, 'prices']))}",
                 path=str(toml_path),
                 key=key,
             )
@@ -125,6 +136,7 @@ def load_org(root: Path) -> Org:
         purposes=purposes,
         gateway=sections.get("gateway", GatewayConfig()),
         engines=engines,
+        prices=sections.get("prices", {}),
         metrics=sections.get("metrics", MetricsConfig()),
         telemetry=sections.get("telemetry", TelemetryConfig()),
     )

@@ -21,6 +21,7 @@ from ._config import (
     EngineConfig,
     GatewayConfig,
     MetricsConfig,
+    PriceConfig,
     TelemetryConfig,
     WorkerConfig,
 )
@@ -64,6 +65,8 @@ class Org(msgspec.Struct, frozen=True):
     purposes: dict[str, str]
     gateway: GatewayConfig = GatewayConfig()
     engines: dict[str, EngineConfig] = {}
+    # Per model name, as the engines' ``model`` says it.
+    prices: dict[str, PriceConfig] = {}
     metrics: MetricsConfig = MetricsConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
 

@@ -68,9 +68,11 @@ from ._params import (
 )
 from ._records import (
     CacheCheck,
+    CallCost,
     ChatMessage,
     ContextPage,
     GateState,
+    Price,
     RunInfo,
     RunStatus,
     TaskState,
@@ -119,6 +121,7 @@ __all__ = (
     "BlockSummary",
     "BreakerState",
     "CacheCheck",
+    "CallCost",
     "ChannelPost",
     "ChatMessage",
     "Closed",
@@ -136,6 +139,7 @@ __all__ = (
     "MemoryList",
     "MemoryNote",
     "Params",
+    "Price",
     "Reply",
     "Request",
     "RequestId",

@@ -15,9 +15,11 @@ from ..compiler import Continuation, Gate, ToolCall
 
 __all__ = (
     "CacheCheck",
+    "CallCost",
     "ChatMessage",
     "ContextPage",
     "GateState",
+    "Price",
     "RunInfo",
     "RunStatus",
     "TaskState",
@@ -61,6 +63,33 @@ class CacheCheck(msgspec.Struct, frozen=True):
     reported_tokens: int
     verdict: Verdict
     cause: str | None = None
+
+
+class Price(msgspec.Struct, frozen=True):
+    """The price row a call was billed at: USD per million tokens.
+
+    ``source`` is ``config`` (``[prices]``), ``genai-prices`` (the price
+    library's data, with ``[prices]`` over it) or ``echo`` (free);
+    ``rules`` names each rate that came from a provider's published rule
+    because the row had none.
+    """
+
+    model: str
+    source: str
+    input: float
+    cached_input: float
+    cache_write_5m: float
+    cache_write_1h: float
+    cache_write: float
+    output: float
+    rules: tuple[str, ...] = ()
+
+
+class CallCost(msgspec.Struct, frozen=True):
+    """What one engine call cost, and the price row it was billed at."""
+
+    usd: float
+    price: Price
 
 
 RunStatus = Literal["open", "closed", "expired", "rolled-over", "done", "failed", "interrupted"]
@@ -109,6 +138,8 @@ class TranscriptEntry(msgspec.Struct, frozen=True):
     # An assistant entry whose stream broke: the reply as far as the client
     # was shown it, sent as it is with the next request.
     incomplete: bool = False
+    # An assistant entry's billed cost; None where the model has no price.
+    cost: CallCost | None = None
 
 
 class TurnRequest(msgspec.Struct, frozen=True):

@@ -53,6 +53,7 @@ from ..engines import (
 )
 from ..observe import NO_TELEMETRY, OutcomeLabel, Telemetry, TurnWatch
 from ..org import EngineConfig, NamedEngine, Org, OrgSource, Surface, WorkerConfig
+from ..pricing import Pricing
 from ..protocol import EngineStatus
 from ..stores import ActiveRun, State
 from ._cache import judge_cache
@@ -106,6 +107,7 @@ class Host(AsyncResource):
         self._env = env
         self._engines: dict[EngineConfig, Engine] = {}
         self._admissions: dict[EngineConfig, Admission] = {}
+        self.pricing = Pricing()
         # Engine calls in flight, so a stop that cannot wait can cut them short.
         self._calls: set[anyio.CancelScope] = set()
         self._interrupted = False
@@ -501,9 +503,12 @@ class Host(AsyncResource):
             cause = f"answered by fallback engine {answer.engine.name}: {answer.fallback}"
             cache = msgspec.structs.replace(cache, verdict="fallback", cause=cause)
         call.watch.cache(cache.verdict)
+        cost = self.pricing.cost(engine, self.org.prices, reply.usage)
         entry = call.entry(step, "assistant", reply.text, self.clock())
         await call.run.record(
-            msgspec.structs.replace(entry, usage=reply.usage, cache=cache, calls=reply.calls)
+            msgspec.structs.replace(
+                entry, usage=reply.usage, cache=cache, calls=reply.calls, cost=cost
+            )
         )
         call.transcript.append(ChatMessage(role="assistant", content=reply.text, calls=reply.calls))
         call.answered = len(call.transcript)

@@ -1,0 +1,183 @@
+"""What a call costs: price rows from the library and [prices], bills from the
+provider's usage, and where operators read them (runs show, stats cost, check)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio.to_thread
+import pytest
+from harness import daemon_in_process
+from simulator import Reply, Simulator, write_org
+
+from rosterd import ConfigError
+from rosterd.cli import main
+from rosterd.org import EngineConfig, PriceConfig, load_org
+from rosterd.pricing import bill, price_for
+from rosterd.protocol import Usage
+
+pytestmark = pytest.mark.anyio
+
+
+def test_the_library_prices_a_known_model_and_the_org_overrides_it() -> None:
+    sonnet = price_for(EngineConfig(kind="anthropic", model="claude-sonnet-4-5"), None)
+    assert sonnet is not None and sonnet.source == "genai-prices"
+    assert (sonnet.input, sonnet.cached_input, sonnet.output) == (3.0, 0.3, 15.0)
+    assert (sonnet.cache_write_5m, sonnet.cache_write_1h) == (3.75, 6.0)
+    cheaper = price_for(
+        EngineConfig(kind="anthropic", model="claude-sonnet-4-5"), PriceConfig(input=2.0)
+    )
+    assert cheaper is not None and (cheaper.input, cheaper.output) == (2.0, 15.0)
+
+
+def test_a_missing_cache_rate_follows_the_provider_s_published_rule() -> None:
+    local = EngineConfig(kind="anthropic", model="my-model", base_url="http://127.0.0.1:1")
+    price = price_for(local, PriceConfig(input=4.0, output=20.0))
+    assert price is not None and price.source == "config"
+    assert (price.cache_write_5m, price.cache_write_1h, price.cached_input) == (5.0, 8.0, 4.0)
+    assert "1-hour cache write = 2x input (Anthropic)" in price.rules
+    openai = price_for(
+        EngineConfig(kind="openai", model="m", base_url="http://127.0.0.1:1/v1"),
+        PriceConfig(input=2.0, cached_input=0.2, output=8.0),
+    )
+    assert openai is not None and openai.cache_write == 2.5
+    assert openai.rules == ("explicit cache write = 1.25x input (OpenAI)",)
+
+
+def test_a_model_without_an_input_or_output_rate_has_no_price() -> None:
+    local = EngineConfig(kind="openai", model="llama", base_url="http://127.0.0.1:8080/v1")
+    assert price_for(local, None) is None
+    assert price_for(local, PriceConfig(input=1.0)) is None
+    echo = price_for(EngineConfig(), None)
+    assert echo is not None and echo.output == 0.0 and echo.source == "echo"
+
+
+def test_a_bill_is_the_price_table_applied_to_the_raw_usage() -> None:
+    price = price_for(
+        EngineConfig(kind="anthropic", model="x", base_url="http://127.0.0.1:1"),
+        PriceConfig(input=3, cached_input=0.3, cache_write_5m=3.75, output=15),
+    )
+    assert price is not None
+    # Anthropic's usage: 200 fresh, 5,000 read from the cache, 1,000 written, 300 out.
+    raw = {
+        "input_tokens": 200,
+        "cache_read_input_tokens": 5000,
+        "cache_creation_input_tokens": 1000,
+    }
+    usage = Usage(
+        input_tokens=raw["input_tokens"] + raw["cache_read_input_tokens"] + 1000,
+        cached_input_tokens=5000,
+        cache_write_tokens=1000,
+        output_tokens=300,
+    )
+    expected = (200 * 3 + 5000 * 0.3 + 1000 * 3.75 + 300 * 15) / 1e6
+    assert bill(usage, price, "anthropic").usd == pytest.approx(expected, rel=1e-3)
+    # OpenAI's: prompt_tokens holds the cached and the written ones.
+    openai = price_for(
+        EngineConfig(kind="openai", model="y", base_url="http://127.0.0.1:1/v1"),
+        PriceConfig(input=2, cached_input=0.2, cache_write=2.5, output=8),
+    )
+    assert openai is not None
+    usage = Usage(
+        input_tokens=10_000, cached_input_tokens=6000, cache_write_tokens=3000, output_tokens=50
+    )
+    expected = (1000 * 2 + 6000 * 0.2 + 3000 * 2.5 + 50 * 8) / 1e6
+    assert bill(usage, openai, "openai").usd == pytest.approx(expected, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("row", "key"),
+    [
+        ("input = -1\noutput = 2", "prices.sim-1.input"),
+        ('input = "cheap"', "prices.sim-1.input"),
+        ("inputs = 1", "prices.sim-1.inputs"),
+    ],
+)
+def test_a_bad_price_is_refused_naming_its_key(tmp_path: Path, row: str, key: str) -> None:
+    write_org(tmp_path, workers=1, channels=1, identity_chars=100, purpose_chars=10)
+    with (tmp_path / "org.toml").open("a") as toml:
+        toml.write(f'\n[prices."sim-1"]\n{row}\n')
+    with pytest.raises(ConfigError) as refused:
+        load_org(tmp_path)
+    assert refused.value.key == key
+
+
+def org_on(root: Path, sim: Simulator, prices: str = "") -> Path:
+    write_org(
+        root,
+        workers=2,
+        channels=2,
+        identity_chars=300,
+        purpose_chars=100,
+        engine=f'kind = "anthropic"\nmodel = "sim-1"\nbase_url = "{sim.anthropic_url}"',
+    )
+    with (root / "org.toml").open("a") as toml:
+        toml.write(prices)
+    return root
+
+
+async def test_every_call_carries_its_cost_and_operators_read_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prices = '\n[prices."sim-1"]\ninput = 3\ncached_input = 0.3\noutput = 15\n'
+    state = tmp_path / "state"
+    async with Simulator() as sim:
+        sim.script(Reply("one"), Reply("two"), Reply("three"))
+        org = org_on(tmp_path / "org", sim, prices)
+        async with daemon_in_process(org, state) as daemon, await daemon.client() as client:
+            opened = await client.session_open("w0", "c0")
+            await client.session_send(opened.session, "first")
+            await client.session_send(opened.session, "second")
+            other = await client.session_open("w1", "c1")
+            await client.session_send(other.session, "third")
+            shown = await client.runs_show(opened.session)
+    calls = [e for e in shown.transcript if e.role == "assistant"]
+    for entry in calls:
+        assert entry.cost is not None and entry.usage is not None
+        usage = entry.usage
+        fresh = usage.input_tokens - usage.cached_input_tokens - usage.cache_write_tokens
+        expected = (
+            fresh * 3 + usage.cached_input_tokens * 0.3 + usage.cache_write_tokens * 3.75
+        ) / 1e6 + usage.output_tokens * 15 / 1e6
+        assert entry.cost.usd == pytest.approx(expected, rel=1e-3)
+        assert entry.cost.price.rules == ("5-minute cache write = 1.25x input (Anthropic)",
+                                          "1-hour cache write = 2x input (Anthropic)")  # fmt: skip
+    total = sum(e.cost.usd for e in calls if e.cost is not None)
+    # runs show, with the daemon down: each turn's cost, the run's, the row and its rules.
+    capsys.readouterr()
+    show = ["server", "runs", "show", opened.session, "--state", str(state)]
+    assert await anyio.to_thread.run_sync(main, show) == 0
+    out = capsys.readouterr().out
+    assert f"${total:.6f}" in out and "5-minute cache write = 1.25x input" in out
+    # stats cost, by worker and as JSON.
+    by_worker = ["server", "stats", "cost", "--by", "worker", "--state", str(state), "--json"]
+    assert await anyio.to_thread.run_sync(main, by_worker) == 0
+    rows = {row["group"]: row for row in json.loads(capsys.readouterr().out)}
+    assert set(rows) == {"w0", "w1"} and rows["w0"]["calls"] == 2
+    assert rows["w0"]["cost_usd"] == pytest.approx(total) and rows["w0"]["unpriced_calls"] == 0
+    later = ["server", "stats", "cost", "--since", "2999-01-01", "--state", str(state)]
+    assert await anyio.to_thread.run_sync(main, later) == 0
+    assert "no engine call reported usage" in capsys.readouterr().out
+
+
+async def test_an_unpriced_model_costs_unknown_never_0_and_check_warns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+    async with Simulator() as sim:
+        org = org_on(tmp_path / "org", sim)
+        async with daemon_in_process(org, state) as daemon, await daemon.client() as client:
+            opened = await client.session_open("w0", "c0")
+            await client.session_send(opened.session, "hello")
+    capsys.readouterr()
+    show = ["server", "runs", "show", opened.session, "--state", str(state)]
+    assert await anyio.to_thread.run_sync(main, show) == 0
+    out = capsys.readouterr().out
+    assert "unknown" in out and "$0.000000" not in out
+    by_model = ["server", "stats", "cost", "--by", "model", "--state", str(state)]
+    assert await anyio.to_thread.run_sync(main, by_model) == 0
+    assert "0.000000 + unknown" in capsys.readouterr().out
+    assert await anyio.to_thread.run_sync(main, ["check", "--org", str(org)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: model 'sim-1' has no price" in err and '[prices."sim-1"]' in err
