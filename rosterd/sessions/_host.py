@@ -449,6 +449,7 @@ class Host(AsyncResource):
         *last* engine to try waits out a provider's ``retry-after``: with
         another engine after it, the call goes there instead."""
         config = named.config
+        engine = self.engine(config)
         admission = self.admission(config)
         paused = admission.paused()
         if paused is not None and not last:
@@ -467,7 +468,6 @@ class Host(AsyncResource):
                 retryable=True,
                 retry_after=retry_in,
             )
-        engine = self.engine(config)
         tokens = _input_tokens(request) if config.input_tokens_per_minute is not None else 0
         try:
             async with admission.slot(key, tokens, on_wait):
