@@ -11,6 +11,7 @@ from pathlib import Path
 
 import anyio.to_thread
 import pytest
+from engines_org import fallback_org
 from harness import daemon_in_process
 from simulator import Delay, Drop, Hangup, Reply, Simulator, Status, write_org
 
@@ -23,39 +24,11 @@ from rosterd.protocol import Delta, Wait
 pytestmark = pytest.mark.anyio
 
 
-def make_org(root: Path, primary: Simulator, fallback: Simulator, extra: str = "") -> Path:
-    """Worker w0 on engine ``claude`` (Anthropic API), falling back to ``local``
-    (OpenAI API), each on a simulator of its own, without retries."""
-    write_org(root, workers=1, channels=2, identity_chars=300, purpose_chars=100)
-    with (root / "org.toml").open("a") as toml:
-        toml.write(
-            f"""
-[engines.claude]
-kind = "anthropic"
-model = "sim-claude"
-base_url = "{primary.anthropic_url}"
-max_retries = 0
-fallback = ["local"]
-
-[engines.local]
-kind = "openai"
-model = "sim-local"
-base_url = "{fallback.openai_url}"
-max_retries = 0
-{extra}"""
-        )
-    toml_text = (root / "org.toml").read_text()
-    (root / "org.toml").write_text(
-        toml_text.replace("[workers.w0]", '[workers.w0.engine]\nuse = "claude"\n\n[workers.w0]', 1)
-    )
-    return root
-
-
 @asynccontextmanager
 async def session(
     tmp_path: Path, primary: Simulator, fallback: Simulator, extra: str = ""
 ) -> AsyncIterator[tuple[RosterClient, str]]:
-    org = make_org(tmp_path / "org", primary, fallback, extra)
+    org = fallback_org(tmp_path / "org", primary.anthropic_url, fallback.openai_url, extra=extra)
     async with (
         daemon_in_process(org, tmp_path / "state") as daemon,
         await daemon.client() as client,
@@ -169,13 +142,11 @@ def test_an_engine_name_that_is_no_engine_is_a_config_error(
 async def test_an_open_breaker_fails_a_call_at_once_without_asking_the_provider(
     tmp_path: Path,
 ) -> None:
-    async with Simulator() as primary, Simulator() as fallback:
+    async with Simulator() as primary:
         primary.script(Status(500), Status(500))
-        breaker = "breaker_failures = 2\nbreaker_cooldown_s = 600\n"
-        org = make_org(tmp_path / "org", primary, fallback)
-        toml = org / "org.toml"
         # No fallback: an open breaker fails the call at once.
-        toml.write_text(toml.read_text().replace('fallback = ["local"]\n', breaker))
+        breaker = "max_retries = 0\nbreaker_failures = 2\nbreaker_cooldown_s = 600\n"
+        org = fallback_org(tmp_path / "org", primary.anthropic_url, None, settings=breaker)
         async with (
             daemon_in_process(org, tmp_path / "state") as daemon,
             await daemon.client() as client,
@@ -194,16 +165,17 @@ async def test_an_open_breaker_fails_a_call_at_once_without_asking_the_provider(
     assert paused.value.data is not None and 590 < paused.value.data["retry_after"] <= 600
     engines = {e.name: e for e in status.engines}
     assert (engines["claude"].breaker, engines["claude"].failures) == ("open", 2)
-    assert engines["local"].breaker == "closed"
+    assert engines["engine"].breaker == "closed"
 
 
 async def test_the_client_hears_why_its_turn_waits(tmp_path: Path) -> None:
     async with Simulator() as primary, Simulator() as fallback:
         primary.script(Status(429, retry_after=0), Status(529, "Overloaded"))
-        org = make_org(tmp_path / "org", primary, fallback)
-        toml = org / "org.toml"
-        toml.write_text(
-            toml.read_text().replace("max_retries = 0\nfallback", "max_retries = 1\nfallback")
+        org = fallback_org(
+            tmp_path / "org",
+            primary.anthropic_url,
+            fallback.openai_url,
+            settings="max_retries = 1\n",
         )
         fallback.script(Reply("from local"))
         waits: list[Wait] = []
@@ -270,11 +242,9 @@ async def test_a_broken_stream_keeps_what_was_shown_and_the_next_request_carries
 async def test_without_a_fallback_a_call_fails_naming_its_engine_and_when_to_retry(
     tmp_path: Path,
 ) -> None:
-    async with Simulator() as primary, Simulator() as fallback:
+    async with Simulator() as primary:
         primary.script(Status(429, "Slow down", retry_after=20))
-        org = make_org(tmp_path / "org", primary, fallback)
-        toml = org / "org.toml"
-        toml.write_text(toml.read_text().replace('fallback = ["local"]\n', ""))
+        org = fallback_org(tmp_path / "org", primary.anthropic_url, None)
         async with (
             daemon_in_process(org, tmp_path / "state") as daemon,
             await daemon.client() as client,
@@ -293,10 +263,10 @@ async def test_a_call_past_max_inflight_waits_its_turn_and_hears_it(tmp_path: Pa
     async with Simulator() as primary, Simulator() as fallback:
         # The first call is slow; the second, from another session, queues.
         primary.script(Delay(0.5))
-        org = make_org(tmp_path / "org", primary, fallback)
-        toml = org / "org.toml"
-        limited = "max_inflight = 1\nmax_retries = 0\nfallback"
-        toml.write_text(toml.read_text().replace("max_retries = 0\nfallback", limited, 1))
+        limited = "max_inflight = 1\nmax_retries = 0\n"
+        org = fallback_org(
+            tmp_path / "org", primary.anthropic_url, fallback.openai_url, settings=limited
+        )
         waits: list[Wait] = []
 
         async def heard(wait: Wait) -> None:

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import anyio.to_thread
 import pytest
+from engines_org import fallback_org
 from faultproxy import Fault, fault_proxy
 from harness import daemon_in_process
-from simulator import Simulator, write_org
+from simulator import Simulator
 
 from rosterd.cli import main
 from rosterd.client import RpcError
@@ -22,26 +23,10 @@ pytestmark = pytest.mark.anyio
 
 
 def make_org(root: Path, primary_url: str, retries: int, fallback_url: str | None) -> Path:
-    """Worker w0 on ``claude`` (Anthropic API, through the proxy), with a
-    fallback ``local`` (OpenAI API) when *fallback_url* is given."""
-    write_org(root, workers=1, channels=10, identity_chars=300, purpose_chars=100)
-    fallback = 'fallback = ["local"]\n' if fallback_url else ""
-    local = (
-        f'[engines.local]\nkind = "openai"\nmodel = "sim-local"\nbase_url = "{fallback_url}"\n'
-        if fallback_url
-        else ""
-    )
-    with (root / "org.toml").open("a") as toml:
-        toml.write(
-            f'\n[engines.claude]\nkind = "anthropic"\nmodel = "sim-claude"\n'
-            f'base_url = "{primary_url}"\nmax_retries = {retries}\ntimeout_s = 1\n'
-            f"breaker_failures = 1000\n{fallback}\n{local}"
-        )
-    text = (root / "org.toml").read_text()
-    (root / "org.toml").write_text(
-        text.replace("[workers.w0]", '[workers.w0.engine]\nuse = "claude"\n\n[workers.w0]', 1)
-    )
-    return root
+    """Worker w0 on ``claude`` (through the proxy), with *retries* and a
+    stall timeout of 1 s, and a fallback ``local`` when *fallback_url* is given."""
+    settings = f"max_retries = {retries}\ntimeout_s = 1\nbreaker_failures = 1000\n"
+    return fallback_org(root, primary_url, fallback_url, settings=settings, channels=10)
 
 
 @pytest.mark.parametrize(
