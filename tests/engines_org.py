@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness import daemon_in_process
 from simulator import write_org
 
-__all__ = ("fallback_org",)
+from rosterd.protocol import TurnResult, Wait
+
+__all__ = ("fallback_org", "one_turn")
 
 
 def fallback_org(
@@ -35,3 +38,17 @@ def fallback_org(
     )
     toml.write_text(text + "\n" + "\n".join(tables) + extra)
     return root
+
+
+async def one_turn(org: Path, state: Path, text: str = "hello") -> tuple[TurnResult, list[Wait]]:
+    """One session turn of w0 in c0 on a daemon of *org*: its result, and
+    every ``turn.wait`` its client heard."""
+    waits: list[Wait] = []
+
+    async def heard(wait: Wait) -> None:
+        waits.append(wait)
+
+    async with daemon_in_process(org, state) as daemon, await daemon.client() as client:
+        opened = await client.session_open("w0", "c0")
+        result = await client.session_send(opened.session, text, on_wait=heard)
+    return result, waits

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import anyio.to_thread
 import pytest
-from engines_org import fallback_org
+from engines_org import fallback_org, one_turn
 from harness import daemon_in_process
 from simulator import Delay, Drop, Hangup, Reply, Simulator, Status, write_org
 
@@ -178,22 +178,12 @@ async def test_the_client_hears_why_its_turn_waits(tmp_path: Path) -> None:
             settings="max_retries = 1\n",
         )
         fallback.script(Reply("from local"))
-        waits: list[Wait] = []
-
-        async def heard(wait: Wait) -> None:
-            waits.append(wait)
-
-        async with (
-            daemon_in_process(org, tmp_path / "state") as daemon,
-            await daemon.client() as client,
-        ):
-            opened = await client.session_open("w0", "c0")
-            result = await client.session_send(opened.session, "hello", on_wait=heard)
+        result, waits = await one_turn(org, tmp_path / "state")
 
     assert result.text == "from local"
     assert [(w.run, w.reason) for w in waits] == [
-        (opened.session, "rate_limited"),
-        (opened.session, "fallback"),
+        (result.run, "rate_limited"),
+        (result.run, "fallback"),
     ]
     assert waits[0].retry_in_s == 0
 

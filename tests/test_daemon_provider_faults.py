@@ -10,14 +10,13 @@ from pathlib import Path
 
 import anyio.to_thread
 import pytest
-from engines_org import fallback_org
+from engines_org import fallback_org, one_turn
 from faultproxy import Fault, fault_proxy
 from harness import daemon_in_process
 from simulator import Simulator
 
 from rosterd.cli import main
 from rosterd.client import RpcError
-from rosterd.protocol import Wait
 
 pytestmark = pytest.mark.anyio
 
@@ -45,17 +44,7 @@ async def test_a_fault_before_the_reply_is_retried_and_the_client_told(
 ) -> None:
     async with Simulator() as sim, fault_proxy(("127.0.0.1", sim.port), _once(fault)) as proxy:
         org = make_org(tmp_path / "org", proxy.url, retries=1, fallback_url=None)
-        waits: list[Wait] = []
-
-        async def on_wait(wait: Wait) -> None:
-            waits.append(wait)
-
-        async with (
-            daemon_in_process(org, tmp_path / "state") as daemon,
-            await daemon.client() as client,
-        ):
-            opened = await client.session_open("w0", "c0")
-            result = await client.session_send(opened.session, "hello", on_wait=on_wait)
+        result, waits = await one_turn(org, tmp_path / "state")
     assert result.text and proxy.faults == [fault, None]
     assert [w.reason for w in waits] == [heard]
 
