@@ -62,6 +62,7 @@ async def test_prometheus_counts_every_turn_and_promtool_finds_no_problem(
         "rosterd_turn_duration_seconds_bucket",
         "rosterd_engine_first_token_seconds_bucket",
         'rosterd_tokens_total{engine="echo",kind="output",worker="ada"}',
+        'rosterd_cost_usd_total{engine="echo",model="echo",worker="ada"} 0.0',
         "rosterd_queue_wait_seconds_count 5.0",
         "rosterd_connections 1.0",
         'rosterd_tasks{status="queued"}',

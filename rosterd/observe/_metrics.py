@@ -62,6 +62,13 @@ class Metrics:
             ("worker", "engine", "kind"),
             registry=registry,
         )
+        self.cost = Counter(
+            "rosterd_cost_usd",
+            "What engine calls cost, in USD, at their model's price; calls without a price "
+            "are not counted here.",
+            ("worker", "engine", "model"),
+            registry=registry,
+        )
         self.cache_misses = Counter(
             "rosterd_cache_misses",
             "Engine calls whose cache verdict was not a hit, by verdict.",

@@ -26,7 +26,7 @@ from .._errors import EngineError, RosterError
 from ..compiler import ToolStatus
 from ..engines import ChatMessage, DeltaSink, EngineReply
 from ..org import EngineConfig
-from ..protocol import RunInfo, Verdict
+from ..protocol import CallCost, RunInfo, Verdict
 
 if TYPE_CHECKING:
     from ..stores import TaskStore
@@ -138,6 +138,12 @@ class TurnWatch:
         if self._tracing is not None and self._span is not None:
             span = self._tracing.chat_span(self._span, self._info, self.engine, step)
         return CallWatch(self, self._metrics, self._tracing, span)
+
+    def billed(self, cost: CallCost | None) -> None:
+        """An engine call's cost, when its model has a price."""
+        if self._metrics is not None and cost is not None:
+            labels = (self._info.worker, self.engine.kind, cost.price.model)
+            self._metrics.cost.labels(*labels).inc(cost.usd)
 
     def cache(self, verdict: Verdict) -> None:
         if self._metrics is not None and verdict not in ("hit", "unmeasured"):

@@ -504,6 +504,7 @@ class Host(AsyncResource):
             cache = msgspec.structs.replace(cache, verdict="fallback", cause=cause)
         call.watch.cache(cache.verdict)
         cost = self.pricing.cost(engine, self.org.prices, reply.usage)
+        call.watch.billed(cost)
         entry = call.entry(step, "assistant", reply.text, self.clock())
         await call.run.record(
             msgspec.structs.replace(
