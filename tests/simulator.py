@@ -33,6 +33,7 @@ result right after it, and only defined tools are called.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import time
 from collections import deque
@@ -315,6 +316,8 @@ class _Usage(msgspec.Struct, frozen=True):
     fresh: int
     read: int
     written: int
+    # Of the written tokens, those written for an hour (Anthropic).
+    written_1h: int = 0
 
     @property
     def total(self) -> int:
@@ -369,7 +372,8 @@ class Simulator:
         self.requests: list[Recorded] = []
         self._script: deque[Action] = deque()
         # Anthropic entries are global per model; OpenAI's per cache key.
-        self._anthropic: dict[bytes, float] = {}
+        # Per prefix digest: when it was last used, and how long it lives.
+        self._anthropic: dict[bytes, tuple[float, float | None]] = {}
         self._openai: dict[tuple[str | None, bytes], float] = {}
         self._stack = AsyncExitStack()
         self.port = 0
@@ -546,6 +550,22 @@ class Simulator:
         for key in [k for k, used in table.items() if now - used > self.ttl_s]:
             del table[key]
 
+    def _lifetime(self, control: _CacheControl | None) -> float | None:
+        """Seconds an entry written at *control* lives: an hour when asked,
+        else the simulator's TTL (``None``: until cleared)."""
+        if control is not None and control.ttl == "1h":
+            return 3600.0
+        return self.ttl_s
+
+    def _live_anthropic(self) -> None:
+        """Drop entries unused for longer than their own lifetime."""
+        now = self._clock()
+        table = self._anthropic
+        for key in [
+            k for k, (used, life) in table.items() if life is not None and now - used > life
+        ]:
+            del table[key]
+
     def _fits(self, tokens: int) -> None:
         if self.context_tokens is not None and tokens > self.context_tokens:
             raise _TooLong(tokens, self.context_tokens)
@@ -584,13 +604,17 @@ class Simulator:
             raise _Invalid(400, "this simulator only streams")
         _check_anthropic_tools(request)
         blocks = _anthropic_blocks(request)
-        marks = sum(marked for _, marked in blocks)
-        if marks > 4:
+        controls = [control for _, control in blocks if control is not None]
+        if len(controls) > 4:
             raise _Invalid(
-                400, f"A maximum of 4 blocks with cache_control may be provided. Found {marks}."
+                400,
+                f"A maximum of 4 blocks with cache_control may be provided. Found {len(controls)}.",
             )
+        lifetimes = [self._lifetime(control) for control in controls]
+        if any(a == 300 and b == 3600 for a, b in itertools.pairwise(lifetimes)):
+            raise _Invalid(400, "a ttl='1h' cache_control block must not come after a ttl='5m' one")
         self._fits(_tokens(sum(len(data) for data, _ in blocks)))
-        self._live(self._anthropic)
+        self._live_anthropic()
         hasher = hashlib.sha256(request.model.encode() + b"\0")
         ends: list[int] = []  # characters up to the end of each block
         digests: list[bytes] = []
@@ -600,7 +624,7 @@ class Simulator:
             chars += len(data)
             ends.append(chars)
             digests.append(hasher.digest())
-        breakpoints = [i for i, (_, marked) in enumerate(blocks) if marked]
+        breakpoints = [i for i, (_, control) in enumerate(blocks) if control is not None]
         hit = -1
         for point in breakpoints:
             for j in range(point, max(-1, point - self.lookback_blocks), -1):
@@ -610,29 +634,36 @@ class Simulator:
         read = _tokens(ends[hit]) if hit >= 0 else 0
         now = self._clock()
         written_to = read
+        written_1h = 0
         for point in breakpoints:
+            lifetime = self._lifetime(blocks[point][1])
             if _tokens(ends[point]) >= self.min_cacheable_tokens:
-                self._anthropic[digests[point]] = now
-                written_to = max(written_to, _tokens(ends[point]))
+                self._anthropic[digests[point]] = (now, lifetime)
+                if _tokens(ends[point]) > written_to:
+                    if lifetime == 3600:
+                        written_1h += _tokens(ends[point]) - written_to
+                    written_to = _tokens(ends[point])
         if hit >= 0:
-            self._anthropic[digests[hit]] = now
+            self._anthropic[digests[hit]] = (now, self._anthropic[digests[hit]][1])
         total = _tokens(chars)
-        usage = _Usage(fresh=total - written_to, read=read, written=written_to - read)
+        usage = _Usage(
+            fresh=total - written_to, read=read, written=written_to - read, written_1h=written_1h
+        )
         text = self._reply(len(self.requests), chars)
         return text, usage, request.model
 
 
-def _anthropic_blocks(request: _MessagesRequest) -> list[tuple[bytes, bool]]:
-    """The prompt as (serialised block, has cache_control), in cache order:
+def _anthropic_blocks(request: _MessagesRequest) -> list[tuple[bytes, _CacheControl | None]]:
+    """The prompt as (serialised block, its cache_control), in cache order:
     tools, system, messages."""
-    blocks: list[tuple[bytes, bool]] = []
+    blocks: list[tuple[bytes, _CacheControl | None]] = []
     for tool in request.tools or []:
-        blocks.append((b"<tool>" + msgspec.json.encode(tool), tool.cache_control is not None))
+        blocks.append((b"<tool>" + msgspec.json.encode(tool), tool.cache_control))
     system = request.system
     if isinstance(system, str):
         system = [_TextBlock(text=system)]
     for block in system or []:
-        blocks.append((block.text.encode(), block.cache_control is not None))
+        blocks.append((block.text.encode(), block.cache_control))
     for message in request.messages:
         content = message.content
         if isinstance(content, str):
@@ -648,7 +679,7 @@ def _anthropic_blocks(request: _MessagesRequest) -> list[tuple[bytes, bool]]:
                     data = f"<use {call_id} {name}>".encode() + msgspec.json.encode(arguments)
                 case _ToolResultBlock(tool_use_id=call_id, content=result):
                     data = f"<result {call_id}>".encode() + result.encode()
-            blocks.append((marker + data, part.cache_control is not None))
+            blocks.append((marker + data, part.cache_control))
     return blocks
 
 
@@ -869,6 +900,10 @@ def _anthropic_events(
                 "input_tokens": usage.fresh,
                 "cache_creation_input_tokens": usage.written,
                 "cache_read_input_tokens": usage.read,
+                "cache_creation": {
+                    "ephemeral_5m_input_tokens": usage.written - usage.written_1h,
+                    "ephemeral_1h_input_tokens": usage.written_1h,
+                },
                 "output_tokens": 1,
             },
         },

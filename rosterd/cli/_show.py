@@ -340,6 +340,12 @@ def _usage(usage: UsageSummary) -> list[str]:
         for t in usage.turns
         if t.cache is not None and t.cache.verdict not in ("hit", "unmeasured") and t.cache.cause
     ]
+    # The cache lifetime each request asked for, where it changed, and why.
+    lifetime = None
+    for t in usage.turns:
+        if t.cache is not None and t.cache.ttl is not None and t.cache.ttl != lifetime:
+            lifetime = t.cache.ttl
+            explained.append(f"  turn {t.turn}: cache {t.cache.ttl_reason}")
     return [
         "usage per turn (tokens, as the provider reported them; EXPECTED is the reuse the "
         "compiler made possible; COST in USD, unknown where the model has no price)",

@@ -35,11 +35,14 @@ ANTHROPIC_VERSION = "2023-06-01"
 MAX_BREAKPOINTS = 4
 
 
-class _CacheControl(msgspec.Struct, frozen=True):
-    type: Literal["ephemeral"] = "ephemeral"
+class _CacheControl(msgspec.Struct, frozen=True, omit_defaults=True):
+    type: Literal["ephemeral"]
+    # None: the provider's default lifetime, five minutes.
+    ttl: Literal["1h"] | None = None
 
 
-_EPHEMERAL = _CacheControl()
+_EPHEMERAL = _CacheControl(type="ephemeral")
+_EPHEMERAL_1H = _CacheControl(type="ephemeral", ttl="1h")
 
 
 class _TextBlock(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -86,11 +89,18 @@ class _MessagesRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     tools: list[_Tool] | None = None
 
 
+class _CacheCreation(msgspec.Struct):
+    ephemeral_5m_input_tokens: int = 0
+    ephemeral_1h_input_tokens: int = 0
+
+
 class _Usage(msgspec.Struct):
     input_tokens: int | None = None
     cache_read_input_tokens: int | None = None
     cache_creation_input_tokens: int | None = None
     output_tokens: int | None = None
+    # The writes split by lifetime, where the API reports it.
+    cache_creation: _CacheCreation | None = None
 
 
 class _StartedMessage(msgspec.Struct):
@@ -130,7 +140,9 @@ _encode = msgspec.json.Encoder().encode
 _decode_event = msgspec.json.Decoder(_Event).decode
 
 
-def system_blocks(system: SystemPrompt, breakpoints: int) -> list[_TextBlock]:
+def system_blocks(
+    system: SystemPrompt, breakpoints: int, control: _CacheControl = _EPHEMERAL
+) -> list[_TextBlock]:
     """The system text cut at its boundaries; the last *breakpoints* cuts marked.
 
     Empty segments are skipped and coinciding boundaries merge, so a worker
@@ -145,8 +157,8 @@ def system_blocks(system: SystemPrompt, breakpoints: int) -> list[_TextBlock]:
     start = 0
     for cut in cuts:
         if cut > start:
-            control = _EPHEMERAL if cut in marked else None
-            blocks.append(_TextBlock(type="text", text=text[start:cut], cache_control=control))
+            marker = control if cut in marked else None
+            blocks.append(_TextBlock(type="text", text=text[start:cut], cache_control=marker))
             start = cut
     return blocks
 
@@ -186,15 +198,18 @@ class AnthropicEngine(HttpEngine):
         # from the previous request's only by where the last marker sits.
         messages = _messages(request.messages)
         system_budget = MAX_BREAKPOINTS
+        # One lifetime for every breakpoint of a request, so the 1-hour ones
+        # never come after 5-minute ones (the API's rule).
+        control = _EPHEMERAL_1H if request.cache_ttl == "1h" else _EPHEMERAL
         if messages:
             last = messages[-1]
-            block = msgspec.structs.replace(last.content[-1], cache_control=_EPHEMERAL)
+            block = msgspec.structs.replace(last.content[-1], cache_control=control)
             messages[-1] = _Message(role=last.role, content=[*last.content[:-1], block])
             system_budget -= 1
         chat = _MessagesRequest(
             model=self._config.model,
             max_tokens=self._config.max_tokens,
-            system=system_blocks(request.system, system_budget),
+            system=system_blocks(request.system, system_budget, control),
             messages=messages,
             stream=True,
             tools=_tools(request.system.tools),
@@ -338,5 +353,8 @@ class _Stream:
             cached_input_tokens=read,
             cache_write_tokens=written,
             output_tokens=u.output_tokens or 0,
+            cache_write_1h_tokens=(
+                u.cache_creation.ephemeral_1h_input_tokens if u.cache_creation else 0
+            ),
         )
         return EngineReply(text="".join(self._parts), usage=usage, calls=calls)

@@ -12,7 +12,7 @@ from typing import Protocol
 import msgspec
 
 from ..compiler import SystemPrompt, ToolCall
-from ..protocol import ChatMessage, Usage, WaitReason
+from ..protocol import CacheTtl, ChatMessage, Usage, WaitReason
 
 __all__ = ("ChatMessage", "DeltaSink", "Engine", "EngineReply", "EngineRequest", "Usage")
 
@@ -23,6 +23,9 @@ class EngineRequest(msgspec.Struct, frozen=True):
 
     system: SystemPrompt
     messages: Sequence[ChatMessage]
+    # How long the provider should keep this request's prefix cached, where
+    # it takes a lifetime (Anthropic's cache_control ttl).
+    cache_ttl: CacheTtl = "5m"
 
 
 class EngineReply(msgspec.Struct, frozen=True):

@@ -39,6 +39,7 @@ Seconds = Annotated[float, msgspec.Meta(gt=0)]
 EnvName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 HttpMethod = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 EngineKind = Literal["echo", "openai", "anthropic"]
+CacheTtlChoice = Literal["auto", "5m", "1h"]
 # The built-in tools a worker has besides one per connection: rosterd
 # answers these itself, so no connection may take their names.
 FILE_GATE = "file_gate"
@@ -108,6 +109,9 @@ class EngineConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # Failed calls in a row that open the breaker, and for how long.
     breaker_failures: Positive = 5
     breaker_cooldown_s: Seconds = 30.0
+    # Anthropic: how long the provider keeps a session's prefix cached;
+    # None is "auto", chosen per session from the gaps between its turns.
+    cache_ttl: CacheTtlChoice | None = None
 
 
 class EngineOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -128,6 +132,7 @@ class EngineOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     input_tokens_per_minute: Positive | None = None
     breaker_failures: Positive | None = None
     breaker_cooldown_s: Seconds | None = None
+    cache_ttl: CacheTtlChoice | None = None
     # A named [engines.*] table to start from instead of [engine].
     use: str | None = None
 

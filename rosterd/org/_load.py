@@ -195,7 +195,23 @@ def _check_engines(
     engines: dict[str, EngineConfig],
     workers: dict[str, WorkerConfig],
 ) -> None:
-    """Every engine a worker uses, and every fallback, is an [engines.*] table."""
+    """Every engine a worker uses, and every fallback, is an [engines.*] table;
+    a caching key is set only on an engine that has it."""
+    configs = {"engine": default, **{f"engines.{name}": e for name, e in engines.items()}}
+    for name, worker in workers.items():
+        base = default if worker.engine.use is None else engines.get(worker.engine.use, default)
+        if worker.engine.cache_ttl is not None:
+            configs[f"workers.{name}.engine"] = msgspec.structs.replace(
+                base, cache_ttl=worker.engine.cache_ttl, kind=worker.engine.kind or base.kind
+            )
+    for where, config in configs.items():
+        if config.cache_ttl is not None and config.kind != "anthropic":
+            raise ConfigError(
+                f"{path}: `{where}.cache_ttl`: only an anthropic engine takes a cache "
+                f"lifetime, not {config.kind!r}",
+                path=str(path),
+                key=f"{where}.cache_ttl",
+            )
     _check_named(path, "engine.fallback", default.fallback, engines, "engines")
     for name, engine in engines.items():
         _check_named(path, f"engines.{name}.fallback", engine.fallback, engines, "engines")

@@ -84,16 +84,20 @@ def bill(usage: Usage, price: Price, kind: str) -> CallCost:
     """*usage* at *price*: fresh input, cache reads, cache writes and output.
 
     ``input_tokens`` counts the cached and the written ones too. Anthropic's
-    writes are billed at the 5-minute rate (the lifetime rosterd asks for);
-    other providers' at ``cache_write``.
+    writes are billed by lifetime (``cache_write_1h_tokens`` at the 1-hour
+    rate, the rest at the 5-minute one); other providers' at ``cache_write``.
     """
     written = usage.cache_write_tokens
     fresh = max(usage.input_tokens - usage.cached_input_tokens - written, 0)
-    write_rate = price.cache_write_5m if kind == "anthropic" else price.cache_write
+    if kind == "anthropic":
+        hour = min(usage.cache_write_1h_tokens, written)
+        writes = (written - hour) * price.cache_write_5m + hour * price.cache_write_1h
+    else:
+        writes = written * price.cache_write
     micro = (
         fresh * price.input
         + usage.cached_input_tokens * price.cached_input
-        + written * write_rate
+        + writes
         + usage.output_tokens * price.output
     )
     return CallCost(usd=micro / 1_000_000, price=price)

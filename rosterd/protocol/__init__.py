@@ -68,6 +68,7 @@ from ._params import (
 )
 from ._records import (
     CacheCheck,
+    CacheTtl,
     CallCost,
     ChatMessage,
     ContextPage,
@@ -121,6 +122,7 @@ __all__ = (
     "BlockSummary",
     "BreakerState",
     "CacheCheck",
+    "CacheTtl",
     "CallCost",
     "ChannelPost",
     "ChatMessage",

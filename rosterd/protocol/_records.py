@@ -15,6 +15,7 @@ from ..compiler import Continuation, Gate, ToolCall
 
 __all__ = (
     "CacheCheck",
+    "CacheTtl",
     "CallCost",
     "ChatMessage",
     "ContextPage",
@@ -43,12 +44,19 @@ class ChatMessage(msgspec.Struct, frozen=True, omit_defaults=True):
 
 class Usage(msgspec.Struct, frozen=True):
     """Token counts as the provider reports them; ``input_tokens`` includes
-    the cached ones, so ``input_tokens - cached_input_tokens`` were fresh."""
+    the cached ones, so ``input_tokens - cached_input_tokens`` were fresh.
+    ``cache_write_1h_tokens`` are the part of ``cache_write_tokens`` written
+    for an hour (Anthropic); the rest were written for five minutes."""
 
     input_tokens: int = 0
     cached_input_tokens: int = 0
     cache_write_tokens: int = 0
     output_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+
+
+# How long a provider keeps a cached prefix: Anthropic's two lifetimes.
+CacheTtl = Literal["5m", "1h"]
 
 
 Verdict = Literal[
@@ -57,12 +65,15 @@ Verdict = Literal[
 
 
 class CacheCheck(msgspec.Struct, frozen=True):
-    """Per turn: expected and reported reuse, and why they differ."""
+    """Per turn: expected and reported reuse, and why they differ; and the
+    cache lifetime the request asked for, and why (Anthropic)."""
 
     expected_tokens: int
     reported_tokens: int
     verdict: Verdict
     cause: str | None = None
+    ttl: CacheTtl | None = None
+    ttl_reason: str | None = None
 
 
 class Price(msgspec.Struct, frozen=True):

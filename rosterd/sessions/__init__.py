@@ -2,6 +2,7 @@
 
 from ._cache import CacheCheck, Verdict, judge_cache
 from ._host import Host, TurnOutcome
+from ._lifetime import CachePlan, plan_ttl
 from ._runs import (
     CONTEXT_PAGE_CHARS,
     CONTEXT_PAGE_TURNS,
@@ -22,6 +23,7 @@ __all__ = (
     "CONTEXT_PAGE_CHARS",
     "CONTEXT_PAGE_TURNS",
     "CacheCheck",
+    "CachePlan",
     "ContextPage",
     "Host",
     "RunInfo",
@@ -38,5 +40,6 @@ __all__ = (
     "context_page",
     "direct_run",
     "judge_cache",
+    "plan_ttl",
     "request_at_turn",
 )

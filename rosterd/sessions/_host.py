@@ -56,10 +56,11 @@ from ..org import EngineConfig, NamedEngine, Org, OrgSource, Surface, WorkerConf
 from ..pricing import Pricing
 from ..protocol import EngineStatus
 from ..stores import ActiveRun, State
-from ._cache import judge_cache
+from ._cache import CacheCheck, judge_cache
 from ._calls import TurnTools
 from ._gateway import Gateway
 from ._leases import LeaseKeeper
+from ._lifetime import CachePlan
 from ._runs import RunInfo, TranscriptEntry
 
 __all__ = ("Host", "TurnOutcome")
@@ -217,6 +218,7 @@ class Host(AsyncResource):
         on_wait: WaitSink | None = None,
         previous_input_tokens: int | None = None,
         seen: int | None = None,
+        cache_plan: CachePlan | None = None,
     ) -> TurnOutcome:
         """Compile, trace, send and record one turn of *run*.
 
@@ -232,7 +234,8 @@ class Host(AsyncResource):
         answer before any output reached the client, the next (the run's
         fallbacks), each call starting from the first again. *on_wait*
         hears why a call waits: its engine's queue or limits, a provider's
-        backoff, a fallback.
+        backoff, a fallback. *cache_plan* is how long the provider should
+        keep the prefix (a session's choice, see ``plan_ttl``).
         """
         # A provider that cannot be set up (no key, no model) fails the turn
         # before anything is traced or recorded.
@@ -250,6 +253,7 @@ class Host(AsyncResource):
                 on_wait,
                 previous_input_tokens,
                 seen,
+                cache_plan,
             )
             outcome = "ok"
             return turned
@@ -276,6 +280,7 @@ class Host(AsyncResource):
         on_wait: WaitSink | None,
         previous_input_tokens: int | None,
         seen: int | None,
+        cache_plan: CachePlan | None,
     ) -> TurnOutcome:
         try:
             # Pure, but ranking a message whose words many notes share can
@@ -323,7 +328,17 @@ class Host(AsyncResource):
             watch,
         )
         call = _Call(
-            run, engines, record, system, checks, transcript, on_delta, on_wait, tools, watch
+            run,
+            engines,
+            record,
+            system,
+            checks,
+            transcript,
+            on_delta,
+            on_wait,
+            tools,
+            watch,
+            cache_plan,
         )
         answer = await self._complete(call, 1)
         reply = answer.reply
@@ -365,7 +380,12 @@ class Host(AsyncResource):
             scope.cancel()
         self._calls.add(scope)
         watch = call.watch.engine_call(step)
-        request = EngineRequest(system=call.system, messages=call.transcript)
+        plan = call.cache_plan
+        request = EngineRequest(
+            system=call.system,
+            messages=call.transcript,
+            cache_ttl=plan.ttl if plan is not None else "5m",
+        )
         # What of the reply reached the client, piece by piece.
         shown = _NotingSink(watch.sink(call.on_delta))
         try:
@@ -502,6 +522,8 @@ class Host(AsyncResource):
             # A cold cache at another provider, not a prefix the compiler moved.
             cause = f"answered by fallback engine {answer.engine.name}: {answer.fallback}"
             cache = msgspec.structs.replace(cache, verdict="fallback", cause=cause)
+        elif call.cache_plan is not None:
+            cache = _with_lifetime(cache, call.cache_plan)
         call.watch.cache(cache.verdict)
         cost = self.pricing.cost(engine, self.org.prices, reply.usage)
         call.watch.billed(cost)
@@ -558,6 +580,7 @@ class _Call:
         on_wait: WaitSink | None,
         tools: TurnTools,
         watch: TurnWatch,
+        cache_plan: CachePlan | None,
     ) -> None:
         self.run = run
         self.engines = engines
@@ -568,6 +591,7 @@ class _Call:
         self.on_delta = on_delta
         self.on_wait = on_wait
         self.tools = tools
+        self.cache_plan = cache_plan
         self.watch = watch
         # The transcript up to the last reply: what follows is what the
         # next engine call adds to the request.
@@ -638,6 +662,19 @@ def _failed(last: EngineError, tried: Sequence[tuple[str, str]]) -> EngineError:
         tried=tuple(tried),
         retry_after=last.retry_after,
     )
+
+
+def _with_lifetime(cache: CacheCheck, plan: CachePlan) -> CacheCheck:
+    """*cache* with the lifetime the call asked for; a miss right after the
+    lifetime changed is the provider writing the prefix anew, not a change."""
+    cause = cache.cause
+    if plan.previous is not None and plan.previous != plan.ttl and cache.verdict != "hit":
+        changed = (
+            f"the cache lifetime changed from {plan.previous} to {plan.ttl}: the provider "
+            "writes the prefix again (the prefix itself did not change)"
+        )
+        cause = f"{changed}; {cause}" if cause else changed
+    return msgspec.structs.replace(cache, ttl=plan.ttl, ttl_reason=plan.reason, cause=cause)
 
 
 def _input_tokens(request: EngineRequest) -> int:

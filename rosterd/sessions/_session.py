@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
+from itertools import pairwise
 from typing import Literal
 
 import anyio
@@ -51,6 +53,7 @@ from ..engines import DeltaSink, WaitSink
 from ..org import Surface
 from ..stores import ActiveRun, SessionState
 from ._host import Host, TurnOutcome
+from ._lifetime import RECENT_GAPS, plan_ttl
 from ._runs import TranscriptEntry, chat_messages
 from ._shown import ShownLedger
 
@@ -117,6 +120,15 @@ class Session:
             (e.usage.input_tokens for e in reversed(entries) if e.usage is not None), None
         )
         self._history = history
+        # When the recent turns were sent, and the cache lifetime the last
+        # one asked for: what the next one's lifetime is chosen from.
+        self._turn_times = deque(
+            (e.at for e in entries if e.role == "user" and e.step == 1), maxlen=RECENT_GAPS + 1
+        )
+        self._last_ttl = next(
+            (e.cache.ttl for e in reversed(entries) if e.cache is not None and e.cache.ttl),
+            None,
+        )
         # The channel seq this session's input has covered: later messages by
         # others are the backlog of its next turn.
         self._seen = next((e.seen for e in reversed(entries) if e.seen is not None), seen)
@@ -246,6 +258,7 @@ class Session:
         )
         self._shown.note_written(memory_view(turn_input.memory).written_by(self.id))
         meta = RunMeta(run=self.id, turn=turn, now=host.clock())
+        plan = plan_ttl(self._state.engine, self._gaps(meta.now), self._last_ttl)
         limit = budget.session_chars
 
         def compile_checked() -> Compilation:
@@ -269,6 +282,7 @@ class Session:
                 on_wait=on_wait,
                 previous_input_tokens=self._last_input_tokens,
                 seen=last_seq,
+                cache_plan=plan,
             )
         except (CompileError, EngineError, ShutdownError) as exc:
             # The failure is traced under this turn number: the next turn
@@ -286,6 +300,8 @@ class Session:
                 self._seen = last_seq
         self._turns = turn
         self._briefed_at = meta.now
+        self._turn_times.append(meta.now)
+        self._last_ttl = plan.ttl if plan is not None else None
         # Unreported usage keeps the last known size: a lower bound, as
         # the request only grows.
         if outcome.reply.usage is not None:
@@ -297,6 +313,15 @@ class Session:
             run=self.id,
         )
         return outcome
+
+    def _gaps(self, now: float) -> list[float]:
+        """Seconds between the recent turns (a fresh session's, between its
+        channel's recent messages), the time since the last one included."""
+        times = list(self._turn_times)
+        if len(times) < 2:
+            times = sorted([m.at for m in self._history] + times)
+        times = [*times[-RECENT_GAPS:], now]
+        return [later - earlier for earlier, later in pairwise(times) if later > earlier]
 
     def _count_new_messages(self) -> bool:
         """Count what the last turn added to the transcript; whether it added any."""

@@ -1,0 +1,135 @@
+"""A cache still warm at human pace: the lifetime a session's requests ask for,
+chosen from the gaps between its turns, on a clock the test moves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio.to_thread
+import pytest
+from harness import ManualClock, daemon_in_process
+from simulator import Simulator, write_org
+
+from rosterd import ConfigError
+from rosterd.cli import main
+from rosterd.org import EngineConfig, load_org
+from rosterd.protocol import TranscriptEntry
+from rosterd.sessions import plan_ttl
+
+pytestmark = pytest.mark.anyio
+
+ANTHROPIC = EngineConfig(kind="anthropic", model="m")
+PRICES = '\n[prices."sim-1"]\ninput = 3\ncached_input = 0.3\noutput = 15\n'
+
+
+@pytest.mark.parametrize(
+    ("gaps", "ttl"),
+    [
+        ([], "5m"),
+        ([20.0, 45.0, 90.0], "5m"),
+        ([840.0, 1200.0, 600.0], "1h"),
+        ([30.0, 30.0, 2400.0], "1h"),
+        ([30.0, 30.0, 30.0, 4000.0], "5m"),
+        ([30.0, 2400.0, 2400.0], "1h"),
+        ([7200.0, 9000.0], "5m"),
+    ],
+)
+def test_auto_picks_the_lifetime_with_the_lower_expected_cost(gaps: list[float], ttl: str) -> None:
+    plan = plan_ttl(ANTHROPIC, gaps)
+    assert plan is not None and plan.ttl == ttl
+    assert plan.reason.startswith(f"ttl {ttl}: ")
+
+
+def test_a_fixed_lifetime_and_an_engine_without_one() -> None:
+    fixed = plan_ttl(EngineConfig(kind="anthropic", model="m", cache_ttl="1h"), [10.0])
+    assert fixed is not None and (fixed.ttl, fixed.reason) == (
+        "1h",
+        "ttl 1h: set in the engine's cache_ttl",
+    )
+    assert plan_ttl(EngineConfig(kind="openai", model="m"), [900.0]) is None
+
+
+async def run_session(root: Path, choice: str, gap_s: float, turns: int) -> list[TranscriptEntry]:
+    """*turns* turns of one session, *gap_s* apart on the daemon's and the
+    provider's clock, with ``cache_ttl = choice``; its assistant entries."""
+    clock = ManualClock()
+    async with Simulator(ttl_s=300, clock=clock) as sim:
+        engine = f'kind = "anthropic"\nmodel = "sim-1"\nbase_url = "{sim.anthropic_url}"\n'
+        write_org(root / "org", workers=1, channels=1, engine=engine + f'cache_ttl = "{choice}"')
+        with (root / "org" / "org.toml").open("a") as toml:
+            toml.write(f"\n[daemon]\nsession_idle_s = 86400\n{PRICES}")
+        async with (
+            daemon_in_process(root / "org", root / "state", clock=clock) as daemon,
+            await daemon.client() as client,
+        ):
+            opened = await client.session_open("w0", "c0")
+            for turn in range(turns):
+                await client.session_send(opened.session, f"turn {turn}: anything new?")
+                clock.advance(gap_s)
+            shown = await client.runs_show(opened.session)
+        ttls = [json.loads(r.body)["system"][-1]["cache_control"].get("ttl") for r in sim.requests]
+    assert len(ttls) == turns
+    return [e for e in shown.transcript if e.role == "assistant"]
+
+
+async def test_at_human_pace_auto_keeps_the_prefix_an_hour_and_pays_far_less(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    auto = await run_session(tmp_path / "auto", "auto", gap_s=840, turns=10)
+    five = await run_session(tmp_path / "five", "5m", gap_s=840, turns=10)
+
+    checks = [e.cache for e in auto]
+    assert all(c is not None for c in checks)
+    assert [c.ttl for c in checks if c] == ["5m"] + ["1h"] * 9
+    assert checks[1] is not None
+    assert checks[1].ttl_reason == "ttl 1h: median gap 14 min over 1 turn(s)"
+    # The switch costs one write, and says so; from then on every turn reads.
+    assert checks[1].cause is not None and checks[1].cause.startswith(
+        "the cache lifetime changed from 5m to 1h"
+    )
+    assert [c.verdict for c in checks[2:] if c] == ["hit"] * 8
+    # With five minutes every turn after the first writes its whole prefix again.
+    assert [e.cache.verdict for e in five[1:] if e.cache] == ["provider-miss"] * 9
+    assert all(e.usage is not None and e.usage.cache_write_1h_tokens == 0 for e in five)
+    assert any(e.usage is not None and e.usage.cache_write_1h_tokens > 0 for e in auto)
+    cost = {
+        name: sum(e.cost.usd for e in entries if e.cost is not None)
+        for name, entries in (("auto", auto), ("5m", five))
+    }
+    assert cost["auto"] < 0.5 * cost["5m"]
+    # runs show says which lifetime the turns asked for, where it changed, and why.
+    (run,) = (tmp_path / "auto" / "state" / "runs").iterdir()
+    capsys.readouterr()
+    show = ["server", "runs", "show", run.name, "--state", str(tmp_path / "auto" / "state")]
+    assert await anyio.to_thread.run_sync(main, show) == 0
+    out = capsys.readouterr().out
+    assert "turn 1: cache ttl 5m: no gap between turns seen yet" in out
+    assert "turn 2: cache ttl 1h: median gap 14 min over 1 turn(s)" in out
+    assert "turn 3: cache ttl" not in out
+
+
+async def test_in_a_burst_auto_stays_at_five_minutes(tmp_path: Path) -> None:
+    burst = await run_session(tmp_path, "auto", gap_s=30, turns=4)
+    assert [e.cache.ttl for e in burst if e.cache] == ["5m"] * 4
+    assert [e.cache.verdict for e in burst[1:] if e.cache] == ["hit"] * 3
+
+
+@pytest.mark.parametrize(
+    ("engine", "extra", "key"),
+    [
+        ('kind = "openai"\nmodel = "m"\ncache_ttl = "1h"', "", "engine.cache_ttl"),
+        ('kind = "echo"', '[workers.w0.engine]\ncache_ttl = "5m"\n', "workers.w0.engine.cache_ttl"),
+        ('kind = "anthropic"\nmodel = "m"\ncache_ttl = "2h"', "", "engine.cache_ttl"),
+    ],
+)
+def test_a_cache_lifetime_only_an_anthropic_engine_takes(
+    tmp_path: Path, engine: str, extra: str, key: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        # write_org loads the org it writes; the overlay is added after.
+        write_org(tmp_path, workers=1, channels=1, identity_chars=100, engine=engine)
+        with (tmp_path / "org.toml").open("a") as toml:
+            toml.write(f"\n{extra}")
+        load_org(tmp_path)
+    assert refused.value.key == key
