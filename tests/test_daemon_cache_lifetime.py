@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio.to_thread
 import pytest
 from harness import ManualClock, daemon_in_process
-from simulator import Simulator, write_org
+from simulator import Simulator, Status, write_org
 
 from rosterd import ConfigError
 from rosterd.cli import main
@@ -133,3 +133,22 @@ def test_a_cache_lifetime_only_an_anthropic_engine_takes(
             toml.write(f"\n{extra}")
         load_org(tmp_path)
     assert refused.value.key == key
+
+
+async def test_a_server_that_refuses_a_lifetime_gets_one_retry_without_it(tmp_path: Path) -> None:
+    async with Simulator() as sim:
+        refused = Status(400, "system.0.cache_control.ttl: Extra inputs are not permitted")
+        sim.script(refused)
+        engine = f'kind = "anthropic"\nmodel = "sim-1"\nbase_url = "{sim.anthropic_url}"\n'
+        write_org(tmp_path / "org", workers=1, channels=1, engine=engine + 'cache_ttl = "1h"')
+        async with (
+            daemon_in_process(tmp_path / "org", tmp_path / "state") as daemon,
+            await daemon.client() as client,
+        ):
+            opened = await client.session_open("w0", "c0")
+            first = await client.session_send(opened.session, "hello")
+            await client.session_send(opened.session, "again")
+            log = daemon.log()
+    ttls = [json.loads(r.body)["system"][-1]["cache_control"].get("ttl") for r in sim.requests]
+    assert first.text and ttls == ["1h", None, None]
+    assert "server deviation" in log and "refused a 1-hour cache lifetime" in log

@@ -23,9 +23,10 @@ from typing import Literal
 
 import msgspec
 
+from .._errors import EngineError
 from ..compiler import SystemPrompt, ToolCall, ToolSpec
 from ..org import EngineConfig
-from ._base import ChatMessage, DeltaSink, EngineReply, EngineRequest, Usage
+from ._base import ChatMessage, DeltaSink, EngineReply, EngineRequest, Usage, WaitSink
 from ._http import Backoff, HttpEngine, ProviderHttp, ServerSentEvent
 
 __all__ = ("ANTHROPIC_VERSION", "DEFAULT_ANTHROPIC_URL", "MAX_BREAKPOINTS", "AnthropicEngine")
@@ -192,6 +193,27 @@ class AnthropicEngine(HttpEngine):
             backoff=backoff,
             on_response=on_response,
         )
+        # Set once a server refused a cache lifetime (an older API, a proxy):
+        # its requests ask for none from then on.
+        self._lifetime_refused = False
+
+    async def complete(
+        self, request: EngineRequest, on_delta: DeltaSink, on_wait: WaitSink | None = None
+    ) -> EngineReply:
+        """The reply; a request whose cache lifetime the server refuses is
+        sent once more without it (and so are the engine's later ones)."""
+        if request.cache_ttl == "1h" and self._lifetime_refused:
+            request = msgspec.structs.replace(request, cache_ttl="5m")
+        try:
+            return await super().complete(request, on_delta, on_wait)
+        except EngineError as exc:
+            if request.cache_ttl != "1h" or exc.status != 400 or "ttl" not in str(exc):
+                raise
+            self._lifetime_refused = True
+            self._http.deviation(f"the server refused a 1-hour cache lifetime ({exc})")
+            return await super().complete(
+                msgspec.structs.replace(request, cache_ttl="5m"), on_delta, on_wait
+            )
 
     def body(self, request: EngineRequest) -> bytes:
         # Every message is a block list, marked or not, so a turn's bytes differ
