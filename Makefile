@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/load.py
 	$(BIN)/python bench/limits.py
 	$(BIN)/python bench/faults.py
+	$(BIN)/python bench/cost.py
 
 clean:
 	rm -rf $(VENV) $(STATE) build *.egg-info
