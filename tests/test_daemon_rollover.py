@@ -12,7 +12,7 @@ from typing import Any
 import anyio.to_thread
 import msgspec
 import pytest
-from harness import DaemonProcess, make_org
+from harness import DaemonProcess, daemon_in_process, make_org
 from simulator import Simulator, Status
 
 from rosterd.cli import main
@@ -237,3 +237,39 @@ async def test_turns_queued_behind_a_rollover_are_answered_by_the_new_session(
     for turns in by_run.values():
         assert sorted(turns) == list(range(1, len(turns) + 1))
     assert len(simulator.requests) == 8
+
+
+@pytest.mark.anyio
+async def test_the_first_request_after_a_rollover_reads_the_old_system_part_from_the_cache(
+    tmp_path: Path,
+) -> None:
+    # Caching from 128 tokens on, in steps of 16: the example's prompts are small.
+    async with Simulator(openai_min_tokens=128, openai_step_tokens=16) as simulator:
+        await _rollover_reads_the_cache(tmp_path, simulator)
+
+
+async def _rollover_reads_the_cache(tmp_path: Path, simulator: Simulator) -> None:
+    org = openai_org(tmp_path / "org", simulator)
+    system = system_chars(org)
+    toml = org / "org.toml"
+    toml.write_text(
+        toml.read_text() + f"\n[context]\nsession_chars = {system + 900}\nhistory_messages = 2\n"
+    )
+    async with (
+        daemon_in_process(org, tmp_path / "state") as daemon,
+        await daemon.client() as client,
+    ):
+        old = (await client.session_open("ada", "c0")).session
+        for n in range(12):
+            result = await client.session_send(old, f"q{n}")
+            if result.rolled_from is not None:
+                break
+        new = await client.runs_show(result.run)
+    assert result.rolled_from == old
+    bodies = simulator.bodies()
+    # The new session's system part is the old one's, byte for byte ...
+    assert messages(bodies[-1])[0] == messages(bodies[-2])[0]
+    # ... so the provider reads at least all of it from its cache.
+    (first,) = [e for e in new.transcript if e.role == "assistant"]
+    assert first.usage is not None
+    assert first.usage.cached_input_tokens >= system // 4 - simulator.openai_step_tokens
