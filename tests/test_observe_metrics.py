@@ -119,10 +119,13 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-def serve(org: Path, state: Path, without: str = "") -> subprocess.CompletedProcess[str]:
+def serve(
+    org: Path, state: Path, without: str = "", *more: str
+) -> subprocess.CompletedProcess[str]:
     """``roster serve`` on *org*, for a start that is to fail."""
+    argv = ["serve", "--org", str(org), "--state", str(state), *more]
     return subprocess.run(
-        [sys.executable, "-c", _SERVE, without, "serve", "--org", str(org), "--state", str(state)],
+        [sys.executable, "-c", _SERVE, without, *argv],
         capture_output=True,
         text=True,
         timeout=60,
@@ -146,4 +149,11 @@ def test_a_missing_extra_fails_the_start_naming_it(
     assert done.returncode == 1
     assert f"needs the {extra} extra" in done.stderr
     assert f"pip install 'rosterd[{extra}]'" in done.stderr
+    assert not (tmp_path / "state" / "rosterd.sock").exists()
+
+
+def test_serve_metrics_takes_the_same_address_rules(org_dir: Path, tmp_path: Path) -> None:
+    done = serve(org_dir, tmp_path / "state", "", "--metrics", "0.0.0.0:9464")
+    assert done.returncode == 1
+    assert "--metrics: listen = '0.0.0.0:9464' is not a loopback address" in done.stderr
     assert not (tmp_path / "state" / "rosterd.sock").exists()
