@@ -32,6 +32,7 @@ class Caller:
         self.waits: list[tuple[str, WaitReason, float | None]] = []
         self._release: dict[str, anyio.Event] = {}
         self._queued: dict[str, anyio.Event] = {}
+        self._started: dict[str, anyio.Event] = {}
 
     async def call(self, name: str, key: str, tokens: int = 0) -> None:
         self._release[name] = anyio.Event()
@@ -42,10 +43,15 @@ class Caller:
 
         async with self.admission.slot(key, tokens, heard):
             self.started.append(name)
+            self._started.setdefault(name, anyio.Event()).set()
             await self._release[name].wait()
 
     async def queued(self, name: str) -> None:
         await self._queued.setdefault(name, anyio.Event()).wait()
+
+    async def running(self, name: str) -> None:
+        with anyio.fail_after(10):  # a guard against a hang, not a timing
+            await self._started.setdefault(name, anyio.Event()).wait()
 
     def release(self, name: str) -> None:
         self._release[name].set()
@@ -55,14 +61,13 @@ async def test_waiting_calls_are_served_round_robin_by_session() -> None:
     caller = Caller(Admission(EngineConfig(max_inflight=1)))
     async with anyio.create_task_group() as tg:
         tg.start_soon(caller.call, "a1", "busy")
-        await anyio.wait_all_tasks_blocked()
+        await caller.running("a1")
         # The busy channel queues three more before the others ask once each.
         for name, key in (("a2", "busy"), ("a3", "busy"), ("a4", "busy"), ("b1", "b"), ("c1", "c")):
             tg.start_soon(caller.call, name, key)
             await caller.queued(name)
         for name in ("a1", "a2", "b1", "c1", "a3", "a4"):
-            while name not in caller.started:
-                await anyio.wait_all_tasks_blocked()
+            await caller.running(name)
             caller.release(name)
     assert caller.started == ["a1", "a2", "b1", "c1", "a3", "a4"]
     assert {reason for _, reason, _ in caller.waits} == {"queued"}
@@ -73,15 +78,14 @@ async def test_a_call_that_gives_up_waiting_leaves_the_queue() -> None:
     caller = Caller(admission)
     async with anyio.create_task_group() as tg:
         tg.start_soon(caller.call, "first", "s1")
-        await anyio.wait_all_tasks_blocked()
+        await caller.running("first")
         with anyio.move_on_after(0):
             await caller.call("impatient", "s2")
         assert admission.queued == 0
         tg.start_soon(caller.call, "next", "s3")
         await caller.queued("next")
         caller.release("first")
-        while "next" not in caller.started:
-            await anyio.wait_all_tasks_blocked()
+        await caller.running("next")
         caller.release("next")
     assert caller.started == ["first", "next"]
 
@@ -182,8 +186,7 @@ async def test_limit_headers_that_say_nothing_usable_hold_nothing(headers: dict[
     caller = Caller(admission)
     async with anyio.create_task_group() as tg:
         tg.start_soon(caller.call, "free", "s")
-        while "free" not in caller.started:
-            await anyio.wait_all_tasks_blocked()
+        await caller.running("free")
         caller.release("free")
     assert caller.waits == []
 
