@@ -87,7 +87,7 @@ def check_org(root: Path) -> CheckReport:
 def _unpriced(org: Org) -> list[str]:
     """The models whose calls would cost "unknown": no price in the library
     nor in ``[prices]``."""
-    engines = {"engine": org.engine, **org.engines}
+    engines = org.named_engines()
     for name in org.workers:
         engines.setdefault(f"workers.{name}.engine", org.engine_for(name))
     missing: dict[str, list[str]] = {}

@@ -22,11 +22,12 @@ from ._config import (
     listen_address,
 )
 from ._load import identity_path, load_org, purpose_path
-from ._org import NamedEngine, Org, RunScope, Surface
+from ._org import DEFAULT_ENGINE, NamedEngine, Org, RunScope, Surface
 from ._source import OrgSource
 
 __all__ = (
     "BUILTIN_TOOLS",
+    "DEFAULT_ENGINE",
     "FILE_GATE",
     "FORGET",
     "REMEMBER",

@@ -26,7 +26,7 @@ from ._config import (
     WorkerConfig,
 )
 
-__all__ = ("NamedEngine", "Org", "RunScope", "Surface")
+__all__ = ("DEFAULT_ENGINE", "NamedEngine", "Org", "RunScope", "Surface")
 
 
 class Surface(enum.Enum):
@@ -43,6 +43,10 @@ class RunScope(msgspec.Struct, frozen=True):
     surface: Surface
     worker: str
     channel: str | None
+
+
+# What traces, errors and ``daemon.status`` call the unnamed ``[engine]``.
+DEFAULT_ENGINE = "engine"
 
 
 class NamedEngine(msgspec.Struct, frozen=True):
@@ -89,13 +93,18 @@ class Org(msgspec.Struct, frozen=True):
         }
         return msgspec.structs.replace(base, **changes)
 
+    def named_engines(self) -> dict[str, EngineConfig]:
+        """Every engine of the org by its name: ``[engine]`` as ``engine``,
+        then each ``[engines.<name>]``."""
+        return {DEFAULT_ENGINE: self.engine, **self.engines}
+
     def engine_chain(self, worker: str) -> tuple[NamedEngine, ...]:
         """*worker*'s engine, then each of its fallbacks, in the order to try them.
 
         A fallback's own ``fallback`` list is not followed: one chain per worker.
         """
         engine = self.engine_for(worker)
-        name = self._worker(worker).engine.use or "engine"
+        name = self._worker(worker).engine.use or DEFAULT_ENGINE
         fallbacks = (NamedEngine(f, self.engines[f]) for f in engine.fallback)
         return (NamedEngine(name, engine), *fallbacks)
 

@@ -171,8 +171,7 @@ class Host(AsyncResource):
 
     def engine_status(self) -> list[EngineStatus]:
         """The org's engines, each with its breaker and queue, for ``daemon.status``."""
-        org = self.org
-        named = {"engine": org.engine, **org.engines}
+        named = self.org.named_engines()
         return [self.admission(config).status(name) for name, config in named.items()]
 
     async def turn_input(

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import msgspec
 
 from ..compiler import SystemPrompt
-from ..org import EngineConfig, NamedEngine
+from ..org import DEFAULT_ENGINE, EngineConfig, NamedEngine
 from ..protocol import RunInfo, RunStatus
 
 __all__ = ("SessionState", "cut_off", "ended", "new_run_id")
@@ -23,7 +23,7 @@ class SessionState(msgspec.Struct, frozen=True):
 
     system: SystemPrompt
     engine: EngineConfig
-    engine_name: str = "engine"
+    engine_name: str = DEFAULT_ENGINE
     fallbacks: tuple[NamedEngine, ...] = ()
 
     def engines(self) -> tuple[NamedEngine, ...]:
