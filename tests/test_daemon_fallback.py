@@ -276,3 +276,12 @@ async def test_a_call_past_max_inflight_waits_its_turn_and_hears_it(tmp_path: Pa
                 tg.start_soon(partial(two.session_send, second.session, "next", on_wait=heard))
     assert [(w.run, w.reason) for w in waits] == [(second.session, "queued")]
     assert len(primary.requests) == 2 and fallback.requests == []
+
+
+def test_a_named_engine_may_not_take_the_unnamed_engine_s_name(tmp_path: Path) -> None:
+    write_org(tmp_path, workers=1, channels=1, identity_chars=100, purpose_chars=10)
+    toml = tmp_path / "org.toml"
+    toml.write_text(toml.read_text() + '\n[engines.engine]\nkind = "echo"\n')
+    with pytest.raises(ConfigError) as refused:
+        load_org(tmp_path)
+    assert refused.value.key == "engines.engine"

@@ -30,7 +30,7 @@ from ._config import (
     TelemetryConfig,
     WorkerConfig,
 )
-from ._org import Org
+from ._org import DEFAULT_ENGINE, Org
 
 __all__ = ("identity_path", "load_org", "purpose_path")
 
@@ -197,6 +197,13 @@ def _check_engines(
 ) -> None:
     """Every engine a worker uses, and every fallback, is an [engines.*] table;
     a caching key is set only on an engine that has it."""
+    if DEFAULT_ENGINE in engines:
+        raise ConfigError(
+            f"{path}: [engines.{DEFAULT_ENGINE}]: that name is the unnamed [engine]'s; "
+            "name it otherwise",
+            path=str(path),
+            key=f"engines.{DEFAULT_ENGINE}",
+        )
     configs = {"engine": default, **{f"engines.{name}": e for name, e in engines.items()}}
     for name, worker in workers.items():
         base = default if worker.engine.use is None else engines.get(worker.engine.use, default)
