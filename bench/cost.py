@@ -39,14 +39,9 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from harness import ManualClock, daemon_in_process
-from simulator import Simulator, write_org
+from engines_org import paced_session
 
 CHOICES = ("auto", "5m", "1h")
-PRICES = (
-    '\n[prices."sim-1"]\ninput = 3\ncached_input = 0.3\ncache_write_5m = 3.75\n'
-    "cache_write_1h = 6\noutput = 15\n"
-)
 
 
 def bursts(rng: random.Random, turn: int) -> float:
@@ -68,32 +63,13 @@ CADENCES: dict[str, Callable[[random.Random, int], float]] = {
 }
 
 
-async def billed(root: Path, choice: str, before: list[float], gaps: list[float]) -> float:
+async def billed(root: Path, choice: str, posts: list[float], gaps: list[float]) -> float:
     """USD that one session of ``len(gaps)`` turns, *gaps* apart, is billed,
-    in a channel where people posted *before* apart until it started."""
-    clock = ManualClock()
-    async with Simulator(ttl_s=300, clock=clock) as sim:
-        engine = f'kind = "anthropic"\nmodel = "sim-1"\nbase_url = "{sim.anthropic_url}"\n'
-        write_org(root / "org", workers=1, channels=1, engine=engine + f'cache_ttl = "{choice}"')
-        with (root / "org" / "org.toml").open("a") as toml:
-            toml.write(f"\n[daemon]\nsession_idle_s = 86400\n{PRICES}")
-        async with (
-            daemon_in_process(root / "org", root / "state", clock=clock) as daemon,
-            await daemon.client() as client,
-        ):
-            # The channel's own pace is what a fresh session goes by.
-            for post, gap in enumerate(before):
-                await client.channel_post("c0", "alice", f"post {post}")
-                clock.advance(gap)
-            opened = await client.session_open("w0", "c0")
-            for turn, gap in enumerate(gaps):
-                await client.session_send(opened.session, f"turn {turn}: what changed since?")
-                clock.advance(gap)
-            shown = await client.runs_show(opened.session)
-    costs = [e.cost for e in shown.transcript if e.role == "assistant"]
-    if any(cost is None for cost in costs):
+    in a channel where people posted *posts* apart until it started."""
+    entries, _ = await paced_session(root, choice, gaps, posts)
+    if any(entry.cost is None for entry in entries):
         raise RuntimeError("a call without a price")
-    return sum(cost.usd for cost in costs if cost is not None)
+    return sum(entry.cost.usd for entry in entries if entry.cost is not None)
 
 
 async def run(turns: int) -> None:

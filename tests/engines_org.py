@@ -1,16 +1,17 @@
-"""An org whose worker uses a named engine with a fallback: what the fault
-and fallback tests share."""
+"""Orgs and sessions the engine tests and benchmarks share: a worker on a
+named engine with a fallback, and a session paced on a shared clock."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
-from harness import daemon_in_process
-from simulator import write_org
+from harness import ManualClock, daemon_in_process
+from simulator import Recorded, Simulator, write_org
 
-from rosterd.protocol import TurnResult, Wait
+from rosterd.protocol import TranscriptEntry, TurnResult, Wait
 
-__all__ = ("fallback_org", "one_turn")
+__all__ = ("SONNET_PRICES", "fallback_org", "one_turn", "paced_session")
 
 
 def fallback_org(
@@ -52,3 +53,40 @@ async def one_turn(org: Path, state: Path, text: str = "hello") -> tuple[TurnRes
         opened = await client.session_open("w0", "c0")
         result = await client.session_send(opened.session, text, on_wait=heard)
     return result, waits
+
+
+# claude-sonnet-4-5's rates, USD per million tokens, for the simulator's model.
+SONNET_PRICES = (
+    '\n[prices."sim-1"]\ninput = 3\ncached_input = 0.3\ncache_write_5m = 3.75\n'
+    "cache_write_1h = 6\noutput = 15\n"
+)
+
+
+async def paced_session(
+    root: Path, cache_ttl: str, gaps: Sequence[float], posts: Sequence[float] = ()
+) -> tuple[list[TranscriptEntry], list[Recorded]]:
+    """One session of w0 in c0 with ``cache_ttl``, on an Anthropic simulator
+    that keeps a prefix for the lifetime each request asks for (five minutes
+    by default), its turns *gaps* apart on a clock the daemon shares, after
+    posts in the channel *posts* apart: its assistant entries, and the
+    requests the provider got. The session stays open across long gaps."""
+    clock = ManualClock()
+    async with Simulator(ttl_s=300, clock=clock) as sim:
+        engine = f'kind = "anthropic"\nmodel = "sim-1"\nbase_url = "{sim.anthropic_url}"\n'
+        write_org(root / "org", workers=1, channels=1, engine=f'{engine}cache_ttl = "{cache_ttl}"')
+        with (root / "org" / "org.toml").open("a") as toml:
+            toml.write(f"\n[daemon]\nsession_idle_s = 86400\n{SONNET_PRICES}")
+        async with (
+            daemon_in_process(root / "org", root / "state", clock=clock) as daemon,
+            await daemon.client() as client,
+        ):
+            # The channel's own pace is what a fresh session goes by.
+            for post, gap in enumerate(posts):
+                await client.channel_post("c0", "alice", f"post {post}")
+                clock.advance(gap)
+            opened = await client.session_open("w0", "c0")
+            for turn, gap in enumerate(gaps):
+                await client.session_send(opened.session, f"turn {turn}: what changed since?")
+                clock.advance(gap)
+            shown = await client.runs_show(opened.session)
+    return [e for e in shown.transcript if e.role == "assistant"], sim.requests

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import anyio.to_thread
 import pytest
-from harness import ManualClock, daemon_in_process
+from engines_org import paced_session
+from harness import daemon_in_process
 from simulator import Simulator, Status, write_org
 
 from rosterd import ConfigError
@@ -20,7 +21,6 @@ from rosterd.sessions import plan_ttl
 pytestmark = pytest.mark.anyio
 
 ANTHROPIC = EngineConfig(kind="anthropic", model="m")
-PRICES = '\n[prices."sim-1"]\ninput = 3\ncached_input = 0.3\noutput = 15\n'
 
 
 @pytest.mark.parametrize(
@@ -51,26 +51,12 @@ def test_a_fixed_lifetime_and_an_engine_without_one() -> None:
 
 
 async def run_session(root: Path, choice: str, gap_s: float, turns: int) -> list[TranscriptEntry]:
-    """*turns* turns of one session, *gap_s* apart on the daemon's and the
-    provider's clock, with ``cache_ttl = choice``; its assistant entries."""
-    clock = ManualClock()
-    async with Simulator(ttl_s=300, clock=clock) as sim:
-        engine = f'kind = "anthropic"\nmodel = "sim-1"\nbase_url = "{sim.anthropic_url}"\n'
-        write_org(root / "org", workers=1, channels=1, engine=engine + f'cache_ttl = "{choice}"')
-        with (root / "org" / "org.toml").open("a") as toml:
-            toml.write(f"\n[daemon]\nsession_idle_s = 86400\n{PRICES}")
-        async with (
-            daemon_in_process(root / "org", root / "state", clock=clock) as daemon,
-            await daemon.client() as client,
-        ):
-            opened = await client.session_open("w0", "c0")
-            for turn in range(turns):
-                await client.session_send(opened.session, f"turn {turn}: anything new?")
-                clock.advance(gap_s)
-            shown = await client.runs_show(opened.session)
-        ttls = [json.loads(r.body)["system"][-1]["cache_control"].get("ttl") for r in sim.requests]
-    assert len(ttls) == turns
-    return [e for e in shown.transcript if e.role == "assistant"]
+    """*turns* turns of one session, *gap_s* apart, with ``cache_ttl = choice``;
+    its assistant entries."""
+    entries, requests = await paced_session(root, choice, [gap_s] * turns)
+    ttls = [json.loads(r.body)["system"][-1]["cache_control"].get("ttl") for r in requests]
+    assert len(ttls) == turns == len(entries)
+    return entries
 
 
 async def test_at_human_pace_auto_keeps_the_prefix_an_hour_and_pays_far_less(
