@@ -236,7 +236,11 @@ async def run_accumulated(quick: bool) -> None:
 
 
 async def _collector(stream: anyio.abc.SocketStream) -> None:
-    """An OTLP/HTTP collector that takes every export and keeps nothing."""
+    """An OTLP/HTTP collector that takes every export and keeps nothing.
+
+    Not the tests' collector (tests/otlp.py): that one decodes every span,
+    in this process, right after the traced daemon's turns, which shows in
+    the very latencies this compares (1.04 to 1.17 against 0.99 to 1.05)."""
     async with stream:
         reader = BufferedByteReceiveStream(stream)
         while True:
