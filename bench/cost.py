@@ -39,7 +39,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from engines_org import paced_session
+from engines_org import anthropic_engine, paced_session
 
 CHOICES = ("auto", "5m", "1h")
 
@@ -66,7 +66,7 @@ CADENCES: dict[str, Callable[[random.Random, int], float]] = {
 async def billed(root: Path, choice: str, posts: list[float], gaps: list[float]) -> float:
     """USD that one session of ``len(gaps)`` turns, *gaps* apart, is billed,
     in a channel where people posted *posts* apart until it started."""
-    entries, _ = await paced_session(root, choice, gaps, posts)
+    entries, _ = await paced_session(root, anthropic_engine(choice), gaps, posts)
     if any(entry.cost is None for entry in entries):
         raise RuntimeError("a call without a price")
     return sum(entry.cost.usd for entry in entries if entry.cost is not None)

@@ -11,7 +11,14 @@ from simulator import Recorded, Simulator, write_org
 
 from rosterd.protocol import TranscriptEntry, TurnResult, Wait
 
-__all__ = ("SONNET_PRICES", "fallback_org", "one_turn", "paced_session")
+__all__ = (
+    "PRICES",
+    "anthropic_engine",
+    "fallback_org",
+    "one_turn",
+    "openai_engine",
+    "paced_session",
+)
 
 
 def fallback_org(
@@ -55,27 +62,46 @@ async def one_turn(org: Path, state: Path, text: str = "hello") -> tuple[TurnRes
     return result, waits
 
 
-# claude-sonnet-4-5's rates, USD per million tokens, for the simulator's model.
-SONNET_PRICES = (
-    '\n[prices."sim-1"]\ninput = 3\ncached_input = 0.3\ncache_write_5m = 3.75\n'
-    "cache_write_1h = 6\noutput = 15\n"
-)
+# USD per million tokens for the simulator's models: claude-sonnet-4-5's
+# rates for sim-1; gpt-5's for the two OpenAI models, the one on the
+# explicit caching contract writing at 1.25x input.
+PRICES = """
+[prices."sim-1"]
+input = 3
+cached_input = 0.3
+cache_write_5m = 3.75
+cache_write_1h = 6
+output = 15
+
+[prices."gpt-5.6-sim"]
+input = 1.25
+cached_input = 0.125
+cache_write = 1.5625
+output = 10
+
+[prices."gpt-5.1-sim"]
+input = 1.25
+cached_input = 0.125
+cache_write = 0
+output = 10
+"""
 
 
 async def paced_session(
-    root: Path, cache_ttl: str, gaps: Sequence[float], posts: Sequence[float] = ()
+    root: Path, engine: str, gaps: Sequence[float], posts: Sequence[float] = ()
 ) -> tuple[list[TranscriptEntry], list[Recorded]]:
-    """One session of w0 in c0 with ``cache_ttl``, on an Anthropic simulator
-    that keeps a prefix for the lifetime each request asks for (five minutes
-    by default), its turns *gaps* apart on a clock the daemon shares, after
-    posts in the channel *posts* apart: its assistant entries, and the
-    requests the provider got. The session stays open across long gaps."""
+    """One session of w0 in c0 on *engine* (the ``[engine]`` table's keys but
+    ``base_url``), on a provider simulator that keeps a prefix for the
+    lifetime each request asks for (in memory: five minutes), its turns
+    *gaps* apart on a clock the daemon shares, after posts in the channel
+    *posts* apart: its assistant entries, and the requests the provider
+    got. The session stays open across long gaps."""
     clock = ManualClock()
     async with Simulator(ttl_s=300, clock=clock) as sim:
-        engine = f'kind = "anthropic"\nmodel = "sim-1"\nbase_url = "{sim.anthropic_url}"\n'
-        write_org(root / "org", workers=1, channels=1, engine=f'{engine}cache_ttl = "{cache_ttl}"')
+        url = sim.anthropic_url if 'kind = "anthropic"' in engine else sim.openai_url
+        write_org(root / "org", workers=1, channels=1, engine=f'{engine}\nbase_url = "{url}"')
         with (root / "org" / "org.toml").open("a") as toml:
-            toml.write(f"\n[daemon]\nsession_idle_s = 86400\n{SONNET_PRICES}")
+            toml.write(f"\n[daemon]\nsession_idle_s = 86400\n{PRICES}")
         async with (
             daemon_in_process(root / "org", root / "state", clock=clock) as daemon,
             await daemon.client() as client,
@@ -90,3 +116,11 @@ async def paced_session(
                 clock.advance(gap)
             shown = await client.runs_show(opened.session)
     return [e for e in shown.transcript if e.role == "assistant"], sim.requests
+
+
+def anthropic_engine(cache_ttl: str) -> str:
+    return f'kind = "anthropic"\nmodel = "sim-1"\ncache_ttl = "{cache_ttl}"'
+
+
+def openai_engine(prompt_cache: str, model: str = "gpt-5.6-sim") -> str:
+    return f'kind = "openai"\nmodel = "{model}"\nprompt_cache = "{prompt_cache}"'

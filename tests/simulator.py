@@ -9,8 +9,21 @@ provider's documented prompt-caching rules to report usage honestly:
   ``cache_control`` breakpoints; it writes a cache entry at every breakpoint
   whose prefix has at least ``min_cacheable_tokens``. ``cache_read`` is the
   hit, ``cache_creation`` the newly written part, ``input_tokens`` the rest.
-- OpenAI: per ``prompt_cache_key``, a prompt of at least 1024 tokens reuses
-  the longest previously seen prefix, counted in steps of 128 tokens.
+- OpenAI, models before gpt-5.6: per ``prompt_cache_key``, a prompt of at
+  least 1024 tokens reuses the longest previously seen prefix, counted in
+  steps of 128 tokens, free of charge; an entry lives ``ttl_s`` in memory,
+  or a day with ``prompt_cache_retention = "24h"``.
+- OpenAI, ``explicit_models`` (gpt-5.6 and later): entries are written at the
+  request's ``prompt_cache_breakpoint`` marks (the latest four; three plus
+  one implicit breakpoint at the end of the prompt unless
+  ``prompt_cache_options.mode`` is ``explicit``), live 30 minutes after
+  their last use, and are reported as ``cache_write_tokens``. Explicit mode
+  without a mark caches nothing. A request reads the longest written prefix
+  that ends where one of its content parts ends.
+- Anthropic's cache diagnosis (``diagnostics.previous_message_id`` under the
+  beta header): the reply's ``message_start`` says which part of the request
+  differs from the named previous one (model, tools, system, messages), or
+  ``null``; ``Diagnose`` scripts the reason instead.
 
 Tokens are approximated as 4 characters of the serialised prompt. Requests
 are validated strictly (unknown fields are refused, as both APIs do) and
@@ -32,6 +45,7 @@ result right after it, and only defined tools are called.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import itertools
 import json
@@ -57,13 +71,21 @@ from rosterd.compiler import (
     compile_system,
     compile_turn,
 )
-from rosterd.engines import ChatMessage, Engine, EngineReply, EngineRequest, Usage
+from rosterd.engines import (
+    CACHE_DIAGNOSIS_BETA,
+    ChatMessage,
+    Engine,
+    EngineReply,
+    EngineRequest,
+    Usage,
+)
 from rosterd.org import Org, Surface, load_org
 
 __all__ = (
     "Conversation",
     "Cut",
     "Delay",
+    "Diagnose",
     "Drop",
     "ErrorEvent",
     "Framing",
@@ -176,8 +198,27 @@ class Omit(msgspec.Struct, frozen=True):
     text: str | None = None
 
 
+class Diagnose(msgspec.Struct, frozen=True):
+    """Answer normally, with this cache miss reason (``None``: pending) in
+    place of the one the simulator would find."""
+
+    reason: str | None
+    missed_tokens: int = 0
+
+
 Action = (
-    Status | Stall | Delay | Hangup | Malformed | Drop | Cut | ErrorEvent | Reply | Omit | Calls
+    Status
+    | Stall
+    | Delay
+    | Hangup
+    | Malformed
+    | Drop
+    | Cut
+    | ErrorEvent
+    | Reply
+    | Omit
+    | Calls
+    | Diagnose
 )
 
 Server = Literal["provider", "llama.cpp"]
@@ -215,9 +256,19 @@ class _OpenAICall(msgspec.Struct, forbid_unknown_fields=True):
     function: _OpenAIFunctionCall
 
 
+class _Breakpoint(msgspec.Struct, forbid_unknown_fields=True):
+    mode: Literal["explicit"]
+
+
+class _OpenAIPart(msgspec.Struct, forbid_unknown_fields=True):
+    type: Literal["text"]
+    text: str
+    prompt_cache_breakpoint: _Breakpoint | None = None
+
+
 class _OpenAIMessage(msgspec.Struct, forbid_unknown_fields=True):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | None
+    content: str | list[_OpenAIPart] | None
     tool_calls: list[_OpenAICall] | None = None
     tool_call_id: str | None = None
 
@@ -237,12 +288,19 @@ class _StreamOptions(msgspec.Struct, forbid_unknown_fields=True):
     include_usage: bool = False
 
 
+class _CacheOptions(msgspec.Struct, forbid_unknown_fields=True):
+    ttl: Literal["30m"] = "30m"
+    mode: Literal["implicit", "explicit"] = "implicit"
+
+
 class _ChatRequest(msgspec.Struct, forbid_unknown_fields=True):
     model: str
     messages: list[_OpenAIMessage]
     stream: bool = False
     stream_options: _StreamOptions | None = None
     prompt_cache_key: str | None = None
+    prompt_cache_options: _CacheOptions | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     tools: list[_OpenAITool] | None = None
@@ -288,6 +346,10 @@ class _AnthropicTool(msgspec.Struct, forbid_unknown_fields=True):
     cache_control: _CacheControl | None = None
 
 
+class _DiagnosticsParam(msgspec.Struct, forbid_unknown_fields=True):
+    previous_message_id: str | None
+
+
 class _MessagesRequest(msgspec.Struct, forbid_unknown_fields=True):
     model: str
     max_tokens: int
@@ -295,6 +357,7 @@ class _MessagesRequest(msgspec.Struct, forbid_unknown_fields=True):
     system: str | list[_TextBlock] | None = None
     stream: bool = False
     tools: list[_AnthropicTool] | None = None
+    diagnostics: _DiagnosticsParam | None = None
 
 
 class _Invalid(Exception):
@@ -318,6 +381,8 @@ class _Usage(msgspec.Struct, frozen=True):
     written: int
     # Of the written tokens, those written for an hour (Anthropic).
     written_1h: int = 0
+    # Asked for: the diagnosis, as the reply's ``diagnostics`` says it.
+    diagnosis: dict[str, object] | None = None
 
     @property
     def total(self) -> int:
@@ -354,6 +419,7 @@ class Simulator:
         framing: Framing | None = None,
         context_tokens: int | None = None,
         server: Server = "provider",
+        explicit_models: tuple[str, ...] = ("gpt-5.6*", "gpt-5.7*", "gpt-6*"),
     ) -> None:
         self.api_key = api_key
         self.min_cacheable_tokens = min_cacheable_tokens
@@ -371,10 +437,16 @@ class Simulator:
         self.server: Server = server
         self.requests: list[Recorded] = []
         self._script: deque[Action] = deque()
-        # Anthropic entries are global per model; OpenAI's per cache key.
-        # Per prefix digest: when it was last used, and how long it lives.
+        self.explicit_models = explicit_models
+        # Anthropic's and OpenAI's explicit entries are global per model; the
+        # older OpenAI models' per cache key. Per prefix digest: when it was
+        # last used, and how long it lives (None: until cleared).
         self._anthropic: dict[bytes, tuple[float, float | None]] = {}
-        self._openai: dict[tuple[str | None, bytes], float] = {}
+        self._openai: dict[tuple[str | None, bytes], tuple[float, float | None]] = {}
+        self._explicit: dict[bytes, tuple[float, float | None]] = {}
+        # Per Anthropic message id: what its request was made of, to diagnose
+        # the next request that names it.
+        self._fingerprints: dict[str, _Fingerprint] = {}
         self._stack = AsyncExitStack()
         self.port = 0
 
@@ -397,6 +469,7 @@ class Simulator:
         """Forget every cached prefix, as a provider-side eviction would."""
         self._anthropic.clear()
         self._openai.clear()
+        self._explicit.clear()
 
     def bodies(self) -> list[bytes]:
         return [r.body for r in self.requests]
@@ -477,7 +550,9 @@ class Simulator:
             if api == "openai":
                 text, usage, model = self._openai_turn(body)
             else:
-                text, usage, model = self._anthropic_turn(body)
+                text, usage, model = self._anthropic_turn(body, headers, number=len(self.requests))
+                if isinstance(action, Diagnose) and usage.diagnosis is not None:
+                    usage = msgspec.structs.replace(usage, diagnosis=_diagnosis(action))
         except _Invalid as exc:
             await _send_json(stream, exc.status, _error_body(api, exc.kind, exc.message))
             return True
@@ -542,14 +617,6 @@ class Simulator:
 
     # Caching rules --------------------------------------------------------------
 
-    def _live(self, table: dict[_K, float]) -> None:
-        """Drop entries unused for longer than the TTL; a hit refreshes one."""
-        if self.ttl_s is None:
-            return
-        now = self._clock()
-        for key in [k for k, used in table.items() if now - used > self.ttl_s]:
-            del table[key]
-
     def _lifetime(self, control: _CacheControl | None) -> float | None:
         """Seconds an entry written at *control* lives: an hour when asked,
         else the simulator's TTL (``None``: until cleared)."""
@@ -557,10 +624,9 @@ class Simulator:
             return 3600.0
         return self.ttl_s
 
-    def _live_anthropic(self) -> None:
-        """Drop entries unused for longer than their own lifetime."""
+    def _live(self, table: dict[_K, tuple[float, float | None]]) -> None:
+        """Drop entries unused for longer than their own lifetime; a hit refreshes one."""
         now = self._clock()
-        table = self._anthropic
         for key in [
             k for k, (used, life) in table.items() if life is not None and now - used > life
         ]:
@@ -580,10 +646,18 @@ class Simulator:
         if request.max_tokens is not None and request.max_completion_tokens is not None:
             raise _Invalid(400, "max_tokens and max_completion_tokens are exclusive")
         _check_openai_tools(request)
-        prompt = _openai_prompt(request)
+        explicit = any(fnmatch.fnmatchcase(request.model, m) for m in self.explicit_models)
+        if request.prompt_cache_options is not None and not explicit:
+            raise _Invalid(400, f"prompt_cache_options is not supported with {request.model}")
+        segments = _openai_segments(request)
+        prompt = b"".join(data for data, _ in segments)
         total = _tokens(len(prompt))
         self._fits(total)
+        text = self._reply(len(self.requests), len(prompt))
+        if explicit:
+            return text, self._explicit_cache(request, segments), request.model
         self._live(self._openai)
+        life = 86400.0 if request.prompt_cache_retention == "24h" else self.ttl_s
         hasher = hashlib.sha256(request.model.encode() + b"\0")
         seen = 0
         cached = 0
@@ -594,14 +668,51 @@ class Simulator:
             entry = (key, hasher.digest())
             if entry in self._openai:
                 cached = point
-            self._openai[entry] = now
-        text = self._reply(len(self.requests), len(prompt))
+            self._openai[entry] = (now, life)
         return text, _Usage(fresh=total - cached, read=cached, written=0), request.model
 
-    def _anthropic_turn(self, body: bytes) -> tuple[str, _Usage, str]:
+    def _explicit_cache(self, request: _ChatRequest, segments: list[tuple[bytes, bool]]) -> _Usage:
+        """OpenAI's explicit contract: read the longest written prefix, write
+        at the latest breakpoints, each entry living 30 minutes past its use."""
+        options = request.prompt_cache_options or _CacheOptions()
+        self._live(self._explicit)
+        hasher = hashlib.sha256(request.model.encode() + b"\0")
+        ends: list[int] = []
+        digests: list[bytes] = []
+        chars = 0
+        for data, _ in segments:
+            hasher.update(data)
+            chars += len(data)
+            ends.append(_tokens(chars))
+            digests.append(hasher.digest())
+        marks = [i for i, (_, marked) in enumerate(segments) if marked]
+        if options.mode == "implicit":
+            marks = sorted({*marks[-3:], len(segments) - 1})
+        else:
+            marks = marks[-4:]
+        hit = max((i for i, d in enumerate(digests) if d in self._explicit), default=-1)
+        read = ends[hit] if hit >= 0 else 0
+        now = self._clock()
+        written_to = read
+        for point in marks:
+            if ends[point] >= self.openai_min_tokens:
+                self._explicit[digests[point]] = (now, 1800.0)
+                written_to = max(written_to, ends[point])
+        if hit >= 0:
+            self._explicit[digests[hit]] = (now, 1800.0)
+        total = ends[-1] if ends else 0
+        return _Usage(fresh=total - written_to, read=read, written=written_to - read)
+
+    def _anthropic_turn(
+        self, body: bytes, headers: dict[str, str], *, number: int
+    ) -> tuple[str, _Usage, str]:
         request = _decode(body, _MessagesRequest)
         if not request.stream:
             raise _Invalid(400, "this simulator only streams")
+        if request.diagnostics is not None and CACHE_DIAGNOSIS_BETA not in headers.get(
+            "anthropic-beta", ""
+        ):
+            raise _Invalid(400, "diagnostics: Extra inputs are not permitted")
         _check_anthropic_tools(request)
         blocks = _anthropic_blocks(request)
         controls = [control for _, control in blocks if control is not None]
@@ -614,7 +725,7 @@ class Simulator:
         if any(a == 300 and b == 3600 for a, b in itertools.pairwise(lifetimes)):
             raise _Invalid(400, "a ttl='1h' cache_control block must not come after a ttl='5m' one")
         self._fits(_tokens(sum(len(data) for data, _ in blocks)))
-        self._live_anthropic()
+        self._live(self._anthropic)
         hasher = hashlib.sha256(request.model.encode() + b"\0")
         ends: list[int] = []  # characters up to the end of each block
         digests: list[bytes] = []
@@ -646,11 +757,82 @@ class Simulator:
         if hit >= 0:
             self._anthropic[digests[hit]] = (now, self._anthropic[digests[hit]][1])
         total = _tokens(chars)
+        fingerprint = _fingerprint(request)
+        self._fingerprints[f"msg_sim_{number}"] = fingerprint
+        diagnosis = None
+        if request.diagnostics is not None:
+            diagnosis = self._diagnose(request.diagnostics.previous_message_id, fingerprint)
         usage = _Usage(
-            fresh=total - written_to, read=read, written=written_to - read, written_1h=written_1h
+            fresh=total - written_to,
+            read=read,
+            written=written_to - read,
+            written_1h=written_1h,
+            diagnosis=diagnosis,
         )
         text = self._reply(len(self.requests), chars)
         return text, usage, request.model
+
+    def _diagnose(self, previous: str | None, now: _Fingerprint) -> dict[str, object]:
+        """The reply's ``diagnostics``: which part of the request differs
+        from the one *previous* named, first difference first."""
+        if previous is None:
+            return {"cache_miss_reason": None}
+        before = self._fingerprints.get(previous)
+        if before is None:
+            return {"cache_miss_reason": {"type": "previous_message_not_found"}}
+        for part, reason in enumerate(("model_changed", "tools_changed", "system_changed")):
+            if before.parts[part] != now.parts[part]:
+                missed = sum(before.sizes[: part + 1]) // CHARS_PER_TOKEN
+                return _diagnosis(Diagnose(reason, missed))
+        if now.messages[: len(before.messages)] != before.messages:
+            return _diagnosis(Diagnose("messages_changed", sum(before.sizes) // CHARS_PER_TOKEN))
+        return {"cache_miss_reason": None}
+
+
+class _Fingerprint(msgspec.Struct, frozen=True):
+    """An Anthropic request's parts, hashed in cache order, with their sizes."""
+
+    parts: tuple[bytes, bytes, bytes]  # model, tools, system
+    messages: tuple[bytes, ...]
+    sizes: tuple[int, int, int, int]
+
+
+def _fingerprint(request: _MessagesRequest) -> _Fingerprint:
+    def encoded(value: object) -> bytes:
+        return msgspec.json.encode(value)
+
+    system = (
+        request.system
+        if isinstance(request.system, str)
+        else [b.text for b in request.system or []]
+    )
+    tools = encoded([(t.name, t.description, t.input_schema) for t in request.tools or []])
+    # Cache marks move from turn to turn: they are not part of what was asked.
+    messages = [
+        encoded(
+            [m.role, m.content if isinstance(m.content, str) else [_unmarked(b) for b in m.content]]
+        )
+        for m in request.messages
+    ]
+    parts = (request.model.encode(), tools, encoded(system))
+    return _Fingerprint(
+        tuple(hashlib.sha256(part).digest() for part in parts),  # type: ignore[arg-type]
+        tuple(hashlib.sha256(m).digest() for m in messages),
+        (*(len(part) for part in parts), sum(map(len, messages))),  # type: ignore[arg-type]
+    )
+
+
+def _unmarked(block: _Block) -> _Block:
+    return msgspec.structs.replace(block, cache_control=None)
+
+
+def _diagnosis(action: Diagnose) -> dict[str, object]:
+    if action.reason is None:
+        return {"cache_miss_reason": None}
+    reason: dict[str, object] = {"type": action.reason}
+    if action.reason.endswith("_changed"):
+        reason["cache_missed_input_tokens"] = action.missed_tokens
+    return {"cache_miss_reason": reason}
 
 
 def _anthropic_blocks(request: _MessagesRequest) -> list[tuple[bytes, _CacheControl | None]]:
@@ -736,17 +918,31 @@ def _check_openai_tools(request: _ChatRequest) -> None:
 
 
 def _openai_prompt(request: _ChatRequest) -> bytes:
+    return b"".join(data for data, _ in _openai_segments(request))
+
+
+def _openai_segments(request: _ChatRequest) -> list[tuple[bytes, bool]]:
+    """The prompt as the model reads it, in pieces that end where a content
+    part ends, each with whether a breakpoint marks its end. A message's
+    text reads the same whether it came as a string or as parts."""
     tools = "".join(
         f"<|tool|>{json.dumps(msgspec.to_builtins(t), sort_keys=True)}" for t in request.tools or []
     )
-    parts = [tools]
+    segments = [(tools.encode(), False)]
     for m in request.messages:
-        parts.append(f"<|{m.role}|>{m.content or ''}")
-        for call in m.tool_calls or []:
-            parts.append(f"<|call {call.id} {call.function.name}|>{call.function.arguments}")
+        parts = m.content if isinstance(m.content, list) else [_OpenAIPart("text", m.content or "")]
+        for i, part in enumerate(parts):
+            head = f"<|{m.role}|>" if i == 0 else ""
+            segments.append(((head + part.text).encode(), part.prompt_cache_breakpoint is not None))
+        tail = "".join(
+            f"<|call {call.id} {call.function.name}|>{call.function.arguments}"
+            for call in m.tool_calls or []
+        )
         if m.tool_call_id is not None:
-            parts.append(f"<|for {m.tool_call_id}|>")
-    return "".join(parts).encode()
+            tail += f"<|for {m.tool_call_id}|>"
+        if tail:
+            segments.append((tail.encode(), False))
+    return segments
 
 
 def reported(reply: EngineReply) -> Usage:
@@ -871,7 +1067,10 @@ def _openai_events(
         "prompt_tokens": usage.total,
         "completion_tokens": completion,
         "total_tokens": usage.total + completion,
-        "prompt_tokens_details": {"cached_tokens": usage.read},
+        "prompt_tokens_details": {
+            "cached_tokens": usage.read,
+            "cache_write_tokens": usage.written,
+        },
     }
     frames.append((False, "usage", _sse({**base, "choices": [], "usage": counts}, raw)))
     frames.append((False, "done", b"data: [DONE]\n\n"))
@@ -887,10 +1086,10 @@ def _anthropic_events(
     calls: tuple[tuple[str, str], ...] = (),
     number: int = 0,
 ) -> list[Frame]:
-    start = {
+    start: dict[str, Any] = {
         "type": "message_start",
         "message": {
-            "id": "msg_sim",
+            "id": f"msg_sim_{number}",
             "type": "message",
             "role": "assistant",
             "model": model,
@@ -908,6 +1107,8 @@ def _anthropic_events(
             },
         },
     }
+    if usage.diagnosis is not None:
+        start["message"]["diagnostics"] = usage.diagnosis
     frames = [(False, "message_start", _sse(start, raw, "message_start"))]
     index = 0
     if text or not calls:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio.to_thread
 import pytest
-from engines_org import paced_session
+from engines_org import anthropic_engine, paced_session
 from harness import daemon_in_process
 from simulator import Simulator, Status, write_org
 
@@ -16,7 +16,7 @@ from rosterd import ConfigError
 from rosterd.cli import main
 from rosterd.org import EngineConfig, load_org
 from rosterd.protocol import TranscriptEntry
-from rosterd.sessions import plan_ttl
+from rosterd.sessions import plan_cache
 
 pytestmark = pytest.mark.anyio
 
@@ -36,24 +36,25 @@ ANTHROPIC = EngineConfig(kind="anthropic", model="m")
     ],
 )
 def test_auto_picks_the_lifetime_with_the_lower_expected_cost(gaps: list[float], ttl: str) -> None:
-    plan = plan_ttl(ANTHROPIC, gaps)
+    plan = plan_cache(ANTHROPIC, gaps)
     assert plan is not None and plan.ttl == ttl
     assert plan.reason.startswith(f"ttl {ttl}: ")
 
 
 def test_a_fixed_lifetime_and_an_engine_without_one() -> None:
-    fixed = plan_ttl(EngineConfig(kind="anthropic", model="m", cache_ttl="1h"), [10.0])
+    fixed = plan_cache(EngineConfig(kind="anthropic", model="m", cache_ttl="1h"), [10.0])
     assert fixed is not None and (fixed.ttl, fixed.reason) == (
         "1h",
         "ttl 1h: set in the engine's cache_ttl",
     )
-    assert plan_ttl(EngineConfig(kind="openai", model="m"), [900.0]) is None
+    assert plan_cache(EngineConfig(kind="openai", model="m"), [900.0]) is None
+    assert plan_cache(EngineConfig(kind="echo"), [900.0]) is None
 
 
 async def run_session(root: Path, choice: str, gap_s: float, turns: int) -> list[TranscriptEntry]:
     """*turns* turns of one session, *gap_s* apart, with ``cache_ttl = choice``;
     its assistant entries."""
-    entries, requests = await paced_session(root, choice, [gap_s] * turns)
+    entries, requests = await paced_session(root, anthropic_engine(choice), [gap_s] * turns)
     ttls = [json.loads(r.body)["system"][-1]["cache_control"].get("ttl") for r in requests]
     assert len(ttls) == turns == len(entries)
     return entries

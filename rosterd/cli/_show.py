@@ -17,9 +17,7 @@ from collections.abc import Sequence
 import msgspec
 
 from ..compiler import SHRINK_RULE, BlockTrace, BoundaryCheck, BudgetTrace, ContextRecord
-from ..engines import Usage
-from ..protocol import Price
-from ..sessions import CacheCheck, RunInfo, TranscriptEntry
+from ..protocol import CacheCheck, Price, RunInfo, TranscriptEntry, Usage
 from ._output import short, table, when
 
 __all__ = (
@@ -346,6 +344,7 @@ def _usage(usage: UsageSummary) -> list[str]:
         if t.cache is not None and t.cache.ttl is not None and t.cache.ttl != lifetime:
             lifetime = t.cache.ttl
             explained.append(f"  turn {t.turn}: cache {t.cache.ttl_reason}")
+    explained += _diagnoses(usage.turns)
     return [
         "usage per turn (tokens, as the provider reported them; EXPECTED is the reuse the "
         "compiler made possible; COST in USD, unknown where the model has no price)",
@@ -354,6 +353,32 @@ def _usage(usage: UsageSummary) -> list[str]:
         *explained,
         *(f"  {describe_price(price)}" for price in usage.prices),
     ]
+
+
+def _diagnoses(turns: Sequence[TurnUsage]) -> list[str]:
+    """The provider's own miss reasons, beside rosterd's verdicts."""
+    diagnosed = [t for t in turns if t.cache is not None and t.cache.diagnosis is not None]
+    lines = []
+    for t in diagnosed:
+        assert t.cache is not None and t.cache.diagnosis is not None
+        diagnosis = t.cache.diagnosis
+        if diagnosis.reason is None:
+            continue
+        missed = diagnosis.missed_tokens
+        line = f"  turn {t.turn}: the provider says {diagnosis.reason}"
+        line += f" ({missed} tokens missed)" if missed is not None else ""
+        if t.cache.disagrees:
+            line += f"; DISAGREES with rosterd's verdict {t.cache.verdict}"
+        lines.append(line)
+    silent = sum(
+        1 for t in diagnosed if t.cache and t.cache.diagnosis and not t.cache.diagnosis.reason
+    )
+    if diagnosed:
+        lines.append(
+            f"  provider cache diagnosis on {len(diagnosed)} call(s), {silent} without a reason "
+            "(pending, or nothing missed)"
+        )
+    return lines
 
 
 def usd(amount: float | None) -> str:

@@ -30,12 +30,17 @@ class CacheStats(msgspec.Struct, frozen=True):
     verdicts: dict[str, int]
     misses_by_cause: dict[str, int]
     compiler_caused_misses: int
+    # Calls the provider diagnosed (diagnose_cache): its reasons, and how
+    # many contradict the verdict rosterd reached from its own hashes.
+    provider_reasons: dict[str, int] = {}
+    disagreements: int = 0
 
 
 async def collect(state: StateLocation, worker: str | None, channel: str | None) -> CacheStats:
     verdicts: Counter[str] = Counter()
     causes: Counter[str] = Counter()
-    turns = input_tokens = cached = 0
+    reasons: Counter[str] = Counter()
+    turns = input_tokens = cached = disagreements = 0
     async with state_store(state) as store:
         runs = [
             info
@@ -55,6 +60,9 @@ async def collect(state: StateLocation, worker: str | None, channel: str | None)
                 if entry.cache is None:
                     continue
                 verdicts[entry.cache.verdict] += 1
+                if entry.cache.diagnosis is not None:
+                    reasons[entry.cache.diagnosis.reason or "none given"] += 1
+                    disagreements += entry.cache.disagrees
                 if entry.cache.verdict == "prefix-changed":
                     causes[(entry.cache.cause or "changed").split(" (")[0]] += 1
                 elif entry.cache.verdict in ("provider-miss", "below-minimum"):
@@ -68,6 +76,8 @@ async def collect(state: StateLocation, worker: str | None, channel: str | None)
         verdicts=dict(sorted(verdicts.items())),
         misses_by_cause=dict(sorted(causes.items())),
         compiler_caused_misses=verdicts["prefix-changed"],
+        provider_reasons=dict(sorted(reasons.items())),
+        disagreements=disagreements,
     )
 
 
@@ -88,6 +98,12 @@ async def stats_cache(
     if stats.misses_by_cause:
         print(table(("MISS CAUSE", "TURNS"), stats.misses_by_cause.items()))
     print(f"compiler-caused misses (the prefix changed): {stats.compiler_caused_misses}")
+    if stats.provider_reasons:
+        print(table(("PROVIDER'S MISS REASON", "CALLS"), stats.provider_reasons.items()))
+        print(
+            f"provider and rosterd disagree: {stats.disagreements} "
+            "(see docs/caching.md, Reading a disagreement)"
+        )
     return 0
 
 

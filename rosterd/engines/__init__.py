@@ -1,8 +1,22 @@
 """Engines: the model providers a compiled request is sent to."""
 
 from ._admission import Admission
-from ._anthropic import ANTHROPIC_VERSION, DEFAULT_ANTHROPIC_URL, MAX_BREAKPOINTS, AnthropicEngine
-from ._base import ChatMessage, DeltaSink, Engine, EngineReply, EngineRequest, Usage, WaitSink
+from ._anthropic import (
+    ANTHROPIC_VERSION,
+    CACHE_DIAGNOSIS_BETA,
+    DEFAULT_ANTHROPIC_URL,
+    AnthropicEngine,
+)
+from ._base import (
+    MAX_BREAKPOINTS,
+    ChatMessage,
+    DeltaSink,
+    Engine,
+    EngineReply,
+    EngineRequest,
+    Usage,
+    WaitSink,
+)
 from ._echo import EchoEngine
 from ._factory import open_engine
 from ._http import Backoff
@@ -10,6 +24,7 @@ from ._openai import DEFAULT_OPENAI_URL, OpenAIEngine
 
 __all__ = (
     "ANTHROPIC_VERSION",
+    "CACHE_DIAGNOSIS_BETA",
     "DEFAULT_ANTHROPIC_URL",
     "DEFAULT_OPENAI_URL",
     "MAX_BREAKPOINTS",

@@ -19,21 +19,33 @@ pieces; results go back as ``tool_result`` blocks of a user message.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
+from typing import Literal, cast, get_args
 
 import msgspec
 
 from .._errors import EngineError
 from ..compiler import SystemPrompt, ToolCall, ToolSpec
 from ..org import EngineConfig
-from ._base import ChatMessage, DeltaSink, EngineReply, EngineRequest, Usage, WaitSink
+from ..protocol import CacheDiagnosis, CacheMissReason
+from ._base import (
+    MAX_BREAKPOINTS,
+    ChatMessage,
+    DeltaSink,
+    EngineReply,
+    EngineRequest,
+    Usage,
+    WaitSink,
+    system_segments,
+)
 from ._http import Backoff, HttpEngine, ProviderHttp, ServerSentEvent
 
-__all__ = ("ANTHROPIC_VERSION", "DEFAULT_ANTHROPIC_URL", "MAX_BREAKPOINTS", "AnthropicEngine")
+__all__ = ("ANTHROPIC_VERSION", "CACHE_DIAGNOSIS_BETA", "DEFAULT_ANTHROPIC_URL", "AnthropicEngine")
 
 DEFAULT_ANTHROPIC_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
-MAX_BREAKPOINTS = 4
+# The beta under which a response explains a cache miss (diagnose_cache).
+CACHE_DIAGNOSIS_BETA = "cache-diagnosis-2026-04-07"
+_MISS_REASONS: frozenset[str] = frozenset(get_args(CacheMissReason))
 
 
 class _CacheControl(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -81,6 +93,11 @@ class _Tool(msgspec.Struct, frozen=True):
     input_schema: msgspec.Raw
 
 
+class _Diagnostics(msgspec.Struct, frozen=True):
+    # Sent as null on a session's first call: that opts in with nothing to compare.
+    previous_message_id: str | None
+
+
 class _MessagesRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     model: str
     max_tokens: int
@@ -88,6 +105,7 @@ class _MessagesRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     messages: list[_Message]
     stream: bool
     tools: list[_Tool] | None = None
+    diagnostics: _Diagnostics | None = None
 
 
 class _CacheCreation(msgspec.Struct):
@@ -104,8 +122,19 @@ class _Usage(msgspec.Struct):
     cache_creation: _CacheCreation | None = None
 
 
+class _MissReason(msgspec.Struct):
+    type: str = ""
+    cache_missed_input_tokens: int | None = None
+
+
+class _DiagnosticsReply(msgspec.Struct):
+    cache_miss_reason: _MissReason | None = None
+
+
 class _StartedMessage(msgspec.Struct):
+    id: str | None = None
     usage: _Usage = msgspec.field(default_factory=_Usage)
+    diagnostics: _DiagnosticsReply | None = None
 
 
 class _Delta(msgspec.Struct):
@@ -144,24 +173,11 @@ _decode_event = msgspec.json.Decoder(_Event).decode
 def system_blocks(
     system: SystemPrompt, breakpoints: int, control: _CacheControl = _EPHEMERAL
 ) -> list[_TextBlock]:
-    """The system text cut at its boundaries; the last *breakpoints* cuts marked.
-
-    Empty segments are skipped and coinciding boundaries merge, so a worker
-    without connections or a channel without purpose costs no breakpoint.
-    """
-    text = system.text
-    cuts = sorted({b.offset for b in system.boundaries if 0 < b.offset <= len(text)})
-    if not cuts or cuts[-1] != len(text):
-        cuts.append(len(text))
-    marked = set(cuts[-breakpoints:]) if breakpoints > 0 else set()
-    blocks: list[_TextBlock] = []
-    start = 0
-    for cut in cuts:
-        if cut > start:
-            marker = control if cut in marked else None
-            blocks.append(_TextBlock(type="text", text=text[start:cut], cache_control=marker))
-            start = cut
-    return blocks
+    """The system text as text blocks, the last *breakpoints* cuts marked."""
+    return [
+        _TextBlock(type="text", text=text, cache_control=control if marked else None)
+        for text, marked in system_segments(system, breakpoints)
+    ]
 
 
 class AnthropicEngine(HttpEngine):
@@ -185,6 +201,8 @@ class AnthropicEngine(HttpEngine):
         }
         if api_key:
             headers["x-api-key"] = api_key
+        if config.diagnose_cache:
+            headers["anthropic-beta"] = CACHE_DIAGNOSIS_BETA
         super().__init__(
             config,
             base_url=config.base_url or DEFAULT_ANTHROPIC_URL,
@@ -235,11 +253,14 @@ class AnthropicEngine(HttpEngine):
             messages=messages,
             stream=True,
             tools=_tools(request.system.tools),
+            diagnostics=(
+                _Diagnostics(request.previous_message) if self._config.diagnose_cache else None
+            ),
         )
         return _encode(chat)
 
     def parser(self, on_delta: DeltaSink) -> _Stream:
-        return _Stream(self._http, on_delta)
+        return _Stream(self._http, on_delta, diagnosed=bool(self._config.diagnose_cache))
 
 
 def _messages(transcript: Sequence[ChatMessage]) -> list[_Message]:
@@ -299,12 +320,15 @@ class _StreamedUse:
 class _Stream:
     """The state of one streamed message, fed one event at a time."""
 
-    def __init__(self, http: ProviderHttp, on_delta: DeltaSink) -> None:
+    def __init__(self, http: ProviderHttp, on_delta: DeltaSink, *, diagnosed: bool) -> None:
         self._http = http
         self._on_delta = on_delta
         self._uses: dict[int, _StreamedUse] = {}
         self._parts: list[str] = []
         self._usage = _Usage()
+        self._id: str | None = None
+        # Asked for: no reason until the provider gives one (it may not).
+        self._diagnosis = CacheDiagnosis() if diagnosed else None
         self._started = False
         self._stopped = False
 
@@ -326,6 +350,8 @@ class _Stream:
                 self._started = True
                 if parsed.message is not None:
                     self._merge(parsed.message.usage)
+                    self._id = parsed.message.id
+                    self._diagnose(parsed.message.diagnostics)
             case "content_block_start":
                 block = parsed.content_block
                 if block is not None and block.type == "tool_use":
@@ -347,6 +373,17 @@ class _Stream:
             case "message_stop":
                 self._stopped = True
 
+    def _diagnose(self, reply: _DiagnosticsReply | None) -> None:
+        if self._diagnosis is None or reply is None or reply.cache_miss_reason is None:
+            return
+        given = reply.cache_miss_reason
+        if given.type not in _MISS_REASONS:
+            self._http.deviation(f"an unknown cache_miss_reason {given.type!r}")
+            reason: CacheMissReason = "unavailable"
+        else:
+            reason = cast(CacheMissReason, given.type)
+        self._diagnosis = CacheDiagnosis(reason, given.cache_missed_input_tokens)
+
     def _merge(self, usage: _Usage) -> None:
         # message_delta repeats the counts cumulatively; the latest ones win.
         fields = {f: v for f in usage.__struct_fields__ if (v := getattr(usage, f)) is not None}
@@ -364,8 +401,9 @@ class _Stream:
             for _, use in sorted(self._uses.items())
         )
         u = self._usage
+        text = "".join(self._parts)
         if u.input_tokens is None:
-            return EngineReply(text="".join(self._parts), usage=None, calls=calls)
+            return EngineReply(text, None, calls, self._id, self._diagnosis)
         read = u.cache_read_input_tokens or 0
         written = u.cache_creation_input_tokens or 0
         usage = Usage(
@@ -379,4 +417,4 @@ class _Stream:
                 u.cache_creation.ephemeral_1h_input_tokens if u.cache_creation else 0
             ),
         )
-        return EngineReply(text="".join(self._parts), usage=usage, calls=calls)
+        return EngineReply(text, usage, calls, self._id, self._diagnosis)

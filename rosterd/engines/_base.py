@@ -12,9 +12,22 @@ from typing import Protocol
 import msgspec
 
 from ..compiler import SystemPrompt, ToolCall
-from ..protocol import CacheTtl, ChatMessage, Usage, WaitReason
+from ..protocol import CacheDiagnosis, CacheLifetime, ChatMessage, Usage, WaitReason
 
-__all__ = ("ChatMessage", "DeltaSink", "Engine", "EngineReply", "EngineRequest", "Usage")
+__all__ = (
+    "MAX_BREAKPOINTS",
+    "ChatMessage",
+    "DeltaSink",
+    "Engine",
+    "EngineReply",
+    "EngineRequest",
+    "Usage",
+    "system_segments",
+)
+
+# Cache breakpoints a request may carry: Anthropic's cache_control marks and
+# OpenAI's explicit prompt_cache_breakpoint marks alike.
+MAX_BREAKPOINTS = 4
 
 
 class EngineRequest(msgspec.Struct, frozen=True):
@@ -23,18 +36,51 @@ class EngineRequest(msgspec.Struct, frozen=True):
 
     system: SystemPrompt
     messages: Sequence[ChatMessage]
-    # How long the provider should keep this request's prefix cached, where
-    # it takes a lifetime (Anthropic's cache_control ttl).
-    cache_ttl: CacheTtl = "5m"
+    # What the provider should keep of this request's prefix (see
+    # ``plan_cache``); an engine ignores a choice that is not its provider's,
+    # and None leaves the provider's default.
+    cache_ttl: CacheLifetime | None = None
+    # The id of the run's previous reply, for a provider that explains a
+    # miss against it (Anthropic's diagnostics, where diagnose_cache is on).
+    previous_message: str | None = None
 
 
 class EngineReply(msgspec.Struct, frozen=True):
     """``usage`` is ``None`` when the provider did not report it: unknown, not zero.
-    ``calls`` are the tool calls the model made, unvalidated."""
+    ``calls`` are the tool calls the model made, unvalidated. ``message_id``
+    is the provider's id of the reply, where it gives one; ``diagnosis`` its
+    account of the cache, where one was asked for."""
 
     text: str
     usage: Usage | None
     calls: tuple[ToolCall, ...] = ()
+    message_id: str | None = None
+    diagnosis: CacheDiagnosis | None = None
+
+
+def system_segments(system: SystemPrompt, breakpoints: int) -> list[tuple[str, bool]]:
+    """The system text cut at its cache boundaries, each piece with whether
+    a breakpoint ends it: the last *breakpoints* cuts are marked.
+
+    Empty pieces are skipped and coinciding boundaries merge, so a worker
+    without connections or a channel without purpose costs no breakpoint.
+    When there are more boundaries than breakpoints the earliest go
+    unmarked: a later breakpoint covers everything an earlier one does for
+    this session, the earlier ones only let other sessions share a shorter
+    prefix.
+    """
+    text = system.text
+    cuts = sorted({b.offset for b in system.boundaries if 0 < b.offset <= len(text)})
+    if not cuts or cuts[-1] != len(text):
+        cuts.append(len(text))
+    marked = set(cuts[-breakpoints:]) if breakpoints > 0 else set()
+    segments: list[tuple[str, bool]] = []
+    start = 0
+    for cut in cuts:
+        if cut > start:
+            segments.append((text[start:cut], cut in marked))
+            start = cut
+    return segments
 
 
 DeltaSink = Callable[[str], Awaitable[None]]

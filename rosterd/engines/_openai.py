@@ -4,6 +4,15 @@ The request is the frozen system text as the system message followed by the
 append-only transcript, so every turn's prompt extends the previous one and
 the provider's automatic prefix cache can reuse it. ``prompt_cache_key`` is
 the route key: requests that share a cached prefix are routed together.
+
+What the provider keeps is the session's choice (``EngineRequest.cache_ttl``):
+``24h`` asks an implicit cache to retain the prefix up to a day
+(``prompt_cache_retention``); ``30m`` is the explicit contract of gpt-5.6 and
+later, ``prompt_cache_options`` in explicit mode with ``prompt_cache_breakpoint``
+marks on content parts where the Anthropic engine puts ``cache_control``: at
+the compiler's system boundaries and at the end of the conversation so far,
+four at most; ``uncached`` is explicit mode with no mark, which caches
+nothing (and so bills no write).
 Tool definitions, frozen with the system part, go in ``tools``; a streamed
 call arrives as ``tool_calls`` deltas whose arguments may be split anywhere.
 """
@@ -18,7 +27,15 @@ import msgspec
 
 from ..compiler import ToolCall, ToolSpec
 from ..org import EngineConfig
-from ._base import ChatMessage, DeltaSink, EngineReply, EngineRequest, Usage
+from ._base import (
+    MAX_BREAKPOINTS,
+    ChatMessage,
+    DeltaSink,
+    EngineReply,
+    EngineRequest,
+    Usage,
+    system_segments,
+)
 from ._http import Backoff, HttpEngine, ProviderHttp, ServerSentEvent
 
 __all__ = ("DEFAULT_OPENAI_URL", "OpenAIEngine")
@@ -37,10 +54,24 @@ class _OutCall(msgspec.Struct, frozen=True):
     type: Literal["function"] = "function"
 
 
+class _Breakpoint(msgspec.Struct, frozen=True):
+    mode: Literal["explicit"]
+
+
+_BREAKPOINT = _Breakpoint(mode="explicit")
+
+
+class _TextPart(msgspec.Struct, frozen=True, omit_defaults=True):
+    type: Literal["text"]
+    text: str
+    prompt_cache_breakpoint: _Breakpoint | None = None
+
+
 class _Message(msgspec.Struct, frozen=True, omit_defaults=True):
     role: Literal["system", "user", "assistant", "tool"]
-    # None only for an assistant message that made calls and said nothing.
-    content: str | None
+    # None only for an assistant message that made calls and said nothing;
+    # parts where a cache breakpoint is marked.
+    content: str | list[_TextPart] | None
     tool_calls: list[_OutCall] | None = None
     tool_call_id: str | None = None
 
@@ -60,12 +91,19 @@ class _StreamOptions(msgspec.Struct, frozen=True):
     include_usage: bool = True
 
 
+class _CacheOptions(msgspec.Struct, frozen=True, omit_defaults=True):
+    mode: Literal["explicit"]
+    ttl: Literal["30m"] | None = None
+
+
 class _ChatRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     model: str
     messages: list[_Message]
     stream: bool
     stream_options: _StreamOptions
     prompt_cache_key: str
+    prompt_cache_options: _CacheOptions | None = None
+    prompt_cache_retention: Literal["24h"] | None = None
     tools: list[_Tool] | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
@@ -151,15 +189,22 @@ class OpenAIEngine(HttpEngine):
 
     def body(self, request: EngineRequest) -> bytes:
         limit = self._config.max_tokens
+        messages = [*map(_message, request.messages)]
+        system = _Message(role="system", content=request.system.text)
+        options = None
+        if request.cache_ttl == "30m":
+            options = _CacheOptions(mode="explicit", ttl="30m")
+            system, messages = _marked(request, messages)
+        elif request.cache_ttl == "uncached":
+            options = _CacheOptions(mode="explicit")
         chat = _ChatRequest(
             model=self._config.model,
-            messages=[
-                _Message(role="system", content=request.system.text),
-                *map(_message, request.messages),
-            ],
+            messages=[system, *messages],
             stream=True,
             stream_options=_StreamOptions(),
             prompt_cache_key=request.system.route_key,
+            prompt_cache_options=options,
+            prompt_cache_retention="24h" if request.cache_ttl == "24h" else None,
             tools=_tools(request.system.tools),
             max_tokens=None if self._completion_field else limit,
             max_completion_tokens=limit if self._completion_field else None,
@@ -168,6 +213,23 @@ class OpenAIEngine(HttpEngine):
 
     def parser(self, on_delta: DeltaSink) -> _Stream:
         return _Stream(self._http, on_delta)
+
+
+def _marked(request: EngineRequest, messages: list[_Message]) -> tuple[_Message, list[_Message]]:
+    """The system message cut at its boundaries and the last message as one
+    part, with explicit breakpoints where the prefix a later request reuses
+    ends: one at the end of the conversation, the rest in the system part."""
+    budget = MAX_BREAKPOINTS
+    last = messages[-1] if messages else None
+    if last is not None and isinstance(last.content, str):
+        part = _TextPart(type="text", text=last.content, prompt_cache_breakpoint=_BREAKPOINT)
+        messages = [*messages[:-1], msgspec.structs.replace(last, content=[part])]
+        budget -= 1
+    parts = [
+        _TextPart(type="text", text=text, prompt_cache_breakpoint=_BREAKPOINT if marked else None)
+        for text, marked in system_segments(request.system, budget)
+    ]
+    return _Message(role="system", content=parts), messages
 
 
 def _message(message: ChatMessage) -> _Message:

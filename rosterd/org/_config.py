@@ -13,9 +13,12 @@ import msgspec
 
 __all__ = (
     "BUILTIN_TOOLS",
+    "EXPLICIT_CACHE_MODELS",
     "FILE_GATE",
     "FORGET",
+    "PROVIDER_KEYS",
     "REMEMBER",
+    "RETENTION_MODELS",
     "ChannelConfig",
     "ConnectionConfig",
     "ContextBudget",
@@ -28,6 +31,7 @@ __all__ = (
     "MemoryScope",
     "MetricsConfig",
     "PriceConfig",
+    "PromptCacheChoice",
     "TelemetryConfig",
     "WorkerConfig",
     "listen_address",
@@ -40,6 +44,20 @@ EnvName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 HttpMethod = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 EngineKind = Literal["echo", "openai", "anthropic"]
 CacheTtlChoice = Literal["auto", "5m", "1h"]
+PromptCacheChoice = Literal["auto", "implicit", "explicit"]
+# Models that take OpenAI's explicit caching contract (prompt_cache_options,
+# breakpoints, billed writes): the gpt-5.6 family and later.
+EXPLICIT_CACHE_MODELS = ("gpt-5.[6-9]*", "gpt-[6-9]*", "gpt-[1-9][0-9]*")
+# Models that keep an implicit prefix up to 24 hours on request.
+RETENTION_MODELS = ("gpt-4.1*", "gpt-5*", "gpt-[6-9]*", "gpt-[1-9][0-9]*")
+# Keys that only one kind of engine takes.
+PROVIDER_KEYS = {
+    "cache_ttl": "anthropic",
+    "diagnose_cache": "anthropic",
+    "prompt_cache": "openai",
+    "explicit_cache_models": "openai",
+    "retention_models": "openai",
+}
 # The built-in tools a worker has besides one per connection: rosterd
 # answers these itself, so no connection may take their names.
 FILE_GATE = "file_gate"
@@ -112,6 +130,13 @@ class EngineConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # Anthropic: how long the provider keeps a session's prefix cached;
     # None is "auto", chosen per session from the gaps between its turns.
     cache_ttl: CacheTtlChoice | None = None
+    # Anthropic: ask the provider why a cache was missed (a beta).
+    diagnose_cache: bool | None = None
+    # OpenAI: implicit or explicit caching; None is "auto", explicit on
+    # explicit_cache_models when it pays, implicit elsewhere.
+    prompt_cache: PromptCacheChoice | None = None
+    explicit_cache_models: tuple[str, ...] | None = None
+    retention_models: tuple[str, ...] | None = None
 
 
 class EngineOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -133,8 +158,21 @@ class EngineOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     breaker_failures: Positive | None = None
     breaker_cooldown_s: Seconds | None = None
     cache_ttl: CacheTtlChoice | None = None
+    diagnose_cache: bool | None = None
+    prompt_cache: PromptCacheChoice | None = None
+    explicit_cache_models: tuple[str, ...] | None = None
+    retention_models: tuple[str, ...] | None = None
     # A named [engines.*] table to start from instead of [engine].
     use: str | None = None
+
+    def over(self, base: EngineConfig) -> EngineConfig:
+        """*base* with this overlay's keys over it (``use`` picks *base*)."""
+        changes = {
+            f: v
+            for f in self.__struct_fields__
+            if f != "use" and (v := getattr(self, f)) is not None
+        }
+        return msgspec.structs.replace(base, **changes)
 
 
 class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -19,6 +19,7 @@ from .._errors import ConfigError, InvalidIdError
 from .._ids import check_id
 from ._config import (
     BUILTIN_TOOLS,
+    PROVIDER_KEYS,
     ChannelConfig,
     ConnectionConfig,
     ContextBudget,
@@ -207,18 +208,15 @@ def _check_engines(
     configs = {"engine": default, **{f"engines.{name}": e for name, e in engines.items()}}
     for name, worker in workers.items():
         base = default if worker.engine.use is None else engines.get(worker.engine.use, default)
-        if worker.engine.cache_ttl is not None:
-            configs[f"workers.{name}.engine"] = msgspec.structs.replace(
-                base, cache_ttl=worker.engine.cache_ttl, kind=worker.engine.kind or base.kind
-            )
+        configs[f"workers.{name}.engine"] = worker.engine.over(base)
     for where, config in configs.items():
-        if config.cache_ttl is not None and config.kind != "anthropic":
-            raise ConfigError(
-                f"{path}: `{where}.cache_ttl`: only an anthropic engine takes a cache "
-                f"lifetime, not {config.kind!r}",
-                path=str(path),
-                key=f"{where}.cache_ttl",
-            )
+        for key, kind in PROVIDER_KEYS.items():
+            if getattr(config, key) is not None and config.kind != kind:
+                raise ConfigError(
+                    f"{path}: `{where}.{key}`: only an {kind} engine takes it, not {config.kind!r}",
+                    path=str(path),
+                    key=f"{where}.{key}",
+                )
     _check_named(path, "engine.fallback", default.fallback, engines, "engines")
     for name, engine in engines.items():
         _check_named(path, f"engines.{name}.fallback", engine.fallback, engines, "engines")

@@ -85,13 +85,7 @@ class Org(msgspec.Struct, frozen=True):
         """The engine *worker* uses: ``[engine]``, or the named one its
         overlay ``use``s, with the overlay's other keys over it."""
         overlay = self._worker(worker).engine
-        base = self.engine if overlay.use is None else self.engines[overlay.use]
-        changes = {
-            f: v
-            for f in overlay.__struct_fields__
-            if f != "use" and (v := getattr(overlay, f)) is not None
-        }
-        return msgspec.structs.replace(base, **changes)
+        return overlay.over(self.engine if overlay.use is None else self.engines[overlay.use])
 
     def named_engines(self) -> dict[str, EngineConfig]:
         """Every engine of the org by its name: ``[engine]`` as ``engine``,

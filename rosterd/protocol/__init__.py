@@ -68,7 +68,9 @@ from ._params import (
 )
 from ._records import (
     CacheCheck,
-    CacheTtl,
+    CacheDiagnosis,
+    CacheLifetime,
+    CacheMissReason,
     CallCost,
     ChatMessage,
     ContextPage,
@@ -122,7 +124,9 @@ __all__ = (
     "BlockSummary",
     "BreakerState",
     "CacheCheck",
-    "CacheTtl",
+    "CacheDiagnosis",
+    "CacheLifetime",
+    "CacheMissReason",
     "CallCost",
     "ChannelPost",
     "ChatMessage",

@@ -15,7 +15,9 @@ from ..compiler import Continuation, Gate, ToolCall
 
 __all__ = (
     "CacheCheck",
-    "CacheTtl",
+    "CacheDiagnosis",
+    "CacheLifetime",
+    "CacheMissReason",
     "CallCost",
     "ChatMessage",
     "ContextPage",
@@ -55,8 +57,28 @@ class Usage(msgspec.Struct, frozen=True):
     cache_write_1h_tokens: int = 0
 
 
-# How long a provider keeps a cached prefix: Anthropic's two lifetimes.
-CacheTtl = Literal["5m", "1h"]
+# What a request asks the provider to keep of its prefix: Anthropic's two
+# lifetimes; OpenAI's implicit cache (at the default retention) or kept up to 24 hours,
+# its explicit 30-minute breakpoints, or (explicit, with none) no cache.
+CacheLifetime = Literal["5m", "1h", "implicit", "24h", "30m", "uncached"]
+# Anthropic's own account of a miss (the cache-diagnosis beta).
+CacheMissReason = Literal[
+    "model_changed",
+    "system_changed",
+    "tools_changed",
+    "messages_changed",
+    "previous_message_not_found",
+    "unavailable",
+]
+
+
+class CacheDiagnosis(msgspec.Struct, frozen=True):
+    """What the provider said about a call's cache: ``reason`` is ``None``
+    when it gave none (the diagnosis was pending, or nothing was missed);
+    ``missed_tokens`` is its estimate of what a match would have read."""
+
+    reason: CacheMissReason | None = None
+    missed_tokens: int | None = None
 
 
 Verdict = Literal[
@@ -72,8 +94,12 @@ class CacheCheck(msgspec.Struct, frozen=True):
     reported_tokens: int
     verdict: Verdict
     cause: str | None = None
-    ttl: CacheTtl | None = None
+    ttl: CacheLifetime | None = None
     ttl_reason: str | None = None
+    # Asked for (diagnose_cache): the provider's reason, and whether it
+    # contradicts the verdict above.
+    diagnosis: CacheDiagnosis | None = None
+    disagrees: bool = False
 
 
 class Price(msgspec.Struct, frozen=True):
@@ -151,6 +177,8 @@ class TranscriptEntry(msgspec.Struct, frozen=True):
     incomplete: bool = False
     # An assistant entry's billed cost; None where the model has no price.
     cost: CallCost | None = None
+    # An assistant entry: the provider's id of the reply, where it gives one.
+    provider_id: str | None = None
 
 
 class TurnRequest(msgspec.Struct, frozen=True):

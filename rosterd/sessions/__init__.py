@@ -2,7 +2,7 @@
 
 from ._cache import CacheCheck, Verdict, judge_cache
 from ._host import Host, TurnOutcome
-from ._lifetime import CachePlan, plan_ttl
+from ._lifetime import CachePlan, plan_cache
 from ._runs import (
     CONTEXT_PAGE_CHARS,
     CONTEXT_PAGE_TURNS,
@@ -40,6 +40,6 @@ __all__ = (
     "context_page",
     "direct_run",
     "judge_cache",
-    "plan_ttl",
+    "plan_cache",
     "request_at_turn",
 )

@@ -5,16 +5,33 @@ before the last stable boundary, or for a session's later turns the whole
 previous request) are compared with the cached tokens the provider reported.
 A shortfall on a stable prefix is the provider's (TTL expiry, eviction,
 routing, or a prefix below the model's minimum) and is labelled so.
+
+Where the provider explains its misses too (Anthropic's cache diagnosis),
+its reason is kept beside the verdict, and a reason that contradicts it is
+marked: the provider says the system, tools or model changed where the
+compiler's hashes say the prefix held, or says the messages changed where
+rosterd only ever appends. Either is a finding about the compiler or the
+provider, not noise.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..compiler import BoundaryCheck
-from ..protocol import CacheCheck, Usage, Verdict
+import msgspec
 
-__all__ = ("CacheCheck", "Verdict", "judge_cache")
+from ..compiler import BoundaryCheck
+from ..protocol import CacheCheck, CacheDiagnosis, CacheMissReason, Usage, Verdict
+
+__all__ = ("CacheCheck", "Verdict", "judge_cache", "with_diagnosis")
+
+# Per reason the provider gives: the verdicts that contradict it.
+_CONTRADICTS: dict[CacheMissReason, frozenset[Verdict]] = {
+    "system_changed": frozenset({"hit", "provider-miss"}),
+    "tools_changed": frozenset({"hit", "provider-miss"}),
+    "model_changed": frozenset({"hit", "provider-miss"}),
+    "messages_changed": frozenset({"hit", "provider-miss", "prefix-changed"}),
+}
 
 
 def judge_cache(
@@ -54,3 +71,10 @@ def judge_cache(
         f"provider reused {reported} of {reusable_tokens} tokens "
         f"(TTL expiry, eviction or routing){idle}",
     )
+
+
+def with_diagnosis(cache: CacheCheck, diagnosis: CacheDiagnosis) -> CacheCheck:
+    """*cache* with the provider's own account of it, marked where the two disagree."""
+    reason = diagnosis.reason
+    disagrees = reason is not None and cache.verdict in _CONTRADICTS.get(reason, frozenset())
+    return msgspec.structs.replace(cache, diagnosis=diagnosis, disagrees=disagrees)

@@ -56,7 +56,7 @@ from ..org import EngineConfig, NamedEngine, Org, OrgSource, Surface, WorkerConf
 from ..pricing import Pricing
 from ..protocol import EngineStatus
 from ..stores import ActiveRun, State
-from ._cache import CacheCheck, judge_cache
+from ._cache import CacheCheck, judge_cache, with_diagnosis
 from ._calls import TurnTools
 from ._gateway import Gateway
 from ._leases import LeaseKeeper
@@ -234,7 +234,7 @@ class Host(AsyncResource):
         fallbacks), each call starting from the first again. *on_wait*
         hears why a call waits: its engine's queue or limits, a provider's
         backoff, a fallback. *cache_plan* is how long the provider should
-        keep the prefix (a session's choice, see ``plan_ttl``).
+        keep the prefix (a session's choice, see ``plan_cache``).
         """
         # A provider that cannot be set up (no key, no model) fails the turn
         # before anything is traced or recorded.
@@ -383,7 +383,8 @@ class Host(AsyncResource):
         request = EngineRequest(
             system=call.system,
             messages=call.transcript,
-            cache_ttl=plan.ttl if plan is not None else "5m",
+            cache_ttl=plan.ttl if plan is not None else None,
+            previous_message=call.previous_message,
         )
         # What of the reply reached the client, piece by piece.
         shown = _NotingSink(watch.sink(call.on_delta))
@@ -523,13 +524,21 @@ class Host(AsyncResource):
             cache = msgspec.structs.replace(cache, verdict="fallback", cause=cause)
         elif call.cache_plan is not None:
             cache = _with_lifetime(cache, call.cache_plan)
+        if reply.diagnosis is not None:
+            cache = with_diagnosis(cache, reply.diagnosis)
+        call.previous_message = reply.message_id or call.previous_message
         call.watch.cache(cache.verdict)
         cost = self.pricing.cost(engine, self.org.prices, reply.usage)
         call.watch.billed(cost)
         entry = call.entry(step, "assistant", reply.text, self.clock())
         await call.run.record(
             msgspec.structs.replace(
-                entry, usage=reply.usage, cache=cache, calls=reply.calls, cost=cost
+                entry,
+                usage=reply.usage,
+                cache=cache,
+                calls=reply.calls,
+                cost=cost,
+                provider_id=reply.message_id,
             )
         )
         call.transcript.append(ChatMessage(role="assistant", content=reply.text, calls=reply.calls))
@@ -591,6 +600,8 @@ class _Call:
         self.on_wait = on_wait
         self.tools = tools
         self.cache_plan = cache_plan
+        # The provider's id of the last reply: each call's request names it.
+        self.previous_message = cache_plan.previous_message if cache_plan else None
         self.watch = watch
         # The transcript up to the last reply: what follows is what the
         # next engine call adds to the request.

@@ -53,7 +53,7 @@ from ..engines import DeltaSink, WaitSink
 from ..org import Surface
 from ..stores import ActiveRun, SessionState
 from ._host import Host, TurnOutcome
-from ._lifetime import RECENT_GAPS, plan_ttl
+from ._lifetime import RECENT_GAPS, plan_cache
 from ._runs import TranscriptEntry, chat_messages
 from ._shown import ShownLedger
 
@@ -128,6 +128,9 @@ class Session:
         self._last_ttl = next(
             (e.cache.ttl for e in reversed(entries) if e.cache is not None and e.cache.ttl),
             None,
+        )
+        self._last_reply_id = next(
+            (e.provider_id for e in reversed(entries) if e.provider_id is not None), None
         )
         # The channel seq this session's input has covered: later messages by
         # others are the backlog of its next turn.
@@ -258,7 +261,9 @@ class Session:
         )
         self._shown.note_written(memory_view(turn_input.memory).written_by(self.id))
         meta = RunMeta(run=self.id, turn=turn, now=host.clock())
-        plan = plan_ttl(self._state.engine, self._gaps(meta.now), self._last_ttl)
+        plan = plan_cache(self._state.engine, self._gaps(meta.now), self._last_ttl)
+        if plan is not None:
+            plan = msgspec.structs.replace(plan, previous_message=self._last_reply_id)
         limit = budget.session_chars
 
         def compile_checked() -> Compilation:
@@ -302,6 +307,7 @@ class Session:
         self._briefed_at = meta.now
         self._turn_times.append(meta.now)
         self._last_ttl = plan.ttl if plan is not None else None
+        self._last_reply_id = outcome.reply.message_id or self._last_reply_id
         # Unreported usage keeps the last known size: a lower bound, as
         # the request only grows.
         if outcome.reply.usage is not None:
