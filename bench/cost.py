@@ -1,15 +1,20 @@
-"""What a channel costs at three paces: the cache lifetime rosterd chooses
-against fixed ones, billed as Anthropic bills.
+"""What a channel costs at three paces: the cache choice rosterd makes
+against fixed ones, billed as each provider bills.
 
 One session of a real daemon (in this process, on a clock the benchmark
 moves, so hours of channel time take seconds) talks to the provider
-simulator, which keeps a cached prefix for the lifetime each request asks
-for (five minutes, or an hour) and reports writes by lifetime. The same
-conversation is replayed at each cadence with ``cache_ttl`` set to
-``auto``, ``5m`` and ``1h``, and the billed cost of each (USD, at
-claude-sonnet-4-5's prices: input 3, cached 0.3, 5-minute write 3.75,
-1-hour write 6, output 15 per million tokens) is printed with its ratio to
-``auto``:
+simulator, which keeps each cached prefix exactly as long as the provider
+would and bills writes and reads at the provider's rates:
+
+- Anthropic (claude-sonnet-4-5's prices): ``cache_ttl`` ``auto``, ``5m``,
+  ``1h``; a 5-minute write costs 1.25x input, an hour's 2x, a read 0.1x.
+- OpenAI on the explicit contract (a gpt-5.6 model, gpt-5's prices):
+  ``prompt_cache`` ``auto``, ``implicit``, ``explicit``; writes live 30
+  minutes and cost 1.25x input, reads 0.1x.
+- OpenAI before it (a gpt-5.1 model): ``auto`` (24-hour retention) and
+  ``implicit`` (in memory, five minutes); writes are free, reads 0.1x.
+
+The same conversation is replayed at each cadence, 50 turns:
 
 - (a) bursts: gaps of 5-90 s;
 - (b) human pace: gaps of 4-50 min;
@@ -17,11 +22,16 @@ claude-sonnet-4-5's prices: input 3, cached 0.3, 5-minute write 3.75,
 
 Before the session starts, four posts in the channel at the same pace are
 what a fresh session goes by (as it would in a channel people talk in).
+Each fixed choice's cost is printed as a ratio to ``auto``, and so are the
+two naive strategies: the provider's default (Anthropic 5m, OpenAI
+implicit: already a fixed column) and no cache at all (every token at the
+input price; the same calls' usage billed without reads or writes).
 
-Goals: ``auto`` at most 1.03x the cheapest fixed choice on every cadence,
-and at most 0.35x fixed ``5m`` at human pace. The session is kept open
-across the breaks (``session_idle_s`` of a day): the prefix is the same
-either way, and a session that rolled over would only add its own writes.
+Goals: ``auto`` at most 1.03x the cheapest fixed choice on every provider
+and cadence, and on Anthropic at most 0.35x fixed ``5m`` at human pace. The
+session is kept open across the breaks (``session_idle_s`` of a day): the
+prefix is the same either way, and a session that rolled over would only
+add its own writes.
 
 Usage: python bench/cost.py [--quick]
 """
@@ -34,14 +44,22 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from engines_org import anthropic_engine, paced_session
+from engines_org import anthropic_engine, openai_engine, paced_session
 
-CHOICES = ("auto", "5m", "1h")
+from rosterd.pricing import bill
+from rosterd.protocol import Usage
+
+PROVIDERS: dict[str, tuple[Callable[[str], str], tuple[str, ...]]] = {
+    "anthropic": (anthropic_engine, ("auto", "5m", "1h")),
+    "openai gpt-5.6": (openai_engine, ("auto", "implicit", "explicit")),
+    "openai gpt-5.1": (lambda choice: openai_engine(choice, "gpt-5.1-sim"), ("auto", "implicit")),
+}
 
 
 def bursts(rng: random.Random, turn: int) -> float:
@@ -63,36 +81,57 @@ CADENCES: dict[str, Callable[[random.Random, int], float]] = {
 }
 
 
-async def billed(root: Path, choice: str, posts: list[float], gaps: list[float]) -> float:
-    """USD that one session of ``len(gaps)`` turns, *gaps* apart, is billed,
-    in a channel where people posted *posts* apart until it started."""
-    entries, _ = await paced_session(root, anthropic_engine(choice), gaps, posts)
-    if any(entry.cost is None for entry in entries):
-        raise RuntimeError("a call without a price")
-    return sum(entry.cost.usd for entry in entries if entry.cost is not None)
+class Bill(NamedTuple):
+    usd: float
+    # The same calls with no cache: every input token at the input price.
+    uncached_usd: float
+
+
+async def billed(root: Path, engine: str, posts: list[float], gaps: list[float]) -> Bill:
+    """What one session of ``len(gaps)`` turns, *gaps* apart, is billed, in a
+    channel where people posted *posts* apart until it started."""
+    entries, _ = await paced_session(root, engine, gaps, posts)
+    usd = uncached = 0.0
+    for entry in entries:
+        if entry.cost is None or entry.usage is None:
+            raise RuntimeError("a call without a price or usage")
+        usd += entry.cost.usd
+        plain = Usage(
+            input_tokens=entry.usage.input_tokens, output_tokens=entry.usage.output_tokens
+        )
+        uncached += bill(plain, entry.cost.price, "none").usd
+    return Bill(usd, uncached)
 
 
 async def run(turns: int) -> None:
-    print(f"cost of one session of {turns} turns, Anthropic caching, ratios to auto:")
-    print(f"{'cadence':>16} {'auto $':>9} {'5m $':>9} {'1h $':>9} {'5m/auto':>8} {'1h/auto':>8}")
+    print(f"cost of one session of {turns} turns, USD for auto, other choices as ratios to auto:")
+    five = float("nan")
     with tempfile.TemporaryDirectory() as tmp:
-        for name, cadence in CADENCES.items():
-            rng = random.Random(36)
-            before = [cadence(rng, turn) for turn in range(4)]
-            gaps = [cadence(rng, turn) for turn in range(turns)]
-            cost = {}
-            for choice in CHOICES:
-                where = Path(tmp) / f"{name[1]}-{choice}"
-                cost[choice] = await billed(where, choice, before, gaps)
-            auto = cost["auto"]
-            print(
-                f"{name:>16} {auto:>9.4f} {cost['5m']:>9.4f} {cost['1h']:>9.4f} "
-                f"{cost['5m'] / auto:>8.2f} {cost['1h'] / auto:>8.2f}"
-            )
-            cheapest = min(cost["5m"], cost["1h"])
-            print(f"{'':>16} auto / cheapest fixed: {auto / cheapest:.2f} (aim: at most 1.03)")
-            if name.startswith("(b)"):
-                print(f"{'':>16} auto / fixed 5m: {auto / cost['5m']:.2f} (aim: at most 0.35)")
+        for provider, (engine, choices) in PROVIDERS.items():
+            fixed = choices[1:]
+            print(f"\n{provider}")
+            print(f"{'cadence':>16} {'auto $':>9} " + " ".join(f"{c:>9}" for c in fixed), end="")
+            print(f" {'no cache':>9} {'auto/cheapest':>14}")
+            for name, cadence in CADENCES.items():
+                rng = random.Random(36)
+                before = [cadence(rng, turn) for turn in range(4)]
+                gaps = [cadence(rng, turn) for turn in range(turns)]
+                cost: dict[str, Bill] = {}
+                for choice in choices:
+                    where = Path(tmp) / f"{provider}-{name[1]}-{choice}".replace(" ", "_")
+                    cost[choice] = await billed(where, engine(choice), before, gaps)
+                auto = cost["auto"].usd
+                cheapest = min(cost[c].usd for c in fixed)
+                ratios = " ".join(f"{cost[c].usd / auto:>9.2f}" for c in fixed)
+                print(
+                    f"{name:>16} {auto:>9.4f} {ratios} {cost['auto'].uncached_usd / auto:>9.2f} "
+                    f"{auto / cheapest:>14.2f}"
+                )
+                if provider == "anthropic" and name.startswith("(b)"):
+                    five = auto / cost["5m"].usd
+            print(f"{'':>16} aim: auto/cheapest at most 1.03 on every cadence")
+            if provider == "anthropic":
+                print(f"{'':>16} at human pace, auto / fixed 5m: {five:.2f} (aim: at most 0.35)")
 
 
 def main() -> None:

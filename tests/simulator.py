@@ -690,6 +690,10 @@ class Simulator:
             marks = sorted({*marks[-3:], len(segments) - 1})
         else:
             marks = marks[-4:]
+        total = ends[-1] if ends else 0
+        if not marks:
+            # Explicit mode without a breakpoint: no prompt caching at all.
+            return _Usage(fresh=total, read=0, written=0)
         hit = max((i for i, d in enumerate(digests) if d in self._explicit), default=-1)
         read = ends[hit] if hit >= 0 else 0
         now = self._clock()
@@ -700,7 +704,6 @@ class Simulator:
                 written_to = max(written_to, ends[point])
         if hit >= 0:
             self._explicit[digests[hit]] = (now, 1800.0)
-        total = ends[-1] if ends else 0
         return _Usage(fresh=total - written_to, read=read, written=written_to - read)
 
     def _anthropic_turn(

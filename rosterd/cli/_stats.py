@@ -102,7 +102,7 @@ async def stats_cache(
         print(table(("PROVIDER'S MISS REASON", "CALLS"), stats.provider_reasons.items()))
         print(
             f"provider and rosterd disagree: {stats.disagreements} "
-            "(see docs/caching.md, Reading a disagreement)"
+            "(see docs/operations.md, Reading a disagreement)"
         )
     return 0
 
