@@ -9,10 +9,12 @@ from pathlib import Path
 import anyio.to_thread
 import pytest
 from harness import daemon_in_process
+from httpx_sse import ServerSentEvent
 from simulator import Reply, Simulator, write_org
 
 from rosterd import ConfigError
 from rosterd.cli import main
+from rosterd.engines import AnthropicEngine, OpenAIEngine
 from rosterd.org import EngineConfig, PriceConfig, load_org
 from rosterd.pricing import bill, price_for
 from rosterd.protocol import Usage
@@ -181,3 +183,93 @@ async def test_an_unpriced_model_costs_unknown_never_0_and_check_warns(
     assert await anyio.to_thread.run_sync(main, ["check", "--org", str(org)]) == 0
     err = capsys.readouterr().err
     assert "warning: model 'sim-1' has no price" in err and '[prices."sim-1"]' in err
+
+
+async def _reply_of(kind: str, events: list[tuple[str, dict[str, object]]]) -> Usage:
+    """The usage an engine of *kind* reads from a stream of these raw events."""
+    config = EngineConfig(kind=kind, model="m", base_url="http://127.0.0.1:1")  # type: ignore[arg-type]
+    engine: AnthropicEngine | OpenAIEngine = (
+        AnthropicEngine(config, api_key=None)
+        if kind == "anthropic"
+        else OpenAIEngine(config, api_key=None)
+    )
+
+    async def ignore(piece: str) -> None:
+        pass
+
+    stream = engine.parser(ignore)
+    for name, data in events:
+        await stream.feed(ServerSentEvent(event=name, data=json.dumps(data)))
+    if kind == "openai":
+        await stream.feed(ServerSentEvent(data="[DONE]"))
+    await engine.aclose()
+    usage = stream.reply().usage
+    assert usage is not None
+    return usage
+
+
+async def test_a_bill_from_the_provider_s_own_usage_fields() -> None:
+    """Streams shaped like the providers' documented responses, read by the
+    engines and billed, against the price table applied by hand."""
+    rates = PriceConfig(input=3, cached_input=0.3, cache_write_5m=3.75, cache_write_1h=6, output=15)
+    claude = price_for(EngineConfig(kind="anthropic", model="x", base_url="http://h"), rates)
+    assert claude is not None
+    # Anthropic: input_tokens is what came after the last cache hit or write;
+    # the writes split by lifetime.
+    usage = await _reply_of(
+        "anthropic",
+        [
+            (
+                "message_start",
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": "msg_01",
+                        "usage": {
+                            "input_tokens": 50,
+                            "cache_read_input_tokens": 8000,
+                            "cache_creation_input_tokens": 1500,
+                            "cache_creation": {
+                                "ephemeral_5m_input_tokens": 500,
+                                "ephemeral_1h_input_tokens": 1000,
+                            },
+                            "output_tokens": 1,
+                        },
+                    },
+                },
+            ),
+            ("message_delta", {"type": "message_delta", "usage": {"output_tokens": 300}}),
+            ("message_stop", {"type": "message_stop"}),
+        ],
+    )
+    by_hand = (50 * 3 + 8000 * 0.3 + 500 * 3.75 + 1000 * 6 + 300 * 15) / 1e6
+    assert bill(usage, claude, "anthropic").usd == pytest.approx(by_hand, rel=1e-3)
+
+    gpt = price_for(
+        EngineConfig(kind="openai", model="y", base_url="http://h/v1"),
+        PriceConfig(input=1.25, cached_input=0.125, cache_write=1.5625, output=10),
+    )
+    assert gpt is not None
+    # OpenAI: prompt_tokens holds the cached and the written tokens.
+    usage = await _reply_of(
+        "openai",
+        [
+            (
+                "message",
+                {
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": 12000,
+                        "completion_tokens": 200,
+                        "total_tokens": 12200,
+                        "prompt_tokens_details": {
+                            "cached_tokens": 8000,
+                            "cache_write_tokens": 3000,
+                        },
+                    },
+                },
+            )
+        ],
+    )
+    by_hand = (1000 * 1.25 + 8000 * 0.125 + 3000 * 1.5625 + 200 * 10) / 1e6
+    assert bill(usage, gpt, "openai").usd == pytest.approx(by_hand, rel=1e-3)
