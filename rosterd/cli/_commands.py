@@ -98,6 +98,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return anyio.run(chat, _socket(args), args.worker, args.channel, args.sender, args.wait)
         case "check":
             return _check(args)
+        case "inspect":
+            return _inspect(args)
         case (
             "runs list"
             | "runs show"
@@ -130,6 +132,28 @@ def _serve(args: argparse.Namespace) -> int:
         socket_path,
         os.environ,
     )
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    try:
+        # Starlette, uvicorn and Jinja2 load for this command only.
+        from ..inspect import serve_inspector
+    except ImportError as exc:
+        raise UsageError(
+            f"the inspector needs the inspect extra ({exc.name} is missing): "
+            "pip install 'rosterd[inspect]'"
+        ) from None
+    token = None
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text().strip()
+        except OSError as exc:
+            raise UsageError(f"--token-file {args.token_file}: {exc.strerror}") from None
+        if len(token) < 16:
+            raise UsageError(f"--token-file {args.token_file}: a token of 16 characters or more")
+    anyio.run(serve_inspector, _state(args), args.listen, token)
     return 0
 
 

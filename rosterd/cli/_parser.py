@@ -284,6 +284,23 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("run", metavar="RUN", help="the run id (see 'runs list')")
     export.set_defaults(handler="runs export")
 
+    inspect = areas.add_parser(
+        "inspect",
+        parents=[state],
+        help="a read-only web page of the runs: what did the worker see? (rosterd[inspect])",
+        description="Serve the trace inspector over the state directory or database; works "
+        "while the daemon is down. Loopback only, unless --token-file gives a token.",
+    )
+    inspect.add_argument(
+        "--listen", default="127.0.0.1:8377", metavar="HOST:PORT", help="default: %(default)s"
+    )
+    inspect.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="a file holding the token every request must carry (needed off loopback)",
+    )
+    inspect.set_defaults(handler="inspect")
+
     stats = areas.add_parser(
         "stats",
         help="aggregates over every run",

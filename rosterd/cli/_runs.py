@@ -23,17 +23,15 @@ it is a list of ``{turn, system, messages: [{role, content}]}`` instead.
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 
-from .._errors import RosterError
 from ..compiler import ContextRecord
 from ..protocol import StateLocation
-from ..sessions import RunInfo, TranscriptEntry, TurnRequest, context_page
-from ..stores import FileRuns, RunReader
+from ..sessions import RunInfo, TranscriptEntry, TurnRequest, context_json_items, context_page
+from ..stores import read_state_runs
 from ._output import emit_json, table, when
 from ._show import UsageSummary, render_show, summarise_usage
 
@@ -44,7 +42,6 @@ __all__ = (
     "runs_export",
     "runs_list",
     "runs_show",
-    "state_store",
 )
 
 
@@ -56,30 +53,15 @@ class RunReport(msgspec.Struct, frozen=True):
 
 
 async def _report(state: StateLocation, run: str) -> RunReport:
-    async with state_store(state) as store:
+    async with read_state_runs(state) as store:
         info = await store.info(run)
         entries = await store.transcript(run)
         records = await store.context(run)
     return RunReport(info=info, records=records, transcript=entries, usage=summarise_usage(entries))
 
 
-@asynccontextmanager
-async def state_store(state: StateLocation) -> AsyncIterator[RunReader]:
-    """The runs in *state*, readable until the block ends."""
-    if isinstance(state, str):
-        # psycopg loads only for a database.
-        from ..stores.postgres import read_runs
-
-        async with read_runs(state) as runs:
-            yield runs
-        return
-    if not state.is_dir():
-        raise RosterError(f"{state}: no such state directory")
-    yield FileRuns(state)
-
-
 async def runs_list(state: StateLocation, as_json: bool) -> int:
-    async with state_store(state) as store:
+    async with read_state_runs(state) as store:
         infos = await store.all()
     if as_json:
         emit_json(infos)
@@ -151,17 +133,9 @@ def render_context(requests: list[TurnRequest]) -> bytes:
     return b"".join(out)
 
 
-def _json_items(requests: list[TurnRequest]) -> list[bytes]:
-    """Each request as ``emit_json`` would indent it inside the whole list."""
-    return [
-        b"  " + msgspec.json.format(msgspec.json.encode(r), indent=2).replace(b"\n", b"\n  ")
-        for r in requests
-    ]
-
-
 async def runs_export(state: StateLocation, run: str) -> int:
     """Write the run's ``context.jsonl`` to stdout, byte for byte, from either backend."""
-    async with state_store(state) as store:
+    async with read_state_runs(state) as store:
         await store.info(run)
         data = await store.export(run)
     sys.stdout.flush()
@@ -179,7 +153,7 @@ async def runs_context(state: StateLocation, run: str, every: bool, as_json: boo
     separator = b"[\n"
     for requests in _pages(report, every):
         if as_json:
-            out.write(separator + b",\n".join(_json_items(requests)))
+            out.write(separator + b",\n".join(context_json_items(requests)))
             separator = b",\n"
         else:
             out.write(render_context(requests))

@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 import msgspec
 
 from ..protocol import CallCost, RunInfo, StateLocation, TranscriptEntry, Usage
+from ..stores import read_state_runs
 from ._output import emit_json, table
-from ._runs import state_store
 
 __all__ = ("CacheStats", "CostRow", "stats_cache", "stats_cost")
 
@@ -41,7 +41,7 @@ async def collect(state: StateLocation, worker: str | None, channel: str | None)
     causes: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
     turns = input_tokens = cached = disagreements = 0
-    async with state_store(state) as store:
+    async with read_state_runs(state) as store:
         runs = [
             info
             for info in await store.all()
@@ -173,7 +173,7 @@ async def collect_cost(
     by: str | None,
 ) -> list[CostRow]:
     tallies: dict[str, _Tally] = {}
-    async with state_store(state) as store:
+    async with read_state_runs(state) as store:
         for info in await store.all():
             if (worker is not None and info.worker != worker) or (
                 channel is not None and info.channel != channel

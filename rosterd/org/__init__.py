@@ -22,6 +22,7 @@ from ._config import (
     PromptCacheChoice,
     TelemetryConfig,
     WorkerConfig,
+    is_loopback,
     listen_address,
 )
 from ._load import identity_path, load_org, purpose_path
@@ -57,6 +58,7 @@ __all__ = (
     "TelemetryConfig",
     "WorkerConfig",
     "identity_path",
+    "is_loopback",
     "listen_address",
     "load_org",
     "purpose_path",

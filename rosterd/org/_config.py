@@ -34,6 +34,7 @@ __all__ = (
     "PromptCacheChoice",
     "TelemetryConfig",
     "WorkerConfig",
+    "is_loopback",
     "listen_address",
 )
 
@@ -239,7 +240,7 @@ class MetricsConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         if self.listen is None:
             return
         host, _ = listen_address(self.listen)
-        if not self.allow_remote and not _is_loopback(host):
+        if not self.allow_remote and not is_loopback(host):
             raise ValueError(
                 f"listen = {self.listen!r} is not a loopback address: "
                 "set allow_remote = true to publish metrics beyond this host"
@@ -280,7 +281,8 @@ def listen_address(listen: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether *host* (a name or an address) names only this machine."""
     if host == "localhost":
         return True
     try:

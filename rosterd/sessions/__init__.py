@@ -12,6 +12,7 @@ from ._runs import (
     TranscriptEntry,
     TurnRequest,
     chat_messages,
+    context_json_items,
     context_page,
     request_at_turn,
 )
@@ -37,6 +38,7 @@ __all__ = (
     "TurnRequest",
     "Verdict",
     "chat_messages",
+    "context_json_items",
     "context_page",
     "direct_run",
     "judge_cache",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
+
 from .._errors import ConflictError, NotFoundError
 from ..compiler import SYSTEM_ORDER, ContextRecord
 from ..protocol import ChatMessage, ContextPage, RunInfo, RunStatus, TranscriptEntry, TurnRequest
@@ -121,3 +123,12 @@ def context_page(
         chars += size
     done = len({r.turn for r in page})
     return ContextPage(page, next=page[-1].turn if done < len(pending) else None)
+
+
+def context_json_items(requests: Sequence[TurnRequest]) -> list[bytes]:
+    """Each request as ``runs context --json`` indents it inside its list:
+    ``b"[\\n" + b",\\n".join(items) + b"\\n]\\n"`` is the whole output."""
+    return [
+        b"  " + msgspec.json.format(msgspec.json.encode(r), indent=2).replace(b"\n", b"\n  ")
+        for r in requests
+    ]

@@ -16,6 +16,7 @@ from ._interface import (
     State,
     TaskStore,
 )
+from ._open import read_state_runs
 from ._records import SessionState, cut_off
 from .files import FileRuns, FileState
 
@@ -36,4 +37,5 @@ __all__ = (
     "TaskStatus",
     "TaskStore",
     "cut_off",
+    "read_state_runs",
 )

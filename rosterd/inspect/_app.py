@@ -1,0 +1,268 @@
+"""The inspector: a read-only web app over the run store.
+
+Everything it shows was written by others (notes, posts, tool results,
+model replies), so every page is rendered with Jinja2's autoescaping and a
+filter that makes invisible controls visible, under a Content-Security-
+Policy that allows no inline script or style and nothing from elsewhere.
+Only GET and HEAD are served. Off loopback, every request needs the token:
+as a bearer header, or a cookie set once from ``/?token=…``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import math
+import re
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from importlib.resources import files
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+import msgspec
+from markupsafe import Markup, escape
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .._errors import RosterError
+from ..compiler import iso_time
+from ..sessions import context_json_items, context_page
+from ..stores import RunReader
+from ._views import RUNS_PER_PAGE, Filters, load_run, load_runs, load_turn, search
+
+__all__ = ("COOKIE", "create_app")
+
+COOKIE = "roster_inspect"
+_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+_HEADERS = [
+    (b"content-security-policy", _CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cache-control", b"no-store"),
+]
+_STATIC = {"inspect.css": "text/css", "inspect.js": "text/javascript"}
+# Characters that change how text around them reads without showing
+# themselves: bidi controls, line and paragraph separators, zero widths.
+_INVISIBLE = re.compile("[\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff\x00-\x08\x0b-\x1f\x7f]")
+
+Stores = Callable[[], AbstractAsyncContextManager[RunReader]]
+
+
+def create_app(stores: Stores, token: str | None = None) -> ASGIApp:
+    """The inspector over the runs *stores* opens per request; with *token*,
+    every request must carry it."""
+    env = _environment()
+
+    def page(name: str, status: int = 200, **values: Any) -> HTMLResponse:
+        return HTMLResponse(env.get_template(name).render(**values), status_code=status)
+
+    async def runs(request: Request) -> Response:
+        filters = _filters(request)
+        number = _int(request.query_params.get("page"), 0)
+        async with stores() as store:
+            rows, more = await load_runs(store, filters, number)
+        query = {k: v for k, v in msgspec.structs.asdict(filters).items() if v}
+        return page(
+            "runs.html",
+            rows=rows,
+            filters=filters,
+            page=number,
+            more=more,
+            per_page=RUNS_PER_PAGE,
+            prev_query=urlencode({**query, "page": number - 1}),
+            next_query=urlencode({**query, "page": number + 1}),
+        )
+
+    async def run(request: Request) -> Response:
+        async with stores() as store:
+            view = await load_run(
+                store, request.path_params["run"], _int(request.query_params.get("page"), 0)
+            )
+        return page("run.html", view=view, charts=_charts(view.turns))
+
+    async def live(request: Request) -> Response:
+        after = _int(request.query_params.get("after"), 0)
+        async with stores() as store:
+            view = await load_run(store, request.path_params["run"], 0)
+        rows = [msgspec.to_builtins(row) for row in view.turns if row.turn > after]
+        return JSONResponse({"status": view.info.status, "turns": rows})
+
+    async def turn(request: Request) -> Response:
+        async with stores() as store:
+            view = await load_turn(store, request.path_params["run"], request.path_params["turn"])
+        return page("turn.html", view=view)
+
+    async def raw(request: Request) -> Response:
+        number = request.path_params["turn"]
+        async with stores() as store:
+            view = await load_turn(store, request.path_params["run"], number)
+            records = await store.context(view.info.id)
+            entries = await store.transcript(view.info.id)
+        page_ = context_page(view.info.id, records, entries, every=True, after=number - 1, limit=1)
+        requests = [r for r in page_.turns if r.turn == number]
+        body = b"[\n" + b",\n".join(context_json_items(requests)) + b"\n]\n"
+        name = f"{view.info.id}-turn-{number}.json"
+        return Response(
+            body,
+            media_type="application/json",
+            headers={"content-disposition": f'attachment; filename="{name}"'},
+        )
+
+    async def find(request: Request) -> Response:
+        text = request.query_params.get("q", "")[:1000]
+        async with stores() as store:
+            hits = await search(store, text)
+        return page("search.html", text=text, hits=hits)
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in _STATIC:
+            raise HTTPException(404)
+        data = files(__package__).joinpath("static", name).read_bytes()
+        return Response(data, media_type=_STATIC[name])
+
+    async def missing(request: Request, exc: Exception) -> Response:
+        message = str(exc) if isinstance(exc, RosterError) else "no such page"
+        return page("error.html", 404, message=message)
+
+    async def refused(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        return page("error.html", status, message=f"HTTP {status}")
+
+    app = Starlette(
+        routes=[
+            Route("/", runs, methods=["GET"]),
+            Route("/search", find, methods=["GET"]),
+            Route("/static/{name}", static, methods=["GET"]),
+            Route("/runs/{run}", run, methods=["GET"]),
+            Route("/runs/{run}/turns.json", live, methods=["GET"]),
+            Route("/runs/{run}/turns/{turn:int}", turn, methods=["GET"]),
+            Route("/runs/{run}/turns/{turn:int}/request.json", raw, methods=["GET"]),
+        ],
+        exception_handlers={RosterError: missing, HTTPException: refused},
+    )
+    return _Guard(app, token)
+
+
+class _Guard:
+    """GET and HEAD only, the token where one is set, and the security
+    headers on every response."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self._app = app
+        self._token = token
+
+    def __repr__(self) -> str:
+        return f"_Guard(token={'set' if self._token else 'none'})"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self._app(scope, receive, send)
+
+        async def secured(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *_HEADERS]
+            await send(message)
+
+        if scope["method"] not in ("GET", "HEAD"):
+            response: Response = Response("only GET and HEAD\n", 405, {"allow": "GET, HEAD"})
+            return await response(scope, receive, secured)
+        request = Request(scope)
+        if self._token is not None and not self._allowed(request):
+            given = request.query_params.get("token")
+            if given is not None and hmac.compare_digest(given, self._token):
+                # The one-time URL: the token moves into a cookie and out of the address.
+                response = RedirectResponse(request.url.path, 303)
+                response.set_cookie(COOKIE, self._token, httponly=True, samesite="strict", path="/")
+                return await response(scope, receive, secured)
+            response = Response("a token is required\n", 401, {"www-authenticate": "Bearer"})
+            return await response(scope, receive, secured)
+        await self._app(scope, receive, secured)
+
+    def _allowed(self, request: Request) -> bool:
+        assert self._token is not None
+        header = request.headers.get("authorization", "")
+        offered = header.removeprefix("Bearer ") if header.startswith("Bearer ") else None
+        offered = offered or request.cookies.get(COOKIE)
+        return offered is not None and hmac.compare_digest(offered, self._token)
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader(__package__ or "rosterd.inspect", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["shown"] = shown
+    env.filters["when"] = lambda at: iso_time(at) if at else "-"
+    env.filters["usd"] = lambda usd: "unknown" if usd is None else f"${usd:.6f}"
+    env.filters["pct"] = lambda share: f"{share:.0%}"
+    return env
+
+
+def shown(text: str) -> Markup:
+    """*text* escaped, with each invisible control shown as its code point."""
+    escaped = str(escape(text))
+    return Markup(_INVISIBLE.sub(lambda m: f"<span class=ctl>U+{ord(m[0]):04X}</span>", escaped))
+
+
+def _filters(request: Request) -> Filters:
+    query = request.query_params
+    return Filters(
+        **{
+            name: query.get(name, "")[:64]
+            for name in ("worker", "channel", "surface", "status", "verdict")
+        }
+    )
+
+
+def _int(text: str | None, default: int) -> int:
+    try:
+        return max(0, int(text)) if text is not None else default
+    except ValueError:
+        return default
+
+
+class Chart(msgspec.Struct, frozen=True):
+    """An SVG bar chart's bars, in the chart's own coordinates."""
+
+    width: int
+    height: int
+    bars: list[tuple[float, float, float, float, str]]
+    label: str
+
+
+def _charts(turns: list[Any]) -> list[Chart]:
+    """Cached share per turn, and input and output tokens per turn."""
+    count = max(len(turns), 1)
+    width, height = 800, 120
+    step = width / count
+    shares = [
+        (i * step, height * (1 - t.cached_share), max(step - 1, 0.5), height * t.cached_share, "")
+        for i, t in enumerate(turns)
+    ]
+    most = max((t.input_tokens + t.output_tokens for t in turns), default=0) or 1
+    tokens = []
+    for i, t in enumerate(turns):
+        cached = height * t.cached_tokens / most
+        fresh = height * (t.input_tokens - t.cached_tokens) / most
+        output = height * t.output_tokens / most
+        x, w = i * step, max(step - 1, 0.5)
+        tokens.append((x, height - cached, w, cached, "cached"))
+        tokens.append((x, height - cached - fresh, w, fresh, "fresh"))
+        tokens.append((x, height - cached - fresh - output, w, output, "output"))
+    return [
+        Chart(width, height, [b for b in shares if not math.isnan(b[3])], "cached share per turn"),
+        Chart(width, height, tokens, f"tokens per turn (tallest {most})"),
+    ]

@@ -1,0 +1,283 @@
+"""The trace inspector over HTTP: its pages, over real runs, and its guards."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from functools import partial
+from html.parser import HTMLParser
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from harness import daemon_in_process
+from inspect_runs import Made, make_runs
+from simulator import write_org
+
+from rosterd.inspect import COOKIE, create_app
+from rosterd.stores import read_state_runs
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "s3cret-token-for-tests"
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
+    return anyio.run(make_runs, tmp_path_factory.mktemp("inspect"))
+
+
+@pytest.fixture
+async def web(made: Made) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(partial(read_state_runs, made.state))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://inspect") as client:
+        yield client
+
+
+async def _page(web: httpx.AsyncClient, url: str) -> str:
+    response = await web.get(url)
+    assert response.status_code == 200, response.text
+    assert "script-src 'self'" in response.headers["content-security-policy"]
+    _no_hostile_markup(response.text)
+    return response.text
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, attrs))
+
+
+# The elements our own pages are made of: anything else came from data.
+_OURS = frozenset(
+    ["html", "head", "meta", "title", "link", "script", "body", "header", "a", "form", "input", "button", "main", "h1", "h2", "h3", "p", "table", "thead", "tbody", "tr", "th", "td", "label", "nav", "span", "dl", "dt", "dd", "figure", "svg", "rect", "figcaption", "section", "details", "summary", "pre", "div"]
+)
+
+
+def _no_hostile_markup(html: str) -> None:
+    """Nothing others wrote became markup: only our own elements, no event
+    handler, no script but our file, no javascript: link."""
+    parser = _Tags()
+    parser.feed(html)
+    for tag, attrs in parser.tags:
+        assert tag in _OURS, tag
+        for name, value in attrs:
+            assert not name.startswith("on"), (tag, name)
+            assert not (value or "").strip().lower().startswith("javascript:"), (tag, value)
+        if tag == "script":
+            assert attrs == [("src", "/static/inspect.js"), ("defer", None)]
+
+
+async def test_the_runs_newest_first_filtered_and_with_their_verdicts_and_cost(
+    web: httpx.AsyncClient, made: Made
+) -> None:
+    html = await _page(web, "/")
+    order = [made.failed, made.changed, made.session]
+    assert [html.index(f'href="/runs/{run}"') for run in order] == sorted(
+        html.index(f'href="/runs/{run}"') for run in order
+    )
+    assert "prefix-changed 1" in html and "hit 2" in html and "$0.0" in html
+    direct = await _page(web, "/?surface=direct")
+    assert made.failed in direct and made.session not in direct
+    missed = await _page(web, "/?verdict=prefix-changed")
+    assert made.changed in missed and made.session not in missed
+    assert "no runs match" in await _page(web, "/?worker=nobody")
+
+
+async def test_a_run_its_header_totals_charts_and_turns(web: httpx.AsyncClient, made: Made) -> None:
+    html = await _page(web, f"/runs/{made.session}")
+    assert "<dt>worker</dt><dd>w0</dd>" in html and "<dt>status</dt>" in html
+    assert html.count("<svg ") == 2 and 'class="bar cached"' in html
+    assert f'href="/runs/{made.session}/turns/2"' in html
+    assert "data-live" not in html  # closed: nothing to follow
+    live = await _page(web, f"/runs/{made.changed}")
+    assert f'data-live="/runs/{made.changed}/turns.json"' in live
+    rows = (await web.get(f"/runs/{made.session}/turns.json?after=1")).json()
+    assert rows["status"] == "closed" and [t["turn"] for t in rows["turns"]] == [2]
+
+
+async def test_a_turn_block_by_block_with_budgets_breakpoints_and_what_is_new(
+    web: httpx.AsyncClient, made: Made
+) -> None:
+    first = await _page(web, f"/runs/{made.session}/turns/1")
+    for block in ("identity", "policy", "connections", "purpose", "scope", "memory", "message"):
+        assert f'<span class="name">{block}</span>' in first
+    assert "/ 12000 characters" in first  # identity's budget
+    assert '<table class="budget">' in first
+    for name in ("connections", "purpose", "system"):
+        assert f"cache breakpoint: after {name}" in first
+    assert "end of the conversation so far" in first
+    second = await _page(web, f"/runs/{made.session}/turns/2")
+    # Turn 2 sends turn 1's request again; new are turn 1's reply and turn 2's
+    # input, then at the tool step the call and its result.
+    assert second.count('<span class="badge">new</span>') == 2 + 2
+    assert "Request 2 (tool step)" in second
+    assert "tool call " in second and ": remember</p>" in second
+    assert "&lt;img src=x onerror=" in second  # the remembered text, quoted
+    assert '<table class="usage">' in second and "$0.0" in second
+
+
+async def test_a_miss_shows_the_changed_block_before_and_after(
+    web: httpx.AsyncClient, made: Made
+) -> None:
+    html = await _page(web, f"/runs/{made.changed}/turns/1")
+    assert html.count('<section class="miss">') == 1
+    assert "Cache miss: block identity changed" in html
+    before, after = re.findall(r'<div class="side (?:before|after)">.*?</div>', html, re.S)
+    assert "Now also:" not in before and "Now also:" in after
+    assert f'href="/runs/{made.session}"' in html
+
+
+async def test_a_failed_compilation_shows_its_error_and_its_blocks(
+    web: httpx.AsyncClient, made: Made
+) -> None:
+    run = await _page(web, f"/runs/{made.failed}")
+    assert "over its limit of 24000" in run and "the engine received nothing" in run
+    turn = await _page(web, f"/runs/{made.failed}/turns/1")
+    assert "run compilation: failed" in turn and '<span class="name">identity</span>' in turn
+
+
+async def test_the_raw_request_is_byte_for_byte_runs_context(
+    web: httpx.AsyncClient, made: Made
+) -> None:
+    response = await web.get(f"/runs/{made.changed}/turns/1/request.json")
+    assert response.headers["content-disposition"].startswith("attachment;")
+    context = ["server", "runs", "context", made.changed, "--all", "--json"]
+    printed = await anyio.run_process(
+        [sys.executable, "-m", "rosterd.cli", *context, "--state", str(made.state)]
+    )
+    assert response.content == printed.stdout
+
+
+async def test_hostile_text_is_shown_as_text_everywhere(web: httpx.AsyncClient, made: Made) -> None:
+    pages = [
+        "/",
+        f"/runs/{made.session}",
+        f"/runs/{made.session}/turns/1",
+        f"/runs/{made.session}/turns/2",
+        f"/runs/{made.changed}/turns/1",
+        "/search?q=%3Cscript%3E",
+    ]
+    for url in pages:
+        await _page(web, url)
+    turn = await _page(web, f"/runs/{made.session}/turns/1")
+    assert "&lt;script&gt;window.pwned = 1&lt;/script&gt;" in turn
+    # Controls that reorder or break text are shown as what they are.
+    assert "<span class=ctl>U+202E</span>gnp.exe" in turn
+    assert "<span class=ctl>U+2028</span>" in turn
+    assert "{{ 7 * 7 }}" in turn  # not a template
+
+
+async def test_search_names_the_run_turn_and_block_that_showed_a_text(
+    web: httpx.AsyncClient, made: Made
+) -> None:
+    html = await _page(web, "/search?q=note%3A+%3Cscript%3E")
+    assert f'href="/runs/{made.session}/turns/1"' in html
+    assert "<td>memory</td>" in html
+    assert "no run showed it" in await _page(web, "/search?q=never+said+this")
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
+async def test_only_get_and_head(web: httpx.AsyncClient, method: str) -> None:
+    response = await web.request(method, "/")
+    assert response.status_code == 405 and response.headers["allow"] == "GET, HEAD"
+    assert (await web.head("/")).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/runs/..%2F..%2Fetc%2Fpasswd",
+        "/runs/%2E%2E",
+        "/runs/a%00b",
+        "/runs/" + "a" * 65,
+        "/runs/no-such-run",
+        "/runs/no-such-run/turns/1",
+        "/static/..%2F_app.py",
+        "/static/other.js",
+    ],
+)
+async def test_bad_ids_answer_404_before_any_lookup(web: httpx.AsyncClient, url: str) -> None:
+    response = await web.get(url)
+    assert response.status_code == 404
+    assert "content-security-policy" in response.headers
+
+
+async def test_with_a_token_every_request_carries_it(made: Made) -> None:
+    app = create_app(partial(read_state_runs, made.state), TOKEN)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://inspect") as web:
+        assert (await web.get("/")).status_code == 401
+        assert (await web.get("/", headers={"authorization": "Bearer wrong"})).status_code == 401
+        ok = await web.get("/", headers={"authorization": f"Bearer {TOKEN}"})
+        assert ok.status_code == 200
+        # The one-time URL sets the cookie and drops the token from the address.
+        first = await web.get(f"/runs/{made.session}?token={TOKEN}")
+        assert first.status_code == 303 and first.headers["location"] == f"/runs/{made.session}"
+        assert "httponly" in first.headers["set-cookie"].lower()
+        assert (await web.get(f"/runs/{made.session}")).status_code == 200
+        web.cookies.set(COOKIE, "wrong")
+        assert (await web.get("/")).status_code == 401
+
+
+async def test_a_long_run_is_paged(tmp_path: Path) -> None:
+    write_org(tmp_path / "org", workers=1, channels=1, identity_chars=200, purpose_chars=100)
+    async with (
+        daemon_in_process(tmp_path / "org", tmp_path / "state") as daemon,
+        await daemon.client() as client,
+    ):
+        opened = await client.session_open("w0", "c0")
+        for turn in range(205):
+            await client.session_send(opened.session, f"turn {turn}")
+    app = create_app(partial(read_state_runs, tmp_path / "state"))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://inspect") as web:
+        first = await _page(web, f"/runs/{opened.session}")
+        later = await _page(web, f"/runs/{opened.session}?page=1")
+    assert first.count("<tr data-turn=") == 200 and "page 1 of 2" in first
+    assert later.count("<tr data-turn=") == 5 and 'rel="prev"' in later
+
+
+def _inspect(*argv: str) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "rosterd.cli", "server", "inspect", *argv]
+    return subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture
+def served(made: Made) -> Iterator[str]:
+    process = _inspect("--state", str(made.state), "--listen", "127.0.0.1:0")
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        match = re.search(r"inspector on (http://127\.0\.0\.1:\d+/)", line)
+        assert match, line
+        yield match[1]
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)
+
+
+async def test_roster_server_inspect_serves_the_state(served: str, made: Made) -> None:
+    async with httpx.AsyncClient(base_url=served) as web:
+        html = await _page(web, "/")
+    assert made.session in html
+
+
+def test_off_loopback_the_inspector_needs_a_token(made: Made, tmp_path: Path) -> None:
+    refused = _inspect("--state", str(made.state), "--listen", "0.0.0.0:0")
+    _, err = refused.communicate(timeout=30)
+    assert refused.returncode != 0 and "not loopback" in err and "--token-file" in err
+    short = tmp_path / "token"
+    short.write_text("abc\n")
+    refused = _inspect(
+        "--state", str(made.state), "--listen", "0.0.0.0:0", "--token-file", str(short)
+    )
+    _, err = refused.communicate(timeout=30)
+    assert refused.returncode != 0 and "16 characters" in err
