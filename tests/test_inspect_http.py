@@ -57,7 +57,46 @@ class _Tags(HTMLParser):
 
 # The elements our own pages are made of: anything else came from data.
 _OURS = frozenset(
-    ["html", "head", "meta", "title", "link", "script", "body", "header", "a", "form", "input", "button", "main", "h1", "h2", "h3", "p", "table", "thead", "tbody", "tr", "th", "td", "label", "nav", "span", "dl", "dt", "dd", "figure", "svg", "rect", "figcaption", "section", "details", "summary", "pre", "div"]
+    (
+        "html",
+        "head",
+        "meta",
+        "title",
+        "link",
+        "script",
+        "body",
+        "header",
+        "a",
+        "form",
+        "input",
+        "button",
+        "main",
+        "h1",
+        "h2",
+        "h3",
+        "p",
+        "table",
+        "thead",
+        "tbody",
+        "tr",
+        "th",
+        "td",
+        "label",
+        "nav",
+        "span",
+        "dl",
+        "dt",
+        "dd",
+        "figure",
+        "svg",
+        "rect",
+        "figcaption",
+        "section",
+        "details",
+        "summary",
+        "pre",
+        "div",
+    )
 )
 
 
