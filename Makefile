@@ -11,7 +11,7 @@ CHANNEL ?= general
 # rather than computing, so one worker per core leaves the CPUs idle.
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(2 * (os.cpu_count() or 1))')
 
-.PHONY: run test checks suite bench clean
+.PHONY: run test test-browser checks suite bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,10 @@ suite: $(STAMP)
 	@# first, see tests/conftest.py); an xdist_group stays on one worker.
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
+# The inspector in the system Chromium (apt-get install chromium), through Playwright.
+test-browser: $(STAMP)
+	$(BIN)/python -m pytest -m browser tests/browser
+
 bench: $(STAMP)
 	$(BIN)/python bench/compile.py
 	$(BIN)/python bench/cache.py
@@ -54,6 +58,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/limits.py
 	$(BIN)/python bench/faults.py
 	$(BIN)/python bench/cost.py
+	$(BIN)/python bench/inspector.py
 
 clean:
 	rm -rf $(VENV) $(STATE) build *.egg-info

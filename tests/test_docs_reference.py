@@ -19,6 +19,7 @@ from rosterd.org import (
     DaemonConfig,
     EngineConfig,
     GatewayConfig,
+    InspectConfig,
     MetricsConfig,
     PriceConfig,
     TelemetryConfig,
@@ -133,6 +134,7 @@ _TABLES: list[tuple[str, type[msgspec.Struct]]] = [
     ("[gateway]: where tool calls go", GatewayConfig),
     ("[metrics]: Prometheus", MetricsConfig),
     ("[telemetry]: OpenTelemetry traces", TelemetryConfig),
+    ("[inspect]: the trace inspector", InspectConfig),
     ('[prices."<model>"]: what a call costs', PriceConfig),
 ]
 

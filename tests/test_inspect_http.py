@@ -17,7 +17,9 @@ from harness import daemon_in_process
 from inspect_runs import Made, make_runs
 from simulator import write_org
 
+from rosterd import ConfigError
 from rosterd.inspect import COOKIE, create_app
+from rosterd.org import load_org
 from rosterd.stores import read_state_runs
 
 pytestmark = pytest.mark.anyio
@@ -320,3 +322,50 @@ def test_off_loopback_the_inspector_needs_a_token(made: Made, tmp_path: Path) ->
     )
     _, err = refused.communicate(timeout=30)
     assert refused.returncode != 0 and "16 characters" in err
+
+
+async def test_the_daemon_serves_the_inspector_where_its_org_asks(tmp_path: Path) -> None:
+    write_org(tmp_path / "org", workers=1, channels=1, identity_chars=200, purpose_chars=100)
+    (tmp_path / "org" / "inspect.token").write_text(TOKEN + "\n")
+    with (tmp_path / "org" / "org.toml").open("a") as toml:
+        toml.write('\n[inspect]\nlisten = "127.0.0.1:0"\ntoken_file = "inspect.token"\n')
+    async with (
+        daemon_in_process(tmp_path / "org", tmp_path / "state") as daemon,
+        await daemon.client() as client,
+    ):
+        opened = await client.session_open("w0", "c0")
+        await client.session_send(opened.session, "hello")
+        match = re.search(r"inspector on (http://127\.0\.0\.1:\d+)/", daemon.log())
+        assert match, daemon.log()
+        headers = {"authorization": f"Bearer {TOKEN}"}
+        async with httpx.AsyncClient(base_url=match[1], headers=headers) as web:
+            html = await _page(web, f"/runs/{opened.session}")
+            assert '<dt>status</dt><dd id="status">open</dd>' in html
+            assert (await web.get("/", headers={"authorization": "Bearer no"})).status_code == 401
+
+
+def test_an_inspector_off_loopback_without_a_token_is_a_config_error(tmp_path: Path) -> None:
+    write_org(tmp_path, workers=1, channels=1, identity_chars=200, purpose_chars=100)
+    with (tmp_path / "org.toml").open("a") as toml:
+        toml.write('\n[inspect]\nlisten = "0.0.0.0:8377"\n')
+    with pytest.raises(ConfigError) as refused:
+        load_org(tmp_path)
+    assert "token_file" in str(refused.value)
+
+
+async def test_the_inspector_reads_a_postgresql_state_with_the_daemon_down(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    write_org(tmp_path / "org", workers=1, channels=1, identity_chars=200, purpose_chars=100)
+    async with (
+        daemon_in_process(tmp_path / "org", tmp_path / "sock", database=postgres_url) as daemon,
+        await daemon.client() as client,
+    ):
+        opened = await client.session_open("w0", "c0")
+        await client.session_send(opened.session, "hello <b>there</b>")
+    app = create_app(partial(read_state_runs, postgres_url))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://inspect") as web:
+        assert opened.session in await _page(web, "/")
+        turn = await _page(web, f"/runs/{opened.session}/turns/1")
+    assert "hello &lt;b&gt;there&lt;/b&gt;" in turn

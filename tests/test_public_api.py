@@ -19,6 +19,9 @@ MODULES = [
     "rosterd.daemon",
     "rosterd.client",
     "rosterd.cli",
+    "rosterd.inspect",
+    "rosterd.pricing",
+    "rosterd.observe",
 ]
 
 

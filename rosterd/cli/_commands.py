@@ -153,7 +153,9 @@ def _inspect(args: argparse.Namespace) -> int:
             raise UsageError(f"--token-file {args.token_file}: {exc.strerror}") from None
         if len(token) < 16:
             raise UsageError(f"--token-file {args.token_file}: a token of 16 characters or more")
-    anyio.run(serve_inspector, _state(args), args.listen, token)
+    from ..stores import read_state_runs
+
+    anyio.run(serve_inspector, partial(read_state_runs, _state(args)), args.listen, token)
     return 0
 
 

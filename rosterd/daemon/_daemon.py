@@ -17,20 +17,22 @@ import resource
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, MutableMapping
+from collections.abc import AsyncIterator, Callable, Coroutine, MutableMapping
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
 from anyio.abc import SocketListener, TaskStatus
 
-from .._errors import ConfigError
+from .._errors import ConfigError, RosterError
 from ..observe import open_telemetry
 from ..org import OrgSource
 from ..protocol import StateLocation, default_socket_path
 from ..sessions import Host, SessionManager, TaskRunner
-from ..stores import FileState, State
+from ..stores import FileState, RunReader, State
 from ._methods import Methods
 from ._server import RpcServer
 from ._systemd import Notifier, listen_fds, watchdog_interval
@@ -120,6 +122,37 @@ async def _open_state(location: StateLocation) -> AsyncIterator[State]:
         os.close(lock)
 
 
+def _inspector(host: Host, root: Path) -> Callable[..., Coroutine[Any, Any, None]]:
+    """The trace inspector over the daemon's own run store, as ``[inspect]``
+    asks; it stops when the daemon does. Raises ``RosterError`` when it cannot
+    start: the extra is missing, or its token cannot be read."""
+    config = host.org.inspect
+    assert config.listen is not None
+    try:
+        # Starlette, uvicorn and Jinja2 load for an org that asks for them only.
+        from ..inspect import serve_inspector
+    except ImportError as exc:
+        raise RosterError(
+            f"[inspect] listen needs the inspect extra ({exc.name} is missing): "
+            "pip install 'rosterd[inspect]'"
+        ) from None
+    token = None
+    if config.token_file is not None:
+        path = root / config.token_file
+        try:
+            token = path.read_text().strip()
+        except OSError as exc:
+            raise RosterError(f"[inspect] token_file {path}: {exc.strerror}") from None
+        if len(token) < 16:
+            raise RosterError(f"[inspect] token_file {path}: a token of 16 characters or more")
+
+    @asynccontextmanager
+    async def runs() -> AsyncIterator[RunReader]:
+        yield host.stores.runs
+
+    return partial(serve_inspector, runs, config.listen, token, embedded=True)
+
+
 async def _serve(
     host: Host,
     sessions: SessionManager,
@@ -156,6 +189,8 @@ async def _serve(
                 tg.start_soon(host.telemetry.keep_task_counts, host.stores.tasks)
                 if watchdog_s is not None:
                     tg.start_soon(_watchdog, notifier, watchdog_s / 2)
+                if host.org.inspect.listen is not None:
+                    await tg.start(_inspector(host, watcher.source.root))
                 where = f"fd {inherited[0].fileno()}" if inherited else str(path)
                 log.info("ready on %s (org %s, %r)", where, watcher.source.root, host.stores)
                 await notifier.ready(status=f"serving on {where}")

@@ -35,7 +35,7 @@ from ..sessions import context_json_items, context_page
 from ..stores import RunReader
 from ._views import RUNS_PER_PAGE, Filters, load_run, load_runs, load_turn, search
 
-__all__ = ("COOKIE", "create_app")
+__all__ = ("COOKIE", "Stores", "create_app")
 
 COOKIE = "roster_inspect"
 _CSP = (

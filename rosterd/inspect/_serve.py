@@ -1,25 +1,26 @@
-"""Serving the inspector: one socket, uvicorn on the daemon's event loop."""
+"""Serving the inspector: one socket, uvicorn on the caller's event loop."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
-from functools import partial
+from collections.abc import Iterator
 
+import anyio
 import uvicorn
+from anyio.abc import TaskStatus
 
 from .._errors import RosterError
 from ..org import is_loopback, listen_address
-from ..protocol import StateLocation
-from ..stores import read_state_runs
-from ._app import create_app
+from ._app import Stores, create_app
 
 __all__ = ("serve_inspector",)
 
 log = logging.getLogger("rosterd.inspect")
 
 
-def bind(listen: str, token: str | None) -> socket.socket:
+def _bind(listen: str, token: str | None) -> socket.socket:
     """A listening socket for *listen*; off loopback only with a token."""
     try:
         host, port = listen_address(listen)
@@ -28,7 +29,7 @@ def bind(listen: str, token: str | None) -> socket.socket:
     if token is None and not is_loopback(host):
         raise RosterError(
             f"the inspector would listen on {host}, which is not loopback: give it a token "
-            "(--token-file) so that only those who hold it can read the runs"
+            "(--token-file, or [inspect] token_file) so that only those who hold it read the runs"
         )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -42,18 +43,34 @@ def bind(listen: str, token: str | None) -> socket.socket:
     return sock
 
 
+class _Embedded(uvicorn.Server):
+    """A server that leaves signals to its host: the daemon drains on
+    SIGTERM itself, and stops the inspector by cancelling it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 async def serve_inspector(
-    state: StateLocation, listen: str, token: str | None = None, *, announce: bool = True
+    stores: Stores,
+    listen: str,
+    token: str | None = None,
+    *,
+    embedded: bool = False,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the inspector over the runs in *state* until cancelled."""
-    sock = bind(listen, token)
+    """Serve the inspector over the runs *stores* opens, on *listen*, until
+    cancelled (*embedded*) or interrupted; started once it listens."""
+    sock = _bind(listen, token)
     host, port = sock.getsockname()[:2]
-    app = create_app(partial(read_state_runs, state), token)
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
-    server = uvicorn.Server(config)
-    if announce:
-        where = f"[{host}]" if ":" in host else host
-        # The one line a caller waits for: the address, with the port bound.
-        log.warning("inspector on http://%s:%d/", where, port)
+    config = uvicorn.Config(
+        create_app(stores, token), log_level="warning", lifespan="off", access_log=False
+    )
+    server = _Embedded(config) if embedded else uvicorn.Server(config)
+    where = f"[{host}]" if ":" in host else host
+    # The line a caller waits for: the address, with the port bound.
+    log.warning("inspector on http://%s:%d/", where, port)
     with sock:
+        task_status.started()
         await server.serve(sockets=[sock])

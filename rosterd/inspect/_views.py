@@ -81,6 +81,8 @@ class RunRow(msgspec.Struct, frozen=True):
 class RunView(msgspec.Struct, frozen=True):
     info: RunInfo
     engine: str
+    # The model of its priced calls, as their price rows name it.
+    models: list[str]
     turns: list[TurnRow]
     shown: list[TurnRow]
     page: int
@@ -203,6 +205,7 @@ async def load_run(store: RunReader, run: str, page: int) -> RunView:
     return RunView(
         info=info,
         engine=system.engine_fingerprint if system is not None else "",
+        models=sorted({e.cost.price.model for e in entries if e.cost is not None}),
         turns=turns,
         shown=turns[page * TURNS_PER_PAGE : (page + 1) * TURNS_PER_PAGE],
         page=page,

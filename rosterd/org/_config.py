@@ -28,6 +28,7 @@ __all__ = (
     "EngineKind",
     "EngineOverlay",
     "GatewayConfig",
+    "InspectConfig",
     "MemoryScope",
     "MetricsConfig",
     "PriceConfig",
@@ -244,6 +245,25 @@ class MetricsConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             raise ValueError(
                 f"listen = {self.listen!r} is not a loopback address: "
                 "set allow_remote = true to publish metrics beyond this host"
+            )
+
+
+class InspectConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``[inspect]``: the daemon also serves the trace inspector; off without
+    ``listen``. Off loopback, ``token_file`` (an absolute path, or one
+    relative to the org directory) must name the file holding its token."""
+
+    listen: str | None = None
+    token_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.listen is None:
+            return
+        host, _ = listen_address(self.listen)
+        if self.token_file is None and not is_loopback(host):
+            raise ValueError(
+                f"listen = {self.listen!r} is not a loopback address: set token_file, "
+                "so that only those who hold the token read the runs"
             )
 
 

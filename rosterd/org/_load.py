@@ -26,6 +26,7 @@ from ._config import (
     DaemonConfig,
     EngineConfig,
     GatewayConfig,
+    InspectConfig,
     MetricsConfig,
     PriceConfig,
     TelemetryConfig,
@@ -45,6 +46,7 @@ _TABLES: dict[str, type[Any]] = {
     "gateway": GatewayConfig,
     "metrics": MetricsConfig,
     "telemetry": TelemetryConfig,
+    "inspect": InspectConfig,
 }
 _NAMED_TABLES: dict[str, tuple[str, type[Any]]] = {
     "workers": ("worker", WorkerConfig),
@@ -140,6 +142,7 @@ def load_org(root: Path) -> Org:
         prices=sections.get("prices", {}),
         metrics=sections.get("metrics", MetricsConfig()),
         telemetry=sections.get("telemetry", TelemetryConfig()),
+        inspect=sections.get("inspect", InspectConfig()),
     )
 
 

@@ -20,6 +20,7 @@ from ._config import (
     DaemonConfig,
     EngineConfig,
     GatewayConfig,
+    InspectConfig,
     MetricsConfig,
     PriceConfig,
     TelemetryConfig,
@@ -73,6 +74,7 @@ class Org(msgspec.Struct, frozen=True):
     prices: dict[str, PriceConfig] = {}
     metrics: MetricsConfig = MetricsConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
+    inspect: InspectConfig = InspectConfig()
 
     def budget_for(self, worker: str) -> ContextBudget:
         overlay = self._worker(worker).context

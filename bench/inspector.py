@@ -1,0 +1,99 @@
+"""How fast the inspector's pages are for big runs, and how big they get.
+
+A real daemon (echo engine, in this process) writes a session of 2,000
+turns, and a session whose last request is over 200 KB; the inspector (its
+ASGI app, in this process, over the same state directory) renders the
+run's page, its last page of turns and the big turn's page, several times
+each. Printed: the median render time and the page's size.
+
+Aims: each page under 150 ms, none over 2 MB (paging and collapsed blocks).
+
+Usage: python bench/inspector.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+import anyio
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from harness import daemon_in_process
+from simulator import write_org
+
+from rosterd.inspect import create_app
+from rosterd.stores import read_state_runs
+
+RENDERS = 7
+
+
+async def write_runs(root: Path, turns: int) -> tuple[str, str]:
+    """A long session and one with a big request; their ids."""
+    write_org(root / "org", workers=1, channels=2, identity_chars=2000, purpose_chars=500)
+    with (root / "org" / "org.toml").open("a") as toml:
+        toml.write("\n[context]\nsession_chars = 100000000\n")
+    async with (
+        daemon_in_process(root / "org", root / "state") as daemon,
+        await daemon.client() as client,
+    ):
+        long = await client.session_open("w0", "c0")
+        for turn in range(turns):
+            await client.session_send(long.session, f"turn {turn}: anything new?")
+        big = await client.session_open("w0", "c1")
+        for turn in range(10):
+            await client.session_send(big.session, f"part {turn}: " + "x" * 20_000)
+    return long.session, big.session
+
+
+async def timed(web: httpx.AsyncClient, url: str) -> tuple[float, int]:
+    """The median time to render *url*, in ms, and its size in bytes."""
+    times = []
+    size = 0
+    for _ in range(RENDERS):
+        start = time.perf_counter()
+        response = await web.get(url)
+        times.append((time.perf_counter() - start) * 1000)
+        if response.status_code != 200:
+            raise RuntimeError(f"{url}: HTTP {response.status_code}")
+        size = len(response.content)
+    return statistics.median(times), size
+
+
+async def run(turns: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        long, big = await write_runs(root, turns)
+        app = create_app(partial(read_state_runs, root / "state"))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as web:
+            pages = {
+                f"run of {turns} turns": f"/runs/{long}",
+                "its last page of turns": f"/runs/{long}?page={turns // 200}",
+                f"turn {turns} of it": f"/runs/{long}/turns/{turns}",
+                "turn of a 200 KB request": f"/runs/{big}/turns/10",
+                "runs list": "/",
+            }
+            print(f"{'page':>28} {'median ms':>10} {'KB':>8}")
+            for name, url in pages.items():
+                ms, size = await timed(web, url)
+                print(f"{name:>28} {ms:>10.1f} {size / 1024:>8.1f}")
+    print("aim: every page under 150 ms and under 2048 KB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="200 turns, for CI smoke runs")
+    args = parser.parse_args()
+    anyio.run(run, 200 if args.quick else 2000)
+
+
+if __name__ == "__main__":
+    main()
