@@ -4,7 +4,9 @@ A real daemon (echo engine, in this process) writes a session of 2,000
 turns, and a session whose last request is over 200 KB; the inspector (its
 ASGI app, in this process, over the same state directory) renders the
 run's page, its last page of turns and the big turn's page, several times
-each. Printed: the median render time and the page's size.
+each. Then 10,000 more runs are laid beside them (their ``run.json`` files
+only, as the file store writes them) and the runs list is rendered.
+Printed: the median render time and the page's size.
 
 Aims: each page under 150 ms, none over 2 MB (paging and collapsed blocks).
 
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import anyio
 import httpx
+import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
@@ -30,6 +33,7 @@ from harness import daemon_in_process
 from simulator import write_org
 
 from rosterd.inspect import create_app
+from rosterd.protocol import RunInfo
 from rosterd.stores import read_state_runs
 
 RENDERS = 7
@@ -51,6 +55,21 @@ async def write_runs(root: Path, turns: int) -> tuple[str, str]:
         for turn in range(10):
             await client.session_send(big.session, f"part {turn}: " + "x" * 20_000)
     return long.session, big.session
+
+
+def lay_runs(runs: Path, count: int) -> None:
+    """*count* finished direct runs, as the file store lays them out."""
+    for number in range(count):
+        info = RunInfo(
+            id=f"d-bench-{number:05d}",
+            surface="direct",
+            worker="w0",
+            channel=None,
+            created_at=1_700_000_000.0 + number,
+            status="done",
+        )
+        (runs / info.id).mkdir()
+        (runs / info.id / "run.json").write_bytes(msgspec.json.encode(info))
 
 
 async def timed(web: httpx.AsyncClient, url: str) -> tuple[float, int]:
@@ -85,6 +104,10 @@ async def run(turns: int) -> None:
             for name, url in pages.items():
                 ms, size = await timed(web, url)
                 print(f"{name:>28} {ms:>10.1f} {size / 1024:>8.1f}")
+            runs = turns * 5
+            lay_runs(root / "state" / "runs", runs)
+            ms, size = await timed(web, "/")
+            print(f"{f'runs list of {runs + 2} runs':>28} {ms:>10.1f} {size / 1024:>8.1f}")
     print("aim: every page under 150 ms and under 2048 KB")
 
 
