@@ -19,6 +19,7 @@ def test_bench_inspector_quick_times_and_sizes_every_page() -> None:
         "turn 200 of it",
         "turn of a 200 KB request",
         "runs list",
+        "runs list of 1002 runs",
     ], out
     # Sizes are not timings: the page limit holds in every run.
     assert all(float(kb) < 2048 for *_, kb in rows), out
