@@ -11,7 +11,7 @@ CHANNEL ?= general
 # rather than computing, so one worker per core leaves the CPUs idle.
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(2 * (os.cpu_count() or 1))')
 
-.PHONY: run test test-browser checks suite bench clean
+.PHONY: run test test-browser test-llama checks suite bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,12 @@ suite: $(STAMP)
 # The inspector in the system Chromium (apt-get install chromium), through Playwright.
 test-browser: $(STAMP)
 	$(BIN)/python -m pytest -m browser tests/browser
+
+# Rollover keeps the cache, on a real llama.cpp llama-server that
+# tests/llama/build.sh builds from PyPI's llama-cpp-python sdist (once, into .cache/).
+test-llama: $(STAMP)
+	tests/llama/build.sh
+	$(BIN)/python -m pytest -m llama tests/llama
 
 bench: $(STAMP)
 	$(BIN)/python bench/compile.py
