@@ -436,6 +436,7 @@ class Simulator:
         self.context_tokens = context_tokens
         self.server: Server = server
         self.requests: list[Recorded] = []
+        self._arrived = anyio.Event()
         self._script: deque[Action] = deque()
         self.explicit_models = explicit_models
         # Anthropic's and OpenAI's explicit entries are global per model; the
@@ -464,6 +465,12 @@ class Simulator:
     def script(self, *actions: Action) -> None:
         """Queue actions; each request takes the next one, then normal replies."""
         self._script.extend(actions)
+
+    async def wait_for_requests(self, count: int) -> None:
+        """Until *count* requests in all have arrived."""
+        while len(self.requests) < count:
+            self._arrived = anyio.Event()
+            await self._arrived.wait()
 
     def clear_cache(self) -> None:
         """Forget every cached prefix, as a provider-side eviction would."""
@@ -509,6 +516,7 @@ class Simulator:
                 except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError):
                     return
                 self.requests.append(Recorded(method, path, headers, body))
+                self._arrived.set()
                 try:
                     if not await self._dispatch(stream, path, headers, body):
                         return

@@ -100,6 +100,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _check(args)
         case "inspect":
             return _inspect(args)
+        case "bridge irc":
+            return _bridge_irc(args)
         case (
             "runs list"
             | "runs show"
@@ -132,6 +134,45 @@ def _serve(args: argparse.Namespace) -> int:
         socket_path,
         os.environ,
     )
+    return 0
+
+
+def _bridge_irc(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    try:
+        # The irc library loads for this command only.
+        from ..bridge import BridgeConfig, IrcBridge
+    except ImportError as exc:
+        raise UsageError(
+            f"the IRC bridge needs the irc extra ({exc.name} is missing): "
+            "pip install 'rosterd[irc]'"
+        ) from None
+    host, _, port = args.server.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"--server {args.server!r}: expected HOST:PORT")
+    channels = {}
+    for pair in args.map:
+        irc_channel, _, channel = pair.partition("=")
+        if not irc_channel.startswith(("#", "&")) or not channel:
+            raise UsageError(f"--map {pair!r}: expected '#irc-channel=rosterd-channel'")
+        channels[irc_channel] = channel
+    config = BridgeConfig(
+        socket=_socket(args),
+        host=host,
+        port=int(port),
+        nick=args.nick,
+        worker=args.worker,
+        channels=channels,
+        reply={c.lower(): "all" for c in args.reply_all},
+        tls=args.tls,
+        debounce_s=args.debounce,
+        max_lines=max(args.max_lines, 1),
+        line_interval_s=args.line_interval,
+        operators=tuple(args.operator),
+    )
+    anyio.run(IrcBridge(config).run)
     return 0
 
 

@@ -247,6 +247,47 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(handler="check")
 
+    bridge = commands.add_parser(
+        "bridge", help="connect a chat network to the daemon"
+    ).add_subparsers(dest="network", required=True, metavar="NETWORK")
+    irc = bridge.add_parser(
+        "irc",
+        parents=[client],
+        help="a worker in IRC channels (rosterd[irc])",
+        description="Join IRC channels as a worker: every line is posted to the mapped "
+        "rosterd channel, and the worker answers when addressed (NICK: …, @NICK, or a "
+        "private message). See docs/frontend.md.",
+    )
+    irc.add_argument("--server", required=True, metavar="HOST:PORT", help="the IRC server")
+    irc.add_argument("--tls", action="store_true", help="connect with TLS")
+    irc.add_argument("--nick", required=True, help="the worker's nick")
+    irc.add_argument("--worker", required=True, help="the worker that answers")
+    irc.add_argument(
+        "--map",
+        action="append",
+        required=True,
+        metavar="#IRC=CHANNEL",
+        help="an IRC channel and the rosterd channel it is (repeat for more)",
+    )
+    irc.add_argument(
+        "--reply-all",
+        action="append",
+        default=[],
+        metavar="#IRC",
+        help="answer every line in this IRC channel, not only those addressed",
+    )
+    irc.add_argument(
+        "--operator",
+        action="append",
+        default=[],
+        metavar="MASK",
+        help="nick!user@host glob that may !approve and !reject gates (repeat for more)",
+    )
+    irc.add_argument("--debounce", type=float, default=1.5, metavar="S", help="default: 1.5")
+    irc.add_argument("--max-lines", type=int, default=8, metavar="N", help="default: 8")
+    irc.add_argument("--line-interval", type=float, default=1.0, metavar="S", help="default: 1")
+    irc.set_defaults(handler="bridge irc")
+
     server = commands.add_parser("server", help="inspect the daemon's state directory")
     areas = server.add_subparsers(dest="area", required=True, metavar="AREA")
     runs = areas.add_parser(

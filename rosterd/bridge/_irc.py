@@ -1,0 +1,221 @@
+"""The IRC side of the bridge: one connection that stays up.
+
+Built on the ``irc`` library's asyncio client (``irc.client_aio``): it
+parses the protocol, answers the server's pings, dequotes CTCP and decodes
+lines leniently (a line that is not UTF-8 arrives with replacement
+characters instead of breaking the connection). This module keeps the
+connection up: it joins the mapped channels on welcome, takes another nick
+while its own is taken (and asks for it back), reconnects with backoff when
+the server goes away, and sends what the bridge says one line per
+``line_interval_s``, so a long reply never floods the channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import ssl
+from collections import deque
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any
+
+import anyio
+import irc.client
+import irc.client_aio
+import irc.connection
+import irc.strings
+import msgspec
+from anyio.abc import TaskGroup
+from jaraco.stream.buffer import LenientDecodingLineBuffer
+
+__all__ = ("IrcLink", "IrcMessage")
+
+log = logging.getLogger("rosterd.bridge")
+
+# Lines waiting to be said while the server is away: the oldest go first.
+_OUTBOX = 500
+
+
+class IrcMessage(msgspec.Struct, frozen=True):
+    """A line someone said: in a channel (``target``), or to us (``private``)."""
+
+    target: str
+    nick: str
+    mask: str
+    text: str
+    private: bool = False
+
+
+class IrcLink:
+    """One connection to *server*, kept up until the block ends; what people
+    say arrives on ``messages``."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        nick: str,
+        channels: Sequence[str],
+        *,
+        tls: bool = False,
+        line_interval_s: float = 1.0,
+        backoff_s: float = 1.0,
+        clock: Callable[[], float] = anyio.current_time,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.wanted_nick = nick
+        self.channels = tuple(channels)
+        self._tls = tls
+        self._interval = line_interval_s
+        self._backoff = backoff_s
+        self._clock = clock
+        self._send, self.messages = anyio.create_memory_object_stream[IrcMessage](math.inf)
+        self._outbox: deque[tuple[str, str]] = deque(maxlen=_OUTBOX)
+        self._queued = anyio.Event()
+        self._lost = anyio.Event()
+        self._joined = anyio.Event()
+        # irc.client_aio.AioConnection, once connecting.
+        self._connection: Any = None
+        self._group: TaskGroup | None = None
+        self._in: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"IrcLink({self.host}:{self.port}, {self.nick!r}, joined={self._joined.is_set()})"
+
+    @property
+    def nick(self) -> str:
+        connection = self._connection
+        return connection.get_nickname() if connection is not None else self.wanted_nick
+
+    async def __aenter__(self) -> IrcLink:
+        self._group = anyio.create_task_group()
+        await self._group.__aenter__()
+        self._group.start_soon(self._stay_connected)
+        self._group.start_soon(self._say_queued)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._group is not None
+        self._group.cancel_scope.cancel()
+        if self._connection is not None and self._connection.is_connected():
+            self._connection.disconnect("bridge stopping")
+        self._send.close()
+        return await self._group.__aexit__(exc_type, exc, tb)
+
+    async def joined(self) -> None:
+        """Wait until the link is on the server with its channels joined."""
+        await self._joined.wait()
+
+    def say(self, target: str, line: str) -> None:
+        """Queue *line* (one IRC line, already fitted) for *target*."""
+        self._outbox.append((target, line))
+        self._queued.set()
+
+    def line_budget(self, target: str) -> int:
+        """Bytes of text a PRIVMSG to *target* may carry: the server relays it
+        with our ``:nick!user@host`` in front, within 512 bytes."""
+        prefix = f":{self.nick}!{self.nick[:10]}@{'h' * 63} PRIVMSG {target} :"
+        return 512 - 2 - len(prefix.encode())
+
+    async def _stay_connected(self) -> None:
+        delay = self._backoff
+        while True:
+            try:
+                await self._connect()
+            except (OSError, irc.client.ServerConnectionError) as exc:
+                log.warning(
+                    "cannot reach %s:%d (%s); retrying in %.0f s", self.host, self.port, exc, delay
+                )
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 60.0)
+                continue
+            delay = self._backoff
+            await self._lost.wait()
+            log.warning("lost %s:%d; reconnecting", self.host, self.port)
+            self._joined = anyio.Event()
+            await anyio.sleep(self._backoff)
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        reactor = irc.client_aio.AioReactor(loop=loop)
+        for kind in ("welcome", "nicknameinuse", "erroneusnickname", "join", "disconnect"):
+            reactor.add_global_handler(kind, self._on_state)
+        for kind in ("pubmsg", "privmsg", "action"):
+            reactor.add_global_handler(kind, self._on_message)
+        connection = reactor.server()
+        connection.buffer_class = LenientDecodingLineBuffer
+        factory = (
+            irc.connection.AioFactory(ssl=ssl.create_default_context())
+            if self._tls
+            else irc.connection.AioFactory()
+        )
+        self._lost = anyio.Event()
+        self._connection = connection
+        await connection.connect(self.host, self.port, self.wanted_nick, connect_factory=factory)
+
+    def _on_state(self, connection: Any, event: Any) -> None:
+        if connection is not self._connection:
+            return
+        match event.type:
+            case "welcome":
+                for channel in self.channels:
+                    connection.join(channel)
+                if not self.channels:
+                    self._joined.set()
+            case "nicknameinuse" | "erroneusnickname":
+                # Taken (a ghost of ours, or someone else): another for now.
+                connection.nick(connection.get_nickname() + "_")
+            case "join":
+                if irc.client.NickMask(event.source).nick == connection.get_nickname():
+                    self._in.add(irc.strings.IRCFoldedCase(event.target))
+                    if {irc.strings.IRCFoldedCase(c) for c in self.channels} <= self._in:
+                        self._joined.set()
+            case "disconnect":
+                self._in = set()
+                self._lost.set()
+
+    def _on_message(self, connection: Any, event: Any) -> None:
+        if connection is not self._connection or not event.arguments:
+            return
+        source = irc.client.NickMask(event.source)
+        private = event.type == "privmsg"
+        text = event.arguments[0]
+        if event.type == "action":
+            text = f"* {source.nick} {text}"
+        target = source.nick if private else event.target
+        self._send.send_nowait(IrcMessage(target, source.nick, str(source), text, private))
+
+    async def _say_queued(self) -> None:
+        """Send the outbox one line per interval, while connected."""
+        last = -math.inf
+        while True:
+            if not self._outbox:
+                self._queued = anyio.Event()
+                await self._queued.wait()
+                continue
+            await self._joined.wait()
+            wait = last + self._interval - self._clock()
+            if wait > 0:
+                await anyio.sleep(wait)
+            connection = self._connection
+            if connection is None or not connection.is_connected():
+                await anyio.sleep(self._backoff)
+                continue
+            target, line = self._outbox.popleft()
+            try:
+                connection.privmsg(target, line)
+            except irc.client.ServerNotConnectedError:
+                self._outbox.appendleft((target, line))
+                continue
+            except (irc.client.MessageTooLong, irc.client.InvalidCharacters) as exc:
+                log.warning("a line the server would refuse was dropped: %s", exc)
+                continue
+            last = self._clock()
