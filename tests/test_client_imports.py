@@ -23,6 +23,8 @@ DAEMON_SIDE = (
     "starlette",
     "uvicorn",
     "jinja2",
+    "irc",
+    "rosterd.bridge",
     "rosterd.daemon",
     "rosterd.inspect",
     "rosterd.engines",

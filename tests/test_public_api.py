@@ -20,6 +20,7 @@ MODULES = [
     "rosterd.client",
     "rosterd.cli",
     "rosterd.inspect",
+    "rosterd.bridge",
     "rosterd.pricing",
     "rosterd.observe",
 ]

@@ -17,6 +17,7 @@ import anyio
 import pytest
 
 from rosterd._errors import ConfigError
+from rosterd.cli._parser import build_parser
 from rosterd.daemon._systemd import Notifier, listen_fds, watchdog_interval
 
 REPO = Path(__file__).resolve().parent.parent
@@ -424,3 +425,22 @@ def test_systemd_analyze_security_exposure() -> None:
     match = re.search(r"Overall exposure level for rosterd\.service: (\d+\.\d+)", done.stdout)
     assert match is not None, done.stdout
     assert float(match.group(1)) <= 2.0, done.stdout
+
+
+BRIDGE = REPO / "systemd" / "rosterd-irc.service"
+
+
+@needs_analyze
+def test_the_irc_bridge_unit_verifies_and_runs_a_command_roster_takes() -> None:
+    assert _ANALYZE is not None
+    done = subprocess.run(
+        [_ANALYZE, "verify", str(BRIDGE), str(SOCKET)], capture_output=True, text=True, timeout=60
+    )
+    ours = [line for line in done.stderr.splitlines() if "rosterd" in line]
+    assert (done.returncode, ours) == (0, [])
+    text = BRIDGE.read_text()
+    values = dict(re.findall(r"^Environment=(\w+)=(\S+)$", text, re.M))
+    (command,) = re.findall(r"^ExecStart=/usr/bin/env roster (.*)$", text, re.M)
+    argv = re.sub(r"\$\{(\w+)\}", lambda m: values[m[1]], command).split()
+    args = build_parser().parse_args(argv)
+    assert (args.handler, args.nick, args.map) == ("bridge irc", "ada", ["#general=general"])

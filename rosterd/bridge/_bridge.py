@@ -85,14 +85,21 @@ class _Command(msgspec.Struct, frozen=True):
 _Job = _Post | _Turn | _Command
 
 
-class _Held:
-    """A speaker's lines not yet delivered, whether one addresses the worker,
-    and an event set when another comes."""
+class _Burst:
+    """A speaker's lines less than ``debounce_s`` apart: whether one
+    addresses the worker, whether it is over, and an event set when another
+    line comes."""
 
-    def __init__(self) -> None:
-        self.lines: list[str] = []
+    def __init__(self, nick: str) -> None:
+        self.nick = nick
         self.addressed = False
+        self.over = False
         self.more = anyio.Event()
+
+
+class _Line(msgspec.Struct, frozen=True):
+    burst: _Burst
+    text: str
 
 
 class IrcBridge:
@@ -102,7 +109,11 @@ class IrcBridge:
         self.config = config
         self._jobs: deque[_Job] = deque()
         self._queued = anyio.Event()
-        self._held: dict[tuple[str, str], _Held] = {}
+        # Per IRC target (a channel, or a nick for private messages): the
+        # lines not yet delivered, in the order they were said, and each
+        # speaker's burst still open.
+        self._said: dict[str, deque[_Line]] = {}
+        self._bursts: dict[tuple[str, str], _Burst] = {}
         self._sessions: dict[str, str] = {}
         self._client: RosterClient | None = None
         self._link: IrcLink | None = None
@@ -142,6 +153,12 @@ class IrcBridge:
         await link.joined()
         self.joined.set()
 
+    async def rejoined(self, times: int) -> None:
+        """Wait until the bridge has been in its channels *times* times: the
+        first connection, then each reconnection to the IRC server."""
+        assert self._link is not None
+        await self._link.joined(times)
+
     # IRC side ---------------------------------------------------------------
 
     def _heard(self, message: IrcMessage) -> None:
@@ -156,14 +173,14 @@ class IrcBridge:
             self._enqueue(_Command(message.target, channel, message.mask, message.nick, text))
             return
         key = (message.target, message.nick)
-        held = self._held.get(key)
-        if held is None:
-            held = self._held[key] = _Held()
-            self._group.start_soon(self._release_when_quiet, key, held)
-        held.lines.append(text)
-        held.more.set()
+        burst = self._bursts.get(key)
+        if burst is None:
+            burst = self._bursts[key] = _Burst(message.nick)
+            self._group.start_soon(self._close_when_quiet, message.target, burst)
+        self._said.setdefault(message.target, deque()).append(_Line(burst, text))
+        burst.more.set()
         mode = self.config.reply.get(message.target.lower(), "mention")
-        held.addressed |= message.private or mode == "all" or addressed(text, self._link.nick)
+        burst.addressed |= message.private or mode == "all" or addressed(text, self._link.nick)
 
     def _mapped(self, target: str) -> str | None:
         for irc_channel, channel in self.config.channels.items():
@@ -171,29 +188,33 @@ class IrcBridge:
                 return channel
         return None
 
-    async def _release_when_quiet(self, key: tuple[str, str], held: _Held) -> None:
-        """Deliver *held* once its speaker has been quiet for ``debounce_s``."""
-        while held.more.is_set():
-            held.more = anyio.Event()
+    async def _close_when_quiet(self, target: str, burst: _Burst) -> None:
+        """Once *burst*'s speaker has been quiet for ``debounce_s``: a turn if
+        it addressed the worker, with everything said before it posted
+        first; else its lines are posted as they come to the head of the
+        line, so posts keep the order they were said in."""
+        while burst.more.is_set():
+            burst.more = anyio.Event()
             with anyio.move_on_after(self.config.debounce_s):
-                await held.more.wait()
-        if self._held.get(key) is not held:
-            return  # delivered ahead of a turn
-        del self._held[key]
-        target, nick = key
+                await burst.more.wait()
+        burst.over = True
+        del self._bursts[(target, burst.nick)]
+        said = self._said[target]
         channel = self._mapped(target)
-        if not held.addressed:
-            assert channel is not None
-            for line in held.lines:
-                self._enqueue(_Post(channel, nick, line))
-            return
-        # Others' lines said before this turn go first, so the worker sees them.
-        for (other_target, other_nick), other in list(self._held.items()):
-            if other_target == target and not other.addressed and channel is not None:
-                del self._held[(other_target, other_nick)]
-                for line in other.lines:
-                    self._enqueue(_Post(channel, other_nick, line))
-        self._enqueue(_Turn(target, channel, nick, "\n".join(held.lines)))
+        if burst.addressed:
+            last = max(i for i, line in enumerate(said) if line.burst is burst)
+            asked = []
+            for _ in range(last + 1):
+                line = said.popleft()
+                if line.burst is burst:
+                    asked.append(line.text)
+                elif channel is not None:
+                    self._enqueue(_Post(channel, line.burst.nick, line.text))
+            self._enqueue(_Turn(target, channel, burst.nick, "\n".join(asked)))
+        while said and said[0].burst.over and not said[0].burst.addressed:
+            line = said.popleft()
+            if channel is not None:
+                self._enqueue(_Post(channel, line.burst.nick, line.text))
 
     def _enqueue(self, job: _Job) -> None:
         if len(self._jobs) >= self.config.queue_limit:
@@ -312,7 +333,7 @@ class IrcBridge:
                     return
                 outcome = "approved" if word.lower() == "!approve" else "rejected"
                 resolved = await client.gate_resolve(gate, outcome, note.strip())
-                self._say(job.target, f"{resolved.id} {resolved.status} by {job.nick}")
+                self._say(job.target, f"{resolved.id} {resolved.outcome} by {job.nick}")
             case _:
                 # Not a command of ours: a line like any other.
                 self._enqueue(_Post(job.channel, job.nick, job.text))

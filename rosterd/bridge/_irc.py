@@ -48,6 +48,17 @@ class IrcMessage(msgspec.Struct, frozen=True):
     private: bool = False
 
 
+class _TolerantConnection(irc.client_aio.AioConnection):  # type: ignore[misc]
+    """A connection that passes over a line it cannot parse (a PRIVMSG
+    without text, say) instead of letting it end the connection."""
+
+    def _process_line(self, line: str) -> None:
+        try:
+            super()._process_line(line)
+        except (ValueError, IndexError, KeyError) as exc:
+            log.warning("passed over a malformed line from the server (%s): %.200r", exc, line)
+
+
 class IrcLink:
     """One connection to *server*, kept up until the block ends; what people
     say arrives on ``messages``."""
@@ -81,6 +92,10 @@ class IrcLink:
         self._connection: Any = None
         self._group: TaskGroup | None = None
         self._in: set[str] = set()
+        # How many times the link has been in all its channels: each
+        # reconnection that rejoins them adds one.
+        self.joins = 0
+        self._rejoined = anyio.Event()
 
     def __repr__(self) -> str:
         return f"IrcLink({self.host}:{self.port}, {self.nick!r}, joined={self._joined.is_set()})"
@@ -108,11 +123,14 @@ class IrcLink:
         if self._connection is not None and self._connection.is_connected():
             self._connection.disconnect("bridge stopping")
         self._send.close()
+        self.messages.close()
         return await self._group.__aexit__(exc_type, exc, tb)
 
-    async def joined(self) -> None:
-        """Wait until the link is on the server with its channels joined."""
-        await self._joined.wait()
+    async def joined(self, times: int = 1) -> None:
+        """Wait until the link has been in all its channels *times* times
+        (the first connection, then each reconnection)."""
+        while self.joins < times:
+            await self._rejoined.wait()
 
     def say(self, target: str, line: str) -> None:
         """Queue *line* (one IRC line, already fitted) for *target*."""
@@ -146,6 +164,7 @@ class IrcLink:
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
         reactor = irc.client_aio.AioReactor(loop=loop)
+        reactor.connection_class = _TolerantConnection
         for kind in ("welcome", "nicknameinuse", "erroneusnickname", "join", "disconnect"):
             reactor.add_global_handler(kind, self._on_state)
         for kind in ("pubmsg", "privmsg", "action"):
@@ -169,7 +188,7 @@ class IrcLink:
                 for channel in self.channels:
                     connection.join(channel)
                 if not self.channels:
-                    self._joined.set()
+                    self._in_channels()
             case "nicknameinuse" | "erroneusnickname":
                 # Taken (a ghost of ours, or someone else): another for now.
                 connection.nick(connection.get_nickname() + "_")
@@ -177,13 +196,19 @@ class IrcLink:
                 if irc.client.NickMask(event.source).nick == connection.get_nickname():
                     self._in.add(irc.strings.IRCFoldedCase(event.target))
                     if {irc.strings.IRCFoldedCase(c) for c in self.channels} <= self._in:
-                        self._joined.set()
+                        self._in_channels()
             case "disconnect":
                 self._in = set()
                 self._lost.set()
 
+    def _in_channels(self) -> None:
+        self._joined.set()
+        self.joins += 1
+        self._rejoined.set()
+        self._rejoined = anyio.Event()
+
     def _on_message(self, connection: Any, event: Any) -> None:
-        if connection is not self._connection or not event.arguments:
+        if connection is not self._connection or not event.arguments or not event.source:
             return
         source = irc.client.NickMask(event.source)
         private = event.type == "privmsg"
@@ -191,7 +216,9 @@ class IrcLink:
         if event.type == "action":
             text = f"* {source.nick} {text}"
         target = source.nick if private else event.target
-        self._send.send_nowait(IrcMessage(target, source.nick, str(source), text, private))
+        # Plain strings: the library's are str subclasses.
+        message = IrcMessage(target[:], source.nick[:], source[:], text[:], private)
+        self._send.send_nowait(message)
 
     async def _say_queued(self) -> None:
         """Send the outbox one line per interval, while connected."""
