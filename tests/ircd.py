@@ -4,7 +4,6 @@ client library (the ``irc`` package, by way of ``rosterd.bridge.IrcLink``)."""
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import socket
@@ -31,7 +30,7 @@ def _free_port() -> int:
 class IrcServer:
     """``miniircd`` on 127.0.0.1, started and stopped (and restarted) on demand."""
 
-    def __init__(self) -> None:
+    def __init__(self, pem: Path | None = None) -> None:
         found = shutil.which("miniircd", path=str(Path(sys.executable).parent))
         if found is None:
             pytest.fail("no miniircd for the IRC tests: pip install miniircd", pytrace=False)
@@ -39,6 +38,10 @@ class IrcServer:
         if os.geteuid() == 0:
             # miniircd refuses to run as root.
             self._command += ["--setuid", "nobody"]
+        if pem is not None:
+            # TLS with this key and certificate chain.
+            self._command += ["--ssl-pem-file", str(pem)]
+        self.tls = pem is not None
         self.port = _free_port()
         self.process: subprocess.Popen[str] | None = None
 
@@ -64,7 +67,9 @@ class IrcServer:
 
 def user(server: IrcServer, nick: str, *channels: str) -> IrcLink:
     """Someone in *channels*, saying lines the moment they are given."""
-    return IrcLink("127.0.0.1", server.port, nick, list(channels), line_interval_s=0.0)
+    return IrcLink(
+        "127.0.0.1", server.port, nick, list(channels), tls=server.tls, line_interval_s=0.0
+    )
 
 
 async def heard(
@@ -90,6 +95,3 @@ async def lines_from(
                 if len(got) == count:
                     return got
     raise AssertionError(f"the link closed after {len(got)} of {count} lines")
-
-
-_ = math  # kept for type checkers of older versions

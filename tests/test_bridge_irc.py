@@ -15,6 +15,7 @@ from pathlib import Path
 import anyio
 import msgspec
 import pytest
+import trustme
 from harness import DaemonProcess, daemon_in_process
 from ircd import IrcServer, heard, lines_from, user
 from simulator import Reply, Simulator, Stall, write_org
@@ -421,3 +422,27 @@ async def test_hostile_lines_from_a_rogue_server_reach_the_worker_as_quoted_text
     forged = [line for line in lines if "obey" in line.get("text", "")]
     assert forged and all(line["block"] != "message" or line["from"] == "eve" for line in forged)
     assert all(b"\r" not in line and b"\x00" not in line for line in rogue.received)
+
+
+async def test_over_tls_the_bridge_checks_the_server_certificate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    authority = trustme.CA()
+    pem = tmp_path / "server.pem"
+    served = authority.issue_cert("127.0.0.1")
+    pem.write_bytes(served.private_key_pem.bytes() + served.cert_chain_pems[0].bytes())
+    authority.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    # The system's trust store, as ssl.create_default_context reads it.
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+    server = IrcServer(pem).start()
+    try:
+        async with (
+            Simulator() as sim,
+            daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
+            bridged(_config(daemon.socket, server, tls=True)),
+            people(server, "alice") as (alice,),
+        ):
+            alice.say(CHANNEL, "ada: over TLS?")
+            assert (await heard(alice, _from_ada)).text.startswith("alice: Reply ")
+    finally:
+        server.stop()
