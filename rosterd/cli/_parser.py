@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeAlias
 
 from .. import __version__
 
@@ -67,6 +67,11 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+# What add_subparsers returns: the command groups each helper adds to.
+# Subscripted for type checkers only: argparse's class is not generic at run time.
+_Subparsers: TypeAlias = "argparse._SubParsersAction[_Parser]"
+
+
 def _client_options() -> _Parser:
     options = _Parser(add_help=False)
     options.add_argument(
@@ -117,6 +122,19 @@ def build_parser() -> argparse.ArgumentParser:
     client = _client_options()
     state = _state_options()
 
+    _serve_commands(commands)
+    _talk_commands(commands, client)
+    _task_commands(commands, client)
+    _note_commands(commands, client)
+    _check_commands(commands)
+    _bridge_commands(commands, client)
+    areas = _server_commands(commands, state)
+    _aggregate_commands(areas, state)
+    return parser
+
+
+def _serve_commands(commands: _Subparsers) -> None:
+    """``serve``: the daemon itself."""
     serve = commands.add_parser("serve", help="run the daemon in the foreground")
     serve.add_argument("--org", default=os.environ.get("ROSTER_ORG"), help="org dir ($ROSTER_ORG)")
     serve.add_argument(
@@ -135,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(handler="serve")
 
+
+def _talk_commands(commands: _Subparsers, client: _Parser) -> None:
+    """``chat`` and ``run``: talking to a worker."""
     chat = commands.add_parser(
         "chat",
         help="chat with a worker in a channel",
@@ -161,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     _text(run, "text", "the message")
     run.set_defaults(handler="run")
 
+
+def _task_commands(commands: _Subparsers, client: _Parser) -> None:
+    """``task``: queued tasks."""
     task = commands.add_parser("task", help="queue tasks and follow them").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
@@ -176,6 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
         handler="task list"
     )
 
+
+def _note_commands(commands: _Subparsers, client: _Parser) -> None:
+    """``memory``, ``gate`` and ``channel``: what workers read."""
     memory = commands.add_parser("memory", help="a worker's advisory notes").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
@@ -235,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
         "status", parents=[client], help="the daemon's version, load and config state"
     ).set_defaults(handler="status")
 
+
+def _check_commands(commands: _Subparsers) -> None:
+    """``check``: an org before it is deployed."""
     check = commands.add_parser(
         "check",
         help="validate an org and dry-run every compilation (a pre-deploy gate)",
@@ -247,6 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(handler="check")
 
+
+def _bridge_commands(commands: _Subparsers, client: _Parser) -> None:
+    """``bridge``: chat networks as frontends."""
     bridge = commands.add_parser(
         "bridge", help="connect a chat network to the daemon"
     ).add_subparsers(dest="network", required=True, metavar="NETWORK")
@@ -288,6 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     irc.add_argument("--line-interval", type=float, default=1.0, metavar="S", help="default: 1")
     irc.set_defaults(handler="bridge irc")
 
+
+def _server_commands(commands: _Subparsers, state: _Parser) -> _Subparsers:
+    """``server runs``: the state, read directly; the areas, for more."""
     server = commands.add_parser("server", help="inspect the daemon's state directory")
     areas = server.add_subparsers(dest="area", required=True, metavar="AREA")
     runs = areas.add_parser(
@@ -324,7 +360,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("run", metavar="RUN", help="the run id (see 'runs list')")
     export.set_defaults(handler="runs export")
+    return areas
 
+
+def _aggregate_commands(areas: _Subparsers, state: _Parser) -> None:
+    """``server inspect`` and ``server stats``."""
     inspect = areas.add_parser(
         "inspect",
         parents=[state],
@@ -372,4 +412,3 @@ def build_parser() -> argparse.ArgumentParser:
         "--by", choices=["day", "worker", "channel", "model"], help="one row per day, worker, …"
     )
     cost.set_defaults(handler="stats cost")
-    return parser

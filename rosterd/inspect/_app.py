@@ -60,18 +60,42 @@ Stores = Callable[[], AbstractAsyncContextManager[RunReader]]
 def create_app(stores: Stores, token: str | None = None) -> ASGIApp:
     """The inspector over the runs *stores* opens per request; with *token*,
     every request must carry it."""
-    env = _environment()
+    pages = _Pages(stores)
+    app = Starlette(
+        routes=[
+            Route("/", pages.runs, methods=["GET"]),
+            Route("/search", pages.search, methods=["GET"]),
+            Route("/static/{name}", pages.static, methods=["GET"]),
+            Route("/runs/{run}", pages.run, methods=["GET"]),
+            Route("/runs/{run}/turns.json", pages.live, methods=["GET"]),
+            Route("/runs/{run}/turns/{turn:int}", pages.turn, methods=["GET"]),
+            Route("/runs/{run}/turns/{turn:int}/request.json", pages.raw, methods=["GET"]),
+        ],
+        exception_handlers={RosterError: pages.missing, HTTPException: pages.refused},
+    )
+    return _Guard(app, token)
 
-    def page(name: str, status: int = 200, **values: Any) -> HTMLResponse:
-        return HTMLResponse(env.get_template(name).render(**values), status_code=status)
 
-    async def runs(request: Request) -> Response:
+class _Pages:
+    """Each page: read what it shows from a store, render it."""
+
+    def __init__(self, stores: Stores) -> None:
+        self._stores = stores
+        self._env = _environment()
+
+    def __repr__(self) -> str:
+        return f"_Pages({self._stores!r})"
+
+    def _page(self, name: str, status: int = 200, **values: Any) -> HTMLResponse:
+        return HTMLResponse(self._env.get_template(name).render(**values), status_code=status)
+
+    async def runs(self, request: Request) -> Response:
         filters = _filters(request)
         number = _int(request.query_params.get("page"), 0)
-        async with stores() as store:
+        async with self._stores() as store:
             rows, more = await load_runs(store, filters, number)
         query = {k: v for k, v in msgspec.structs.asdict(filters).items() if v}
-        return page(
+        return self._page(
             "runs.html",
             rows=rows,
             filters=filters,
@@ -82,75 +106,61 @@ def create_app(stores: Stores, token: str | None = None) -> ASGIApp:
             next_query=urlencode({**query, "page": number + 1}),
         )
 
-    async def run(request: Request) -> Response:
-        async with stores() as store:
-            view = await load_run(
-                store, request.path_params["run"], _int(request.query_params.get("page"), 0)
-            )
-        return page("run.html", view=view, charts=_charts(view.turns))
+    async def run(self, request: Request) -> Response:
+        number = _int(request.query_params.get("page"), 0)
+        async with self._stores() as store:
+            view = await load_run(store, request.path_params["run"], number)
+        return self._page("run.html", view=view, charts=_charts(view.turns))
 
-    async def live(request: Request) -> Response:
+    async def live(self, request: Request) -> Response:
         after = _int(request.query_params.get("after"), 0)
-        async with stores() as store:
+        async with self._stores() as store:
             view = await load_run(store, request.path_params["run"], 0)
         rows = [msgspec.to_builtins(row) for row in view.turns if row.turn > after]
         return JSONResponse({"status": view.info.status, "turns": rows})
 
-    async def turn(request: Request) -> Response:
-        async with stores() as store:
-            view = await load_turn(store, request.path_params["run"], request.path_params["turn"])
-        return page("turn.html", view=view)
+    async def turn(self, request: Request) -> Response:
+        run, number = request.path_params["run"], request.path_params["turn"]
+        async with self._stores() as store:
+            view = await load_turn(store, run, number)
+        return self._page("turn.html", view=view)
 
-    async def raw(request: Request) -> Response:
+    async def raw(self, request: Request) -> Response:
+        """The turn's requests, byte for byte as ``runs context --all --json``."""
         number = request.path_params["turn"]
-        async with stores() as store:
+        async with self._stores() as store:
             view = await load_turn(store, request.path_params["run"], number)
             records = await store.context(view.info.id)
             entries = await store.transcript(view.info.id)
-        page_ = context_page(view.info.id, records, entries, every=True, after=number - 1, limit=1)
-        requests = [r for r in page_.turns if r.turn == number]
+        page = context_page(view.info.id, records, entries, every=True, after=number - 1, limit=1)
+        requests = [r for r in page.turns if r.turn == number]
         body = b"[\n" + b",\n".join(context_json_items(requests)) + b"\n]\n"
         name = f"{view.info.id}-turn-{number}.json"
+        disposition = f'attachment; filename="{name}"'
         return Response(
-            body,
-            media_type="application/json",
-            headers={"content-disposition": f'attachment; filename="{name}"'},
+            body, media_type="application/json", headers={"content-disposition": disposition}
         )
 
-    async def find(request: Request) -> Response:
+    async def search(self, request: Request) -> Response:
         text = request.query_params.get("q", "")[:1000]
-        async with stores() as store:
+        async with self._stores() as store:
             hits = await search(store, text)
-        return page("search.html", text=text, hits=hits)
+        return self._page("search.html", text=text, hits=hits)
 
-    async def static(request: Request) -> Response:
+    async def static(self, request: Request) -> Response:
         name = request.path_params["name"]
         if name not in _STATIC:
             raise HTTPException(404)
         data = files(__package__).joinpath("static", name).read_bytes()
         return Response(data, media_type=_STATIC[name])
 
-    async def missing(request: Request, exc: Exception) -> Response:
+    async def missing(self, request: Request, exc: Exception) -> Response:
         message = str(exc) if isinstance(exc, RosterError) else "no such page"
-        return page("error.html", 404, message=message)
+        return self._page("error.html", 404, message=message)
 
-    async def refused(request: Request, exc: Exception) -> Response:
+    async def refused(self, request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
-        return page("error.html", status, message=f"HTTP {status}")
-
-    app = Starlette(
-        routes=[
-            Route("/", runs, methods=["GET"]),
-            Route("/search", find, methods=["GET"]),
-            Route("/static/{name}", static, methods=["GET"]),
-            Route("/runs/{run}", run, methods=["GET"]),
-            Route("/runs/{run}/turns.json", live, methods=["GET"]),
-            Route("/runs/{run}/turns/{turn:int}", turn, methods=["GET"]),
-            Route("/runs/{run}/turns/{turn:int}/request.json", raw, methods=["GET"]),
-        ],
-        exception_handlers={RosterError: missing, HTTPException: refused},
-    )
-    return _Guard(app, token)
+        return self._page("error.html", status, message=f"HTTP {status}")
 
 
 class _Guard:
