@@ -281,18 +281,7 @@ class Host(AsyncResource):
         seen: int | None,
         cache_plan: CachePlan | None,
     ) -> TurnOutcome:
-        try:
-            # Pure, but ranking a message whose words many notes share can
-            # take more than a few ms: off the loop, so no other client
-            # waits through it. The stores hand over snapshots a thread may
-            # read while the loop keeps writing.
-            with watch.phase("compile"):
-                compilation = await anyio.to_thread.run_sync(compile_fn)
-        except CompileError as exc:
-            if exc.record is not None:
-                await run.trace(exc.record)
-            raise
-        watch.numbered(compilation.record.turn)
+        compilation = await self._compiled(watch, run, compile_fn)
         system = compilation.system
         worker, channel = run.info.worker, run.info.channel
         previous = await self.prefixes.get(worker, channel)
@@ -349,6 +338,33 @@ class Host(AsyncResource):
             reusable = 0
         idle_s = own.at - previous.at if previous is not None else None
         await self._answered(call, 1, answer, reusable, idle_s)
+        reply, steps = await self._tool_loop(call, reply)
+        return TurnOutcome(
+            run=run.info.id, turn=record.turn, reply=reply, record=record, steps=steps
+        )
+
+    async def _compiled(
+        self, watch: TurnWatch, run: ActiveRun, compile_fn: Callable[[], Compilation]
+    ) -> Compilation:
+        """The turn's compilation; a failed one is traced before it is raised."""
+        try:
+            # Pure, but ranking a message whose words many notes share can
+            # take more than a few ms: off the loop, so no other client
+            # waits through it. The stores hand over snapshots a thread may
+            # read while the loop keeps writing.
+            with watch.phase("compile"):
+                compilation = await anyio.to_thread.run_sync(compile_fn)
+        except CompileError as exc:
+            if exc.record is not None:
+                await run.trace(exc.record)
+            raise
+        watch.numbered(compilation.record.turn)
+        return compilation
+
+    async def _tool_loop(self, call: _Call, reply: EngineReply) -> tuple[EngineReply, int]:
+        """Answer *reply*'s tool calls and send the results, until a reply
+        makes none or the turn reaches ``[gateway] max_steps``; the last
+        reply, and how many engine calls the turn made."""
         step = 1
         while reply.calls:
             # Every step's request is the previous one plus the reply and
@@ -368,9 +384,7 @@ class Host(AsyncResource):
             answer = await self._complete(call, step)
             reply = answer.reply
             await self._answered(call, step, answer, earlier, 0.0)
-        return TurnOutcome(
-            run=run.info.id, turn=record.turn, reply=reply, record=record, steps=step
-        )
+        return reply, step
 
     async def _complete(self, call: _Call, step: int) -> _Answer:
         """One engine call; a failure or a stop is recorded before it is raised."""
