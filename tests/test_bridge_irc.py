@@ -450,3 +450,37 @@ async def test_over_tls_the_bridge_checks_the_server_certificate(
             assert (await heard(alice, _from_ada)).text.startswith("alice: Reply ")
     finally:
         server.stop()
+
+
+async def _hold_nick(server: IrcServer, nick: str) -> anyio.abc.SocketStream:
+    """A bare connection registered as *nick* and in the channel (so that
+    its leaving is seen there), holding the nick until it quits."""
+    stream = await anyio.connect_tcp("127.0.0.1", server.port)
+    await stream.send(f"NICK {nick}\r\nUSER {nick} 0 * :{nick}\r\n".encode())
+    lines = anyio.streams.buffered.BufferedByteReceiveStream(stream)
+    with anyio.fail_after(20):
+        while b" 001 " not in await lines.receive_until(b"\r\n", 4096):
+            pass
+        await stream.send(f"JOIN {CHANNEL}\r\n".encode())
+        while b" JOIN " not in await lines.receive_until(b"\r\n", 4096):
+            pass
+    return stream
+
+
+async def test_a_taken_nick_is_taken_back_once_it_is_free(tmp_path: Path, ircd: IrcServer) -> None:
+    async with (
+        Simulator() as sim,
+        daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
+        people(ircd, "alice") as (alice,),
+        await _hold_nick(ircd, "ada") as impostor,
+        bridged(_config(daemon.socket, ircd)) as bridge,
+    ):
+        assert bridge.nick == "ada_"
+        alice.say(CHANNEL, "ada_: who are you?")
+        assert (await heard(alice, lambda m: m.nick == "ada_")).text.startswith("alice: ")
+        await impostor.send(b"QUIT :done\r\n")
+        with anyio.fail_after(20):
+            await bridge.renamed.wait()
+        assert bridge.nick == "ada"
+        alice.say(CHANNEL, "ada: and now?")
+        assert (await heard(alice, _from_ada)).text.startswith("alice: ")

@@ -153,6 +153,17 @@ class IrcBridge:
         await link.joined()
         self.joined.set()
 
+    @property
+    def nick(self) -> str:
+        """The nick the bridge has on the server now."""
+        return self._link.nick if self._link is not None else self.config.nick
+
+    @property
+    def renamed(self) -> anyio.Event:
+        """Set once the bridge has taken its own nick back from another."""
+        assert self._link is not None
+        return self._link.renamed
+
     async def rejoined(self, times: int) -> None:
         """Wait until the bridge has been in its channels *times* times: the
         first connection, then each reconnection to the IRC server."""

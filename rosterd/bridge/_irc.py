@@ -96,6 +96,8 @@ class IrcLink:
         # reconnection that rejoins them adds one.
         self.joins = 0
         self._rejoined = anyio.Event()
+        # Set once the link has taken its own nick back from another.
+        self.renamed = anyio.Event()
 
     def __repr__(self) -> str:
         return f"IrcLink({self.host}:{self.port}, {self.nick!r}, joined={self._joined.is_set()})"
@@ -167,6 +169,8 @@ class IrcLink:
         reactor.connection_class = _TolerantConnection
         for kind in ("welcome", "nicknameinuse", "erroneusnickname", "join", "disconnect"):
             reactor.add_global_handler(kind, self._on_state)
+        for kind in ("quit", "nick"):
+            reactor.add_global_handler(kind, self._on_nick_freed)
         for kind in ("pubmsg", "privmsg", "action"):
             reactor.add_global_handler(kind, self._on_message)
         connection = reactor.server()
@@ -200,6 +204,21 @@ class IrcLink:
             case "disconnect":
                 self._in = set()
                 self._lost.set()
+
+    def _on_nick_freed(self, connection: Any, event: Any) -> None:
+        """Take our own nick back once whoever held it leaves or renames."""
+        if connection is not self._connection or not event.source:
+            return
+        held_by = irc.client.NickMask(event.source).nick
+        wanted = self.wanted_nick
+        ours = connection.get_nickname()
+        if event.type == "nick" and ours in (held_by, event.target):
+            # The server confirms a change of our own nick (the library notes
+            # it first): back to the one we want, or not.
+            if irc.strings.lower(event.target) == irc.strings.lower(wanted):
+                self.renamed.set()
+        elif irc.strings.lower(held_by) == irc.strings.lower(wanted) != irc.strings.lower(ours):
+            connection.nick(wanted)
 
     def _in_channels(self) -> None:
         self._joined.set()
