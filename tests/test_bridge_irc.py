@@ -44,11 +44,11 @@ def _org(root: Path, sim: Simulator) -> Path:
     return root
 
 
-def _config(socket: Path, server: IrcServer, **settings: object) -> BridgeConfig:
+def _config(socket: Path, port: int, **settings: object) -> BridgeConfig:
     base = BridgeConfig(
         socket=socket,
         host="127.0.0.1",
-        port=server.port,
+        port=port,
         nick="ada",
         worker="w0",
         channels={CHANNEL: "c0"},
@@ -101,7 +101,7 @@ async def test_it_listens_to_everyone_and_answers_who_addresses_it(
     async with (
         Simulator() as sim,
         daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
-        bridged(_config(daemon.socket, ircd)),
+        bridged(_config(daemon.socket, ircd.port)),
         people(ircd, "alice", "bob", "carol") as (alice, bob, carol),
         await daemon.client() as client,
     ):
@@ -124,7 +124,7 @@ async def test_a_private_message_is_answered_privately(tmp_path: Path, ircd: Irc
     async with (
         Simulator() as sim,
         daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
-        bridged(_config(daemon.socket, ircd)),
+        bridged(_config(daemon.socket, ircd.port)),
         people(ircd, "alice") as (alice,),
     ):
         alice.say("ada", "a word in private")
@@ -139,7 +139,7 @@ async def test_quick_lines_are_one_turn_and_reply_all_answers_every_line(
     async with (
         Simulator() as sim,
         daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
-        bridged(_config(daemon.socket, ircd, debounce_s=1.0)),
+        bridged(_config(daemon.socket, ircd.port, debounce_s=1.0)),
         people(ircd, "alice") as (alice,),
         await daemon.client() as client,
     ):
@@ -158,7 +158,7 @@ async def test_reply_all_answers_a_line_that_names_nobody(tmp_path: Path, ircd: 
     async with (
         Simulator() as sim,
         daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
-        bridged(_config(daemon.socket, ircd, reply={CHANNEL: "all"})),
+        bridged(_config(daemon.socket, ircd.port, reply={CHANNEL: "all"})),
         people(ircd, "alice") as (alice,),
     ):
         alice.say(CHANNEL, "anyone around?")
@@ -178,7 +178,7 @@ async def test_a_long_reply_fits_irc_lines_comes_line_by_line_and_is_cut_with_a_
     async with (
         Simulator() as sim,
         daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
-        bridged(_config(daemon.socket, ircd, max_lines=40, line_interval_s=0.05)) as bridge,
+        bridged(_config(daemon.socket, ircd.port, max_lines=40, line_interval_s=0.05)) as bridge,
         people(ircd, "alice") as (alice,),
     ):
         sim.script(Reply(LONG))
@@ -204,7 +204,7 @@ async def test_past_max_lines_the_last_line_says_where_the_rest_is(
     async with (
         Simulator() as sim,
         daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
-        bridged(_config(daemon.socket, ircd, max_lines=3)),
+        bridged(_config(daemon.socket, ircd.port, max_lines=3)),
         people(ircd, "bob") as (bob,),
     ):
         sim.script(Reply("\n".join(f"line {n}" for n in range(10))), Reply("one\ntwo\nthree"))
@@ -224,7 +224,7 @@ async def test_gates_are_listed_to_anyone_and_resolved_by_operators_only(
     async with (
         Simulator() as sim,
         daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
-        bridged(_config(daemon.socket, ircd)),
+        bridged(_config(daemon.socket, ircd.port)),
         people(ircd, "mallory", "op") as (mallory, op),
         await daemon.client() as client,
     ):
@@ -250,7 +250,7 @@ async def test_the_bridge_comes_back_after_the_irc_server_restarts(
     async with (
         Simulator() as sim,
         daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
-        bridged(_config(daemon.socket, ircd)) as bridge,
+        bridged(_config(daemon.socket, ircd.port)) as bridge,
     ):
         async with people(ircd, "alice") as (alice,):
             alice.say(CHANNEL, "ada: before")
@@ -282,7 +282,7 @@ async def test_a_turn_cut_off_by_kill_9_is_answered_once_the_daemon_is_back(
     async with (
         Simulator() as sim,
         process_daemon(tmp_path, sim) as daemon,
-        bridged(_config(daemon.socket, ircd)),
+        bridged(_config(daemon.socket, ircd.port)),
         people(ircd, "alice") as (alice,),
     ):
         sim.script(Stall())
@@ -303,7 +303,7 @@ async def test_what_is_said_while_the_daemon_is_down_is_delivered_in_order(
     async with (
         Simulator() as sim,
         process_daemon(tmp_path, sim) as daemon,
-        bridged(_config(daemon.socket, ircd)),
+        bridged(_config(daemon.socket, ircd.port)),
         people(ircd, "alice", "bob", "carol") as (alice, bob, carol),
     ):
         carol.say(CHANNEL, "ada: are you there?")
@@ -390,17 +390,7 @@ async def test_hostile_lines_from_a_rogue_server_reach_the_worker_as_quoted_text
         anyio.create_task_group() as tg,
     ):
         await tg.start(rogue.serve)
-        config = BridgeConfig(
-            socket=daemon.socket,
-            host="127.0.0.1",
-            port=rogue.port,
-            nick="ada",
-            worker="w0",
-            channels={CHANNEL: "c0"},
-            debounce_s=0.2,
-            line_interval_s=0.0,
-        )
-        async with bridged(config):
+        async with bridged(_config(daemon.socket, rogue.port)):
             with anyio.fail_after(20):
                 await rogue.replied.wait()
         tg.cancel_scope.cancel()
@@ -443,7 +433,7 @@ async def test_over_tls_the_bridge_checks_the_server_certificate(
         async with (
             Simulator() as sim,
             daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
-            bridged(_config(daemon.socket, server, tls=True)),
+            bridged(_config(daemon.socket, server.port, tls=True)),
             people(server, "alice") as (alice,),
         ):
             alice.say(CHANNEL, "ada: over TLS?")
@@ -473,7 +463,7 @@ async def test_a_taken_nick_is_taken_back_once_it_is_free(tmp_path: Path, ircd: 
         daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
         people(ircd, "alice") as (alice,),
         await _hold_nick(ircd, "ada") as impostor,
-        bridged(_config(daemon.socket, ircd)) as bridge,
+        bridged(_config(daemon.socket, ircd.port)) as bridge,
     ):
         assert bridge.nick == "ada_"
         alice.say(CHANNEL, "ada_: who are you?")
