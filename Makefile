@@ -33,9 +33,11 @@ run: $(STAMP)
 	  daemon=$$!; trap 'kill $$daemon 2>/dev/null; wait $$daemon 2>/dev/null' EXIT INT TERM; \
 	  $(BIN)/roster chat --socket $(STATE)/rosterd.sock --wait 10 --worker $(WORKER) --channel $(CHANNEL)
 
-# The checks and the suite side by side: the suite's workers often wait.
+# The checks and the suite side by side (the suite's workers often wait),
+# then the tests that drive a browser and a llama.cpp server.
 test: $(STAMP)
 	@$(MAKE) --no-print-directory -j2 checks suite
+	@$(MAKE) --no-print-directory test-browser test-llama
 
 checks: $(STAMP)
 	$(BIN)/ruff check rosterd tests bench examples

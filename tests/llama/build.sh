@@ -5,6 +5,12 @@
 # (default .cache/llama): bin/llama-server and tiny.gguf. Takes 5-10 minutes
 # on two cores, once.
 set -euo pipefail
+for tool in cmake g++; do
+  command -v "$tool" >/dev/null || {
+    echo "tests/llama/build.sh needs cmake and a C++ compiler: apt-get install cmake g++" >&2
+    exit 1
+  }
+done
 OUT=${OUT:-.cache/llama}
 VERSION=0.3.36   # vendors llama.cpp 0c1e570
 PYTHON=${PYTHON:-.venv/bin/python}
