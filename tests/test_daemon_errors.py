@@ -27,11 +27,11 @@ def protocol_codes() -> set[int]:
 
 
 def readme_codes() -> set[int]:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "protocol.md").read_text()
     return {int(code) for code in re.findall(r"^\| (-?\d+) \|", text, re.M)}
 
 
-def test_the_readme_lists_every_code_the_protocol_defines() -> None:
+def test_the_protocol_docs_list_every_code_the_protocol_defines() -> None:
     assert protocol_codes(), "the protocol module defines error codes"
     assert readme_codes() == protocol_codes()
 
