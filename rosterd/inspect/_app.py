@@ -31,9 +31,18 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._errors import RosterError
 from ..compiler import iso_time
-from ..sessions import context_json_items, context_page
+from ..sessions import context_json_items
 from ..stores import RunReader
-from ._views import RUNS_PER_PAGE, Filters, load_run, load_runs, load_turn, search
+from ._views import (
+    RUNS_PER_PAGE,
+    Filters,
+    load_requests,
+    load_run,
+    load_runs,
+    load_turn,
+    load_turns_after,
+    search,
+)
 
 __all__ = ("COOKIE", "Stores", "create_app")
 
@@ -115,9 +124,9 @@ class _Pages:
     async def live(self, request: Request) -> Response:
         after = _int(request.query_params.get("after"), 0)
         async with self._stores() as store:
-            view = await load_run(store, request.path_params["run"], 0)
-        rows = [msgspec.to_builtins(row) for row in view.turns if row.turn > after]
-        return JSONResponse({"status": view.info.status, "turns": rows})
+            info, rows = await load_turns_after(store, request.path_params["run"], after)
+        turns = [msgspec.to_builtins(row) for row in rows]
+        return JSONResponse({"status": info.status, "turns": turns})
 
     async def turn(self, request: Request) -> Response:
         run, number = request.path_params["run"], request.path_params["turn"]
@@ -127,19 +136,13 @@ class _Pages:
 
     async def raw(self, request: Request) -> Response:
         """The turn's requests, byte for byte as ``runs context --all --json``."""
-        number = request.path_params["turn"]
+        run, number = request.path_params["run"], request.path_params["turn"]
         async with self._stores() as store:
-            view = await load_turn(store, request.path_params["run"], number)
-            records = await store.context(view.info.id)
-            entries = await store.transcript(view.info.id)
-        page = context_page(view.info.id, records, entries, every=True, after=number - 1, limit=1)
-        requests = [r for r in page.turns if r.turn == number]
+            requests = await load_requests(store, run, number)
         body = b"[\n" + b",\n".join(context_json_items(requests)) + b"\n]\n"
-        name = f"{view.info.id}-turn-{number}.json"
-        disposition = f'attachment; filename="{name}"'
-        return Response(
-            body, media_type="application/json", headers={"content-disposition": disposition}
-        )
+        disposition = f'attachment; filename="{run}-turn-{number}.json"'
+        headers = {"content-disposition": disposition}
+        return Response(body, media_type="application/json", headers=headers)
 
     async def search(self, request: Request) -> Response:
         text = request.query_params.get("q", "")[:1000]

@@ -16,8 +16,8 @@ import msgspec
 from .._errors import RosterError
 from .._ids import check_id
 from ..compiler import SYSTEM_ORDER, BlockTrace, Boundary, ContextRecord
-from ..protocol import CacheCheck, RunInfo, TranscriptEntry, Usage
-from ..sessions import request_at_turn
+from ..protocol import CacheCheck, RunInfo, TranscriptEntry, TurnRequest, Usage
+from ..sessions import context_page, request_at_turn
 from ..stores import RunReader
 
 __all__ = (
@@ -29,9 +29,11 @@ __all__ = (
     "RunView",
     "TurnRow",
     "TurnView",
+    "load_requests",
     "load_run",
     "load_runs",
     "load_turn",
+    "load_turns_after",
     "search",
 )
 
@@ -215,6 +217,24 @@ async def load_run(store: RunReader, run: str, page: int) -> RunView:
     )
 
 
+async def load_turns_after(store: RunReader, run: str, after: int) -> tuple[RunInfo, list[TurnRow]]:
+    """The run and its turns after *after*: what an open run's page polls
+    for, read from its transcript alone."""
+    info = await store.info(check_id("run", run))
+    rows = _turn_rows(await store.transcript(run))
+    return info, [row for row in rows if row.turn > after]
+
+
+async def load_requests(store: RunReader, run: str, turn: int) -> list[TurnRequest]:
+    """Every request of *turn*, its tool steps included, as sent."""
+    await store.info(check_id("run", run))
+    entries = await store.transcript(run)
+    if not any(e.turn == turn and e.role == "user" for e in entries):
+        raise _NoSuchTurn(run, turn)
+    page = context_page(run, await store.context(run), entries, every=True, after=turn - 1, limit=1)
+    return [r for r in page.turns if r.turn == turn]
+
+
 def _turn_rows(entries: Sequence[TranscriptEntry]) -> list[TurnRow]:
     by_turn: dict[int, list[TranscriptEntry]] = {}
     for entry in entries:
@@ -270,7 +290,7 @@ async def load_turn(store: RunReader, run: str, turn: int) -> TurnView:
     own = [r for r in records if r.turn == turn and r.kind in ("turn", "run", "step")]
     if turn not in turns and not own:
         raise _NoSuchTurn(run, turn)
-    system = next((r for r in records if r.kind in ("system", "run") and r.status == "ok"), None)
+    system = _system_of(records)
     steps = _steps(records, entries, turn, turns, system) if turn in turns else []
     return TurnView(
         info=info,
@@ -281,6 +301,12 @@ async def load_turn(store: RunReader, run: str, turn: int) -> TurnView:
         changed=await _changed(store, [r for r in records if r.turn in (0, turn)], system),
         turns=len(turns),
     )
+
+
+def _system_of(records: Sequence[ContextRecord]) -> ContextRecord | None:
+    """The run's compiled system part: a session's ``system`` record, or a
+    task or direct run's ``run`` record, if its compilation succeeded."""
+    return next((r for r in records if r.kind in ("system", "run") and r.status == "ok"), None)
 
 
 class _NoSuchTurn(RosterError):
@@ -384,7 +410,7 @@ async def _block_of(store: RunReader, run: str, block: str) -> str | None:
         records = await store.context(check_id("run", run))
     except RosterError:
         return None
-    system = next((r for r in records if r.kind in ("system", "run") and r.status == "ok"), None)
+    system = _system_of(records)
     if system is None:
         return None
     return next((b.content for b in system.blocks if b.block == block), None)
