@@ -357,25 +357,24 @@ def _usage(usage: UsageSummary) -> list[str]:
 
 def _diagnoses(turns: Sequence[TurnUsage]) -> list[str]:
     """The provider's own miss reasons, beside rosterd's verdicts."""
-    diagnosed = [t for t in turns if t.cache is not None and t.cache.diagnosis is not None]
     lines = []
-    for t in diagnosed:
-        assert t.cache is not None and t.cache.diagnosis is not None
-        diagnosis = t.cache.diagnosis
-        if diagnosis.reason is None:
+    diagnosed = silent = 0
+    for t in turns:
+        if t.cache is None or t.cache.diagnosis is None:
             continue
-        missed = diagnosis.missed_tokens
-        line = f"  turn {t.turn}: the provider says {diagnosis.reason}"
+        diagnosed += 1
+        reason, missed = t.cache.diagnosis.reason, t.cache.diagnosis.missed_tokens
+        if reason is None:
+            silent += 1
+            continue
+        line = f"  turn {t.turn}: the provider says {reason}"
         line += f" ({missed} tokens missed)" if missed is not None else ""
         if t.cache.disagrees:
             line += f"; DISAGREES with rosterd's verdict {t.cache.verdict}"
         lines.append(line)
-    silent = sum(
-        1 for t in diagnosed if t.cache and t.cache.diagnosis and not t.cache.diagnosis.reason
-    )
     if diagnosed:
         lines.append(
-            f"  provider cache diagnosis on {len(diagnosed)} call(s), {silent} without a reason "
+            f"  provider cache diagnosis on {diagnosed} call(s), {silent} without a reason "
             "(pending, or nothing missed)"
         )
     return lines

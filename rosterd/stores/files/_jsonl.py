@@ -279,13 +279,7 @@ async def read_document(path: Path, document_type: type[T]) -> T | None:
         return None
     except OSError as exc:
         raise _storage_error(path, "read", exc) from None
-    try:
-        return msgspec.json.decode(data, type=document_type)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        # Written atomically, so only a hand edit or a foreign file gets here.
-        raise StorageError(
-            f"{path}: unreadable state file: {exc}", path=str(path), op="decode"
-        ) from None
+    return _decode_document(msgspec.json.Decoder(document_type), path, data)
 
 
 async def read_documents(paths: Iterable[str], document_type: type[T]) -> list[T]:
@@ -305,13 +299,18 @@ def _read_documents(paths: list[str], document_type: type[T]) -> list[T]:
             continue
         except OSError as exc:
             raise _storage_error(Path(path), "read", exc) from None
-        try:
-            found.append(decoder.decode(data))
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise StorageError(
-                f"{path}: unreadable state file: {exc}", path=path, op="decode"
-            ) from None
+        found.append(_decode_document(decoder, path, data))
     return found
+
+
+def _decode_document(decoder: msgspec.json.Decoder[T], path: Path | str, data: bytes) -> T:
+    try:
+        return decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        # Written atomically, so only a hand edit or a foreign file gets here.
+        raise StorageError(
+            f"{path}: unreadable state file: {exc}", path=str(path), op="decode"
+        ) from None
 
 
 def _number(key: str, prefix: str) -> int:
