@@ -16,7 +16,7 @@ import anyio
 import msgspec
 import pytest
 import trustme
-from harness import DaemonProcess, daemon_in_process
+from harness import DaemonProcess, InProcessDaemon, daemon_in_process
 from ircd import IrcServer, heard, lines_from, user
 from simulator import Reply, Simulator, Stall, write_org
 
@@ -61,6 +61,16 @@ def _config(socket: Path, port: int, **settings: object) -> BridgeConfig:
 
 
 @asynccontextmanager
+async def simulated(root: Path) -> AsyncIterator[tuple[Simulator, InProcessDaemon]]:
+    """A daemon in this process whose worker answers from the provider simulator."""
+    async with (
+        Simulator() as sim,
+        daemon_in_process(_org(root / "org", sim), root / "state") as daemon,
+    ):
+        yield sim, daemon
+
+
+@asynccontextmanager
 async def bridged(config: BridgeConfig) -> AsyncIterator[IrcBridge]:
     bridge = IrcBridge(config)
     async with anyio.create_task_group() as tg:
@@ -99,8 +109,7 @@ async def test_it_listens_to_everyone_and_answers_who_addresses_it(
     tmp_path: Path, ircd: IrcServer
 ) -> None:
     async with (
-        Simulator() as sim,
-        daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
+        simulated(tmp_path) as (sim, daemon),
         bridged(_config(daemon.socket, ircd.port)),
         people(ircd, "alice", "bob", "carol") as (alice, bob, carol),
         await daemon.client() as client,
@@ -122,8 +131,7 @@ async def test_it_listens_to_everyone_and_answers_who_addresses_it(
 
 async def test_a_private_message_is_answered_privately(tmp_path: Path, ircd: IrcServer) -> None:
     async with (
-        Simulator() as sim,
-        daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
+        simulated(tmp_path) as (sim, daemon),
         bridged(_config(daemon.socket, ircd.port)),
         people(ircd, "alice") as (alice,),
     ):
@@ -137,8 +145,7 @@ async def test_quick_lines_are_one_turn_and_reply_all_answers_every_line(
     tmp_path: Path, ircd: IrcServer
 ) -> None:
     async with (
-        Simulator() as sim,
-        daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
+        simulated(tmp_path) as (sim, daemon),
         bridged(_config(daemon.socket, ircd.port, debounce_s=1.0)),
         people(ircd, "alice") as (alice,),
         await daemon.client() as client,
@@ -156,8 +163,7 @@ async def test_quick_lines_are_one_turn_and_reply_all_answers_every_line(
 
 async def test_reply_all_answers_a_line_that_names_nobody(tmp_path: Path, ircd: IrcServer) -> None:
     async with (
-        Simulator() as sim,
-        daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
+        simulated(tmp_path) as (_sim, daemon),
         bridged(_config(daemon.socket, ircd.port, reply={CHANNEL: "all"})),
         people(ircd, "alice") as (alice,),
     ):
@@ -176,8 +182,7 @@ async def test_a_long_reply_fits_irc_lines_comes_line_by_line_and_is_cut_with_a_
 ) -> None:
     assert len(LONG) > 3000
     async with (
-        Simulator() as sim,
-        daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
+        simulated(tmp_path) as (sim, daemon),
         bridged(_config(daemon.socket, ircd.port, max_lines=40, line_interval_s=0.05)) as bridge,
         people(ircd, "alice") as (alice,),
     ):
@@ -202,8 +207,7 @@ async def test_past_max_lines_the_last_line_says_where_the_rest_is(
     tmp_path: Path, ircd: IrcServer
 ) -> None:
     async with (
-        Simulator() as sim,
-        daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
+        simulated(tmp_path) as (sim, daemon),
         bridged(_config(daemon.socket, ircd.port, max_lines=3)),
         people(ircd, "bob") as (bob,),
     ):
@@ -222,8 +226,7 @@ async def test_gates_are_listed_to_anyone_and_resolved_by_operators_only(
     tmp_path: Path, ircd: IrcServer
 ) -> None:
     async with (
-        Simulator() as sim,
-        daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
+        simulated(tmp_path) as (sim, daemon),
         bridged(_config(daemon.socket, ircd.port)),
         people(ircd, "mallory", "op") as (mallory, op),
         await daemon.client() as client,
@@ -248,8 +251,7 @@ async def test_the_bridge_comes_back_after_the_irc_server_restarts(
     tmp_path: Path, ircd: IrcServer
 ) -> None:
     async with (
-        Simulator() as sim,
-        daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
+        simulated(tmp_path) as (_sim, daemon),
         bridged(_config(daemon.socket, ircd.port)) as bridge,
     ):
         async with people(ircd, "alice") as (alice,):
@@ -385,8 +387,7 @@ async def test_hostile_lines_from_a_rogue_server_reach_the_worker_as_quoted_text
 ) -> None:
     rogue = _RogueServer(HOSTILE_LINES)
     async with (
-        Simulator() as sim,
-        daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
+        simulated(tmp_path) as (sim, daemon),
         anyio.create_task_group() as tg,
     ):
         await tg.start(rogue.serve)
@@ -459,8 +460,7 @@ async def _hold_nick(server: IrcServer, nick: str) -> anyio.abc.SocketStream:
 
 async def test_a_taken_nick_is_taken_back_once_it_is_free(tmp_path: Path, ircd: IrcServer) -> None:
     async with (
-        Simulator() as sim,
-        daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
+        simulated(tmp_path) as (_sim, daemon),
         people(ircd, "alice") as (alice,),
         await _hold_nick(ircd, "ada") as impostor,
         bridged(_config(daemon.socket, ircd.port)) as bridge,
