@@ -466,3 +466,28 @@ def test_database_mistakes_name_the_database_without_its_password(
     assert (
         cli.text("server", "runs", "list", "--state", postgres_url) == "no runs in the database\n"
     )
+
+
+def test_runs_show_says_why_each_memory_note_was_in_the_block(tmp_path: Path, cli: _Cli) -> None:
+    org = copy_org(tmp_path / "org")
+    daemon = DaemonProcess(org, tmp_path / "state").start()
+    try:
+        socket = str(daemon.socket)
+        for text in ("deploys are on fridays", "the staging deploy broke", "tea at four"):
+            cli.text("memory", "add", "--socket", socket, "--worker", "grace", text)
+        run = json.loads(
+            cli.text("run", "--socket", socket, "--worker", "grace", "deploy staging?", "--json")
+        )["run"]
+    finally:
+        daemon.stop()
+    shown = cli.text("server", "runs", "show", run, "--state", str(daemon.state))
+    assert "  memory notes, best first (score: the message's words it holds; +borrowed)" in shown
+    assert re.search(r"^    m-2  \d+\.\d{3}  deploy, staging; beside m-1$", shown, re.M)
+    assert re.search(r"^    m-1  \d+\.\d{3}  deploy; beside m-2$", shown, re.M)
+    assert re.search(r"^    m-3  0\.\d{3}  beside m-2$", shown, re.M)
+    record = cli.json("server", "runs", "show", run, "--state", str(daemon.state))["records"][0]
+    (memory,) = (b for b in record["blocks"] if b["block"] == "memory")
+    assert [(n["id"], n["terms"]) for n in memory["notes"][:2]] == [
+        ("m-2", ["deploy", "staging"]),
+        ("m-1", ["deploy"]),
+    ]

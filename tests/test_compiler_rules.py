@@ -20,6 +20,7 @@ from rosterd.compiler import (
     Continuation,
     Gate,
     MemoryItem,
+    PassedOver,
     RunMeta,
     SystemPrompt,
     TurnInput,
@@ -356,7 +357,7 @@ def test_oversized_continuation_fails_rather_than_being_cut(tmp_path: Path) -> N
     assert caught.value.limit == 100
 
 
-def test_memory_drops_the_lowest_ranked_first(tmp_path: Path) -> None:
+def test_memory_passes_over_a_note_too_long_for_the_room_left(tmp_path: Path) -> None:
     def item(id: str, text: str, at: float) -> MemoryItem:
         return MemoryItem(id=id, text=text, created_at=at)
 
@@ -374,12 +375,19 @@ def test_memory_drops_the_lowest_ranked_first(tmp_path: Path) -> None:
     )
     assert {len(m.text) for m in memory[:3]} == {40}
     result = run(org, Surface.TASK, "marvin", "general", TurnInput(text="deploy", memory=memory))
-    # Rank: relevance, then recency. Only two fit; m4 is small but ranked
-    # below m2, which does not fit, so it goes too.
-    assert [m["id"] for m in lines(result, "memory")] == ["m3", "m1"]
+    # Rank: relevance, then recency. The two relevant notes fit; m2 does
+    # not fit in what they leave, but m4, ranked below it, does.
+    assert [m["id"] for m in lines(result, "memory")] == ["m3", "m1", "m4"]
     record = trace(result, "memory")
-    assert (record.status, record.items, record.omitted) == ("shrunk", 2, 2)
-    assert record.rendered_chars == 2 * size <= cap
+    assert (record.status, record.items, record.omitted) == ("shrunk", 3, 1)
+    assert record.rendered_chars == 2 * size + tiny <= cap
+    assert record.passed_over == (PassedOver("m2", size, "over the room left"),)
+    assert record.notes is not None
+    assert [(n.id, n.terms) for n in record.notes] == [
+        ("m3", ("deploy",)),
+        ("m1", ("deploy",)),
+        ("m4", ()),
+    ]
 
 
 def test_memory_over_its_own_limit_does_not_starve_the_rest(tmp_path: Path) -> None:

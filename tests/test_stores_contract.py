@@ -9,6 +9,7 @@ file backend's exact lines, and a database that cannot be reached.
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,7 +25,7 @@ from msgspec.structs import replace
 from postgres import PostgresServer
 
 from rosterd._errors import ConflictError, InvalidIdError, NotFoundError, StorageError
-from rosterd.compiler import Boundary, ChannelMessage, PrefixState, Retirement
+from rosterd.compiler import Boundary, ChannelMessage, MemoryIndex, PrefixState, Retirement
 from rosterd.protocol import RunInfo, TranscriptEntry
 from rosterd.stores import FileState, State, TaskState
 from rosterd.stores.postgres import PostgresState
@@ -820,3 +821,69 @@ async def test_a_database_that_goes_away_fails_each_request_without_its_password
                 assert "***" in caught.value.path
     finally:
         await anyio.to_thread.run_sync(server.stop)
+
+
+# Memory ranking: the same notes and message rank alike on every backend
+_NOTE_WORDS = (
+    "deploy",
+    "deploys",
+    "Deployed",
+    "the",
+    "and",
+    "cache",
+    "naïve",
+    "2026",
+    "🚀",
+    "発表会",
+    "ok",
+)
+_RANKED_NOTES = st.lists(
+    st.tuples(
+        st.lists(st.sampled_from(_NOTE_WORDS), min_size=1, max_size=8).map(" ".join),
+        st.sampled_from([None, "ops"]),
+    ),
+    min_size=1,
+    max_size=12,
+)
+_worker_names = (f"ranked{n}" for n in itertools.count())
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    notes=_RANKED_NOTES, message=st.lists(st.sampled_from(_NOTE_WORDS), max_size=5).map(" ".join)
+)
+async def test_memory_ranks_alike_on_every_backend_and_after_a_restart(
+    state: State, notes: list[tuple[str, str | None]], message: str
+) -> None:
+    worker = next(_worker_names)  # one per example: they share the state
+    written = [
+        await state.memory.add(worker, text, channel, 1_000.0 + n // 3)
+        for n, (text, channel) in enumerate(notes)
+    ]
+    expected = [
+        (r.item.id, r.score) for r in MemoryIndex(written).snapshot().ranking(message, "ops")
+    ]
+    view = await state.memory.view(worker)
+    assert [(r.item.id, r.score) for r in view.ranking(message, "ops")] == expected
+    # Total: every note once; by score, then newest, then id.
+    assert sorted(i for i, _ in expected) == sorted(n.id for n in written)
+
+
+async def test_memory_ranks_alike_after_a_restart(state: State) -> None:
+    rng = random.Random(11)
+    for n in range(300):
+        text = " ".join(rng.choices(_NOTE_WORDS, k=rng.randint(1, 9)))
+        await state.memory.add("ada", text, rng.choice([None, "ops", "dev"]), 1_000.0 + n // 4)
+    await state.memory.retire("ada", Retirement(note="m-7", because="stale", at=9_000.0))
+    messages = ["", "the and", "deploy cache", "naïve 🚀 発表", "2026 deploys ok"]
+    before = await state.memory.view("ada")
+    expected = [[(r.item.id, r.score) for r in before.ranking(m, "ops")] for m in messages]
+    async with reopened(state) as again:
+        view = await again.memory.view("ada")
+        assert [
+            [(r.item.id, r.score) for r in view.ranking(m, "ops")] for m in messages
+        ] == expected

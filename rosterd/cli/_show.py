@@ -185,6 +185,7 @@ def _compilation(number: int, count: int, record: ContextRecord) -> list[str]:
     for note in record.notes:
         where = f"#{note.channel}" if note.channel else "worker-wide"
         lines.append(f"  memory: {note.action} note {note.note} ({where})")
+    lines.extend(_memory_reasons(record.blocks))
     held = _already_shown(record.blocks)
     if held:
         lines.append(f"  already in the conversation, left out: {held}")
@@ -252,6 +253,24 @@ def _why(block: BlockTrace) -> str:
             return block.source
         case _:
             return "over its limit; see failed above"
+
+
+def _memory_reasons(blocks: Sequence[BlockTrace]) -> list[str]:
+    """Why each note is in the memory block, and which ones it passed over."""
+    memory = next((b for b in blocks if b.block == "memory"), None)
+    if memory is None or not (memory.notes or memory.passed_over):
+        return []
+    lines = ["  memory notes, best first (score: the message's words it holds; +borrowed)"]
+    for note in memory.notes or ():
+        words = [*note.terms, *(f"+{term}" for term in note.borrowed)]
+        parts = [", ".join(words)] if words else []
+        if note.beside is not None:
+            parts.append(f"beside {note.beside}")
+        why = "; ".join(parts) or "no shared words: newest of the rest"
+        lines.append(f"    {note.id}  {note.score:.3f}  {short(why, 100)}")
+    for passed in memory.passed_over or ():
+        lines.append(f"    passed over {passed.id}: {passed.chars} chars, {passed.reason}")
+    return lines
 
 
 def _already_shown(blocks: Sequence[BlockTrace]) -> str:

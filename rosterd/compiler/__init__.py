@@ -53,7 +53,7 @@ from ._blocks import (
     render_result,
     tools_block,
 )
-from ._envelopes import render_line
+from ._envelopes import message_texts, render_line
 from ._gates import GateIndex, GateView
 from ._inputs import (
     ChannelMessage,
@@ -67,7 +67,15 @@ from ._inputs import (
     ShownItems,
     TurnInput,
 )
-from ._memory import MemoryIndex, MemoryView, memory_view, rank_memory
+from ._memory import (
+    CONTEXT_MESSAGES,
+    MemoryIndex,
+    MemoryRanking,
+    MemoryView,
+    Ranked,
+    memory_view,
+    rank_memory,
+)
 from ._policy import POLICY_SHA256, POLICY_TEXT, POLICY_VERSION
 from ._shown import HeldMemo, ShownKind, held_note, shown_in
 from ._stability import PrefixState, check_prefix, prefix_state
@@ -98,7 +106,10 @@ from ._trace import (
     BudgetTrace,
     ContextRecord,
     FailureTrace,
+    NoteReason,
     NoteTrace,
+    PassedOver,
+    PassOverReason,
     PolicyTrace,
     RecordKind,
     RolloverTrace,
@@ -108,6 +119,7 @@ from ._turn import Compilation, compile_run, compile_turn
 __all__ = (
     "ADVISORY_ORDER",
     "BLOCK_TYPES",
+    "CONTEXT_MESSAGES",
     "NOTE_CHARS",
     "POLICY_SHA256",
     "POLICY_TEXT",
@@ -138,13 +150,18 @@ __all__ = (
     "HeldMemo",
     "MemoryIndex",
     "MemoryItem",
+    "MemoryRanking",
     "MemoryView",
     "NoteAuthor",
+    "NoteReason",
     "NoteScope",
     "NoteTrace",
     "OverBudget",
+    "PassOverReason",
+    "PassedOver",
     "PolicyTrace",
     "PrefixState",
+    "Ranked",
     "RecordKind",
     "Refusal",
     "RememberRequest",
@@ -174,6 +191,7 @@ __all__ = (
     "held_note",
     "iso_time",
     "memory_view",
+    "message_texts",
     "over_budget",
     "prefix_state",
     "rank_memory",

@@ -34,7 +34,15 @@ from ._envelopes import (
 )
 from ._inputs import ChannelMessage, Continuation, RunMeta, TurnInput
 from ._policy import POLICY_TEXT, POLICY_VERSION
-from ._trace import AlreadyShown, BlockStatus, BlockTrace, BoundaryName, sha256_text
+from ._trace import (
+    AlreadyShown,
+    BlockStatus,
+    BlockTrace,
+    BoundaryName,
+    NoteReason,
+    PassedOver,
+    sha256_text,
+)
 
 if TYPE_CHECKING:
     from ._tools import ToolResult, ToolSpec
@@ -245,6 +253,8 @@ class Fitted(msgspec.Struct, frozen=True):
     omitted: int
     raw_chars: int
     already_shown: tuple[AlreadyShown, ...] = ()
+    notes: tuple[NoteReason, ...] | None = None
+    passed_over: tuple[PassedOver, ...] | None = None
 
 
 NO_HISTORY = absent_block("history", "not the first turn of a fresh session")
@@ -296,6 +306,8 @@ def _input_block(
         items=fitted.items,
         omitted=fitted.omitted,
         already_shown=fitted.already_shown,
+        notes=fitted.notes,
+        passed_over=fitted.passed_over,
     )
 
 

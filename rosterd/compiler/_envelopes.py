@@ -25,6 +25,8 @@ __all__ = (
     "MessagesOmitted",
     "TaskEnvelope",
     "ToolEnvelope",
+    "encodable",
+    "message_texts",
     "render_line",
     "render_lines",
 )
@@ -138,12 +140,31 @@ def _without_lone_surrogates(envelope: Envelope) -> Envelope:
     # A lone surrogate cannot be encoded as UTF-8; it becomes U+FFFD, the
     # same way every time, so output stays deterministic.
     changes = {
-        field: _repair(value)
+        field: encodable(value)
         for field in envelope.__struct_fields__
         if isinstance(value := getattr(envelope, field), str)
     }
     return msgspec.structs.replace(envelope, **changes)
 
 
-def _repair(text: str) -> str:
+def encodable(text: str) -> str:
+    """*text* with each lone surrogate, which UTF-8 cannot encode, as U+FFFD."""
+    if text.isascii():
+        return text
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+_message = msgspec.json.Decoder(MessageEnvelope)
+
+
+def message_texts(content: str) -> list[str]:
+    """The texts of the message envelopes in *content*, a compiled input,
+    in order (a count of omitted messages is not one)."""
+    texts = []
+    for line in content.splitlines():
+        if line.startswith('{"block":"message"'):
+            try:
+                texts.append(_message.decode(line).text)
+            except msgspec.ValidationError:
+                continue
+    return texts

@@ -141,7 +141,9 @@ class TurnInput(msgspec.Struct, frozen=True):
     ``shown`` is ``None`` outside sessions: a task or direct run is one
     compilation, and everything in scope is new to it. ``memory`` and
     ``gates`` are plain items or the stores' indexed snapshots, which let a
-    compilation read only what it can show.
+    compilation read only what it can show. ``recent`` holds a session's
+    latest messages before this one, oldest first: memory ranking borrows
+    their terms when the message is short.
     """
 
     text: str
@@ -153,3 +155,4 @@ class TurnInput(msgspec.Struct, frozen=True):
     shown: ShownItems | None = None
     backlog: tuple[ChannelMessage, ...] = ()
     backlog_omitted: int = 0
+    recent: tuple[str, ...] = ()

@@ -1,129 +1,115 @@
 """Ranking memory for the current message: relevance, recency, then id.
 
-Relevance is the number of distinct words (three letters or more, any case)
-an item shares with the message. Integer scores and an id tie-break keep the
-order total and deterministic: the same items and message always rank the
-same way.
+A ``MemoryIndex`` holds one worker's notes: per term (``_terms``) the notes
+holding it, per note its length, time, scope and the notes written together
+with it (``_scoring.NoteTable``), and per scope the notes in recency order.
+A ``MemoryView`` is a snapshot of its first *n* notes; ranking a message
+against it scores, by ``_scoring``, only the notes that hold one of its
+terms or sit beside one, then walks the rest newest first. The walk is
+lazy: the compiler stops taking once the memory block is full.
 
-A ``MemoryIndex`` holds one worker's notes with an inverted index (word to
-the notes holding it) and, per channel, the notes in recency order. Ranking
-a message then touches only the notes that share one of its words, plus as
-many of the newest others as the caller takes: the ranking is a lazy
-iterator, and the compiler stops taking once the memory block is full.
+The order is total and deterministic: score (BM25 with neighbours and
+feedback, in millionths), then newest, then id, then the order notes were
+added. It depends on the notes and the message alone, so the same notes
+rank the same way on every backend and after a restart. Document
+frequencies and lengths count every note of the worker up to the snapshot,
+whatever its scope, retired ones included: a retirement or a note in
+another channel never reorders what a scope sees by more than any note
+does.
 
-A small index (up to ``SCAN_LIMIT`` notes) also keeps each note's words
-as a bitmask over the index's vocabulary, and all its notes in one recency
-order. A view of few notes, or one whose notes hold the message's words
-more often than it has notes (every note a candidate), is scanned instead:
-each note's shared words are one ``&`` and ``bit_count``, and sorting the
-recency walk by that count gives the same order as the heap (shared words,
-then newest, then id).
+A short message (fewer than ``SHORT_MESSAGE`` terms, "and what did he
+buy?") borrows the terms of the session's latest messages at a lower
+weight, so it still finds what the conversation is about.
 
 A retired note stays in the index (its ordinal and postings do not move)
-but never ranks again and no longer counts in the scope's totals: each
-view holds the set of retired ordinals as of its snapshot.
+but never ranks again and no longer counts in the scope's totals: each view
+holds the set of retired ordinals as of its snapshot.
 
-The index is append-only: a ``MemoryView`` is a snapshot of its first *n*
-notes, so later additions never change a compilation under way, and a view
-may be read from a worker thread while the event loop adds notes (every
-structure a view reads is either only appended to, with the view reading
-below its snapshot length, or replaced whole, never edited in place).
+The index is append-only, so later additions never change a compilation
+under way, and a view may be read from a worker thread while the event
+loop adds notes: every structure a view reads is either only appended to,
+with the view reading below its snapshot length, or replaced whole, never
+edited in place.
 """
 
 from __future__ import annotations
 
 import heapq
-import re
 from array import array
-from bisect import bisect_left
-from collections import Counter
-from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping
-from functools import reduce
-from itertools import islice, repeat
-from operator import itemgetter, or_
-from typing import TypeVar
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping, Sequence
+from itertools import groupby
+from operator import itemgetter
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from ._inputs import MemoryItem, Retirement
 from ._scoped import scoped_totals
+from ._terms import held_terms, term_forms, terms
 
-__all__ = ("SCAN_LIMIT", "MemoryIndex", "MemoryView", "memory_view", "rank_memory", "words")
+if TYPE_CHECKING:
+    from ._scoring import Columns, NoteTable, Scored
 
-# Notes, and distinct words, an index keeps scan masks for: a word's bit
-# and a note's mask are as wide as the vocabulary seen so far, so both
-# bound their memory (about 1 MiB of bits, 512 masks of 512 bytes). Past
-# either, the index only counts postings.
-SCAN_LIMIT = 512
-_SCAN_WORDS = 4_096
-# An index this small is scanned whatever the message.
-_ALWAYS_SCAN = 64
-_WORD = re.compile(r"[^\W_]{3,}")
-# ASCII letters lower-cased and digits kept, every other byte a space: the
-# same runs as ``_WORD`` matches, short ones included.
-_ASCII_WORDS = bytes(
-    c + 32 if 65 <= c <= 90 else c if 48 <= c <= 57 or 97 <= c <= 122 else 32 for c in range(256)
+__all__ = (
+    "CONTEXT_MESSAGES",
+    "CONTEXT_WEIGHT",
+    "SHORT_MESSAGE",
+    "MemoryIndex",
+    "MemoryRanking",
+    "MemoryView",
+    "Ranked",
+    "memory_view",
+    "rank_memory",
 )
-# Walk order of equally relevant notes: newest first, then id, then age.
+
+# A message of fewer terms than this is short: it borrows the terms of the
+# session's latest CONTEXT_MESSAGES messages, each weighing CONTEXT_WEIGHT
+# against its own terms' 1.
+SHORT_MESSAGE = 4
+CONTEXT_MESSAGES = 2
+CONTEXT_WEIGHT = 0.5
+# How many of the best candidates are put in order at once: the block holds
+# a few dozen notes, and a session passes over those it already showed.
+_HEAD = 256
+# Walk order of equally scored notes: newest first, then id, then age.
 _Key = tuple[float, str, int]
 _V = TypeVar("_V")
 _first = itemgetter(0)
-# A place in the walk, below SCAN_LIMIT, fits in the low bits of a score.
-_PLACE_BITS = (SCAN_LIMIT - 1).bit_length()
-_PLACE_MASK = (1 << _PLACE_BITS) - 1
 
 
-def words(text: str) -> set[str]:
-    """The words ranking compares: three letters or more, lower-cased."""
-    return set(_WORD.findall(text.lower()))
+class Ranked(NamedTuple):
+    """A note as ranked: its place in the index, the note, and its score
+    (0 for a note that shares nothing with the message)."""
 
-
-def _query_words(text: str) -> list[str]:
-    """``words`` of a message, repeated as often as they occur and maybe with
-    shorter runs: no note holds one, so they match nothing. ASCII (the usual
-    message) skips the regex."""
-    if text.isascii():
-        return text.encode().translate(_ASCII_WORDS).decode().split()
-    return _WORD.findall(text.lower())
+    ordinal: int
+    item: MemoryItem
+    score: float
 
 
 class MemoryIndex:
-    """One worker's notes, indexed by word and by recency per channel."""
+    """One worker's notes, indexed by term and by recency per channel."""
 
     def __init__(
         self, items: Iterable[MemoryItem] = (), retirements: Iterable[Retirement] = ()
     ) -> None:
+        # NumPy is loaded where memory is indexed, never by a client command.
+        from ._scoring import NoteTable
+
         self._items: list[MemoryItem] = []
-        # Word to the ordinals of the notes holding it, ascending: the one
-        # ordinal of a word only one note holds (most distinct words), an
-        # array of 4-byte entries once a second note has it. No container
-        # per word, so a note of many distinct words costs little memory
-        # and leaves the garbage collector little to walk.
-        self._postings: dict[str, int | array[int]] = {}
+        self._table: NoteTable = NoteTable()
+        # Term to the notes holding it, ascending: each entry an ordinal
+        # shifted left by TF_BITS, with how often the note holds the term in
+        # the low bits. Ordinal order makes a snapshot's postings a prefix.
+        self._postings: dict[str, array[int]] = {}
         # Sessions look up the notes they already showed by id; an id given
         # twice (plain inputs can repeat one) keeps its later ordinals aside.
         self._ids: dict[str, int] = {}
         self._more_ids: dict[str, list[int]] = {}
-        # Each note's time by ordinal, side by side: ranking sorts the notes
-        # sharing the message's words by it without reading a note.
-        self._created: array[float] = array("d")
-        # How many of the first notes were entered in walk order, each newer
-        # than the one before (the usual: notes are added as they are
-        # written); among those, a higher ordinal ranks first on recency.
-        # It only grows, so a view reading it from a thread while notes are
-        # added still finds its own notes' order right.
-        self._ordered = 0
         # Per channel (None: worker-wide), ordinals in reverse walk order,
-        # so the newest note, the usual addition, is an append.
+        # so the newest note, the usual addition, is an append; each
+        # channel's code in the table, and its latest note.
         self._recent: dict[str | None, list[int]] = {}
+        self._codes: dict[str | None, int] = {}
+        self._latest: dict[str | None, int] = {}
         self._totals: dict[str | None, tuple[int, int]] = {}
-        # While the index is small: a bit per word, how many notes hold
-        # each word, every ordinal in reverse walk order
-        # (whatever the channel) and, alongside, each note's words as a
-        # mask of bits. Let go past SCAN_LIMIT notes or _SCAN_WORDS words
-        # (views keep what they read).
-        self._bits: dict[str, int] = {}
-        self._held: dict[str, int] = {}
-        self._walk: list[int] = []
-        self._walk_masks: list[int] = []
         # Ordinals of retired notes, replaced whole on each retirement (a
         # view keeps the set it was made with), and each retirement by note id.
         self._retired: frozenset[int] = frozenset()
@@ -133,16 +119,13 @@ class MemoryIndex:
         self._written: dict[str, list[int]] = {}
         for item in items:
             self._enter(item)
-        # Entered in ordinal order: the masks by ordinal, until sorted.
-        masks = self._walk_masks
-        for ordinals in (*self._recent.values(), self._walk):
+        for ordinals in self._recent.values():
             ordinals.sort(key=self._key, reverse=True)
-        self._walk_masks = list(map(masks.__getitem__, self._walk)) if self._walk else []
         for retirement in retirements:
             self.retire(retirement)
 
     def __repr__(self) -> str:
-        return f"MemoryIndex({len(self._items)} notes, {len(self._postings)} words)"
+        return f"MemoryIndex({len(self._items)} notes, {len(self._postings)} terms)"
 
     def __len__(self) -> int:
         return len(self._items)
@@ -179,86 +162,70 @@ class MemoryIndex:
 
     def add(self, item: MemoryItem) -> None:
         ordinal = self._enter(item)
-        # Out of recency order (a clock that went back, equal times): new
-        # lists, since views may be reading the old ones.
+        # Out of recency order (a clock that went back, equal times): a new
+        # list, since views may be reading the old one.
         recent = self._recent[item.channel]
-        at = self._out_of_order(recent)
-        if at is not None:
+        if len(recent) > 1 and self._key(recent[-2]) <= self._key(ordinal):
+            recent.pop()
+            at = _insertion_point(recent, self._key(ordinal), self._key)
             self._recent[item.channel] = [*recent[:at], ordinal, *recent[at:]]
-        scanned = len(self._walk) == len(self._items)
-        if scanned and (at := self._out_of_order(self._walk)) is not None:
-            mask = self._walk_masks.pop()
-            self._walk = [*self._walk[:at], ordinal, *self._walk[at:]]
-            self._walk_masks = [*self._walk_masks[:at], mask, *self._walk_masks[at:]]
 
     def snapshot(self) -> MemoryView:
         """The notes added so far, unaffected by later additions."""
-        size = len(self._items)
         return MemoryView(
             self,
-            size,
+            self._table.columns(),
             {channel: (ordinals, len(ordinals)) for channel, ordinals in self._recent.items()},
             dict(self._totals),
-            (self._walk, self._walk_masks, self._bits, self._held)
-            if len(self._walk) == size
-            else None,
+            dict(self._codes),
             self._retired,
         )
 
-    def _out_of_order(self, ordinals: list[int]) -> int | None:
-        """If the ordinal just appended to *ordinals* breaks their reverse
-        walk order, take it off and say where it belongs."""
-        if len(ordinals) < 2 or self._key(ordinals[-2]) > self._key(ordinals[-1]):
-            return None
-        ordinal = ordinals.pop()
-        return _insertion_point(ordinals, self._key(ordinal), self._key)
-
     def _enter(self, item: MemoryItem) -> int:
-        ordinal = len(self._items)
+        from ._scoring import TF_BITS, TF_MAX, TOGETHER_S
+
+        channel = item.channel
+        code = self._codes.setdefault(channel, len(self._codes))
+        held = terms(item.text)
+        latest = self._latest.get(channel, -1)
+        if latest >= 0:
+            before = self._items[latest]
+            together = (item.run is not None and item.run == before.run) or abs(
+                item.created_at - before.created_at
+            ) <= TOGETHER_S
+            if not together:
+                latest = -1
+        ordinal = self._table.append(len(held), item.created_at, code, latest)
         self._items.append(item)
-        self._created.append(item.created_at)
-        if ordinal == self._ordered and (
-            not ordinal or self._key(ordinal) < self._key(ordinal - 1)
-        ):
-            self._ordered += 1
+        self._latest[channel] = ordinal
         if self._ids.setdefault(item.id, ordinal) != ordinal:
             self._more_ids.setdefault(item.id, []).append(ordinal)
-        held = words(item.text)
-        if len(self._walk) == ordinal < SCAN_LIMIT and len(self._bits) + len(held) <= _SCAN_WORDS:
-            self._walk.append(ordinal)
-            self._walk_masks.append(self._mask(held))
-        elif self._bits or self._walk:
-            self._bits, self._held, self._walk, self._walk_masks = {}, {}, [], []
-        for word in held:
-            postings = self._postings.get(word)
-            if postings is None:
-                self._postings[word] = ordinal
-            elif isinstance(postings, int):
-                self._postings[word] = array("I", (postings, ordinal))
+        shifted = ordinal << TF_BITS
+        postings = self._postings
+        for term, count in _counted(held).items():
+            entry = shifted | min(count, TF_MAX)
+            found = postings.get(term)
+            if found is None:
+                postings[term] = array("I", (entry,))
             else:
-                postings.append(ordinal)
+                found.append(entry)
         if item.run is not None:
             self._written.setdefault(item.run, []).append(ordinal)
-        channel = item.channel
         self._recent.setdefault(channel, []).append(ordinal)
         count, chars = self._totals.get(channel, (0, 0))
         self._totals[channel] = (count + 1, chars + len(item.text))
         return ordinal
 
-    def _mask(self, held: set[str]) -> int:
-        bits, counts = self._bits, self._held
-        mask = 0
-        for word in held:
-            bit = bits.get(word)
-            if bit is None:
-                bit = bits[word] = 1 << len(bits)
-            mask |= bit
-            counts[word] = counts.get(word, 0) + 1
-        return mask
-
     def _key(self, ordinal: int) -> _Key:
         item = self._items[ordinal]
         return (-item.created_at, item.id, ordinal)
+
+
+def _counted(held: list[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for term in held:
+        counts[term] = counts.get(term, 0) + 1
+    return counts
 
 
 def _insertion_point(ordinals: list[int], key: _Key, key_of: Callable[[int], _Key]) -> int:
@@ -276,25 +243,23 @@ def _insertion_point(ordinals: list[int], key: _Key, key_of: Callable[[int], _Ke
 class MemoryView:
     """A snapshot of a ``MemoryIndex``: what one compilation may rank."""
 
-    __slots__ = ("_index", "_recent", "_retired", "_size", "_totals", "_walk")
+    __slots__ = ("_codes", "_columns", "_index", "_recent", "_retired", "_size", "_totals")
 
     def __init__(
         self,
         index: MemoryIndex,
-        size: int,
+        columns: Columns,
         recent: dict[str | None, tuple[list[int], int]],
         totals: dict[str | None, tuple[int, int]],
-        walk: tuple[list[int], list[int], dict[str, int], dict[str, int]] | None,
+        codes: dict[str | None, int],
         retired: frozenset[int] = frozenset(),
     ) -> None:
         self._index = index
-        self._size = size
+        self._columns = columns
+        self._size = columns.size
         self._recent = recent
         self._totals = totals
-        # Every ordinal below size in reverse walk order, their masks, the
-        # words' bits and how many notes hold each word, if the index keeps
-        # them for all its notes.
-        self._walk = walk
+        self._codes = codes
         self._retired = retired
 
     def __repr__(self) -> str:
@@ -355,90 +320,146 @@ class MemoryView:
         found.sort(key=_first)
         return found
 
+    def ranking(
+        self,
+        message: str,
+        channel: str | None,
+        leave_out: Container[int] = frozenset(),
+        context: Sequence[str] = (),
+    ) -> MemoryRanking:
+        """The notes a run in *channel* may see, most relevant to *message*
+        first. *leave_out* holds ordinals (from ``with_ids``) of notes to
+        pass over; *context* the session's latest messages, oldest first,
+        which a short message borrows terms from."""
+        channels = (None,) if channel is None else (None, channel)
+        return MemoryRanking(self, message, channels, leave_out, context)
+
     def ranked(
         self, message: str, channel: str | None, leave_out: Container[int] = frozenset()
     ) -> Iterator[MemoryItem]:
-        """The notes a run in *channel* may see, most relevant to *message* first.
-
-        *leave_out* holds ordinals (from ``with_ids``) of notes to pass over.
-        """
-        return self._ranked(message, (None,) if channel is None else (None, channel), leave_out)
+        """The notes of ``ranking``, without their scores."""
+        return (ranked.item for ranked in self.ranking(message, channel, leave_out))
 
     def ranked_all(self, message: str) -> Iterator[MemoryItem]:
         """Every note, whatever its channel, most relevant to *message* first."""
-        return self._ranked(message, tuple(self._recent), frozenset())
+        ranking = MemoryRanking(self, message, tuple(self._recent), frozenset(), ())
+        return (ranked.item for ranked in ranking)
 
-    def _ranked(
-        self, message: str, channels: Collection[str | None], leave_out: Container[int]
-    ) -> Iterator[MemoryItem]:
-        if self._retired:
-            leave_out = _EitherOf(leave_out, self._retired)
-        query = _query_words(message)
-        # Scanning a note costs about what counting a posting does, and
-        # walking the newest of the rest costs what scanning _ALWAYS_SCAN
-        # notes does (repeated words count their postings again: a guess).
-        scan = self._walk
-        if scan is not None and (
-            self._size <= _ALWAYS_SCAN or sum(map(scan[3].get, query, repeat(0))) > self._size
-        ):
-            bits = reduce(or_, map(scan[2].get, query, repeat(0)), 0)
-            return self._scanned(scan[0], scan[1], bits, channels, leave_out)
-        return self._counted(set(query), channels, leave_out)
 
-    def _scanned(
+class MemoryRanking:
+    """One message's ranking of a view: ``Ranked`` notes, best first,
+    scored when first iterated; and why a note ranked where it did."""
+
+    def __init__(
         self,
-        walk: list[int],
-        masks: list[int],
-        query: int,
+        view: MemoryView,
+        message: str,
         channels: Collection[str | None],
         leave_out: Container[int],
-    ) -> Iterator[MemoryItem]:
-        size = self._size
-        # Shared words, then place in the walk, newest (last) first, in one
-        # int per note; every note is scored, the taker's few are filtered.
-        scores = [
-            (mask & query).bit_count() << _PLACE_BITS | place
-            for place, mask in enumerate(islice(masks, size))
-        ]
-        scores.sort(reverse=True)
-        items = self._index._items
-        for score in scores:
-            ordinal = walk[score & _PLACE_MASK]
-            item = items[ordinal]
-            if item.channel in channels and ordinal not in leave_out:
-                yield item
+        context: Sequence[str],
+    ) -> None:
+        self._view = view
+        self._channels = channels
+        self._leave_out = _EitherOf(leave_out, view._retired) if view._retired else leave_out
+        # Each query term with the word it came from, and its weight.
+        self.forms = term_forms(message)
+        self.query: dict[str, float] = dict.fromkeys(self.forms, 1.0)
+        if len(self.query) < SHORT_MESSAGE:
+            for text in reversed(context[-CONTEXT_MESSAGES:]):
+                for term, form in term_forms(text).items():
+                    if term not in self.query:
+                        self.query[term] = CONTEXT_WEIGHT
+                        self.forms[term] = form
+        self._scored: Scored | None = None
 
-    def _counted(
-        self, query: set[str], channels: Collection[str | None], leave_out: Container[int]
-    ) -> Iterator[MemoryItem]:
-        index = self._index
-        items = index._items
-        size = self._size
-        shared: Counter[int] = Counter()
-        for word in query:
-            postings = index._postings.get(word)
-            if isinstance(postings, int):
-                if postings < size:
-                    shared[postings] += 1
-            elif postings is not None:
-                shared.update(islice(postings, bisect_left(postings, size)))
-        # Most shared words, then newest: stable sorts keyed by C-level
-        # lookups, no note read; a note is read only once it is reached.
-        # Notes entered in walk order need no look at their times at all
-        # (each is a cache miss at 100,000 notes, and there are hundreds).
-        in_order = size <= index._ordered
-        by_time = None if in_order else index._created.__getitem__
-        ordinals = sorted(shared, key=by_time, reverse=True)
-        ordinals.sort(key=shared.__getitem__, reverse=True)
-        walk = ordinals if in_order else _ties_by_id(ordinals, shared, index._created, items)
-        for ordinal in walk:
-            if ordinal not in leave_out and items[ordinal].channel in channels:
-                yield items[ordinal]
+    def __repr__(self) -> str:
+        return f"MemoryRanking({len(self.query)} terms over {self._view!r})"
+
+    def __iter__(self) -> Iterator[Ranked]:
+        view = self._view
+        items = view._index._items
+        leave_out = self._leave_out
+        scored = self._score() if self.query and view._size else None
+        if scored is not None:
+            for ordinal, final in _in_order(scored, view._columns, items):
+                if ordinal not in leave_out:
+                    yield Ranked(ordinal, items[ordinal], final / 1e6)
+            candidates = set(scored.ordinals.tolist())
+        else:
+            candidates = set()
         # Then the rest, sharing nothing: newest first.
-        newest = [_newest_first(*self._recent[c]) for c in channels if c in self._recent]
-        for ordinal in heapq.merge(*newest, key=index._key):
-            if ordinal not in shared and ordinal not in leave_out:
-                yield items[ordinal]
+        recent = view._recent
+        newest = [_newest_first(*recent[c]) for c in self._channels if c in recent]
+        for ordinal in heapq.merge(*newest, key=view._index._key):
+            if ordinal not in candidates and ordinal not in leave_out:
+                yield Ranked(ordinal, items[ordinal], 0.0)
+
+    def matched(self, ranked: Ranked) -> tuple[list[str], list[str], str | None]:
+        """Why *ranked* ranked: the message's words it holds, the borrowed
+        and feedback terms it holds, and the note beside it that lent it the
+        most score (``None`` if none did)."""
+        if not ranked.score:
+            return [], [], None
+        held = held_terms(ranked.item.text)
+        own = [
+            form for term, form in self.forms.items() if term in held and self.query[term] == 1.0
+        ]
+        borrowed = [self.forms[t] for t in self.query if t in held and self.query[t] != 1.0]
+        scored = self._scored
+        if scored is not None:
+            borrowed.extend(t for t in sorted(scored.expansion) if t in held)
+        return own, borrowed, self._lender(ranked.ordinal, ranked.score)
+
+    def _lender(self, ordinal: int, score: float) -> str | None:
+        scored = self._scored
+        # Its own terms account for its whole score: no neighbour lent any.
+        if scored is None or scored.own_score(ordinal) >= score - 1e-6:
+            return None
+        columns = self._view._columns
+        best: tuple[float, int] | None = None
+        for beside in columns.beside(ordinal):
+            lent = scored.own_score(beside)
+            if lent > 0.0 and (best is None or lent > best[0]):
+                best = (lent, beside)
+        return None if best is None else self._view.item(best[1]).id
+
+    def _score(self) -> Scored:
+        from ._scoring import score
+
+        view = self._view
+        index = view._index
+        in_scope = [view._codes[c] for c in self._channels if c in view._codes]
+        retired = view._retired
+
+        def feedback(ordinal: int) -> frozenset[str] | None:
+            return None if ordinal in retired else held_terms(index._items[ordinal].text)
+
+        self._scored = score(view._columns, index._postings, self.query, in_scope, feedback)
+        return self._scored
+
+
+def _in_order(
+    scored: Scored, columns: Columns, items: Sequence[MemoryItem]
+) -> Iterator[tuple[int, int]]:
+    """The candidates of *scored* by final score, then newest, then id, then
+    ordinal, each with its score; the best ``_HEAD`` put in order first."""
+    import numpy as np
+
+    ordinals, final = scored.ordinals, scored.final
+    if len(ordinals) > _HEAD:
+        cut = np.partition(final, len(final) - _HEAD)[len(final) - _HEAD]
+        head = final >= cut
+        parts = [(ordinals[head], final[head]), (ordinals[~head], final[~head])]
+    else:
+        parts = [(ordinals, final)]
+    for part, scores in parts:
+        order = np.lexsort((part, -columns.created[part], -scores))
+        pairs = zip(part[order].tolist(), scores[order].tolist(), strict=True)
+        for _, tied in groupby(pairs, key=lambda pair: (pair[1], columns.created[pair[0]])):
+            group = list(tied)
+            if len(group) > 1:
+                group.sort(key=lambda pair: (items[pair[0]].id, pair[0]))
+            yield from group
 
 
 class _EitherOf:
@@ -454,26 +475,6 @@ class _EitherOf:
         return ordinal in self._first or ordinal in self._second
 
 
-def _ties_by_id(
-    ordinals: list[int], shared: Mapping[int, int], created: array[float], items: list[MemoryItem]
-) -> Iterator[int]:
-    """*ordinals*, sorted by shared words then time, with each run of equal
-    (shared, time) put in (id, ordinal) order: the ranking's full key."""
-    end = len(ordinals)
-    at = 0
-    while at < end:
-        ordinal = ordinals[at]
-        count, time = shared[ordinal], created[ordinal]
-        tied = at + 1
-        while tied < end and created[ordinals[tied]] == time and shared[ordinals[tied]] == count:
-            tied += 1
-        if tied == at + 1:
-            yield ordinal
-        else:
-            yield from sorted(ordinals[at:tied], key=lambda o: (items[o].id, o))
-        at = tied
-
-
 def _newest_first(ordinals: list[int], size: int) -> Iterator[int]:
     return (ordinals[at] for at in range(size - 1, -1, -1))
 
@@ -486,8 +487,8 @@ def memory_view(memory: MemoryView | Iterable[MemoryItem]) -> MemoryView:
 
 
 def rank_memory(items: Iterable[MemoryItem], message: str) -> list[MemoryItem]:
-    """Most relevant first: shared words with *message*, then newest, then id.
+    """Most relevant first: score against *message*, then newest, then id.
 
-    Equal keys keep their input order, as a stable sort would.
+    Equal keys keep their input order.
     """
     return list(memory_view(items).ranked_all(message))

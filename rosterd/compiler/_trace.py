@@ -26,7 +26,10 @@ __all__ = (
     "BudgetTrace",
     "ContextRecord",
     "FailureTrace",
+    "NoteReason",
     "NoteTrace",
+    "PassOverReason",
+    "PassedOver",
     "PolicyTrace",
     "RecordKind",
     "RolloverTrace",
@@ -38,6 +41,7 @@ __all__ = (
 BlockStatus = Literal["included", "shrunk", "omitted", "absent", "failed"]
 RecordKind = Literal["system", "turn", "run", "step"]
 BoundaryName = Literal["connections", "purpose", "system"]
+PassOverReason = Literal["over the memory limit", "over the room left"]
 
 
 def sha256_text(text: str) -> str:
@@ -62,6 +66,28 @@ class AlreadyShown(msgspec.Struct, frozen=True):
     since: int
 
 
+class NoteReason(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Why a memory note is in the block: its score, the message's words it
+    holds, the terms it holds that the ranking borrowed (from the session's
+    latest messages, or from the best notes' feedback), and the note beside
+    it that lent it the most score."""
+
+    id: str
+    score: float
+    terms: tuple[str, ...] = ()
+    borrowed: tuple[str, ...] = ()
+    beside: str | None = None
+
+
+class PassedOver(msgspec.Struct, frozen=True):
+    """A memory note the packing passed over: too long for the block's
+    limit itself, or for the room left when it was reached."""
+
+    id: str
+    chars: int
+    reason: PassOverReason
+
+
 class BlockTrace(msgspec.Struct, frozen=True):
     """One block: where it came from, how big, what happened to it, its bytes.
 
@@ -82,6 +108,8 @@ class BlockTrace(msgspec.Struct, frozen=True):
     items: int = 0
     omitted: int = 0
     already_shown: tuple[AlreadyShown, ...] = ()
+    notes: tuple[NoteReason, ...] | None = None
+    passed_over: tuple[PassedOver, ...] | None = None
 
 
 class Boundary(msgspec.Struct, frozen=True):

@@ -36,7 +36,7 @@ from ._blocks import (
     request_block,
     tools_block,
 )
-from ._envelopes import Envelope, render_lines
+from ._envelopes import Envelope, encodable, render_lines
 from ._gates import gate_view
 from ._inputs import ChannelMessage, RunMeta, TurnInput
 from ._memory import memory_view
@@ -46,6 +46,9 @@ from ._trace import (
     BlockTrace,
     BudgetTrace,
     ContextRecord,
+    NoteReason,
+    PassedOver,
+    PassOverReason,
     RecordKind,
     context_record,
     sha256_text_and_head,
@@ -57,6 +60,9 @@ _T = TypeVar("_T")
 _filed = attrgetter("filed_at", "id")
 # No envelope renders shorter than this, so a smaller remainder fits nothing.
 _MIN_ENVELOPE = 24
+# Notes the memory block passes over, too long for what is left, before
+# it stops looking further down the ranking.
+_PASS_OVER = 32
 
 
 class Compilation(msgspec.Struct, frozen=True):
@@ -264,22 +270,52 @@ def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, limit: int) -> Fitte
     memory = memory_view(turn.memory)
     held = Held() if turn.shown is None else held_memory(memory, scope.channel, turn.shown)
     eligible, raw = memory.totals(scope.channel)
-    # Under pressure the lowest-ranked items go first, so what is kept is
-    # always the top of the ranking. An item over the memory limit itself
-    # could never be shown; it is left out without starving the rest.
     fresh = eligible - len(held.known)
+    # Nothing fresh (a session's usual turn): no message to rank against.
+    if not fresh:
+        return Fitted([], 0, 0, 0, raw - held.raw_chars, held.known)
+    ranking = memory.ranking(turn.text, scope.channel, held.ordinals, turn.recent)
+    # Under pressure the lowest-ranked notes go first, so what is kept is
+    # the top of the ranking. A note too long for the limit, or for what is
+    # left, is passed over while shorter ones further down may still fit,
+    # up to _PASS_OVER of them: past that the block is as full as it gets.
     lines: list[str] = []
+    reasons: list[NoteReason] = []
+    passed: list[PassedOver] = []
     chars = 0
-    # Nothing fresh (a session's usual turn): no message to split into words.
-    for item in memory.ranked(turn.text, scope.channel, held.ordinals) if fresh else ():
-        line = memory_line(item.id, item.text)
-        if len(line) > limit:
-            continue
-        if chars + len(line) > cap:
+    for ranked in ranking:
+        if cap - chars < _MIN_ENVELOPE or len(passed) == _PASS_OVER:
             break
+        item = ranked.item
+        line = memory_line(item.id, item.text)
+        if len(line) > limit or chars + len(line) > cap:
+            reason: PassOverReason = (
+                "over the memory limit" if len(line) > limit else "over the room left"
+            )
+            passed.append(PassedOver(encodable(item.id), len(line), reason))
+            continue
         lines.append(line)
         chars += len(line)
-    return Fitted(lines, chars, len(lines), fresh - len(lines), raw - held.raw_chars, held.known)
+        terms, borrowed, beside = ranking.matched(ranked)
+        reasons.append(
+            NoteReason(
+                encodable(item.id),
+                round(ranked.score, 3),
+                tuple(terms),
+                tuple(borrowed),
+                None if beside is None else encodable(beside),
+            )
+        )
+    return Fitted(
+        lines,
+        chars,
+        len(lines),
+        fresh - len(lines),
+        raw - held.raw_chars,
+        held.known,
+        notes=tuple(reasons),
+        passed_over=tuple(passed) or None,
+    )
 
 
 def _take_lines(

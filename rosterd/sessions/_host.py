@@ -186,6 +186,7 @@ class Host(AsyncResource):
         backlog: tuple[ChannelMessage, ...] = (),
         backlog_omitted: int = 0,
         shown: ShownItems | None = None,
+        recent: tuple[str, ...] = (),
     ) -> TurnInput:
         """The fresh input of a turn of *worker*, for every surface alike.
 
@@ -204,6 +205,7 @@ class Host(AsyncResource):
             backlog=backlog,
             backlog_omitted=backlog_omitted,
             shown=shown,
+            recent=recent,
         )
 
     async def run_turn(

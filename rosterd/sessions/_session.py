@@ -40,6 +40,7 @@ from .._errors import (
     StorageError,
 )
 from ..compiler import (
+    CONTEXT_MESSAGES,
     ChannelMessage,
     Compilation,
     RolloverTrace,
@@ -48,6 +49,7 @@ from ..compiler import (
     compile_system,
     compile_turn,
     memory_view,
+    message_texts,
 )
 from ..engines import DeltaSink, WaitSink
 from ..org import Surface
@@ -234,6 +236,21 @@ class Session:
             telemetry.rolled_over("provider_too_long")
         return await self._roll_over(text, sender, on_delta, on_wait, reason)
 
+    def _said_before(self, backlog: tuple[ChannelMessage, ...], turn: int) -> tuple[str, ...]:
+        """The latest messages of the conversation before this turn's,
+        oldest first: the transcript's (a resumed session reads the same
+        ones), then the history or what others posted since."""
+        said: list[str] = []
+        for message in reversed(self._transcript[-8:]):
+            if message.role == "user":
+                said[:0] = message_texts(message.content)
+                if len(said) >= CONTEXT_MESSAGES:
+                    break
+        if turn == 1:
+            said += (m.text for m in self._history)
+        said += (m.text for m in backlog)
+        return tuple(said[-CONTEXT_MESSAGES:])
+
     async def _turn(
         self,
         text: str,
@@ -258,6 +275,7 @@ class Session:
             backlog=backlog,
             backlog_omitted=omitted,
             shown=self._shown.items(),
+            recent=self._said_before(backlog, turn),
         )
         self._shown.note_written(memory_view(turn_input.memory).written_by(self.id))
         meta = RunMeta(run=self.id, turn=turn, now=host.clock())

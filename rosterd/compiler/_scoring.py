@@ -1,0 +1,352 @@
+"""Scoring notes against a query: BM25, then neighbours, then feedback.
+
+The arithmetic of memory ranking, in NumPy over the columns of a
+``NoteTable``: one vectorised pass per query term over the postings that
+term touches, so a turn costs what its terms' postings hold, not what the
+worker's memory holds.
+
+1. **BM25** (Robertson and Zaragoza's Okapi weighting, Lucene's always
+   positive IDF): a term a few notes hold counts for much, one most notes
+   hold for little, and a long note does not win by length alone.
+2. **Neighbours.** Notes written together (one after another in one scope,
+   within ``TOGETHER_S`` of each other or by one run) are often one story
+   told over several notes; each lends its neighbours a share of its score
+   (``NEIGHBOURS``, by distance), so the note that answers sits beside the
+   note that names the subject.
+3. **Pseudo-relevance feedback** (Rocchio, RM3): the terms that mark the
+   best few notes, weighted by their own rarity, are added to the query at
+   a lower weight and the notes are scored again, so a note that says it in
+   other words still ranks.
+
+Every knob is a module constant, documented in docs/memory.md; none is ever
+set per data set. Scores are rounded to a millionth before they are
+compared, so equal evidence gives equal scores whatever order the floating
+point sums ran in.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from bisect import bisect_left
+from collections.abc import Callable, Collection, Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = (
+    "COMMON_SHARE",
+    "FEEDBACK_NOTES",
+    "FEEDBACK_TERMS",
+    "FEEDBACK_WEIGHT",
+    "NEIGHBOURS",
+    "TOGETHER_S",
+    "Columns",
+    "FeedbackSource",
+    "NoteTable",
+    "Scored",
+    "idf",
+    "score",
+)
+
+# BM25's term-frequency saturation and length normalisation.
+K1 = 1.2
+B = 0.75
+# The share of a note's score each neighbour receives, by distance (1, 2, ...).
+NEIGHBOURS = (0.1,)
+# Notes of one scope this close in time are written together.
+TOGETHER_S = 3_600.0
+# Feedback: how many of the best notes lend their terms, how many terms
+# they lend at most, and the weight of the strongest against a query term's 1.
+FEEDBACK_NOTES = 3
+FEEDBACK_TERMS = 8
+FEEDBACK_WEIGHT = 0.2
+# A term more than this share of the notes hold says little about any of
+# them: it only adds to the score of notes a rarer term found, and
+# feedback never lends it.
+COMMON_SHARE = 0.125
+# How many of the best notes lend their neighbours a share of their score.
+LENDERS = 512
+# A posting holds a note's ordinal and, in its low bits, how often the
+# note holds the term (capped: BM25 saturates long before).
+TF_BITS = 4
+TF_MAX = (1 << TF_BITS) - 1
+_SCALE = 1e6
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
+
+
+class Columns:
+    """The columns of a ``NoteTable`` as of one snapshot: ``size`` notes."""
+
+    __slots__ = ("channel", "created", "length", "next", "prev", "size", "total")
+
+    def __init__(self, table: NoteTable, size: int) -> None:
+        self.size = size
+        self.length = table.length
+        self.created = table.created
+        self.channel = table.channel
+        self.prev = table.prev
+        self.next = table.next
+        self.total = table.total_length[size - 1] if size else 0.0
+
+    def neighbours(self, ordinals: Ints) -> list[Ints]:
+        """The neighbours of each of *ordinals* at distance 1, 2, ...: ``-1``
+        where there is none (or only one written after this snapshot)."""
+        size = self.size
+        found = []
+        back = forward = ordinals
+        for _ in NEIGHBOURS:
+            back = np.where(back >= 0, self.prev[np.maximum(back, 0)], -1)
+            ahead = np.where(forward >= 0, self.next[np.maximum(forward, 0)], -1)
+            forward = np.where(ahead < size, ahead, -1)
+            found.append(np.concatenate((back, forward)))
+        return found
+
+    def beside(self, ordinal: int) -> list[int]:
+        """The notes written together with *ordinal*, nearest first."""
+        found = []
+        back = forward = ordinal
+        for _ in NEIGHBOURS:
+            back = int(self.prev[back]) if back >= 0 else -1
+            ahead = int(self.next[forward]) if forward >= 0 else -1
+            forward = ahead if ahead < self.size else -1
+            found += [o for o in (back, forward) if o >= 0]
+        return found
+
+
+class NoteTable:
+    """Per note, by ordinal: its term count, time, scope code and the notes
+    written before and after it together with it. Grown by doubling: a
+    snapshot keeps the arrays it was taken with, and the appender writes
+    only past every snapshot's size (``next`` of an older note excepted,
+    which snapshots read as "none" when it points past their size)."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.length: Floats = np.zeros(0)
+        self.total_length: Floats = np.zeros(0)
+        self.created: Floats = np.zeros(0)
+        self.channel: Ints = np.zeros(0, np.int64)
+        self.prev: Ints = np.zeros(0, np.int64)
+        self.next: Ints = np.zeros(0, np.int64)
+
+    def append(self, length: int, created: float, channel: int, prev: int) -> int:
+        ordinal = self.size
+        if ordinal == len(self.length):
+            self._grow(max(64, 2 * ordinal))
+        self.length[ordinal] = length
+        self.total_length[ordinal] = length + (self.total_length[ordinal - 1] if ordinal else 0)
+        self.created[ordinal] = created
+        self.channel[ordinal] = channel
+        self.prev[ordinal] = prev
+        self.next[ordinal] = -1
+        if prev >= 0:
+            self.next[prev] = ordinal
+        self.size = ordinal + 1
+        return ordinal
+
+    def columns(self) -> Columns:
+        return Columns(self, self.size)
+
+    def _grow(self, capacity: int) -> None:
+        used = self.size
+        for name in ("length", "total_length", "created", "channel", "prev", "next"):
+            old = getattr(self, name)
+            new = np.empty(capacity, old.dtype)
+            new[:used] = old[:used]
+            setattr(self, name, new)
+
+
+def idf(notes: int, holding: int) -> float:
+    """Lucene's BM25 inverse document frequency: never negative."""
+    return math.log(1.0 + (notes - holding + 0.5) / (holding + 0.5))
+
+
+# A note's terms for feedback, or ``None`` if it may not lend any (retired).
+FeedbackSource = Callable[[int], Collection[str] | None]
+
+
+class Scored:
+    """The candidates of one query: the notes holding one of its terms and
+    the notes written beside those, ascending, with their final scores in
+    millionths; and the notes holding a term, with their own BM25 score
+    (before neighbours lent them any)."""
+
+    __slots__ = ("expansion", "final", "ordinals", "own", "own_ordinals")
+
+    def __init__(
+        self,
+        ordinals: Ints,
+        final: Ints,
+        own_ordinals: Ints,
+        own: Floats,
+        expansion: Mapping[str, float],
+    ) -> None:
+        self.ordinals = ordinals
+        self.final = final
+        self.own_ordinals = own_ordinals
+        self.own = own
+        self.expansion = expansion
+
+    def own_score(self, ordinal: int) -> float:
+        at = int(np.searchsorted(self.own_ordinals, ordinal))
+        if at < len(self.own_ordinals) and self.own_ordinals[at] == ordinal:
+            return float(self.own[at])
+        return 0.0
+
+
+def score(
+    columns: Columns,
+    postings: Mapping[str, array[int]],
+    query: Mapping[str, float],
+    in_scope: Sequence[int],
+    feedback: FeedbackSource,
+) -> Scored:
+    """The notes of *columns* in the scopes coded *in_scope*, scored against
+    *query* (term to weight); *feedback* gives a note's terms."""
+    own_ordinals, own = _bm25(columns, postings, query, in_scope)
+    ordinals, final = _with_neighbours(columns, own_ordinals, own)
+    expansion = _expansion(columns, postings, query, ordinals, final, feedback)
+    if expansion:
+        more, more_scores = _bm25(columns, postings, expansion, in_scope)
+        own_ordinals, own = _summed([own_ordinals, more], [own, more_scores], columns.size)
+        ordinals, final = _with_neighbours(columns, own_ordinals, own)
+    final_scores = np.rint(final * _SCALE).astype(np.int64)
+    return Scored(ordinals, final_scores, own_ordinals, own, expansion)
+
+
+def _bm25(
+    columns: Columns,
+    postings: Mapping[str, array[int]],
+    query: Mapping[str, float],
+    in_scope: Sequence[int],
+) -> tuple[Ints, Floats]:
+    size = columns.size
+    average = columns.total / size if size and columns.total else 1.0
+    end = size << TF_BITS
+    held: list[tuple[float, Ints]] = []
+    for term, weight in query.items():
+        entries = postings.get(term)
+        cut = bisect_left(entries, end) if entries is not None else 0
+        if cut:
+            assert entries is not None
+            packed = np.frombuffer(entries[:cut], dtype=np.uint32).astype(np.int64)
+            held.append((weight * idf(size, cut), packed))
+    # A term more than COMMON_SHARE of the notes hold only adds to the
+    # score of notes a rarer term found: walking it for every note would
+    # cost a turn what the whole memory holds, to tell notes apart by little.
+    rare = [pair for pair in held if len(pair[1]) <= COMMON_SHARE * size] or held
+    common = [pair for pair in held if not any(pair is r for r in rare)]
+    if not rare:
+        return _NONE, _NO_SCORES
+    found = [packed >> TF_BITS for _, packed in rare]
+    scores = [_weighted(columns, average, weight, packed) for weight, packed in rare]
+    ordinals, summed = _summed(found, scores, size)
+    keep = np.isin(columns.channel[ordinals], in_scope)
+    ordinals, summed = ordinals[keep], summed[keep]
+    for weight, packed in common:
+        holders = packed >> TF_BITS
+        at = np.minimum(np.searchsorted(holders, ordinals), len(holders) - 1)
+        hit = holders[at] == ordinals
+        summed[hit] += _weighted(columns, average, weight, packed[at[hit]])
+    return ordinals, summed
+
+
+def _weighted(columns: Columns, average: float, weight: float, packed: Ints) -> Floats:
+    """BM25's weight of one term in each note of *packed* (its postings)."""
+    tf = (packed & TF_MAX).astype(np.float64)
+    norm = K1 * (1.0 - B + B * columns.length[packed >> TF_BITS] / average)
+    weighted: Floats = (weight * (K1 + 1.0)) * tf / (tf + norm)
+    return weighted
+
+
+def _with_neighbours(columns: Columns, ordinals: Ints, scores: Floats) -> tuple[Ints, Floats]:
+    if not len(ordinals):
+        return ordinals, scores
+    # Only the best LENDERS lend: what a weaker note would lend its
+    # neighbours could not lift them to the top of the ranking.
+    lenders = ordinals
+    lending = scores
+    if len(ordinals) > LENDERS:
+        best = np.argpartition(-scores, LENDERS)[:LENDERS]
+        lenders, lending = ordinals[best], scores[best]
+    found = [ordinals]
+    lent = [scores]
+    twice = np.concatenate((lending, lending))
+    for share, beside in zip(NEIGHBOURS, columns.neighbours(lenders), strict=True):
+        there = beside >= 0
+        found.append(beside[there])
+        lent.append(twice[there] * share)
+    return _summed(found, lent, columns.size)
+
+
+def _expansion(
+    columns: Columns,
+    postings: Mapping[str, array[int]],
+    query: Mapping[str, float],
+    ordinals: Ints,
+    final: Floats,
+    feedback: FeedbackSource,
+) -> dict[str, float]:
+    """Up to ``FEEDBACK_TERMS`` terms of the best notes, not in *query*,
+    each with its weight: how much of those notes it makes up, by their
+    score, times its rarity."""
+    if not len(ordinals):
+        return {}
+    size = columns.size
+    # Best first, ties by ordinal; a few more than needed, for retired ones.
+    best = np.lexsort((ordinals, -np.rint(final * _SCALE)))[: 4 * FEEDBACK_NOTES]
+    top = float(final[best[0]])
+    if top <= 0.0:
+        return {}
+    weights: dict[str, float] = {}
+    lent = 0
+    for at in best.tolist():
+        held = feedback(int(ordinals[at]))
+        if held is None:
+            continue
+        share = float(final[at]) / top / max(len(held), 1)
+        for term in held:
+            weights[term] = weights.get(term, 0.0) + share
+        lent += 1
+        if lent == FEEDBACK_NOTES:
+            break
+    end = size << TF_BITS
+    rare: list[tuple[float, str]] = []
+    for term, weight in weights.items():
+        holders = postings.get(term)
+        holding = bisect_left(holders, end) if holders is not None else 0
+        if term in query or holding < 2 or holding > COMMON_SHARE * size:
+            continue
+        rare.append((weight * idf(size, holding), term))
+    rare.sort(key=lambda pair: (-pair[0], pair[1]))
+    chosen = rare[:FEEDBACK_TERMS]
+    if not chosen:
+        return {}
+    strongest = chosen[0][0]
+    return {term: FEEDBACK_WEIGHT * weight / strongest for weight, term in chosen}
+
+
+def _summed(ordinals: list[Ints], scores: list[Floats], size: int) -> tuple[Ints, Floats]:
+    """Each distinct ordinal of *ordinals*, ascending, with its scores summed.
+
+    Few entries are sorted and merged; once they are more than one in
+    ``_DENSE`` of the notes, one pass over an array of every note is cheaper
+    than the sort (a term most notes hold, say).
+    """
+    every = np.concatenate(ordinals)
+    weights = np.concatenate(scores)
+    if len(every) * _DENSE >= size:
+        summed = np.asarray(np.bincount(every, weights, size), dtype=np.float64)
+        distinct: Ints = np.flatnonzero(summed).astype(np.int64)
+        return distinct, summed[distinct]
+    distinct, where = np.unique(every, return_inverse=True)
+    totals = np.asarray(np.bincount(where, weights, len(distinct)), dtype=np.float64)
+    return distinct.astype(np.int64), totals
+
+
+_DENSE = 16
+_NONE: Ints = np.zeros(0, np.int64)
+_NO_SCORES: Floats = np.zeros(0)

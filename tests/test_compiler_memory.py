@@ -1,0 +1,163 @@
+"""Memory ranking: which notes a message meets, why, and input that must
+not break it. Through the public compiler: ``compile_run`` and the index's
+views, the same code the daemon runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rosterd.compiler import (
+    BlockTrace,
+    MemoryIndex,
+    MemoryItem,
+    RunMeta,
+    TurnInput,
+    compile_run,
+)
+from rosterd.org import Org, Surface, load_org
+
+META = RunMeta(run="d-1", turn=1, now=1_800_000_000.0)
+
+
+@pytest.fixture
+def org(tmp_path: Path) -> Org:
+    (tmp_path / "workers" / "ada").mkdir(parents=True)
+    (tmp_path / "workers" / "ada" / "identity.md").write_text("You are ada.\n")
+    (tmp_path / "org.toml").write_text(
+        '[engine]\nkind = "echo"\n[workers.ada]\n[channels.general]\nworkers = ["ada"]\n'
+    )
+    return load_org(tmp_path)
+
+
+def notes(*texts: str) -> tuple[MemoryItem, ...]:
+    return tuple(
+        MemoryItem(id=f"m-{n + 1}", text=text, created_at=1_700_000_000.0 + n)
+        for n, text in enumerate(texts)
+    )
+
+
+def ranked_ids(items: tuple[MemoryItem, ...], message: str) -> list[str]:
+    return [r.item.id for r in MemoryIndex(items).snapshot().ranking(message, None)]
+
+
+def memory_block(
+    org: Org, items: tuple[MemoryItem, ...], message: str, **more: object
+) -> BlockTrace:
+    scope = org.scope(Surface.DIRECT, "ada", None)
+    turn = TurnInput(text=message, memory=items, **more)  # type: ignore[arg-type]
+    record = compile_run(org, scope, turn, META).record
+    (block,) = (b for b in record.blocks if b.block == "memory")
+    return block
+
+
+def test_words_meet_in_other_inflections_and_stopwords_count_for_nothing() -> None:
+    items = notes(
+        "the release of the billing service",
+        "and then the other one went there with them",
+        "an unrelated note about tea",
+    )
+    # "releases" meets "release"; "the"/"and"/"with" alone meet nothing, so
+    # the newest note leads the rest.
+    assert ranked_ids(items, "when are releases done?")[0] == "m-1"
+    assert ranked_ids(items, "and the with")[0] == "m-3"
+
+
+def test_a_rare_word_outweighs_one_most_notes_hold() -> None:
+    common = [f"meeting notes for week {n}" for n in range(20)]
+    items = notes(*common, "meeting moved because of the zeppelin", "zeppelin tickets booked")
+    # Both words of the message: the note with the rare one wins over the
+    # twenty that share only the common word.
+    top = ranked_ids(items, "zeppelin meeting")[:2]
+    assert set(top) == {"m-21", "m-22"}
+    assert top[0] == "m-21"  # it holds both
+
+
+def test_a_note_beside_a_match_ranks_above_unrelated_notes() -> None:
+    items = notes(
+        *(f"filler about gardening tomatoes {n}" for n in range(10)),
+        "Caroline asked what I bought yesterday",
+        "A red bicycle, second hand",
+        *(f"filler about gardening tomatoes {n}" for n in range(10, 20)),
+    )
+    ranking = list(MemoryIndex(items).snapshot().ranking("what did Caroline buy?", None))
+    assert [r.item.id for r in ranking[:2]] == ["m-11", "m-12"]
+    assert ranking[1].score > 0.0
+
+
+def test_text_without_spaces_ranks_by_character_pairs() -> None:
+    items = notes("明日の発表会は十時から", "昨日は雨でした", "the presentation is at ten")
+    assert ranked_ids(items, "発表会は何時?")[0] == "m-1"
+
+
+def test_a_short_message_borrows_the_conversation_s_terms(org: Org) -> None:
+    items = notes("Tom bought a second-hand guitar from Lena", "the car needs new tyres")
+    alone = memory_block(org, items, "how much was it?")
+    assert alone.notes is not None and alone.notes[0].id == "m-2"  # newest: nothing shared
+    told = memory_block(org, items, "how much was it?", recent=("did Tom get the guitar?",))
+    assert told.notes is not None
+    first = told.notes[0]
+    assert (first.id, first.terms) == ("m-1", ())
+    assert set(first.borrowed) >= {"tom", "guitar"}
+
+
+def test_the_trace_says_why_each_note_is_in_the_block(org: Org) -> None:
+    items = notes("deploys are on fridays", "the staging deploy broke", "tea at four")
+    block = memory_block(org, items, "When do we deploy to staging?")
+    assert block.notes is not None
+    reasons = {n.id: n for n in block.notes}
+    assert reasons["m-2"].terms == ("deploy", "staging")
+    assert reasons["m-1"].terms == ("deploy",)
+    assert reasons["m-2"].score > reasons["m-1"].score > 0.0
+    # Written just after m-2, it holds none of the words: m-2 lent it score.
+    assert (reasons["m-3"].terms, reasons["m-3"].beside) == ((), "m-2")
+    assert 0.0 < reasons["m-3"].score < reasons["m-1"].score
+    assert [n.id for n in block.notes] == ["m-2", "m-1", "m-3"]
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        pytest.param(("the and of to it is",) * 3, id="only stopwords"),
+        pytest.param(("🚀🔥💯", "👍 ok 👍"), id="emoji"),
+        pytest.param(("Привет мир 世界 hello wörld", "مرحبا بالعالم"), id="mixed scripts"),
+        pytest.param(("",), id="empty note"),
+    ],
+)
+@pytest.mark.parametrize("message", ["", "the", "🚀", "世界 hello мир", "x" * 5000])
+def test_odd_text_never_breaks_a_turn(org: Org, texts: tuple[str, ...], message: str) -> None:
+    if not message:
+        message = " "
+    block = memory_block(org, notes(*texts), message)
+    assert block.status in ("included", "shrunk", "absent")
+    assert block.items == len(texts) or block.passed_over
+
+
+def test_a_64_kib_note_is_passed_over_and_the_rest_still_fit(org: Org) -> None:
+    huge = "deploy " * (64 * 1024 // 7)
+    block = memory_block(org, notes(huge, "deploy on fridays"), "deploy")
+    assert block.notes is not None and [n.id for n in block.notes] == ["m-2"]
+    assert block.passed_over is not None
+    assert (block.passed_over[0].id, block.passed_over[0].reason) == (
+        "m-1",
+        "over the memory limit",
+    )
+
+
+def test_ten_thousand_near_duplicates_stay_small_and_rank(org: Org) -> None:
+    items = tuple(
+        MemoryItem(
+            id=f"m-{n}",
+            text=f"reminder {n % 10}: check the deploy pipeline status",
+            created_at=1_700_000_000.0 + n,
+        )
+        for n in range(10_000)
+    )
+    index = MemoryIndex(items)
+    # Near-duplicates share their terms: the index holds one posting list
+    # per distinct term, not per note.
+    assert "MemoryIndex(10000 notes" in repr(index)
+    assert int(repr(index).split(", ")[1].split()[0]) < 20
+    block = memory_block(org, items, "reminder 7 deploy pipeline")
+    assert block.notes is not None and block.notes[0].id == "m-9997"
