@@ -67,6 +67,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/faults.py
 	$(BIN)/python bench/cost.py
 	$(BIN)/python bench/inspector.py
+	$(BIN)/python bench/memory.py
 
 clean:
 	rm -rf $(VENV) $(STATE) build *.egg-info

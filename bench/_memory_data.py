@@ -91,8 +91,9 @@ def _locomo_sample(sample: dict[str, Any], facts: bool) -> Conversation:
             observed = observations.get(f"session_{number}_observation", {})
             for speaker, said in observed.items():
                 for text, evidence in said:
-                    for key in evidence if isinstance(evidence, list) else [evidence]:
-                        conversation.notes.append((key, f"{date} {speaker}: {text}", None))
+                    # One note per fact; it stands for every turn it cites.
+                    keys = evidence if isinstance(evidence, list) else [evidence]
+                    conversation.notes.append(("|".join(keys), f"{date} {speaker}: {text}", None))
         else:
             for turn in sessions[f"session_{number}"]:
                 text = f"{date} {turn['speaker']}: {turn['text']}"

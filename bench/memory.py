@@ -79,7 +79,9 @@ class Outcome:
 
 
 def _covered(evidence: Sequence[str], keys: Sequence[str]) -> bool:
-    held = set(keys)
+    """Whether the notes *keys* cover every evidence turn (a note of facts
+    may cite several turns: its key joins them with "|")."""
+    held = {turn for key in keys for turn in key.split("|")}
     return all(e in held for e in evidence)
 
 
