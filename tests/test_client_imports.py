@@ -13,6 +13,8 @@ import pytest
 # The daemon's own libraries and layers: a client never needs them.
 DAEMON_SIDE = (
     "httpx",
+    "numpy",
+    "Stemmer",
     "httpx_sse",
     "watchfiles",
     "aiofiles",
