@@ -37,6 +37,7 @@ import numpy.typing as npt
 __all__ = (
     "COMMON_SHARE",
     "FEEDBACK_NOTES",
+    "FEEDBACK_NOTE_TERMS",
     "FEEDBACK_TERMS",
     "FEEDBACK_WEIGHT",
     "NEIGHBOURS",
@@ -61,6 +62,8 @@ TOGETHER_S = 3_600.0
 FEEDBACK_NOTES = 3
 FEEDBACK_TERMS = 8
 FEEDBACK_WEIGHT = 0.2
+# A note of more distinct terms than this lends none.
+FEEDBACK_NOTE_TERMS = 256
 # A term more than this share of the notes hold says little about any of
 # them: it only adds to the score of notes a rarer term found, and
 # feedback never lends it.
@@ -305,7 +308,9 @@ def _expansion(
     lent = 0
     for at in best.tolist():
         held = feedback(int(ordinals[at]))
-        if held is None:
+        # A long note lends each of its terms a sliver of its weight, and
+        # reading them all would cost a turn what the note holds.
+        if held is None or len(held) > FEEDBACK_NOTE_TERMS:
             continue
         share = float(final[at]) / top / max(len(held), 1)
         for term in held:
