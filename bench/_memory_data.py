@@ -47,7 +47,9 @@ class Conversation:
 
 
 def dev_conversations(path: Path = DEV_DATA) -> list[Conversation]:
-    with lzma.open(path, "rt", encoding="utf-8") as data:
+    """Conversations in this module's own JSON shape, xz-compressed or not."""
+    opener = lzma.open if path.suffix == ".xz" else open
+    with opener(path, "rt", encoding="utf-8") as data:
         raw = json.load(data)
     conversations = []
     for entry in raw:
@@ -65,7 +67,9 @@ def dev_conversations(path: Path = DEV_DATA) -> list[Conversation]:
 
 def locomo(path: Path, facts: bool) -> list[Conversation]:
     """LoCoMo's conversations: dialogue turns as notes, or (*facts*) its
-    annotated observations, each note "<date> <speaker>: <text>". *path* is
+    annotated observations (one note per fact, standing for the turns it
+    cites; a question's evidence is then the turns some fact cites), each
+    note "<date> <speaker>: <text>". *path* is
     ``locomo10.json`` (a list of samples) or a folder of one file per
     sample, as its zip in the repository holds them (each sample's fields
     at the top level)."""
@@ -98,8 +102,13 @@ def _locomo_sample(sample: dict[str, Any], facts: bool) -> Conversation:
             for turn in sessions[f"session_{number}"]:
                 text = f"{date} {turn['speaker']}: {turn['text']}"
                 conversation.notes.append((turn["dia_id"], text, None))
+    # With facts as notes, a question's evidence is the turns some fact
+    # cites: a turn no fact was drawn from can be in no block.
+    cited = {turn for key, _, _ in conversation.notes for turn in key.split("|")}
     for qa in sample["qa"]:
         evidence = [e for e in qa.get("evidence", []) if isinstance(e, str)]
+        if facts:
+            evidence = [e for e in evidence if e in cited]
         if evidence and str(qa.get("category")) != "5":
             conversation.questions.append(Question(qa["question"], evidence, str(qa["category"])))
     return conversation

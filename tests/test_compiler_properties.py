@@ -979,12 +979,26 @@ def test_what_a_session_holds_is_left_out_as_if_it_were_absent(
     result = compile_case(
         dataclasses.replace(case, turn=msgspec.structs.replace(plain, shown=shown))
     )
-    assert result.input_text == expected.input_text
+
+    # Memory fills what the other blocks leave, and held notes still count in
+    # the ranking's statistics (how many notes hold a term, which lend their
+    # neighbours score): outside the memory block, the same bytes.
+    def without_memory(text: str) -> list[str]:
+        return [line for line in text.splitlines() if not line.startswith('{"block":"memory"')]
+
+    assert without_memory(result.input_text) == without_memory(expected.input_text)
     for got, want in zip(result.record.blocks, expected.record.blocks, strict=True):
-        assert msgspec.structs.replace(got, already_shown=()) == want
         if got.block == "memory":
             assert [s.id for s in got.already_shown] == [m.id for m in held_notes]
-        elif got.block == "briefing":
+            shown_ids = {o["id"] for o in map(msgspec.json.decode, got.content.splitlines())}
+            assert not shown_ids & {
+                repaired(m.id)
+                for m in held_notes
+                if m.id not in {n.id for n in notes if not holds("memory", n)}
+            }
+            continue
+        assert msgspec.structs.replace(got, already_shown=()) == want
+        if got.block == "briefing":
             assert [s.id for s in got.already_shown] == [g.id for g in held_gates]
 
 

@@ -76,12 +76,14 @@ _first = itemgetter(0)
 
 
 class Ranked(NamedTuple):
-    """A note as ranked: its place in the index, the note, and its score
-    (0 for a note that shares nothing with the message)."""
+    """A note as ranked: its place in the index, the note, its score (0 for
+    a note that shares nothing with the message) and the part of it its own
+    terms earned (the rest its neighbours lent it)."""
 
     ordinal: int
     item: MemoryItem
     score: float
+    own: float = 0.0
 
 
 class MemoryIndex:
@@ -110,6 +112,9 @@ class MemoryIndex:
         self._codes: dict[str | None, int] = {}
         self._latest: dict[str | None, int] = {}
         self._totals: dict[str | None, tuple[int, int]] = {}
+        # Per channel, the fewest characters of a note's id and text: no
+        # note's line is shorter, so a block with less room is full.
+        self._shortest: dict[str | None, int] = {}
         # Ordinals of retired notes, replaced whole on each retirement (a
         # view keeps the set it was made with), and each retirement by note id.
         self._retired: frozenset[int] = frozenset()
@@ -178,6 +183,7 @@ class MemoryIndex:
             {channel: (ordinals, len(ordinals)) for channel, ordinals in self._recent.items()},
             dict(self._totals),
             dict(self._codes),
+            dict(self._shortest),
             self._retired,
         )
 
@@ -214,6 +220,9 @@ class MemoryIndex:
         self._recent.setdefault(channel, []).append(ordinal)
         count, chars = self._totals.get(channel, (0, 0))
         self._totals[channel] = (count + 1, chars + len(item.text))
+        size = len(item.id) + len(item.text)
+        if size < self._shortest.get(channel, size + 1):
+            self._shortest[channel] = size
         return ordinal
 
     def _key(self, ordinal: int) -> _Key:
@@ -243,7 +252,16 @@ def _insertion_point(ordinals: list[int], key: _Key, key_of: Callable[[int], _Ke
 class MemoryView:
     """A snapshot of a ``MemoryIndex``: what one compilation may rank."""
 
-    __slots__ = ("_codes", "_columns", "_index", "_recent", "_retired", "_size", "_totals")
+    __slots__ = (
+        "_codes",
+        "_columns",
+        "_index",
+        "_recent",
+        "_retired",
+        "_shortest",
+        "_size",
+        "_totals",
+    )
 
     def __init__(
         self,
@@ -252,6 +270,7 @@ class MemoryView:
         recent: dict[str | None, tuple[list[int], int]],
         totals: dict[str | None, tuple[int, int]],
         codes: dict[str | None, int],
+        shortest: dict[str | None, int],
         retired: frozenset[int] = frozenset(),
     ) -> None:
         self._index = index
@@ -260,6 +279,7 @@ class MemoryView:
         self._recent = recent
         self._totals = totals
         self._codes = codes
+        self._shortest = shortest
         self._retired = retired
 
     def __repr__(self) -> str:
@@ -271,6 +291,12 @@ class MemoryView:
     def totals(self, channel: str | None) -> tuple[int, int]:
         """Count and characters of the notes a run in *channel* may see."""
         return scoped_totals(self._totals, channel)
+
+    def shortest(self, channel: str | None) -> int:
+        """The fewest characters of id and text of a note a run in *channel*
+        may see (retired ones included): a line needs at least that."""
+        sizes = [self._shortest[c] for c in (None, channel) if c in self._shortest]
+        return min(sizes, default=0)
 
     @property
     def index(self) -> MemoryIndex:
@@ -371,6 +397,8 @@ class MemoryRanking:
                         self.query[term] = CONTEXT_WEIGHT
                         self.forms[term] = form
         self._scored: Scored | None = None
+        # The message's terms and the borrowed ones, each with its form.
+        self._reasons: tuple[list[tuple[str, str]], list[tuple[str, str]]] | None = None
 
     def __repr__(self) -> str:
         return f"MemoryRanking({len(self.query)} terms over {self._view!r})"
@@ -381,9 +409,9 @@ class MemoryRanking:
         leave_out = self._leave_out
         scored = self._score() if self.query and view._size else None
         if scored is not None:
-            for ordinal, final in _in_order(scored, view._columns, items):
+            for ordinal, final, own in _in_order(scored, view._columns, items):
                 if ordinal not in leave_out:
-                    yield Ranked(ordinal, items[ordinal], final / 1e6)
+                    yield Ranked(ordinal, items[ordinal], final / 1e6, own)
             candidates = set(scored.ordinals.tolist())
         else:
             candidates = set()
@@ -401,64 +429,80 @@ class MemoryRanking:
         if not ranked.score:
             return [], [], None
         held = held_terms(ranked.item.text)
-        own = [
-            form for term, form in self.forms.items() if term in held and self.query[term] == 1.0
-        ]
-        borrowed = [self.forms[t] for t in self.query if t in held and self.query[t] != 1.0]
-        scored = self._scored
-        if scored is not None:
-            borrowed.extend(t for t in sorted(scored.expansion) if t in held)
-        return own, borrowed, self._lender(ranked.ordinal, ranked.score)
-
-    def _lender(self, ordinal: int, score: float) -> str | None:
-        scored = self._scored
+        if self._reasons is None:
+            scored = self._scored
+            expansion = sorted(scored.expansion) if scored is not None else []
+            self._reasons = (
+                [(t, f) for t, f in self.forms.items() if self.query[t] == 1.0],
+                [(t, self.forms[t]) for t in self.query if self.query[t] != 1.0]
+                + [(t, t) for t in expansion],
+            )
+        message, borrowing = self._reasons
+        own = [form for term, form in message if term in held]
+        borrowed = [form for term, form in borrowing if term in held]
         # Its own terms account for its whole score: no neighbour lent any.
-        if scored is None or scored.own_score(ordinal) >= score - 1e-6:
+        lender = None if ranked.own >= ranked.score - 1e-6 else self._lender(ranked.ordinal)
+        return own, borrowed, lender
+
+    def _lender(self, ordinal: int) -> str | None:
+        """The note beside *ordinal* whose own terms scored highest."""
+        scored = self._scored
+        if scored is None:
             return None
-        columns = self._view._columns
+        ordinals = scored.ordinals
         best: tuple[float, int] | None = None
-        for beside in columns.beside(ordinal):
-            lent = scored.own_score(beside)
-            if lent > 0.0 and (best is None or lent > best[0]):
-                best = (lent, beside)
+        for beside in self._view._columns.beside(ordinal):
+            at = int(ordinals.searchsorted(beside))
+            if at < len(ordinals) and ordinals[at] == beside:
+                lent = float(scored.own[at])
+                if lent > 0.0 and (best is None or lent > best[0]):
+                    best = (lent, beside)
         return None if best is None else self._view.item(best[1]).id
 
     def _score(self) -> Scored:
-        from ._scoring import score
+        from ._scoring import in_scope, score
 
         view = self._view
         index = view._index
-        in_scope = [view._codes[c] for c in self._channels if c in view._codes]
+        codes = view._codes
+        admitted = in_scope(len(codes), [codes[c] for c in self._channels if c in codes])
         retired = view._retired
 
         def feedback(ordinal: int) -> frozenset[str] | None:
             return None if ordinal in retired else held_terms(index._items[ordinal].text)
 
-        self._scored = score(view._columns, index._postings, self.query, in_scope, feedback)
+        self._scored = score(view._columns, index._postings, self.query, admitted, feedback)
         return self._scored
 
 
 def _in_order(
     scored: Scored, columns: Columns, items: Sequence[MemoryItem]
-) -> Iterator[tuple[int, int]]:
+) -> Iterator[tuple[int, int, float]]:
     """The candidates of *scored* by final score, then newest, then id, then
-    ordinal, each with its score; the best ``_HEAD`` put in order first."""
+    ordinal, each with its score and own score; the best ``_HEAD`` put in
+    order first."""
     import numpy as np
 
-    ordinals, final = scored.ordinals, scored.final
+    ordinals, final, own = scored.ordinals, scored.final, scored.own
     if len(ordinals) > _HEAD:
         cut = np.partition(final, len(final) - _HEAD)[len(final) - _HEAD]
         head = final >= cut
-        parts = [(ordinals[head], final[head]), (ordinals[~head], final[~head])]
+        parts = [
+            (ordinals[head], final[head], own[head]),
+            (ordinals[~head], final[~head], own[~head]),
+        ]
     else:
-        parts = [(ordinals, final)]
-    for part, scores in parts:
-        order = np.lexsort((part, -columns.created[part], -scores))
-        pairs = zip(part[order].tolist(), scores[order].tolist(), strict=True)
-        for _, tied in groupby(pairs, key=lambda pair: (pair[1], columns.created[pair[0]])):
+        parts = [(ordinals, final, own)]
+    created = columns.created
+    for part, scores, owns in parts:
+        order = np.lexsort((part, -created[part], -scores))
+        entries = zip(
+            part[order].tolist(), scores[order].tolist(), owns[order].tolist(), strict=True
+        )
+        for _, tied in groupby(entries, key=lambda entry: (entry[1], created[entry[0]])):
             group = list(tied)
             if len(group) > 1:
-                group.sort(key=lambda pair: (items[pair[0]].id, pair[0]))
+                group.sort(key=lambda entry: (items[entry[0]].id, entry[0]))
             yield from group
 
 

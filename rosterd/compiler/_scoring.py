@@ -47,6 +47,7 @@ __all__ = (
     "NoteTable",
     "Scored",
     "idf",
+    "in_scope",
     "score",
 )
 
@@ -174,41 +175,29 @@ FeedbackSource = Callable[[int], Collection[str] | None]
 class Scored:
     """The candidates of one query: the notes holding one of its terms and
     the notes written beside those, ascending, with their final scores in
-    millionths; and the notes holding a term, with their own BM25 score
-    (before neighbours lent them any)."""
+    millionths and their own BM25 score (before neighbours lent them any);
+    and the terms feedback added to the query."""
 
-    __slots__ = ("expansion", "final", "ordinals", "own", "own_ordinals")
+    __slots__ = ("expansion", "final", "ordinals", "own")
 
     def __init__(
-        self,
-        ordinals: Ints,
-        final: Ints,
-        own_ordinals: Ints,
-        own: Floats,
-        expansion: Mapping[str, float],
+        self, ordinals: Ints, final: Ints, own: Floats, expansion: Mapping[str, float]
     ) -> None:
         self.ordinals = ordinals
         self.final = final
-        self.own_ordinals = own_ordinals
         self.own = own
         self.expansion = expansion
-
-    def own_score(self, ordinal: int) -> float:
-        at = int(np.searchsorted(self.own_ordinals, ordinal))
-        if at < len(self.own_ordinals) and self.own_ordinals[at] == ordinal:
-            return float(self.own[at])
-        return 0.0
 
 
 def score(
     columns: Columns,
     postings: Mapping[str, array[int]],
     query: Mapping[str, float],
-    in_scope: Sequence[int],
+    in_scope: npt.NDArray[np.bool_],
     feedback: FeedbackSource,
 ) -> Scored:
-    """The notes of *columns* in the scopes coded *in_scope*, scored against
-    *query* (term to weight); *feedback* gives a note's terms."""
+    """The notes of *columns* whose scope code *in_scope* admits, scored
+    against *query* (term to weight); *feedback* gives a note's terms."""
     own_ordinals, own = _bm25(columns, postings, query, in_scope)
     ordinals, final = _with_neighbours(columns, own_ordinals, own)
     expansion = _expansion(columns, postings, query, ordinals, final, feedback)
@@ -216,49 +205,66 @@ def score(
         more, more_scores = _bm25(columns, postings, expansion, in_scope)
         own_ordinals, own = _summed([own_ordinals, more], [own, more_scores], columns.size)
         ordinals, final = _with_neighbours(columns, own_ordinals, own)
+    # Every note that holds a term is a candidate: its own score by candidate.
+    own_by_candidate = np.zeros(len(ordinals))
+    own_by_candidate[np.searchsorted(ordinals, own_ordinals)] = own
     final_scores = np.rint(final * _SCALE).astype(np.int64)
-    return Scored(ordinals, final_scores, own_ordinals, own, expansion)
+    return Scored(ordinals, final_scores, own_by_candidate, expansion)
+
+
+def in_scope(codes: int, admitted: Sequence[int]) -> npt.NDArray[np.bool_]:
+    """A mask over *codes* scope codes, true for the *admitted* ones."""
+    mask = np.zeros(codes + 1, np.bool_)
+    mask[list(admitted)] = True
+    return mask
 
 
 def _bm25(
     columns: Columns,
     postings: Mapping[str, array[int]],
     query: Mapping[str, float],
-    in_scope: Sequence[int],
+    admitted: npt.NDArray[np.bool_],
 ) -> tuple[Ints, Floats]:
     size = columns.size
     average = columns.total / size if size and columns.total else 1.0
     end = size << TF_BITS
-    held: list[tuple[float, Ints]] = []
+    rare: list[tuple[float, npt.NDArray[np.uint32]]] = []
+    common: list[tuple[float, npt.NDArray[np.uint32]]] = []
     for term, weight in query.items():
         entries = postings.get(term)
         cut = bisect_left(entries, end) if entries is not None else 0
-        if cut:
-            assert entries is not None
-            packed = np.frombuffer(entries[:cut], dtype=np.uint32).astype(np.int64)
-            held.append((weight * idf(size, cut), packed))
-    # A term more than COMMON_SHARE of the notes hold only adds to the
-    # score of notes a rarer term found: walking it for every note would
-    # cost a turn what the whole memory holds, to tell notes apart by little.
-    rare = [pair for pair in held if len(pair[1]) <= COMMON_SHARE * size] or held
-    common = [pair for pair in held if not any(pair is r for r in rare)]
+        if not cut:
+            continue
+        assert entries is not None
+        # A copy: a view would pin the array, which the loop appends to.
+        packed = np.frombuffer(entries[:cut], dtype=np.uint32)
+        # A term more than COMMON_SHARE of the notes hold only adds to the
+        # score of notes a rarer term found: walking it for every note would
+        # cost a turn what the whole memory holds, to tell them apart by little.
+        (rare if cut <= COMMON_SHARE * size else common).append((weight * idf(size, cut), packed))
+    if not rare:
+        rare, common = common, []
     if not rare:
         return _NONE, _NO_SCORES
-    found = [packed >> TF_BITS for _, packed in rare]
-    scores = [_weighted(columns, average, weight, packed) for weight, packed in rare]
-    ordinals, summed = _summed(found, scores, size)
-    keep = np.isin(columns.channel[ordinals], in_scope)
+    every = np.concatenate([packed for _, packed in rare]).astype(np.int64)
+    weights = np.repeat([weight for weight, _ in rare], [len(packed) for _, packed in rare])
+    ordinals, summed = _summed(
+        [every >> TF_BITS], [_weighted(columns, average, weights, every)], size
+    )
+    keep = admitted[columns.channel[ordinals]]
     ordinals, summed = ordinals[keep], summed[keep]
     for weight, packed in common:
-        holders = packed >> TF_BITS
+        wide = packed.astype(np.int64)
+        holders = wide >> TF_BITS
         at = np.minimum(np.searchsorted(holders, ordinals), len(holders) - 1)
         hit = holders[at] == ordinals
-        summed[hit] += _weighted(columns, average, weight, packed[at[hit]])
+        summed[hit] += _weighted(columns, average, weight, wide[at[hit]])
     return ordinals, summed
 
 
-def _weighted(columns: Columns, average: float, weight: float, packed: Ints) -> Floats:
-    """BM25's weight of one term in each note of *packed* (its postings)."""
+def _weighted(columns: Columns, average: float, weight: float | Floats, packed: Ints) -> Floats:
+    """BM25's weight of a term (or of each entry's own term, *weight* an
+    array) in the notes of *packed*, postings entries."""
     tf = (packed & TF_MAX).astype(np.float64)
     norm = K1 * (1.0 - B + B * columns.length[packed >> TF_BITS] / average)
     weighted: Floats = (weight * (K1 + 1.0)) * tf / (tf + norm)

@@ -63,6 +63,8 @@ _MIN_ENVELOPE = 24
 # Notes the memory block passes over, too long for what is left, before
 # it stops looking further down the ranking.
 _PASS_OVER = 32
+# What a memory line holds besides the note's id and text.
+_MEMORY_LINE = len(memory_line("", ""))
 
 
 class Compilation(msgspec.Struct, frozen=True):
@@ -283,8 +285,10 @@ def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, limit: int) -> Fitte
     reasons: list[NoteReason] = []
     passed: list[PassedOver] = []
     chars = 0
+    # No note's line is shorter than this: with less room the block is full.
+    shortest = memory.shortest(scope.channel) + _MEMORY_LINE
     for ranked in ranking:
-        if cap - chars < _MIN_ENVELOPE or len(passed) == _PASS_OVER:
+        if cap - chars < shortest or len(passed) == _PASS_OVER:
             break
         item = ranked.item
         line = memory_line(item.id, item.text)
