@@ -42,6 +42,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from ._inputs import MemoryItem, Retirement
+from ._postings import entry
 from ._scoped import scoped_totals
 from ._terms import held_terms, term_forms, terms
 
@@ -52,6 +53,7 @@ __all__ = (
     "CONTEXT_MESSAGES",
     "CONTEXT_WEIGHT",
     "SHORT_MESSAGE",
+    "TOGETHER_S",
     "MemoryIndex",
     "MemoryRanking",
     "MemoryView",
@@ -66,6 +68,8 @@ __all__ = (
 SHORT_MESSAGE = 4
 CONTEXT_MESSAGES = 2
 CONTEXT_WEIGHT = 0.5
+# Notes of one scope this close in time are written together.
+TOGETHER_S = 3_600.0
 # How many of the best candidates are put in order at once: the block holds
 # a few dozen notes, and a session passes over those it already showed.
 _HEAD = 256
@@ -188,8 +192,6 @@ class MemoryIndex:
         )
 
     def _enter(self, item: MemoryItem) -> int:
-        from ._scoring import TF_BITS, TF_MAX, TOGETHER_S
-
         channel = item.channel
         code = self._codes.setdefault(channel, len(self._codes))
         held = terms(item.text)
@@ -206,15 +208,14 @@ class MemoryIndex:
         self._latest[channel] = ordinal
         if self._ids.setdefault(item.id, ordinal) != ordinal:
             self._more_ids.setdefault(item.id, []).append(ordinal)
-        shifted = ordinal << TF_BITS
         postings = self._postings
         for term, count in _counted(held).items():
-            entry = shifted | min(count, TF_MAX)
+            posting = entry(ordinal, count)
             found = postings.get(term)
             if found is None:
-                postings[term] = array("I", (entry,))
+                postings[term] = array("I", (posting,))
             else:
-                found.append(entry)
+                found.append(posting)
         if item.run is not None:
             self._written.setdefault(item.run, []).append(ordinal)
         self._recent.setdefault(channel, []).append(ordinal)
@@ -397,8 +398,6 @@ class MemoryRanking:
                         self.query[term] = CONTEXT_WEIGHT
                         self.forms[term] = form
         self._scored: Scored | None = None
-        # The message's terms and the borrowed ones, each with its form.
-        self._reasons: tuple[list[tuple[str, str]], list[tuple[str, str]]] | None = None
 
     def __repr__(self) -> str:
         return f"MemoryRanking({len(self.query)} terms over {self._view!r})"
@@ -422,42 +421,36 @@ class MemoryRanking:
             if ordinal not in candidates and ordinal not in leave_out:
                 yield Ranked(ordinal, items[ordinal], 0.0)
 
-    def matched(self, ranked: Ranked) -> tuple[list[str], list[str], str | None]:
-        """Why *ranked* ranked: the message's words it holds, the borrowed
-        and feedback terms it holds, and the note beside it that lent it the
-        most score (``None`` if none did)."""
-        if not ranked.score:
-            return [], [], None
-        held = held_terms(ranked.item.text)
-        if self._reasons is None:
-            scored = self._scored
-            expansion = sorted(scored.expansion) if scored is not None else []
-            self._reasons = (
-                [(t, f) for t, f in self.forms.items() if self.query[t] == 1.0],
-                [(t, self.forms[t]) for t in self.query if self.query[t] != 1.0]
-                + [(t, t) for t in expansion],
-            )
-        message, borrowing = self._reasons
-        own = [form for term, form in message if term in held]
-        borrowed = [form for term, form in borrowing if term in held]
-        # Its own terms account for its whole score: no neighbour lent any.
-        lender = None if ranked.own >= ranked.score - 1e-6 else self._lender(ranked.ordinal)
-        return own, borrowed, lender
-
-    def _lender(self, ordinal: int) -> str | None:
-        """The note beside *ordinal* whose own terms scored highest."""
+    def reasons(self, shown: Sequence[Ranked]) -> list[tuple[list[str], list[str], str | None]]:
+        """Why each of *shown* ranked where it did: the message's words it
+        holds, the borrowed and feedback terms it holds, and the note beside
+        it that lent it the most score (``None`` if none did)."""
         scored = self._scored
-        if scored is None:
-            return None
-        ordinals = scored.ordinals
-        best: tuple[float, int] | None = None
-        for beside in self._view._columns.beside(ordinal):
-            at = int(ordinals.searchsorted(beside))
-            if at < len(ordinals) and ordinals[at] == beside:
-                lent = float(scored.own[at])
-                if lent > 0.0 and (best is None or lent > best[0]):
-                    best = (lent, beside)
-        return None if best is None else self._view.item(best[1]).id
+        if scored is None or not shown:
+            return [([], [], None) for _ in shown]
+        from ._scoring import holding, lenders
+
+        view = self._view
+        expansion = sorted(scored.expansion)
+        message = [(t, f) for t, f in self.forms.items() if self.query[t] == 1.0]
+        borrowing = [(t, self.forms[t]) for t in self.query if self.query[t] != 1.0]
+        borrowing += [(t, t) for t in expansion]
+        ordinals = [r.ordinal for r in shown]
+        postings = view._index._postings
+        holds = holding(postings, view._size, [t for t, _ in message + borrowing], ordinals)
+        # Where its own terms account for its whole score, no neighbour lent any.
+        lent = [r.score > 0.0 and r.own < r.score - 1e-6 for r in shown]
+        besides = lenders(scored, view._columns, ordinals, lent)
+        found: list[tuple[list[str], list[str], str | None]] = []
+        for n, ranked in enumerate(shown):
+            if not ranked.score:
+                found.append(([], [], None))
+                continue
+            own = [f for k, (_, f) in enumerate(message) if holds[k][n]]
+            more = [f for k, (_, f) in enumerate(borrowing, len(message)) if holds[k][n]]
+            beside = besides[n]
+            found.append((own, more, None if beside < 0 else view.item(beside).id))
+        return found
 
     def _score(self) -> Scored:
         from ._scoring import in_scope, score

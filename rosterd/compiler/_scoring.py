@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import math
 from array import array
-from bisect import bisect_left
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
+
+from ._postings import TF_BITS, TF_MAX, prefix
 
 __all__ = (
     "COMMON_SHARE",
@@ -41,13 +42,14 @@ __all__ = (
     "FEEDBACK_TERMS",
     "FEEDBACK_WEIGHT",
     "NEIGHBOURS",
-    "TOGETHER_S",
     "Columns",
     "FeedbackSource",
     "NoteTable",
     "Scored",
+    "holding",
     "idf",
     "in_scope",
+    "lenders",
     "score",
 )
 
@@ -55,9 +57,7 @@ __all__ = (
 K1 = 1.2
 B = 0.75
 # The share of a note's score each neighbour receives, by distance (1, 2, ...).
-NEIGHBOURS = (0.1,)
-# Notes of one scope this close in time are written together.
-TOGETHER_S = 3_600.0
+NEIGHBOURS = (0.3, 0.2, 0.1)
 # Feedback: how many of the best notes lend their terms, how many terms
 # they lend at most, and the weight of the strongest against a query term's 1.
 FEEDBACK_NOTES = 3
@@ -70,11 +70,7 @@ FEEDBACK_NOTE_TERMS = 256
 # feedback never lends it.
 COMMON_SHARE = 0.125
 # How many of the best notes lend their neighbours a share of their score.
-LENDERS = 512
-# A posting holds a note's ordinal and, in its low bits, how often the
-# note holds the term (capped: BM25 saturates long before).
-TF_BITS = 4
-TF_MAX = (1 << TF_BITS) - 1
+LENDERS = 128
 _SCALE = 1e6
 
 Ints = npt.NDArray[np.int64]
@@ -212,6 +208,52 @@ def score(
     return Scored(ordinals, final_scores, own_by_candidate, expansion)
 
 
+def holding(
+    postings: Mapping[str, array[int]], size: int, terms: Sequence[str], ordinals: Sequence[int]
+) -> list[list[bool]]:
+    """For each of *terms*, whether each note of *ordinals* holds it."""
+    notes = np.asarray(ordinals, np.int64)
+    found: list[list[bool]] = []
+    for term in terms:
+        entries = postings.get(term)
+        cut = prefix(entries, size) if entries is not None else 0
+        if not cut:
+            found.append([False] * len(ordinals))
+            continue
+        assert entries is not None
+        holders = np.frombuffer(entries[:cut], dtype=np.uint32).astype(np.int64) >> TF_BITS
+        at = np.minimum(np.searchsorted(holders, notes), cut - 1)
+        found.append((holders[at] == notes).tolist())
+    return found
+
+
+def lenders(
+    scored: Scored, columns: Columns, ordinals: Sequence[int], lent: Sequence[bool]
+) -> list[int]:
+    """For each of *ordinals* that was *lent* score, the note beside it whose
+    own terms scored highest (the nearer on a tie); ``-1`` for the others."""
+    notes = np.asarray(ordinals, np.int64)
+    count = len(notes)
+    candidates = scored.ordinals
+    if not count or not len(candidates):
+        return [-1] * count
+    # Each note's neighbours, nearest first: before and after at distance 1,
+    # then at 2, ...; one column per place.
+    places = []
+    for found in columns.neighbours(notes):
+        places += [found[:count], found[count:]]
+    beside = np.stack(places, axis=1)
+    at = np.minimum(np.searchsorted(candidates, beside), len(candidates) - 1)
+    own = np.where((beside >= 0) & (candidates[at] == beside), scored.own[at], 0.0)
+    best = np.argmax(own, axis=1)
+    chosen = beside[np.arange(count), best]
+    worth = own[np.arange(count), best] > 0.0
+    return [
+        int(o) if w and lend else -1
+        for o, w, lend in zip(chosen.tolist(), worth.tolist(), lent, strict=True)
+    ]
+
+
 def in_scope(codes: int, admitted: Sequence[int]) -> npt.NDArray[np.bool_]:
     """A mask over *codes* scope codes, true for the *admitted* ones."""
     mask = np.zeros(codes + 1, np.bool_)
@@ -227,12 +269,11 @@ def _bm25(
 ) -> tuple[Ints, Floats]:
     size = columns.size
     average = columns.total / size if size and columns.total else 1.0
-    end = size << TF_BITS
     rare: list[tuple[float, npt.NDArray[np.uint32]]] = []
     common: list[tuple[float, npt.NDArray[np.uint32]]] = []
     for term, weight in query.items():
         entries = postings.get(term)
-        cut = bisect_left(entries, end) if entries is not None else 0
+        cut = prefix(entries, size) if entries is not None else 0
         if not cut:
             continue
         assert entries is not None
@@ -324,11 +365,10 @@ def _expansion(
         lent += 1
         if lent == FEEDBACK_NOTES:
             break
-    end = size << TF_BITS
     rare: list[tuple[float, str]] = []
     for term, weight in weights.items():
         holders = postings.get(term)
-        holding = bisect_left(holders, end) if holders is not None else 0
+        holding = prefix(holders, size) if holders is not None else 0
         if term in query or holding < 2 or holding > COMMON_SHARE * size:
             continue
         rare.append((weight * idf(size, holding), term))

@@ -39,7 +39,7 @@ from ._blocks import (
 from ._envelopes import Envelope, encodable, render_lines
 from ._gates import gate_view
 from ._inputs import ChannelMessage, RunMeta, TurnInput
-from ._memory import memory_view
+from ._memory import Ranked, memory_view
 from ._shown import Held, held_memory, held_open_gates, unshown_gates
 from ._system import SystemPrompt, compile_failure, compile_system
 from ._trace import (
@@ -282,7 +282,7 @@ def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, limit: int) -> Fitte
     # left, is passed over while shorter ones further down may still fit,
     # up to _PASS_OVER of them: past that the block is as full as it gets.
     lines: list[str] = []
-    reasons: list[NoteReason] = []
+    shown: list[Ranked] = []
     passed: list[PassedOver] = []
     chars = 0
     # No note's line is shorter than this: with less room the block is full.
@@ -299,17 +299,18 @@ def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, limit: int) -> Fitte
             passed.append(PassedOver(encodable(item.id), len(line), reason))
             continue
         lines.append(line)
+        shown.append(ranked)
         chars += len(line)
-        terms, borrowed, beside = ranking.matched(ranked)
-        reasons.append(
-            NoteReason(
-                encodable(item.id),
-                round(ranked.score, 3),
-                tuple(terms),
-                tuple(borrowed),
-                None if beside is None else encodable(beside),
-            )
+    reasons = [
+        NoteReason(
+            encodable(ranked.item.id),
+            round(ranked.score, 3),
+            tuple(terms),
+            tuple(borrowed),
+            None if beside is None else encodable(beside),
         )
+        for ranked, (terms, borrowed, beside) in zip(shown, ranking.reasons(shown), strict=True)
+    ]
     return Fitted(
         lines,
         chars,
