@@ -104,17 +104,6 @@ class Columns:
             found.append(np.concatenate((back, forward)))
         return found
 
-    def beside(self, ordinal: int) -> list[int]:
-        """The notes written together with *ordinal*, nearest first."""
-        found = []
-        back = forward = ordinal
-        for _ in NEIGHBOURS:
-            back = int(self.prev[back]) if back >= 0 else -1
-            ahead = int(self.next[forward]) if forward >= 0 else -1
-            forward = ahead if ahead < self.size else -1
-            found += [o for o in (back, forward) if o >= 0]
-        return found
-
 
 class NoteTable:
     """Per note, by ordinal: its term count, time, scope code and the notes
