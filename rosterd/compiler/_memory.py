@@ -77,6 +77,7 @@ _HEAD = 256
 _Key = tuple[float, str, int]
 _V = TypeVar("_V")
 _first = itemgetter(0)
+_score_and_time = itemgetter(1, 3)
 
 
 class Ranked(NamedTuple):
@@ -488,15 +489,21 @@ def _in_order(
         parts = [(ordinals, final, own)]
     created = columns.created
     for part, scores, owns in parts:
-        order = np.lexsort((part, -created[part], -scores))
+        times = created[part]
+        order = np.lexsort((part, -times, -scores))
         entries = zip(
-            part[order].tolist(), scores[order].tolist(), owns[order].tolist(), strict=True
+            part[order].tolist(),
+            scores[order].tolist(),
+            owns[order].tolist(),
+            times[order].tolist(),
+            strict=True,
         )
-        for _, tied in groupby(entries, key=lambda entry: (entry[1], created[entry[0]])):
+        for _, tied in groupby(entries, key=_score_and_time):
             group = list(tied)
             if len(group) > 1:
                 group.sort(key=lambda entry: (items[entry[0]].id, entry[0]))
-            yield from group
+            for ordinal, score, own, _ in group:
+                yield ordinal, score, own
 
 
 class _EitherOf:

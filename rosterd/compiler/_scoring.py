@@ -70,7 +70,7 @@ FEEDBACK_NOTE_TERMS = 256
 # feedback never lends it.
 COMMON_SHARE = 0.125
 # How many of the best notes lend their neighbours a share of their score.
-LENDERS = 128
+LENDERS = 64
 _SCALE = 1e6
 
 Ints = npt.NDArray[np.int64]
@@ -178,17 +178,19 @@ def score(
     columns: Columns,
     postings: Mapping[str, array[int]],
     query: Mapping[str, float],
-    in_scope: npt.NDArray[np.bool_],
+    admitted: npt.NDArray[np.bool_],
     feedback: FeedbackSource,
 ) -> Scored:
-    """The notes of *columns* whose scope code *in_scope* admits, scored
+    """The notes of *columns* whose scope code *admitted* admits, scored
     against *query* (term to weight); *feedback* gives a note's terms."""
-    own_ordinals, own = _bm25(columns, postings, query, in_scope)
+    own_ordinals, own = _bm25(columns, postings, query, admitted)
     ordinals, final = _with_neighbours(columns, own_ordinals, own)
     expansion = _expansion(columns, postings, query, ordinals, final, feedback)
     if expansion:
-        more, more_scores = _bm25(columns, postings, expansion, in_scope)
-        own_ordinals, own = _summed([own_ordinals, more], [own, more_scores], columns.size)
+        # Scored again as one query: a note that holds only a lent term is
+        # found, and no second merge of the two passes is needed.
+        expanded = {**query, **expansion}
+        own_ordinals, own = _bm25(columns, postings, expanded, admitted)
         ordinals, final = _with_neighbours(columns, own_ordinals, own)
     # Every note that holds a term is a candidate: its own score by candidate.
     own_by_candidate = np.zeros(len(ordinals))
