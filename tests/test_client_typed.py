@@ -1,25 +1,33 @@
-"""The typed client: one method per socket method, each returning the
-protocol's Struct, against a daemon on the example org (echo engine)."""
+"""The typed client: ``request`` takes any declared method's params and
+returns its declared result; the named shorthands return the protocol's
+Structs; against a daemon on the example org (echo engine)."""
 
 from __future__ import annotations
 
 import pytest
 from harness import InProcessDaemon
 
-from rosterd.client import RosterClient, RpcError
+from rosterd.client import RpcError
 from rosterd.compiler import ChannelMessage, MemoryItem
+from rosterd.daemon import HANDLED
 from rosterd.protocol import (
     METHODS,
     NOT_FOUND,
     SESSION_ERROR,
     Closed,
     ContextPage,
+    DaemonStatus,
     Delta,
     GateState,
+    MemoryAdd,
+    MemoryList,
+    MemoryNote,
+    RunDirect,
     RunInfo,
     RunShown,
     SessionOpened,
     StatusResult,
+    TaskList,
     TaskState,
     TurnResult,
 )
@@ -27,9 +35,27 @@ from rosterd.protocol import (
 pytestmark = pytest.mark.anyio
 
 
-def test_every_method_of_the_protocol_is_a_method_of_the_client() -> None:
-    missing = [m for m in METHODS if not callable(getattr(RosterClient, m.replace(".", "_"), None))]
-    assert missing == []
+def test_every_declared_method_has_one_handler_in_the_daemon() -> None:
+    assert set(HANDLED) == set(METHODS.values())
+    assert all(kind.method == name for name, kind in METHODS.items())
+
+
+async def test_request_returns_each_method_s_declared_result(served: InProcessDaemon) -> None:
+    async with await served.client() as client:
+        status = await client.request(DaemonStatus())
+        assert isinstance(status, StatusResult)
+        note = await client.request(MemoryAdd("ada", "the build is green"))
+        assert isinstance(note, MemoryNote) and note.id == "m-1"
+        notes = await client.request(MemoryList("ada"))
+        assert notes == [note]
+        assert await client.request(TaskList()) == []
+        deltas: list[Delta] = []
+
+        async def on_delta(delta: Delta) -> None:
+            deltas.append(delta)
+
+        turn = await client.request(RunDirect("grace", "hello"), on_delta)
+        assert isinstance(turn, TurnResult) and "".join(d.text for d in deltas) == turn.text
 
 
 async def test_a_session_from_open_to_close(served: InProcessDaemon) -> None:

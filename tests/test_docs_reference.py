@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any, get_args
 
 import msgspec
 import pytest
 from harness import REPO
 
 from rosterd import protocol
-from rosterd.compiler import ChannelMessage, MemoryItem
+from rosterd.compiler import ChannelMessage
 from rosterd.org import (
     ChannelConfig,
     ConnectionConfig,
@@ -26,15 +27,8 @@ from rosterd.org import (
     WorkerConfig,
 )
 from rosterd.protocol import (
-    ContextPage,
-    GateState,
-    RunInfo,
-    SessionOpened,
-    StatusResult,
-    TaskState,
     TranscriptEntry,
     TurnRequest,
-    TurnResult,
 )
 
 DOCS = REPO / "docs"
@@ -75,19 +69,24 @@ def test_every_param_of_a_method_is_documented(method: str) -> None:
     assert params - _mentioned(params, METHODS[method]) == set()
 
 
+def _struct(kind: Any) -> type[msgspec.Struct]:
+    """A method's declared result, or what its list holds."""
+    args = get_args(kind)
+    return args[0] if args else kind  # type: ignore[no-any-return]
+
+
+# Fields left out of replies when unset, so the docs need not show them.
+_UNSHOWN: dict[type[msgspec.Struct], set[str]] = {ChannelMessage: {"run"}}
+# Each result's fields are documented with the first method (in declaration
+# order) that returns it; another method returning it names that one.
+_HOME: dict[type[msgspec.Struct], str] = {}
+for _name, _kind in protocol.METHODS.items():
+    _HOME.setdefault(_struct(_kind.result), _name)
+# Every method's declared result, and the records two of them nest.
 _RESULTS: list[tuple[str, type[msgspec.Struct], set[str]]] = [
-    ("daemon.status", StatusResult, set()),
-    ("session.open", SessionOpened, set()),
-    ("session.send", TurnResult, set()),
-    ("task.submit", TaskState, set()),
-    ("channel.post", ChannelMessage, {"run"}),  # omitted from replies when unset
-    ("memory.add", MemoryItem, set()),
-    ("gate.file", GateState, set()),
-    ("runs.list", RunInfo, set()),
-    ("runs.show", TranscriptEntry, set()),
-    ("runs.context", ContextPage, set()),
-    ("runs.context", TurnRequest, set()),
-]
+    (name, _struct(kind.result), _UNSHOWN.get(_struct(kind.result), set()))
+    for name, kind in protocol.METHODS.items()
+] + [("runs.show", TranscriptEntry, set()), ("runs.context", TurnRequest, set())]
 
 
 @pytest.mark.parametrize(
@@ -96,8 +95,11 @@ _RESULTS: list[tuple[str, type[msgspec.Struct], set[str]]] = [
 def test_every_result_field_is_documented(
     method: str, kind: type[msgspec.Struct], unshown: set[str]
 ) -> None:
+    home = _HOME.get(kind, method)
+    if home != method:
+        assert f"`{home}`" in METHODS[method], f"{method} returns what `{home}` does"
     fields = _names(kind) - unshown
-    assert fields - _mentioned(fields, METHODS[method]) == set()
+    assert fields - _mentioned(fields, METHODS[home]) == set()
 
 
 def _table_codes(text: str) -> set[int]:
@@ -187,3 +189,11 @@ def test_documented_numeric_defaults_are_the_code_defaults(
 
 def test_the_contracts_budget_table_is_every_budget() -> None:
     assert set(_table("contract.md", "Budgets")) == _names(ContextBudget)
+
+
+@pytest.mark.parametrize(
+    "method", sorted(name for name, kind in protocol.METHODS.items() if kind.notifications)
+)
+def test_every_notification_a_method_sends_is_documented(method: str) -> None:
+    sent = set(protocol.METHODS[method].notifications)
+    assert sent - _mentioned(sent, METHODS[method]) == set()

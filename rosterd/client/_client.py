@@ -1,8 +1,12 @@
-"""An async client for the daemon's Unix socket: one typed method per RPC method.
+"""An async client for the daemon's Unix socket, typed by the protocol's
+method table.
 
-Used by the CLI and the tests; frontends in Python can use it too. Each
-method takes the method's params and returns its result as the protocol's
-Struct; an error reply raises ``RpcError``.
+``request`` takes any method's params Struct (a ``protocol.Call``) and
+returns its declared result type, so a method the protocol declares is
+callable with no change here; the named methods (``session_send`` and
+friends) are shorthands for the common calls. An error reply raises
+``RpcError``. Used by the CLI and the tests; frontends in Python can use it
+too.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from .._errors import ProtocolError, RosterError, RpcError
 from ..compiler import ChannelMessage
 from ..protocol import (
-    METHODS,
     PARSE_ERROR,
+    Call,
     ChannelPost,
     Closed,
     ContextPage,
@@ -35,7 +39,6 @@ from ..protocol import (
     MemoryForget,
     MemoryList,
     MemoryNote,
-    Params,
     Reply,
     RunDirect,
     RunInfo,
@@ -70,8 +73,6 @@ OnWait = Callable[[Wait], Awaitable[None]]
 OnNotification = Callable[[str, Any], Awaitable[None]]
 _OnReply = Callable[[Reply], Awaitable[None]]
 
-_METHOD_OF: dict[type[Params], str] = {kind: name for name, kind in METHODS.items()}
-
 
 class RosterClient(AsyncResource):
     """One connection; calls are made one at a time, as the daemon serves them."""
@@ -98,10 +99,10 @@ class RosterClient(AsyncResource):
         return cls(stream, path)
 
     async def daemon_status(self) -> StatusResult:
-        return await self._call(DaemonStatus(), StatusResult)
+        return await self.request(DaemonStatus())
 
     async def session_open(self, worker: str, channel: str) -> SessionOpened:
-        return await self._call(SessionOpen(worker, channel), SessionOpened)
+        return await self.request(SessionOpen(worker, channel))
 
     async def session_send(
         self,
@@ -113,10 +114,10 @@ class RosterClient(AsyncResource):
     ) -> TurnResult:
         """One turn; the reply streams to *on_delta* before the result
         returns, and *on_wait* hears why the turn waits, when it does."""
-        return await self._call(SessionSend(session, text, sender), TurnResult, on_delta, on_wait)
+        return await self.request(SessionSend(session, text, sender), on_delta, on_wait)
 
     async def session_close(self, session: str) -> Closed:
-        return await self._call(SessionClose(session), Closed)
+        return await self.request(SessionClose(session))
 
     async def run_direct(
         self,
@@ -126,52 +127,52 @@ class RosterClient(AsyncResource):
         on_delta: OnDelta | None = None,
         on_wait: OnWait | None = None,
     ) -> TurnResult:
-        return await self._call(RunDirect(worker, text, sender), TurnResult, on_delta, on_wait)
+        return await self.request(RunDirect(worker, text, sender), on_delta, on_wait)
 
     async def task_submit(self, worker: str, channel: str, text: str) -> TaskState:
-        return await self._call(TaskSubmit(worker, channel, text), TaskState)
+        return await self.request(TaskSubmit(worker, channel, text))
 
     async def task_get(self, task: str) -> TaskState:
-        return await self._call(TaskGet(task), TaskState)
+        return await self.request(TaskGet(task))
 
     async def task_list(self) -> list[TaskState]:
-        return await self._call(TaskList(), list[TaskState])
+        return await self.request(TaskList())
 
     async def channel_post(self, channel: str, sender: str, text: str) -> ChannelMessage:
-        return await self._call(ChannelPost(channel, sender, text), ChannelMessage)
+        return await self.request(ChannelPost(channel, sender, text))
 
     async def memory_add(self, worker: str, text: str, channel: str | None = None) -> MemoryNote:
-        return await self._call(MemoryAdd(worker, text, channel), MemoryNote)
+        return await self.request(MemoryAdd(worker, text, channel))
 
     async def memory_list(self, worker: str, every: bool = False) -> list[MemoryNote]:
         """The live notes of *worker*; with *every*, the retired ones too."""
-        return await self._call(MemoryList(worker, every), list[MemoryNote])
+        return await self.request(MemoryList(worker, every))
 
     async def memory_forget(self, worker: str, note: str, because: str) -> MemoryNote:
-        return await self._call(MemoryForget(worker, note, because), MemoryNote)
+        return await self.request(MemoryForget(worker, note, because))
 
     async def gate_file(
         self, worker: str, summary: str, channel: str | None = None, run: str | None = None
     ) -> GateState:
-        return await self._call(GateFile(worker, summary, channel, run), GateState)
+        return await self.request(GateFile(worker, summary, channel, run))
 
     async def gate_resolve(self, gate: str, outcome: str, note: str = "") -> GateState:
-        return await self._call(GateResolve(gate, outcome, note), GateState)
+        return await self.request(GateResolve(gate, outcome, note))
 
     async def gate_list(self, worker: str | None = None) -> list[GateState]:
-        return await self._call(GateList(worker), list[GateState])
+        return await self.request(GateList(worker))
 
     async def runs_list(self) -> list[RunInfo]:
-        return await self._call(RunsList(), list[RunInfo])
+        return await self.request(RunsList())
 
     async def runs_show(self, run: str) -> RunShown:
-        return await self._call(RunsShow(run), RunShown)
+        return await self.request(RunsShow(run))
 
     async def runs_context(
         self, run: str, all: bool = False, after: int | None = None, limit: int | None = None
     ) -> ContextPage:
         """The latest turn's request, or with *all* a page of every turn's."""
-        return await self._call(RunsContext(run, all, after, limit), ContextPage)
+        return await self.request(RunsContext(run, all, after, limit))
 
     async def call(
         self,
@@ -205,14 +206,16 @@ class RosterClient(AsyncResource):
             await self._send(data)
             return msgspec.json.decode(await self._line())
 
-    async def _call(
+    async def request(
         self,
-        params: Params,
-        kind: type[_T],
+        params: Call[_T],
         on_delta: OnDelta | None = None,
         on_wait: OnWait | None = None,
     ) -> _T:
-        method = _METHOD_OF[type(params)]
+        """Call the method *params* are the params of; its result, decoded
+        as the method declares. A turn's deltas go to *on_delta* and its
+        waits to *on_wait* as they arrive, before the result."""
+        method = params.method
 
         async def notified(reply: Reply) -> None:
             if on_delta is not None and reply.method == "turn.delta":
@@ -221,9 +224,10 @@ class RosterClient(AsyncResource):
                 await on_wait(_decode(reply.params, Wait, "turn.wait notification"))
 
         result = await self._exchange(
-            lambda request_id: encode_request(request_id, method, params), notified
+            lambda request_id: encode_request(request_id, params), notified
         )
-        return _decode(result, kind, f"{method} reply")
+        decoded: _T = _decode(result, type(params).result, f"{method} reply")
+        return decoded
 
     async def _exchange(
         self, request: Callable[[int], bytes], on_notification: _OnReply

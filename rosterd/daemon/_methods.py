@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import msgspec
 
 from .. import __version__
 from .._errors import ConflictError, NotFoundError, ProtocolError
-from ..compiler import MemoryItem, Retirement
+from ..compiler import ChannelMessage, MemoryItem, Retirement
 from ..engines import WaitSink
 from ..org import Surface
 from ..protocol import (
     INVALID_PARAMS,
     BlockSummary,
+    Call,
     ChannelPost,
     Closed,
     ContextPage,
@@ -28,8 +30,8 @@ from ..protocol import (
     MemoryForget,
     MemoryList,
     MemoryNote,
-    Params,
     RunDirect,
+    RunInfo,
     RunsContext,
     RunShown,
     RunsList,
@@ -41,6 +43,7 @@ from ..protocol import (
     StatusResult,
     TaskGet,
     TaskList,
+    TaskState,
     TaskSubmit,
     TurnResult,
     Wait,
@@ -57,13 +60,32 @@ from ..sessions import (
 )
 from ._watch import OrgWatcher
 
-__all__ = ("Methods", "Notify")
+__all__ = ("HANDLED", "Methods", "Notify")
 
 Notify = Callable[[str, object], Awaitable[None]]
+_C = TypeVar("_C", bound=Call[Any])
+_Handler = Callable[["Methods", _C, Notify], Awaitable[object]]
+# Each method's handler, by its params Struct; filled by ``@rpc``.
+_HANDLERS: dict[type[Call[Any]], _Handler[Any]] = {}
+# The methods this daemon serves: every one the protocol declares (tested).
+HANDLED: Mapping[type[Call[Any]], object] = _HANDLERS
+
+
+def rpc(kind: type[_C]) -> Callable[[_Handler[_C]], _Handler[_C]]:
+    """Register the decorated method of ``Methods`` as *kind*'s handler."""
+
+    def register(handler: _Handler[_C]) -> _Handler[_C]:
+        if kind in _HANDLERS:
+            raise TypeError(f"{kind.method} has two handlers")
+        _HANDLERS[kind] = handler
+        return handler
+
+    return register
 
 
 class Methods:
-    """Dispatches decoded params to the daemon's parts."""
+    """Dispatches decoded params to the daemon's parts: one handler per
+    method, each registered with ``@rpc`` for its params Struct."""
 
     def __init__(
         self, host: Host, sessions: SessionManager, tasks: TaskRunner, watcher: OrgWatcher
@@ -76,109 +98,162 @@ class Methods:
     def __repr__(self) -> str:
         return f"Methods({self._host!r})"
 
-    async def call(self, params: Params, notify: Notify) -> object:
-        host = self._host
-        match params:
-            case DaemonStatus():
-                return StatusResult(
-                    version=__version__,
-                    pid=os.getpid(),
-                    sessions=len(self._sessions),
-                    tasks_running=self._tasks.running,
-                    config_error=self._watcher.source.error,
-                    config_loaded_at=self._watcher.source.loaded_at,
-                    config_generation=self._watcher.source.generation,
-                    over_budget=self._watcher.over_budget,
-                    engines=tuple(host.engine_status()),
-                )
-            case SessionOpen(worker=worker, channel=channel):
-                await self._watcher.refresh()
-                session = await self._sessions.open(worker, channel)
-                return SessionOpened(
-                    session=session.id,
-                    worker=session.worker,
-                    channel=session.channel,
-                    turns=session.turns,
-                    system_chars=len(session.system.text),
-                    route_key=session.system.route_key,
-                )
-            case SessionSend(session=session_id, text=text, sender=sender):
-                session = await self._sessions.get(session_id)
-                outcome = await session.send(
-                    text, sender, _deltas(notify, session_id), _waits(notify, session_id)
-                )
-                return _turn_result(outcome)
-            case SessionClose(session=session_id):
-                await self._sessions.close(session_id)
-                return Closed(closed=session_id)
-            case RunDirect(worker=worker, text=text, sender=sender):
-                await self._watcher.refresh()
-                run_id = host.runs.new_id("d", host.clock())
-                outcome = await direct_run(
-                    host,
-                    run_id,
-                    worker,
-                    text,
-                    sender,
-                    _deltas(notify, run_id),
-                    _waits(notify, run_id),
-                )
-                return _turn_result(outcome)
-            case TaskSubmit(worker=worker, channel=channel, text=text):
-                await self._watcher.refresh()
-                return await self._tasks.submit(worker, channel, text)
-            case TaskGet(task=task_id):
-                return await host.stores.tasks.get(task_id)
-            case TaskList():
-                return await host.stores.tasks.all()
-            case ChannelPost(channel=channel, sender=sender, text=text):
-                self._known_channel(channel)
-                (message,) = await host.stores.channels.post_many(
-                    channel, [(sender, text, host.clock())]
-                )
-                return message
-            case MemoryAdd(worker=worker, text=text, channel=channel):
-                self._check_scope(worker, channel)
-                item = await host.stores.memory.add(worker, text, channel, host.clock())
-                return _with_retirement(item, None)
-            case MemoryList(worker=worker, all=every):
-                self._check_scope(worker, None)
-                return await self._notes(worker, every)
-            case MemoryForget(worker=worker, note=note, because=because):
-                self._check_scope(worker, None)
-                retirement = Retirement(note=note, because=because, at=host.clock())
-                item = await host.stores.memory.retire(worker, retirement)
-                return _with_retirement(item, retirement)
-            case GateFile(worker=worker, summary=summary, channel=channel, run=run):
-                self._check_scope(worker, channel)
-                if run is not None:
-                    info = await host.runs.info(run)
-                    if info.worker != worker:
-                        raise ConflictError(f"run {run!r} belongs to worker {info.worker!r}")
-                gate = await host.stores.gates.file(worker, summary, host.clock(), channel, run)
-                await self._tasks.gate_filed(gate)
-                return gate
-            case GateResolve(gate=gate_id, outcome=outcome, note=note):
-                resolved: GateState = await host.stores.gates.resolve(
-                    gate_id, outcome, note, host.clock()
-                )
-                await self._tasks.gate_resolved(resolved)
-                return resolved
-            case GateList(worker=worker):
-                return await host.stores.gates.all(worker)
-            case RunsList():
-                return await host.runs.all()
-            case RunsShow(run=run):
-                return RunShown(
-                    info=await host.runs.info(run),
-                    records=await host.runs.context(run),
-                    transcript=await host.runs.transcript(run),
-                )
-            case RunsContext():
-                return await self._context(params)
-        raise AssertionError(f"unhandled params {params!r}")
+    async def call(self, params: Call[Any], notify: Notify) -> object:
+        return await _HANDLERS[type(params)](self, params, notify)
 
-    async def _context(self, params: RunsContext) -> ContextPage:
+    @rpc(DaemonStatus)
+    async def _status(self, params: DaemonStatus, notify: Notify) -> StatusResult:
+        source = self._watcher.source
+        return StatusResult(
+            version=__version__,
+            pid=os.getpid(),
+            sessions=len(self._sessions),
+            tasks_running=self._tasks.running,
+            config_error=source.error,
+            config_loaded_at=source.loaded_at,
+            config_generation=source.generation,
+            over_budget=self._watcher.over_budget,
+            engines=tuple(self._host.engine_status()),
+        )
+
+    @rpc(SessionOpen)
+    async def _session_open(self, params: SessionOpen, notify: Notify) -> SessionOpened:
+        await self._watcher.refresh()
+        session = await self._sessions.open(params.worker, params.channel)
+        return SessionOpened(
+            session=session.id,
+            worker=session.worker,
+            channel=session.channel,
+            turns=session.turns,
+            system_chars=len(session.system.text),
+            route_key=session.system.route_key,
+        )
+
+    @rpc(SessionSend)
+    async def _session_send(self, params: SessionSend, notify: Notify) -> TurnResult:
+        session = await self._sessions.get(params.session)
+        outcome = await session.send(
+            params.text,
+            params.sender,
+            _deltas(notify, params.session),
+            _waits(notify, params.session),
+        )
+        return _turn_result(outcome)
+
+    @rpc(SessionClose)
+    async def _session_close(self, params: SessionClose, notify: Notify) -> Closed:
+        await self._sessions.close(params.session)
+        return Closed(closed=params.session)
+
+    @rpc(RunDirect)
+    async def _run_direct(self, params: RunDirect, notify: Notify) -> TurnResult:
+        await self._watcher.refresh()
+        host = self._host
+        run_id = host.runs.new_id("d", host.clock())
+        outcome = await direct_run(
+            host,
+            run_id,
+            params.worker,
+            params.text,
+            params.sender,
+            _deltas(notify, run_id),
+            _waits(notify, run_id),
+        )
+        return _turn_result(outcome)
+
+    @rpc(TaskSubmit)
+    async def _task_submit(self, params: TaskSubmit, notify: Notify) -> TaskState:
+        await self._watcher.refresh()
+        return await self._tasks.submit(params.worker, params.channel, params.text)
+
+    @rpc(TaskGet)
+    async def _task_get(self, params: TaskGet, notify: Notify) -> TaskState:
+        return await self._host.stores.tasks.get(params.task)
+
+    @rpc(TaskList)
+    async def _task_list(self, params: TaskList, notify: Notify) -> list[TaskState]:
+        return await self._host.stores.tasks.all()
+
+    @rpc(ChannelPost)
+    async def _channel_post(self, params: ChannelPost, notify: Notify) -> ChannelMessage:
+        host = self._host
+        if params.channel not in host.org.channels:
+            raise NotFoundError("channel", params.channel)
+        (message,) = await host.stores.channels.post_many(
+            params.channel, [(params.sender, params.text, host.clock())]
+        )
+        return message
+
+    @rpc(MemoryAdd)
+    async def _memory_add(self, params: MemoryAdd, notify: Notify) -> MemoryNote:
+        self._check_scope(params.worker, params.channel)
+        host = self._host
+        item = await host.stores.memory.add(
+            params.worker, params.text, params.channel, host.clock()
+        )
+        return _with_retirement(item, None)
+
+    @rpc(MemoryList)
+    async def _memory_list(self, params: MemoryList, notify: Notify) -> list[MemoryNote]:
+        self._check_scope(params.worker, None)
+        memory = self._host.stores.memory
+        retired = await memory.retirements(params.worker)
+        return [
+            _with_retirement(item, retired.get(item.id))
+            for item in await memory.items(params.worker)
+            if params.all or item.id not in retired
+        ]
+
+    @rpc(MemoryForget)
+    async def _memory_forget(self, params: MemoryForget, notify: Notify) -> MemoryNote:
+        self._check_scope(params.worker, None)
+        host = self._host
+        retirement = Retirement(note=params.note, because=params.because, at=host.clock())
+        item = await host.stores.memory.retire(params.worker, retirement)
+        return _with_retirement(item, retirement)
+
+    @rpc(GateFile)
+    async def _gate_file(self, params: GateFile, notify: Notify) -> GateState:
+        self._check_scope(params.worker, params.channel)
+        host = self._host
+        if params.run is not None:
+            info = await host.runs.info(params.run)
+            if info.worker != params.worker:
+                raise ConflictError(f"run {params.run!r} belongs to worker {info.worker!r}")
+        gate = await host.stores.gates.file(
+            params.worker, params.summary, host.clock(), params.channel, params.run
+        )
+        await self._tasks.gate_filed(gate)
+        return gate
+
+    @rpc(GateResolve)
+    async def _gate_resolve(self, params: GateResolve, notify: Notify) -> GateState:
+        host = self._host
+        resolved = await host.stores.gates.resolve(
+            params.gate, params.outcome, params.note, host.clock()
+        )
+        await self._tasks.gate_resolved(resolved)
+        return resolved
+
+    @rpc(GateList)
+    async def _gate_list(self, params: GateList, notify: Notify) -> list[GateState]:
+        return await self._host.stores.gates.all(params.worker)
+
+    @rpc(RunsList)
+    async def _runs_list(self, params: RunsList, notify: Notify) -> list[RunInfo]:
+        return await self._host.runs.all()
+
+    @rpc(RunsShow)
+    async def _runs_show(self, params: RunsShow, notify: Notify) -> RunShown:
+        runs = self._host.runs
+        return RunShown(
+            info=await runs.info(params.run),
+            records=await runs.context(params.run),
+            transcript=await runs.transcript(params.run),
+        )
+
+    @rpc(RunsContext)
+    async def _runs_context(self, params: RunsContext, notify: Notify) -> ContextPage:
         if not params.all and (params.after is not None or params.limit is not None):
             raise ProtocolError(
                 "invalid params: `after` and `limit` page `all: true` only", code=INVALID_PARAMS
@@ -193,19 +268,6 @@ class Methods:
             after=params.after or 0,
             limit=params.limit or CONTEXT_PAGE_TURNS,
         )
-
-    async def _notes(self, worker: str, every: bool) -> list[MemoryNote]:
-        memory = self._host.stores.memory
-        retired = await memory.retirements(worker)
-        return [
-            _with_retirement(item, retired.get(item.id))
-            for item in await memory.items(worker)
-            if every or item.id not in retired
-        ]
-
-    def _known_channel(self, channel: str) -> None:
-        if channel not in self._host.org.channels:
-            raise NotFoundError("channel", channel)
 
     def _check_scope(self, worker: str, channel: str | None) -> None:
         org = self._host.org

@@ -1,6 +1,7 @@
 """The socket protocol, shared by the daemon and its clients.
 
-- ``_params``: each method's params Struct and the method table, ``METHODS``;
+- ``_params``: each method's params Struct (a ``Call``, naming its method,
+  result and notifications) and the method table derived from them, ``METHODS``;
 - ``_results``: the results and notifications with a shape of their own;
 - ``_records``: runs, transcripts, tasks and gates, kept on disk and sent as they are;
 - ``_codes``: the error codes and how our errors map to them;
@@ -46,6 +47,7 @@ from ._framing import (
 )
 from ._params import (
     METHODS,
+    Call,
     ChannelPost,
     DaemonStatus,
     GateFile,
@@ -54,7 +56,6 @@ from ._params import (
     MemoryAdd,
     MemoryForget,
     MemoryList,
-    Params,
     RunDirect,
     RunsContext,
     RunsList,
@@ -127,6 +128,7 @@ __all__ = (
     "CacheDiagnosis",
     "CacheLifetime",
     "CacheMissReason",
+    "Call",
     "CallCost",
     "ChannelPost",
     "ChatMessage",
@@ -144,7 +146,6 @@ __all__ = (
     "MemoryForget",
     "MemoryList",
     "MemoryNote",
-    "Params",
     "Price",
     "Reply",
     "Request",

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from ._codes import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, ErrorObject
-from ._params import METHODS, Params
+from ._params import METHODS, Call
 
 __all__ = (
     "LINE_LIMIT",
@@ -48,7 +48,7 @@ class Request(msgspec.Struct, frozen=True):
 
     id: RequestId | msgspec.UnsetType
     method: str
-    params: Params
+    params: Call[Any]
 
 
 class BadRequest(Exception):
@@ -136,11 +136,11 @@ def encode_notification(method: str, params: object) -> bytes:
     return _encoder.encode(_Notification("2.0", method, params)) + b"\n"
 
 
-class _Call(msgspec.Struct):
+class _Request(msgspec.Struct):
     jsonrpc: str
     id: int
     method: str
-    params: Params
+    params: Call[Any]
 
 
 class Reply(msgspec.Struct, frozen=True):
@@ -158,8 +158,9 @@ class Reply(msgspec.Struct, frozen=True):
 _reply_decoder = msgspec.json.Decoder(Reply)
 
 
-def encode_request(request_id: int, method: str, params: Params) -> bytes:
-    return _encoder.encode(_Call("2.0", request_id, method, params)) + b"\n"
+def encode_request(request_id: int, params: Call[Any]) -> bytes:
+    """A request line calling the method *params* are the params of."""
+    return _encoder.encode(_Request("2.0", request_id, params.method, params)) + b"\n"
 
 
 def decode_reply(line: bytes) -> Reply:

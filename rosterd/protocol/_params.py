@@ -1,18 +1,33 @@
-"""Request params: one Struct per method, and the method table.
+"""The methods: one params Struct each, which names its method, its result
+and its notifications; the method table derives from them.
 
-The daemon decodes each request's params into its method's Struct, which
-forbids unknown fields; a client encodes the same Struct, leaving out the
-options it did not set.
+A method is declared once, here, as a subclass of ``Call``: the daemon's
+decoder, the method table, the typed client (``RosterClient.request``) and
+the protocol docs check all read ``METHODS``. The daemon decodes each
+request's params into its method's Struct, which forbids unknown fields; a
+client encodes the same Struct, leaving out the options it did not set.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
+from ..compiler import ChannelMessage
+from ._records import ContextPage, GateState, RunInfo, TaskState
+from ._results import (
+    Closed,
+    MemoryNote,
+    RunShown,
+    SessionOpened,
+    StatusResult,
+    TurnResult,
+)
+
 __all__ = (
     "METHODS",
+    "Call",
     "ChannelPost",
     "DaemonStatus",
     "GateFile",
@@ -21,7 +36,6 @@ __all__ = (
     "MemoryAdd",
     "MemoryForget",
     "MemoryList",
-    "Params",
     "RunDirect",
     "RunsContext",
     "RunsList",
@@ -48,145 +62,177 @@ GateNote = Annotated[str, msgspec.Meta(max_length=GATE_TEXT_MAX)]
 REASON_MAX = 4096
 Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=REASON_MAX)]
 
+R = TypeVar("R")
+# Each method's params Struct, by method name; filled as ``Call`` is subclassed.
+METHODS: dict[str, type[Call[Any]]] = {}
+# The notifications a turn sends before its result.
+TURN_NOTIFICATIONS = ("turn.delta", "turn.wait")
 
-class DaemonStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
-    pass
+
+class Call(msgspec.Struct, Generic[R], forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+    """The params of one method, which returns an ``R``.
+
+    A subclass names its ``method``, its ``result`` type and the
+    ``notifications`` it sends before the result, and is entered in
+    ``METHODS`` as it is defined.
+    """
+
+    method: ClassVar[str]
+    result: ClassVar[Any]
+    notifications: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.method in METHODS:
+            raise TypeError(f"method {cls.method!r} is declared twice")
+        METHODS[cls.method] = cls
 
 
-class SessionOpen(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+class DaemonStatus(Call[StatusResult], frozen=True):
+    method = "daemon.status"
+    result = StatusResult
+
+
+class SessionOpen(Call[SessionOpened], frozen=True):
+    method = "session.open"
+    result = SessionOpened
+
     worker: Id
     channel: Id
 
 
-class SessionSend(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+class SessionSend(Call[TurnResult], frozen=True):
+    method = "session.send"
+    result = TurnResult
+    notifications = TURN_NOTIFICATIONS
+
     session: Id
     text: MessageText
     sender: Sender = msgspec.field(default="operator", name="from")
 
 
-class SessionClose(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+class SessionClose(Call[Closed], frozen=True):
+    method = "session.close"
+    result = Closed
+
     session: Id
 
 
-class RunDirect(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+class RunDirect(Call[TurnResult], frozen=True):
+    method = "run.direct"
+    result = TurnResult
+    notifications = TURN_NOTIFICATIONS
+
     worker: Id
     text: MessageText
     sender: Sender = msgspec.field(default="operator", name="from")
 
 
-class TaskSubmit(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+class TaskSubmit(Call[TaskState], frozen=True):
+    method = "task.submit"
+    result = TaskState
+
     worker: Id
     channel: Id
     text: MessageText
 
 
-class TaskGet(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+class TaskGet(Call[TaskState], frozen=True):
+    method = "task.get"
+    result = TaskState
+
     task: Id
 
 
-class TaskList(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
-    pass
+class TaskList(Call[list[TaskState]], frozen=True):
+    method = "task.list"
+    result = list[TaskState]
 
 
-class ChannelPost(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+class ChannelPost(Call[ChannelMessage], frozen=True):
+    method = "channel.post"
+    result = ChannelMessage
+
     channel: Id
     sender: Sender = msgspec.field(name="from")
     text: MessageText = ""
 
 
-class MemoryAdd(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+class MemoryAdd(Call[MemoryNote], frozen=True):
+    method = "memory.add"
+    result = MemoryNote
+
     worker: Id
     text: MemoryText
     channel: Id | None = None
 
 
-class MemoryList(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+class MemoryList(Call[list[MemoryNote]], frozen=True):
     """The live notes; ``all`` adds the retired ones, with their retirement."""
+
+    method = "memory.list"
+    result = list[MemoryNote]
 
     worker: Id
     all: bool = False
 
 
-class MemoryForget(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+class MemoryForget(Call[MemoryNote], frozen=True):
     """An operator retires any note of *worker*."""
+
+    method = "memory.forget"
+    result = MemoryNote
 
     worker: Id
     note: Id
     because: Reason
 
 
-class GateFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+class GateFile(Call[GateState], frozen=True):
+    method = "gate.file"
+    result = GateState
+
     worker: Id
     summary: GateText
     channel: Id | None = None
     run: Id | None = None
 
 
-class GateResolve(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+class GateResolve(Call[GateState], frozen=True):
+    method = "gate.resolve"
+    result = GateState
+
     gate: Id
     outcome: Text
     note: GateNote = ""
 
 
-class GateList(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+class GateList(Call[list[GateState]], frozen=True):
+    method = "gate.list"
+    result = list[GateState]
+
     worker: Id | None = None
 
 
-class RunsList(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
-    pass
+class RunsList(Call[list[RunInfo]], frozen=True):
+    method = "runs.list"
+    result = list[RunInfo]
 
 
-class RunsShow(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+class RunsShow(Call[RunShown], frozen=True):
+    method = "runs.show"
+    result = RunShown
+
     run: Id
 
 
-class RunsContext(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+class RunsContext(Call[ContextPage], frozen=True):
     """``all`` pages: turns after ``after``, at most ``limit`` of them per reply."""
+
+    method = "runs.context"
+    result = ContextPage
 
     run: Id
     all: bool = False
     after: Annotated[int, msgspec.Meta(ge=0)] | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] | None = None
-
-
-Params = (
-    DaemonStatus
-    | SessionOpen
-    | SessionSend
-    | SessionClose
-    | RunDirect
-    | TaskSubmit
-    | TaskGet
-    | TaskList
-    | ChannelPost
-    | MemoryAdd
-    | MemoryList
-    | MemoryForget
-    | GateFile
-    | GateResolve
-    | GateList
-    | RunsList
-    | RunsShow
-    | RunsContext
-)
-
-METHODS: dict[str, type[Params]] = {
-    "daemon.status": DaemonStatus,
-    "session.open": SessionOpen,
-    "session.send": SessionSend,
-    "session.close": SessionClose,
-    "run.direct": RunDirect,
-    "task.submit": TaskSubmit,
-    "task.get": TaskGet,
-    "task.list": TaskList,
-    "channel.post": ChannelPost,
-    "memory.add": MemoryAdd,
-    "memory.list": MemoryList,
-    "memory.forget": MemoryForget,
-    "gate.file": GateFile,
-    "gate.resolve": GateResolve,
-    "gate.list": GateList,
-    "runs.list": RunsList,
-    "runs.show": RunsShow,
-    "runs.context": RunsContext,
-}
