@@ -35,6 +35,13 @@ class Metrics:
         self._where = where
         self.registry = registry = CollectorRegistry()
         ProcessCollector(namespace="", registry=registry)
+        self._define_turn_metrics(registry)
+        self._define_daemon_metrics(registry)
+        self._server: WSGIServer | None = None
+        self._series: dict[tuple[str, str, str], TurnSeries] = {}
+
+    def _define_turn_metrics(self, registry: CollectorRegistry) -> None:
+        """What turns and their engine calls count."""
         self.turns = Counter(
             "rosterd_turns",
             "Turns and runs answered, by surface, worker, engine kind and outcome.",
@@ -81,6 +88,10 @@ class Metrics:
             ("reason",),
             registry=registry,
         )
+
+    def _define_daemon_metrics(self, registry: CollectorRegistry) -> None:
+        """What the daemon around the turns counts: sessions, clients,
+        tasks, failures, waits."""
         self.sessions_warm = Gauge(
             "rosterd_sessions_warm", "Sessions warm in this daemon.", registry=registry
         )
@@ -113,8 +124,6 @@ class Metrics:
             "Spans dropped because the collector was down, slow or behind.",
             registry=registry,
         )
-        self._server: WSGIServer | None = None
-        self._series: dict[tuple[str, str, str], TurnSeries] = {}
 
     def series(self, surface: str, worker: str, engine: str) -> TurnSeries:
         """The series a turn of *surface*, *worker* and *engine* counts in,

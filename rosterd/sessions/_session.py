@@ -46,6 +46,7 @@ from ..compiler import (
     RolloverTrace,
     RunMeta,
     SystemPrompt,
+    TurnInput,
     compile_system,
     compile_turn,
     memory_view,
@@ -236,6 +237,29 @@ class Session:
             telemetry.rolled_over("provider_too_long")
         return await self._roll_over(text, sender, on_delta, on_wait, reason)
 
+    async def _input(self, text: str, sender: str, turn: int) -> tuple[TurnInput, int]:
+        """Turn *turn*'s fresh input, and the last channel seq it covers."""
+        host = self._host
+        backlog, omitted, last_seq = await host.stores.channels.since(
+            self.channel,
+            self._seen,
+            exclude_run=self.id,
+            limit=self._state.system.budget.backlog_messages,
+        )
+        turn_input = await host.turn_input(
+            self.worker,
+            text,
+            sender,
+            resolved_since=self._briefed_at,
+            history=self._history if turn == 1 else None,
+            backlog=backlog,
+            backlog_omitted=omitted,
+            shown=self._shown.items(),
+            recent=self._said_before(backlog, turn),
+        )
+        self._shown.note_written(memory_view(turn_input.memory).written_by(self.id))
+        return turn_input, last_seq
+
     def _said_before(self, backlog: tuple[ChannelMessage, ...], turn: int) -> tuple[str, ...]:
         """The latest messages of the conversation before this turn's,
         oldest first: the transcript's (a resumed session reads the same
@@ -262,27 +286,12 @@ class Session:
     ) -> TurnOutcome:
         host = self._host
         turn = self._turns + 1
-        budget = self._state.system.budget
-        backlog, omitted, last_seq = await host.stores.channels.since(
-            self.channel, self._seen, exclude_run=self.id, limit=budget.backlog_messages
-        )
-        turn_input = await host.turn_input(
-            self.worker,
-            text,
-            sender,
-            resolved_since=self._briefed_at,
-            history=self._history if turn == 1 else None,
-            backlog=backlog,
-            backlog_omitted=omitted,
-            shown=self._shown.items(),
-            recent=self._said_before(backlog, turn),
-        )
-        self._shown.note_written(memory_view(turn_input.memory).written_by(self.id))
+        turn_input, last_seq = await self._input(text, sender, turn)
         meta = RunMeta(run=self.id, turn=turn, now=host.clock())
         plan = plan_cache(self._state.engine, self._gaps(meta.now), self._last_ttl)
         if plan is not None:
             plan = msgspec.structs.replace(plan, previous_message=self._last_reply_id)
-        limit = budget.session_chars
+        limit = self._state.system.budget.session_chars
 
         def compile_checked() -> Compilation:
             compilation = compile_turn(self._state.system, turn_input, meta)
