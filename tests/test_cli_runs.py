@@ -25,7 +25,7 @@ from simulator import Simulator
 from rosterd.cli import main
 from rosterd.cli._runs import render_context
 from rosterd.client import RpcError
-from rosterd.sessions import CONTEXT_PAGE_CHARS, TurnRequest
+from rosterd.protocol import CONTEXT_PAGE_CHARS, TurnRequest
 from rosterd.stores import FileRuns
 from rosterd.stores.postgres import migrate
 from rosterd.stores.postgres._db import Database

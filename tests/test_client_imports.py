@@ -119,3 +119,31 @@ def test_reading_the_state_loads_no_telemetry_extra(tmp_path: Path) -> None:
     modules, code = _loaded(f"from rosterd.cli import main; code = main({argv!r})")
     assert code == 0
     assert not {m for m in modules if m.startswith(("prometheus_client", "opentelemetry"))}
+
+
+@pytest.mark.parametrize("command", ["list", "show"])
+def test_reading_runs_loads_neither_engines_nor_sessions_nor_their_libraries(
+    command: str, tmp_path: Path
+) -> None:
+    # A run on disk as the daemon leaves it, read with the daemon down.
+    run = tmp_path / "runs" / "d-1"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(
+        '{"id":"d-1","surface":"direct","worker":"ada","channel":null,"created_at":1.0}'
+    )
+    argv = [
+        "server",
+        "runs",
+        command,
+        *(["d-1"] if command == "show" else []),
+        "--state",
+        str(tmp_path),
+    ]
+    modules, code = _loaded(f"from rosterd.cli import main; code = main({argv!r})")
+    assert code == 0
+    # Showing a run reads its files, through the store's async read path.
+    heavy = {"httpx", "watchfiles", "numpy", "Stemmer"} | (
+        {"aiofiles"} if command == "list" else set()
+    )
+    assert heavy & {m.split(".")[0] for m in modules} == set()
+    assert not {m for m in modules if m.startswith(("rosterd.sessions", "rosterd.engines"))}

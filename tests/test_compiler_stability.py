@@ -19,7 +19,8 @@ from rosterd.compiler import (
 )
 from rosterd.engines import Usage
 from rosterd.org import Org, Surface, load_org
-from rosterd.sessions import Verdict, judge_cache
+from rosterd.protocol import Verdict
+from rosterd.sessions import judge_cache
 
 META = RunMeta(run="r-1", turn=0, now=0.0)
 

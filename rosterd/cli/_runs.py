@@ -29,8 +29,14 @@ from pathlib import Path
 import msgspec
 
 from ..compiler import ContextRecord
-from ..protocol import StateLocation
-from ..sessions import RunInfo, TranscriptEntry, TurnRequest, context_json_items, context_page
+from ..protocol import (
+    RunInfo,
+    StateLocation,
+    TranscriptEntry,
+    TurnRequest,
+    context_json_items,
+    context_page,
+)
 from ..stores import read_state_runs
 from ._output import emit_json, table, when
 from ._show import UsageSummary, render_show, summarise_usage

@@ -14,6 +14,7 @@ from ..compiler import ChannelMessage, MemoryItem, Retirement
 from ..engines import WaitSink
 from ..org import Surface
 from ..protocol import (
+    CONTEXT_PAGE_TURNS,
     INVALID_PARAMS,
     BlockSummary,
     Call,
@@ -48,16 +49,9 @@ from ..protocol import (
     TurnResult,
     Wait,
     WaitReason,
-)
-from ..sessions import (
-    CONTEXT_PAGE_TURNS,
-    Host,
-    SessionManager,
-    TaskRunner,
-    TurnOutcome,
     context_page,
-    direct_run,
 )
+from ..sessions import Host, SessionManager, TaskRunner, TurnOutcome, direct_run
 from ._watch import OrgWatcher
 
 __all__ = ("HANDLED", "Methods", "Notify")

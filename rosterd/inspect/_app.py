@@ -31,7 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._errors import RosterError
 from ..compiler import iso_time
-from ..sessions import context_json_items
+from ..protocol import context_json_items
 from ..stores import RunReader
 from ._views import (
     RUNS_PER_PAGE,

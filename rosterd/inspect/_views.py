@@ -16,8 +16,15 @@ import msgspec
 from .._errors import RosterError
 from .._ids import check_id
 from ..compiler import SYSTEM_ORDER, BlockTrace, Boundary, ContextRecord
-from ..protocol import CacheCheck, RunInfo, TranscriptEntry, TurnRequest, Usage
-from ..sessions import context_page, request_at_turn
+from ..protocol import (
+    CacheCheck,
+    RunInfo,
+    TranscriptEntry,
+    TurnRequest,
+    Usage,
+    context_page,
+    request_at_turn,
+)
 from ..stores import RunReader
 
 __all__ = (

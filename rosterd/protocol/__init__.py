@@ -6,6 +6,8 @@
 - ``_records``: runs, transcripts, tasks and gates, kept on disk and sent as they are;
 - ``_codes``: the error codes and how our errors map to them;
 - ``_framing``: one JSON-RPC object per line, requests and replies;
+- ``_requests``: what a run sent, its engine requests rebuilt from its
+  trace and transcript (``runs.context``, ``roster server runs context``);
 - ``_socket``: where the daemon listens by default.
 
 It imports neither the daemon's parts (sessions, engines, stores) nor their
@@ -86,6 +88,14 @@ from ._records import (
     Usage,
     Verdict,
 )
+from ._requests import (
+    CONTEXT_PAGE_CHARS,
+    CONTEXT_PAGE_TURNS,
+    chat_messages,
+    context_json_items,
+    context_page,
+    request_at_turn,
+)
 from ._results import (
     BlockSummary,
     BreakerState,
@@ -108,6 +118,8 @@ __all__ = (
     "COMPILE_FAILED",
     "CONFIG_ERROR",
     "CONFLICT",
+    "CONTEXT_PAGE_CHARS",
+    "CONTEXT_PAGE_TURNS",
     "ENGINE_FAILED",
     "FORBIDDEN",
     "INTERNAL_ERROR",
@@ -175,6 +187,9 @@ __all__ = (
     "Verdict",
     "Wait",
     "WaitReason",
+    "chat_messages",
+    "context_json_items",
+    "context_page",
     "decode_reply",
     "decode_request",
     "default_socket_path",
@@ -184,5 +199,6 @@ __all__ = (
     "encode_request",
     "encode_result",
     "error_object",
+    "request_at_turn",
     "state_location",
 )

@@ -34,9 +34,9 @@ from ..compiler import (
 )
 from ..observe import TurnWatch
 from ..org import REMEMBER
+from ..protocol import RunInfo
 from ..stores import State
 from ._gateway import Gateway
-from ._runs import RunInfo
 
 __all__ = ("CALLS_PER_STEP", "TurnTools")
 

@@ -54,14 +54,13 @@ from ..engines import (
 from ..observe import NO_TELEMETRY, OutcomeLabel, Telemetry, TurnWatch
 from ..org import EngineConfig, NamedEngine, Org, OrgSource, Surface, WorkerConfig
 from ..pricing import Pricing
-from ..protocol import EngineStatus
+from ..protocol import EngineStatus, RunInfo, TranscriptEntry
 from ..stores import ActiveRun, State
 from ._cache import CacheCheck, judge_cache, with_diagnosis
 from ._calls import TurnTools
 from ._gateway import Gateway
 from ._leases import LeaseKeeper
 from ._lifetime import CachePlan
-from ._runs import RunInfo, TranscriptEntry
 
 __all__ = ("Host", "TurnOutcome")
 

@@ -54,10 +54,10 @@ from ..compiler import (
 )
 from ..engines import DeltaSink, WaitSink
 from ..org import Surface
+from ..protocol import TranscriptEntry, chat_messages
 from ..stores import ActiveRun, SessionState
 from ._host import Host, TurnOutcome
 from ._lifetime import RECENT_GAPS, plan_cache
-from ._runs import TranscriptEntry, chat_messages
 from ._shown import ShownLedger
 
 __all__ = ("Session", "SessionManager")

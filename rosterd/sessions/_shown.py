@@ -18,7 +18,7 @@ from types import MappingProxyType
 
 from ..compiler import HeldMemo, MemoryItem, Shown, ShownItems, ShownKind, held_note, shown_in
 from ..engines import ChatMessage
-from ._runs import TranscriptEntry
+from ..protocol import TranscriptEntry
 
 __all__ = ("ShownLedger",)
 

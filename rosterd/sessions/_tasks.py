@@ -20,9 +20,9 @@ from .._errors import ConflictError, NotFoundError, RosterError, ShutdownError, 
 from ..compiler import Continuation, RunMeta, compile_run
 from ..engines import DeltaSink, WaitSink
 from ..org import Surface
+from ..protocol import RunStatus
 from ..stores import GateState, TaskState, cut_off
 from ._host import Host, TurnOutcome
-from ._runs import RunStatus
 
 __all__ = ("TaskRunner", "direct_run")
 

@@ -21,7 +21,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-import aiofiles
 import anyio
 import anyio.to_thread
 import msgspec
@@ -99,6 +98,16 @@ class JsonlLog(AsyncResource, Generic[T]):
             await anyio.to_thread.run_sync(os.close, self._fd)
 
 
+async def _read_bytes(path: Path) -> bytes:
+    """The bytes of *path*, read through aiofiles (the store's async read
+    path), which loads with the first read: the client commands that never
+    read a state do not pay for it."""
+    import aiofiles
+
+    async with aiofiles.open(path, "rb") as handle:
+        return await handle.read()
+
+
 async def read_log(path: Path, record_type: type[T], *, repair: bool = False) -> list[T]:
     """All whole records of a JSONL file; a torn last line is dropped.
 
@@ -107,8 +116,7 @@ async def read_log(path: Path, record_type: type[T], *, repair: bool = False) ->
     the file alone.
     """
     try:
-        async with aiofiles.open(path, "rb") as handle:
-            data = await handle.read()
+        data = await _read_bytes(path)
     except FileNotFoundError:
         return []
     except OSError as exc:
@@ -143,8 +151,7 @@ async def read_log(path: Path, record_type: type[T], *, repair: bool = False) ->
 async def read_whole_lines(path: Path) -> bytes:
     """A log's bytes up to its last newline: a torn last line is left out."""
     try:
-        async with aiofiles.open(path, "rb") as handle:
-            data = await handle.read()
+        data = await _read_bytes(path)
     except FileNotFoundError:
         return b""
     except OSError as exc:
@@ -273,8 +280,7 @@ def _replace(path: Path, data: bytes) -> None:
 async def read_document(path: Path, document_type: type[T]) -> T | None:
     """The document at *path*, or ``None`` when there is none yet."""
     try:
-        async with aiofiles.open(path, "rb") as handle:
-            data = await handle.read()
+        data = await _read_bytes(path)
     except FileNotFoundError:
         return None
     except OSError as exc:

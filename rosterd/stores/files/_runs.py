@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
-import aiofiles.os
+import anyio
+import anyio.to_thread
 import msgspec
 
 from ..._errors import NotFoundError
@@ -162,7 +164,7 @@ class FileRuns:
 
     async def all(self) -> list[RunInfo]:
         try:
-            names = await aiofiles.os.listdir(self.root)
+            names = await anyio.to_thread.run_sync(os.listdir, self.root)
         except FileNotFoundError:
             return []
         # Strings, not Paths: building 10,000 Paths costs more than reading them.
@@ -197,7 +199,7 @@ class FileRuns:
 
     async def clear_session(self, worker: str, channel: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            await aiofiles.os.remove(self._pointer(worker, channel))
+            await anyio.Path(self._pointer(worker, channel)).unlink()
 
     async def lease(self, run: str, holder: str, now: float, until: float) -> str | None:
         return self._leases.take(run, holder, now, until)

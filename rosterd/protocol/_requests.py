@@ -8,17 +8,13 @@ import msgspec
 
 from .._errors import ConflictError, NotFoundError
 from ..compiler import SYSTEM_ORDER, ContextRecord
-from ..protocol import ChatMessage, ContextPage, RunInfo, RunStatus, TranscriptEntry, TurnRequest
+from ._records import ChatMessage, ContextPage, TranscriptEntry, TurnRequest
 
 __all__ = (
     "CONTEXT_PAGE_CHARS",
     "CONTEXT_PAGE_TURNS",
-    "ContextPage",
-    "RunInfo",
-    "RunStatus",
-    "TranscriptEntry",
-    "TurnRequest",
     "chat_messages",
+    "context_json_items",
     "context_page",
     "request_at_turn",
 )
