@@ -491,3 +491,27 @@ def test_runs_show_says_why_each_memory_note_was_in_the_block(tmp_path: Path, cl
         ("m-2", ["deploy", "staging"]),
         ("m-1", ["deploy"]),
     ]
+
+
+def test_the_state_is_a_directory_a_file_url_or_a_known_database_scheme(
+    tmp_path: Path, cli: _Cli
+) -> None:
+    (tmp_path / "runs").mkdir()
+    assert cli.text("server", "runs", "list", "--state", f"file://{tmp_path}") == (
+        f"no runs in {tmp_path}\n"
+    )
+    code, out, err = cli("server", "runs", "list", "--state", "redis://localhost/0")
+    assert (code, out) == (1, b"")
+    assert err == (
+        "roster: no state backend for redis:// (known: file://, postgresql://, postgres://)\n"
+    )
+    code, _, err = cli(
+        "serve",
+        "--org",
+        str(copy_org(tmp_path / "org")),
+        "--state",
+        "redis://x",
+        "--socket",
+        str(tmp_path / "s.sock"),
+    )
+    assert code == 1 and "no state backend for redis://" in err

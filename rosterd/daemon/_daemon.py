@@ -10,7 +10,6 @@ each recorded and answered with 1010), then exits 0.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import resource
@@ -32,7 +31,7 @@ from ..observe import open_telemetry
 from ..org import OrgSource
 from ..protocol import StateLocation, default_socket_path
 from ..sessions import Host, SessionManager, TaskRunner
-from ..stores import FileState, RunReader, State
+from ..stores import RunReader, open_state
 from ._methods import Methods
 from ._server import RpcServer
 from ._systemd import Notifier, listen_fds, watchdog_interval
@@ -41,8 +40,6 @@ from ._watch import OrgWatcher
 __all__ = ("run_daemon",)
 
 log = logging.getLogger("rosterd.daemon")
-
-_DATABASE_TIMEOUT_S = 10.0
 
 
 async def run_daemon(
@@ -78,7 +75,7 @@ async def run_daemon(
         open_telemetry(
             source.current(), source.root / "org.toml", environ, metrics_listen
         ) as telemetry,
-        _open_state(state) as stores,
+        open_state(state) as stores,
         notifier,
         Host(source, stores, environ, clock, telemetry) as host,
     ):
@@ -100,26 +97,6 @@ async def run_daemon(
         finally:
             await sessions.aclose()
     log.info("stopped")
-
-
-@asynccontextmanager
-async def _open_state(location: StateLocation) -> AsyncIterator[State]:
-    """The opened stores of *location*."""
-    if isinstance(location, str):
-        # psycopg loads for a database only.
-        from ..stores.postgres import PostgresState
-
-        # A request waits this long for a connection: an outage fails
-        # turns in seconds, and the daemon serves on once it is over.
-        async with PostgresState(location, timeout=_DATABASE_TIMEOUT_S) as database:
-            yield database
-        return
-    directory, lock = await anyio.to_thread.run_sync(_lock_state, location)
-    try:
-        async with FileState(directory) as files:
-            yield files
-    finally:
-        os.close(lock)
 
 
 def _inspector(host: Host, root: Path) -> Callable[..., Coroutine[Any, Any, None]]:
@@ -252,21 +229,6 @@ async def _someone_listening(path: Path) -> bool:
         return False
     await stream.aclose()
     return True
-
-
-def _lock_state(state: Path) -> tuple[Path, int]:
-    """Create and lock the state directory: one daemon per state, ever."""
-    state = state.resolve()
-    state.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(state / "rosterd.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise ConfigError(
-            f"{state}: another rosterd is using this state directory", path=str(state)
-        ) from None
-    return state, fd
 
 
 async def _wait_for_stop(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -9,15 +10,19 @@ from .._errors import RosterError
 
 __all__ = ("StateLocation", "default_socket_path", "state_location")
 
-# A state directory, or the URL of a PostgreSQL database several hosts share.
+# A state directory, or the URL of a database several hosts share (which
+# schemes have a backend is the stores' to say: ``stores.BACKENDS``).
 StateLocation = Path | str
 
-_DATABASE_SCHEMES = ("postgresql://", "postgres://")
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def state_location(value: str) -> StateLocation:
-    """``--state`` / ``ROSTER_STATE`` as given: a database URL stays a string."""
-    return value if value.startswith(_DATABASE_SCHEMES) else Path(value)
+    """``--state`` / ``ROSTER_STATE`` as given: a URL stays a string, but for
+    ``file://`` and a plain path, which name a directory."""
+    if value.startswith("file://"):
+        return Path(value.removeprefix("file://"))
+    return value if _URL.match(value) else Path(value)
 
 
 def default_socket_path(state: StateLocation, environ: Mapping[str, str]) -> Path:

@@ -5,6 +5,7 @@ that keeps it all under one state directory.
 """
 
 from ..protocol import GateState, TaskState, TaskStatus
+from ._backends import BACKENDS, Backend, backend, open_state, read_state_runs
 from ._interface import (
     ActiveRun,
     ChannelStore,
@@ -16,12 +17,13 @@ from ._interface import (
     State,
     TaskStore,
 )
-from ._open import read_state_runs
 from ._records import SessionState, cut_off
 from .files import FileRuns, FileState
 
 __all__ = (
+    "BACKENDS",
     "ActiveRun",
+    "Backend",
     "ChannelStore",
     "FileRuns",
     "FileState",
@@ -36,6 +38,8 @@ __all__ = (
     "TaskState",
     "TaskStatus",
     "TaskStore",
+    "backend",
     "cut_off",
+    "open_state",
     "read_state_runs",
 )
