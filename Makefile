@@ -11,7 +11,7 @@ CHANNEL ?= general
 # rather than computing, so one worker per core leaves the CPUs idle.
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(2 * (os.cpu_count() or 1))')
 
-.PHONY: run test test-browser test-llama checks suite bench clean
+.PHONY: run test test-fast test-browser test-llama checks suite bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,15 @@ suite: $(STAMP)
 	@# One test at a time to whichever worker is free, in collection order (long tests
 	@# first, see tests/conftest.py); an xdist_group stays on one worker.
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
+# The unit layer: the compiler, the org, the engines' request shapes and the
+# docs' reference, each in this process, no daemon, database or browser.
+UNIT = tests/test_compiler_*.py tests/test_org_*.py tests/test_engine_echo.py \
+	tests/test_engine_factory.py tests/test_engine_schemas.py tests/test_bridge_lines.py \
+	tests/test_docs_reference.py tests/test_public_api.py
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(UNIT)
 
 # The inspector in the system Chromium (apt-get install chromium), through Playwright.
 test-browser: $(STAMP)

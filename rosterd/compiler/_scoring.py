@@ -1,15 +1,15 @@
 """Scoring notes against a query: BM25, then neighbours, then feedback.
 
 The arithmetic of memory ranking, in NumPy over the columns of a
-``NoteTable``: one vectorised pass per query term over the postings that
-term touches, so a turn costs what its terms' postings hold, not what the
-worker's memory holds.
+``NoteTable``: vectorised passes over the postings the query's terms touch,
+so a turn costs what those postings hold, not what the worker's memory
+holds.
 
 1. **BM25** (Robertson and Zaragoza's Okapi weighting, Lucene's always
    positive IDF): a term a few notes hold counts for much, one most notes
    hold for little, and a long note does not win by length alone.
 2. **Neighbours.** Notes written together (one after another in one scope,
-   within ``TOGETHER_S`` of each other or by one run) are often one story
+   within ``_memory.TOGETHER_S`` of each other or by one run) are often one story
    told over several notes; each lends its neighbours a share of its score
    (``NEIGHBOURS``, by distance), so the note that answers sits beside the
    note that names the subject.
