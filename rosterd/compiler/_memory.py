@@ -42,7 +42,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from ._inputs import MemoryItem, Retirement
-from ._postings import entry
+from ._postings import entry, held_by
 from ._scoped import scoped_totals
 from ._terms import held_terms, term_forms, terms
 
@@ -429,16 +429,15 @@ class MemoryRanking:
         scored = self._scored
         if scored is None or not shown:
             return [([], [], None) for _ in shown]
-        from ._scoring import holding, lenders
+        from ._scoring import lenders
 
         view = self._view
-        expansion = sorted(scored.expansion)
-        message = [(t, f) for t, f in self.forms.items() if self.query[t] == 1.0]
-        borrowing = [(t, self.forms[t]) for t in self.query if self.query[t] != 1.0]
-        borrowing += [(t, t) for t in expansion]
-        ordinals = [r.ordinal for r in shown]
         postings = view._index._postings
-        holds = holding(postings, view._size, [t for t, _ in message + borrowing], ordinals)
+        # Each term's postings with the word a reader knows it by.
+        message = [(postings.get(t), f) for t, f in self.forms.items() if self.query[t] == 1.0]
+        borrowing = [(postings.get(t), self.forms[t]) for t in self.query if self.query[t] != 1.0]
+        borrowing += [(postings.get(t), t) for t in sorted(scored.expansion)]
+        ordinals = [r.ordinal for r in shown]
         # Where its own terms account for its whole score, no neighbour lent any.
         lent = [r.score > 0.0 and r.own < r.score - 1e-6 for r in shown]
         besides = lenders(scored, view._columns, ordinals, lent)
@@ -447,8 +446,9 @@ class MemoryRanking:
             if not ranked.score:
                 found.append(([], [], None))
                 continue
-            own = [f for k, (_, f) in enumerate(message) if holds[k][n]]
-            more = [f for k, (_, f) in enumerate(borrowing, len(message)) if holds[k][n]]
+            ordinal = ranked.ordinal
+            own = [form for held, form in message if held_by(held, ordinal)]
+            more = [form for held, form in borrowing if held_by(held, ordinal)]
             beside = besides[n]
             found.append((own, more, None if beside < 0 else view.item(beside).id))
         return found

@@ -46,7 +46,6 @@ __all__ = (
     "FeedbackSource",
     "NoteTable",
     "Scored",
-    "holding",
     "idf",
     "in_scope",
     "lenders",
@@ -199,25 +198,6 @@ def score(
     return Scored(ordinals, final_scores, own_by_candidate, expansion)
 
 
-def holding(
-    postings: Mapping[str, array[int]], size: int, terms: Sequence[str], ordinals: Sequence[int]
-) -> list[list[bool]]:
-    """For each of *terms*, whether each note of *ordinals* holds it."""
-    notes = np.asarray(ordinals, np.int64)
-    found: list[list[bool]] = []
-    for term in terms:
-        entries = postings.get(term)
-        cut = prefix(entries, size) if entries is not None else 0
-        if not cut:
-            found.append([False] * len(ordinals))
-            continue
-        assert entries is not None
-        holders = np.frombuffer(entries[:cut], dtype=np.uint32).astype(np.int64) >> TF_BITS
-        at = np.minimum(np.searchsorted(holders, notes), cut - 1)
-        found.append((holders[at] == notes).tolist())
-    return found
-
-
 def lenders(
     scored: Scored, columns: Columns, ordinals: Sequence[int], lent: Sequence[bool]
 ) -> list[int]:
@@ -338,7 +318,12 @@ def _expansion(
         return {}
     size = columns.size
     # Best first, ties by ordinal; a few more than needed, for retired ones.
-    best = np.lexsort((ordinals, -np.rint(final * _SCALE)))[: 4 * FEEDBACK_NOTES]
+    # Only the notes scoring at least the k-th best are sorted.
+    scores = np.rint(final * _SCALE)
+    wanted = min(len(scores), 4 * FEEDBACK_NOTES)
+    least = np.partition(scores, len(scores) - wanted)[len(scores) - wanted]
+    near = np.flatnonzero(scores >= least)
+    best = near[np.lexsort((ordinals[near], -scores[near]))][:wanted]
     top = float(final[best[0]])
     if top <= 0.0:
         return {}
@@ -384,9 +369,13 @@ def _summed(ordinals: list[Ints], scores: list[Floats], size: int) -> tuple[Ints
         summed = np.asarray(np.bincount(every, weights, size), dtype=np.float64)
         distinct: Ints = np.flatnonzero(summed).astype(np.int64)
         return distinct, summed[distinct]
-    distinct, where = np.unique(every, return_inverse=True)
-    totals = np.asarray(np.bincount(where, weights, len(distinct)), dtype=np.float64)
-    return distinct.astype(np.int64), totals
+    # A stable sort keeps each ordinal's entries in input order, so each sum
+    # adds them as the dense path does.
+    order = np.argsort(every, kind="stable")
+    ordered = every[order]
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    totals: Floats = np.add.reduceat(weights[order], starts)
+    return ordered[starts], totals
 
 
 _DENSE = 16
