@@ -56,7 +56,7 @@ UNIT = tests/test_compiler_*.py tests/test_org_*.py tests/test_engine_echo.py \
 	tests/test_docs_reference.py tests/test_public_api.py
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(UNIT)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(UNIT)
 
 # The inspector in the system Chromium (apt-get install chromium), through Playwright.
 test-browser: $(STAMP)
