@@ -51,7 +51,7 @@ suite: $(STAMP)
 
 # The unit layer: the compiler, the org, the engines' request shapes and the
 # docs' reference, each in this process, no daemon, database or browser.
-UNIT = tests/test_compiler_*.py tests/test_org_*.py tests/test_engine_echo.py \
+UNIT = tests/test_compiler_*.py tests/test_org_*.py tests/test_engine_echo.py tests/test_engine_contract.py \
 	tests/test_engine_factory.py tests/test_engine_schemas.py tests/test_bridge_lines.py \
 	tests/test_docs_reference.py tests/test_public_api.py
 

@@ -18,7 +18,7 @@ from ._base import (
     WaitSink,
 )
 from ._echo import EchoEngine
-from ._factory import open_engine
+from ._factory import ENGINES, EngineKindSpec, open_engine
 from ._http import Backoff
 from ._openai import DEFAULT_OPENAI_URL, OpenAIEngine
 
@@ -27,6 +27,7 @@ __all__ = (
     "CACHE_DIAGNOSIS_BETA",
     "DEFAULT_ANTHROPIC_URL",
     "DEFAULT_OPENAI_URL",
+    "ENGINES",
     "MAX_BREAKPOINTS",
     "Admission",
     "AnthropicEngine",
@@ -35,6 +36,7 @@ __all__ = (
     "DeltaSink",
     "EchoEngine",
     "Engine",
+    "EngineKindSpec",
     "EngineReply",
     "EngineRequest",
     "OpenAIEngine",

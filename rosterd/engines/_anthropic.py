@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal, cast, get_args
 
+import httpx
 import msgspec
 
 from .._errors import EngineError
@@ -193,6 +194,7 @@ class AnthropicEngine(HttpEngine):
         api_key: str | None,
         backoff: Backoff | None = None,
         on_response: Callable[[int, Mapping[str, str]], None] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         headers = {
             "accept": "text/event-stream",
@@ -210,6 +212,7 @@ class AnthropicEngine(HttpEngine):
             api_key=api_key,
             backoff=backoff,
             on_response=on_response,
+            transport=transport,
         )
         # Set once a server refused a cache lifetime (an older API, a proxy):
         # its requests ask for none from then on.

@@ -93,6 +93,8 @@ class Engine(Protocol):
     returns the whole reply; failures raise ``EngineError``."""
 
     kind: str
+    # Whether its usage reports cached input: a cache check can measure it.
+    measures_cache: bool
 
     async def complete(
         self, request: EngineRequest, on_delta: DeltaSink, on_wait: WaitSink | None = None

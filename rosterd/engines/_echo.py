@@ -27,6 +27,8 @@ _decode_line = msgspec.json.Decoder(_Line).decode
 
 class EchoEngine:
     kind = "echo"
+    # Nothing is cached: no cache check can measure it.
+    measures_cache = False
 
     def __repr__(self) -> str:
         return "EchoEngine()"

@@ -91,6 +91,7 @@ class ProviderHttp:
         secret: str | None,
         backoff: Backoff,
         on_response: Callable[[int, Mapping[str, str]], None] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.provider = provider
         # Hears the status and headers of every response: rate limits.
@@ -103,8 +104,12 @@ class ProviderHttp:
         self._deviations: set[str] = set()
         # timeout_s bounds connecting and every wait for the next bytes, so a
         # long but live stream is fine while a stalled one fails.
+        # *transport* stands in for the network (httpx.MockTransport in tests).
         self._client = httpx.AsyncClient(
-            base_url=base_url, headers=dict(headers), timeout=httpx.Timeout(timeout_s)
+            base_url=base_url,
+            headers=dict(headers),
+            timeout=httpx.Timeout(timeout_s),
+            transport=transport,
         )
 
     def __repr__(self) -> str:
@@ -282,6 +287,8 @@ class HttpEngine:
 
     kind: str
     path: ClassVar[str]
+    # The provider reports cached input in its usage: cache checks measure.
+    measures_cache = True
 
     def __init__(
         self,
@@ -292,6 +299,7 @@ class HttpEngine:
         api_key: str | None,
         backoff: Backoff | None,
         on_response: Callable[[int, Mapping[str, str]], None] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._config = config
         self._http = ProviderHttp(
@@ -303,6 +311,7 @@ class HttpEngine:
             secret=api_key,
             backoff=backoff or Backoff(),
             on_response=on_response,
+            transport=transport,
         )
 
     def __repr__(self) -> str:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Literal
 from urllib.parse import urlsplit
 
+import httpx
 import msgspec
 
 from ..compiler import ToolCall, ToolSpec
@@ -170,6 +171,7 @@ class OpenAIEngine(HttpEngine):
         api_key: str | None,
         backoff: Backoff | None = None,
         on_response: Callable[[int, Mapping[str, str]], None] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         base_url = config.base_url or DEFAULT_OPENAI_URL
         headers = {"accept": "text/event-stream", "content-type": "application/json"}
@@ -185,6 +187,7 @@ class OpenAIEngine(HttpEngine):
             api_key=api_key,
             backoff=backoff,
             on_response=on_response,
+            transport=transport,
         )
 
     def body(self, request: EngineRequest) -> bytes:

@@ -530,7 +530,7 @@ class Host(AsyncResource):
             reply.usage,
             reusable_tokens=reusable,
             min_tokens=engine.cache_min_tokens,
-            measured=engine.kind != "echo",
+            measured=self.engine(engine).measures_cache,
             idle_s=idle_s,
         )
         if answer.fallback is not None:
