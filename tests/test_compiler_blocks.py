@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 from typing import get_args
@@ -73,10 +74,12 @@ def test_every_block_a_dry_run_traces_is_a_block_name(org: Org) -> None:
 def test_the_package_docstring_maps_every_block_to_a_renderer_that_exists() -> None:
     mapped: set[str] = set()
     for line in (rosterd.compiler.__doc__ or "").splitlines():
-        row = re.fullmatch(r"([a-z, ]+?)\s{2,}(``\w+``(?:, ``\w+``)*)", line)
+        # A renderer lives in ``_blocks`` unless the row names its module.
+        row = re.fullmatch(r"([a-z, ]+?)\s{2,}(``\w+``(?:, ``\w+``)*)(?: \(``(\w+)``\))?", line)
         if row is None or row[1] == "block":
             continue
         mapped |= set(row[1].split(", "))
+        module = importlib.import_module(f"rosterd.compiler.{row[3]}") if row[3] else _blocks
         for renderer in re.findall(r"``(\w+)``", row[2]):
-            assert callable(getattr(_blocks, renderer)), renderer
+            assert callable(getattr(module, renderer)), renderer
     assert mapped == set(get_args(BlockName))

@@ -6,7 +6,8 @@ trace record (or ``CompileError.record``) and only then calls an engine.
 
 Each block is rendered in ``_blocks``, which also holds the block names
 (``BlockName``) and the order (``SYSTEM_ORDER``; then ``ADVISORY_ORDER``
-and the request):
+and the request), but for the tool blocks, which ``_tools`` renders with
+the tools it defines:
 
 =============  ==============================================================
 block          rendered by (``_blocks``)
@@ -21,8 +22,8 @@ briefing       ``continuation_line``, ``gate_line``, ``gates_omitted_line``
 history        ``history_envelopes``
 backlog        ``message_envelopes``, ``messages_omitted_line``
 message, task  ``request_block``
-tools          ``tools_block``
-tool           ``render_result``, ``tool_block``
+tools          ``tools_block`` (``_tools``)
+tool           ``render_result``, ``tool_block`` (``_tools``)
 =============  ==============================================================
 
 ``advisory_block`` traces a fitted input block. The rest:
@@ -32,7 +33,11 @@ tool           ``render_result``, ``tool_block``
 - ``_trace``: the record types, and ``context_record``, the one builder of
   every record (system, turn, run, tool step, failure).
 - ``_envelopes``: the JSON envelope types and their one-line encoding.
-- ``_memory`` / ``_gates``: ranked and scoped views of the stores' items;
+- ``_items``: the store records and run metadata the compiler reads;
+  ``_inputs``: ``TurnInput``, one run's or turn's fresh input of them.
+- ``_memory`` / ``_gates``: ranked and scoped views of the stores' items
+  (``_terms``, ``_postings`` and ``_scoring``: memory's terms, index
+  format and arithmetic);
   ``_shown``: what a session's conversation already holds; ``_tools``: tool
   definitions, call checks and ``compile_step``; ``_stability``: prefix
   checks between compilations; ``_audit``: the dry run of every scope.
@@ -50,12 +55,11 @@ from ._blocks import (
     RequestBlock,
     SystemBlock,
     iso_time,
-    render_result,
-    tools_block,
 )
 from ._envelopes import message_texts, render_line
 from ._gates import GateIndex, GateView
-from ._inputs import (
+from ._inputs import TurnInput
+from ._items import (
     ChannelMessage,
     Continuation,
     Gate,
@@ -64,8 +68,6 @@ from ._inputs import (
     Retirement,
     RunMeta,
     Shown,
-    ShownItems,
-    TurnInput,
 )
 from ._memory import (
     CONTEXT_MESSAGES,
@@ -77,7 +79,7 @@ from ._memory import (
     rank_memory,
 )
 from ._policy import POLICY_SHA256, POLICY_TEXT, POLICY_VERSION
-from ._shown import HeldMemo, ShownKind, held_note, shown_in
+from ._shown import HeldMemo, ShownItems, ShownKind, held_note, shown_in
 from ._stability import PrefixState, check_prefix, prefix_state
 from ._system import SystemPrompt, compile_system, route_key
 from ._tools import (
@@ -95,6 +97,8 @@ from ._tools import (
     check_call,
     compile_step,
     compile_tools,
+    render_result,
+    tools_block,
 )
 from ._trace import (
     AlreadyShown,

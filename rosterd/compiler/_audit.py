@@ -15,7 +15,8 @@ import msgspec
 
 from .._errors import CompileError
 from ..org import Org, RunScope, Surface
-from ._inputs import RunMeta, TurnInput
+from ._inputs import TurnInput
+from ._items import RunMeta
 from ._system import compile_system
 from ._trace import BlockTrace
 from ._turn import compile_run, compile_turn

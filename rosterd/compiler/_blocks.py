@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from operator import attrgetter
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import Literal, get_args
 
 import msgspec
 
@@ -29,10 +29,9 @@ from ._envelopes import (
     MessageEnvelope,
     MessagesOmitted,
     TaskEnvelope,
-    ToolEnvelope,
     render_line,
 )
-from ._inputs import ChannelMessage, Continuation, RunMeta, TurnInput
+from ._items import ChannelMessage, Continuation, RunMeta
 from ._policy import POLICY_TEXT, POLICY_VERSION
 from ._trace import (
     AlreadyShown,
@@ -43,9 +42,6 @@ from ._trace import (
     PassedOver,
     sha256_text,
 )
-
-if TYPE_CHECKING:
-    from ._tools import ToolResult, ToolSpec
 
 __all__ = (
     "ADVISORY_ORDER",
@@ -76,11 +72,8 @@ __all__ = (
     "messages_omitted_line",
     "policy_block",
     "purpose_block",
-    "render_result",
     "request_block",
     "scope_block",
-    "tool_block",
-    "tools_block",
 )
 
 _canonical = msgspec.json.Encoder(order="deterministic")
@@ -267,16 +260,16 @@ def advisory_block(
     return _input_block(name, _ADVISORY_SOURCE[name], fitted, limit, sha256)
 
 
-def request_block(scope: RunScope, turn: TurnInput, meta: RunMeta, limit: int) -> BlockTrace:
-    """The message or task, whole: it is never truncated."""
+def request_block(scope: RunScope, text: str, sender: str, meta: RunMeta, limit: int) -> BlockTrace:
+    """The message (from *sender*) or task, whole: it is never truncated."""
     at = iso_time(meta.now)
     name: RequestBlock
     if scope.surface is Surface.TASK:
-        name, line = "task", render_line(TaskEnvelope(run=meta.run, at=at, text=turn.text))
+        name, line = "task", render_line(TaskEnvelope(run=meta.run, at=at, text=text))
     else:
         name = "message"
-        line = render_line(MessageEnvelope(sender=turn.sender, at=at, text=turn.text))
-    fitted = Fitted([line], len(line), 1, 0, len(turn.text))
+        line = render_line(MessageEnvelope(sender=sender, at=at, text=text))
+    fitted = Fitted([line], len(line), 1, 0, len(text))
     return _input_block(name, f"rpc: {scope.surface.value}", fitted, limit)
 
 
@@ -399,72 +392,3 @@ def message_envelopes(messages: Sequence[ChannelMessage]) -> list[Envelope]:
 def messages_omitted_line(omitted: int) -> str:
     """The ``backlog`` line counting older messages left out."""
     return render_line(MessagesOmitted(omitted=omitted))
-
-
-# -- tools -----------------------------------------------------------------
-
-
-def tools_block(tools: Sequence[ToolSpec]) -> BlockTrace:
-    """The trace form of the definitions: one canonical JSON line per tool."""
-    lines = [
-        _canonical.encode(
-            {
-                "name": t.name,
-                "description": t.description,
-                "parameters": msgspec.Raw(t.schema.encode()),
-            }
-        ).decode()
-        + "\n"
-        for t in tools
-    ]
-    content = "".join(lines)
-    return BlockTrace(
-        block="tools",
-        source="org.toml [connections] and the built-in file_gate",
-        status="included" if tools else "absent",
-        raw_chars=sum(len(t.schema) + len(t.description) for t in tools),
-        rendered_chars=len(content),
-        limit=None,
-        sha256=sha256_text(content),
-        content=content,
-        items=len(tools),
-    )
-
-
-def render_result(result: ToolResult, limit: int) -> tuple[str, int]:
-    """*result* as one envelope line of at most *limit* characters (when its
-    fields allow), and how many characters of its text were cut."""
-    text = result.text
-    if len(text) <= limit:
-        line = render_line(_tool_envelope(result, text, 0))
-        if len(line) <= limit:
-            return line, 0
-    # Escaping only lengthens text, so no more than *limit* characters can
-    # fit; each pass then removes at least the excess, ending in a few renders.
-    keep = min(len(text), limit)
-    while True:
-        line = render_line(_tool_envelope(result, text[:keep], len(text) - keep))
-        if len(line) <= limit or keep == 0:
-            return line, len(text) - keep
-        keep = max(0, keep - (len(line) - limit))
-
-
-def tool_block(result: ToolResult, line: str, cut: int, limit: int) -> BlockTrace:
-    """The ``tool`` block of *result*, rendered by ``render_result`` as *line*."""
-    return BlockTrace(
-        block="tool",
-        source=f"{result.connection}: call {result.call} ({result.status})",
-        status="shrunk" if cut else "included",
-        raw_chars=len(result.text),
-        rendered_chars=len(line),
-        limit=limit,
-        sha256=sha256_text(line),
-        content=line,
-        items=1,
-    )
-
-
-def _tool_envelope(result: ToolResult, text: str, cut: int) -> ToolEnvelope:
-    return ToolEnvelope(
-        call=result.call, connection=result.connection, status=result.status, text=text, cut=cut
-    )

@@ -17,7 +17,7 @@ from itertools import islice
 from operator import itemgetter
 from typing import TypeVar
 
-from ._inputs import Gate
+from ._items import Gate
 from ._scoped import scoped_totals
 
 __all__ = ("GateIndex", "GateView", "gate_view")

@@ -41,7 +41,7 @@ from itertools import groupby
 from operator import itemgetter
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
-from ._inputs import MemoryItem, Retirement
+from ._items import MemoryItem, Retirement
 from ._postings import entry, held_by
 from ._scoped import scoped_totals
 from ._terms import held_terms, term_forms, terms

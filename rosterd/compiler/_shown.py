@@ -20,13 +20,14 @@ import msgspec
 
 from ._blocks import gate_line, memory_line
 from ._gates import GateView
-from ._inputs import Gate, MemoryItem, Shown, ShownItems
+from ._items import Gate, MemoryItem, Shown
 from ._memory import MemoryView
 from ._trace import AlreadyShown, sha256_text
 
 __all__ = (
     "Held",
     "HeldMemo",
+    "ShownItems",
     "ShownKind",
     "held_memory",
     "held_note",
@@ -76,6 +77,21 @@ def held_note(item: MemoryItem, turn: int) -> Shown:
     """A note the session wrote itself in *turn*, as if its line had been
     sent then: the conversation holds the call that wrote it."""
     return Shown(sha256=_memory_sha256(item.id, item.text), turn=turn)
+
+
+class ShownItems(msgspec.Struct, frozen=True):
+    """What a session's conversation already holds, by memory item id and
+    by gate id.
+
+    A session's ledger also passes ``log``, every (kind, id) it noted in
+    order, and a ``memo`` of what its previous turn found held, so a turn
+    looks only at what changed since.
+    """
+
+    memory: Mapping[str, Shown]
+    gates: Mapping[str, Shown]
+    log: Sequence[tuple[str, str]] = ()
+    memo: HeldMemo | None = None
 
 
 class Held(msgspec.Struct, frozen=True):

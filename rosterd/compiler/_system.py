@@ -21,10 +21,9 @@ from ._blocks import (
     policy_block,
     purpose_block,
     scope_block,
-    tools_block,
 )
-from ._inputs import RunMeta
-from ._tools import ToolSpec, compile_tools
+from ._items import RunMeta
+from ._tools import ToolSpec, compile_tools, tools_block
 from ._trace import (
     BlockTrace,
     Boundary,

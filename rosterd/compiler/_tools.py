@@ -23,8 +23,8 @@ from typing import Literal
 import msgspec
 
 from ..org import FILE_GATE, FORGET, REMEMBER, MemoryScope, Org, RunScope, Surface
-from ._blocks import render_result, tool_block
-from ._inputs import RunMeta
+from ._envelopes import ToolEnvelope, render_line
+from ._items import RunMeta
 from ._trace import BlockTrace, ContextRecord, NoteTrace, context_record, sha256_text
 
 __all__ = (
@@ -42,6 +42,9 @@ __all__ = (
     "check_call",
     "compile_step",
     "compile_tools",
+    "render_result",
+    "tool_block",
+    "tools_block",
 )
 
 ToolStatus = Literal["ok", "refused", "error", "timeout"]
@@ -410,3 +413,69 @@ def compile_step(
         notes=tuple(notes),
     )
     return lines, record
+
+
+def tools_block(tools: Sequence[ToolSpec]) -> BlockTrace:
+    """The trace form of the definitions: one canonical JSON line per tool."""
+    lines = [
+        _canonical.encode(
+            {
+                "name": t.name,
+                "description": t.description,
+                "parameters": msgspec.Raw(t.schema.encode()),
+            }
+        ).decode()
+        + "\n"
+        for t in tools
+    ]
+    content = "".join(lines)
+    return BlockTrace(
+        block="tools",
+        source="org.toml [connections] and the built-in file_gate",
+        status="included" if tools else "absent",
+        raw_chars=sum(len(t.schema) + len(t.description) for t in tools),
+        rendered_chars=len(content),
+        limit=None,
+        sha256=sha256_text(content),
+        content=content,
+        items=len(tools),
+    )
+
+
+def render_result(result: ToolResult, limit: int) -> tuple[str, int]:
+    """*result* as one envelope line of at most *limit* characters (when its
+    fields allow), and how many characters of its text were cut."""
+    text = result.text
+    if len(text) <= limit:
+        line = render_line(_tool_envelope(result, text, 0))
+        if len(line) <= limit:
+            return line, 0
+    # Escaping only lengthens text, so no more than *limit* characters can
+    # fit; each pass then removes at least the excess, ending in a few renders.
+    keep = min(len(text), limit)
+    while True:
+        line = render_line(_tool_envelope(result, text[:keep], len(text) - keep))
+        if len(line) <= limit or keep == 0:
+            return line, len(text) - keep
+        keep = max(0, keep - (len(line) - limit))
+
+
+def tool_block(result: ToolResult, line: str, cut: int, limit: int) -> BlockTrace:
+    """The ``tool`` block of *result*, rendered by ``render_result`` as *line*."""
+    return BlockTrace(
+        block="tool",
+        source=f"{result.connection}: call {result.call} ({result.status})",
+        status="shrunk" if cut else "included",
+        raw_chars=len(result.text),
+        rendered_chars=len(line),
+        limit=limit,
+        sha256=sha256_text(line),
+        content=line,
+        items=1,
+    )
+
+
+def _tool_envelope(result: ToolResult, text: str, cut: int) -> ToolEnvelope:
+    return ToolEnvelope(
+        call=result.call, connection=result.connection, status=result.status, text=text, cut=cut
+    )

@@ -13,7 +13,7 @@ from typing import Literal
 import msgspec
 
 from ..org import RunScope
-from ._inputs import RunMeta
+from ._items import RunMeta
 from ._policy import POLICY_SHA256, POLICY_VERSION
 
 __all__ = (

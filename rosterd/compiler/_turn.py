@@ -34,14 +34,15 @@ from ._blocks import (
     message_envelopes,
     messages_omitted_line,
     request_block,
-    tools_block,
 )
 from ._envelopes import Envelope, encodable, render_lines
 from ._gates import gate_view
-from ._inputs import ChannelMessage, RunMeta, TurnInput
+from ._inputs import TurnInput
+from ._items import ChannelMessage, RunMeta
 from ._memory import Ranked, memory_view
 from ._shown import Held, held_memory, held_open_gates, unshown_gates
 from ._system import SystemPrompt, compile_failure, compile_system
+from ._tools import tools_block
 from ._trace import (
     BlockTrace,
     BudgetTrace,
@@ -88,7 +89,7 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
     kind: RecordKind = "turn" if scope.surface is Surface.SESSION else "run"
     prior = () if kind == "turn" else system.blocks
 
-    request = request_block(scope, turn, meta, budget.task)
+    request = request_block(scope, turn.text, turn.sender, meta, budget.task)
     advisory = budget.total - system_chars - request.rendered_chars
     over_own = request.rendered_chars > budget.task
     if over_own or advisory < 0:
