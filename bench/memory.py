@@ -40,7 +40,7 @@ from pathlib import Path
 
 import anyio
 import msgspec
-from _daemon import serve
+from _daemon import serve, write_org
 from _memory_data import Conversation, Question, dev_conversations, generated, locomo
 
 from rosterd.client import RosterClient
@@ -57,15 +57,6 @@ from rosterd.org import Org, Surface, load_org
 WORKER = "ada"
 CHANNELS = ("c0", "c1", "c2")
 _T0 = 1_780_000_000.0
-
-
-def write_org(root: Path) -> None:
-    """One worker in every channel, the echo engine, default budgets."""
-    (root / "workers" / WORKER).mkdir(parents=True)
-    (root / "workers" / WORKER / "identity.md").write_text("You are ada, a careful assistant.\n")
-    lines = ['[engine]\nkind = "echo"\n', f"[workers.{WORKER}]\n"]
-    lines += [f'[channels.{c}]\nworkers = ["{WORKER}"]\n' for c in CHANNELS]
-    (root / "org.toml").write_text("\n".join(lines))
 
 
 @dataclass
@@ -255,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         sets.append(("LoCoMo, annotated facts (held out)", locomo(args.locomo, facts=True)))
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        write_org(root / "org")
+        # One worker in every channel, the echo engine, default budgets.
+        write_org(root / "org", (WORKER,), len(CHANNELS), identity_lines=1)
         org = load_org(root / "org")
         print(
             "evidence all in the memory block (default budgets), beside BM25 given as many notes:"

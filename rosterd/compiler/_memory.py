@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
+from collections import Counter
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping, Sequence
 from itertools import groupby
 from operator import itemgetter
@@ -210,7 +211,7 @@ class MemoryIndex:
         if self._ids.setdefault(item.id, ordinal) != ordinal:
             self._more_ids.setdefault(item.id, []).append(ordinal)
         postings = self._postings
-        for term, count in _counted(held).items():
+        for term, count in Counter(held).items():
             posting = entry(ordinal, count)
             found = postings.get(term)
             if found is None:
@@ -230,13 +231,6 @@ class MemoryIndex:
     def _key(self, ordinal: int) -> _Key:
         item = self._items[ordinal]
         return (-item.created_at, item.id, ordinal)
-
-
-def _counted(held: list[str]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for term in held:
-        counts[term] = counts.get(term, 0) + 1
-    return counts
 
 
 def _insertion_point(ordinals: list[int], key: _Key, key_of: Callable[[int], _Key]) -> int:
@@ -454,6 +448,9 @@ class MemoryRanking:
         return found
 
     def _score(self) -> Scored:
+        """The candidates' scores, computed when first asked for."""
+        if self._scored is not None:
+            return self._scored
         from ._scoring import in_scope, score
 
         view = self._view

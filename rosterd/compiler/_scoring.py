@@ -46,7 +46,6 @@ __all__ = (
     "FeedbackSource",
     "NoteTable",
     "Scored",
-    "idf",
     "in_scope",
     "lenders",
     "score",
@@ -147,7 +146,7 @@ class NoteTable:
             setattr(self, name, new)
 
 
-def idf(notes: int, holding: int) -> float:
+def _idf(notes: int, holding: int) -> float:
     """Lucene's BM25 inverse document frequency: never negative."""
     return math.log(1.0 + (notes - holding + 0.5) / (holding + 0.5))
 
@@ -253,7 +252,7 @@ def _bm25(
         # A term more than COMMON_SHARE of the notes hold only adds to the
         # score of notes a rarer term found: walking it for every note would
         # cost a turn what the whole memory holds, to tell them apart by little.
-        (rare if cut <= COMMON_SHARE * size else common).append((weight * idf(size, cut), packed))
+        (rare if cut <= COMMON_SHARE * size else common).append((weight * _idf(size, cut), packed))
     if not rare:
         rare, common = common, []
     if not rare:
@@ -347,7 +346,7 @@ def _expansion(
         holding = prefix(holders, size) if holders is not None else 0
         if term in query or holding < 2 or holding > COMMON_SHARE * size:
             continue
-        rare.append((weight * idf(size, holding), term))
+        rare.append((weight * _idf(size, holding), term))
     rare.sort(key=lambda pair: (-pair[0], pair[1]))
     chosen = rare[:FEEDBACK_TERMS]
     if not chosen:
