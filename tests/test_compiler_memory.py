@@ -12,6 +12,7 @@ from rosterd.compiler import (
     BlockTrace,
     MemoryIndex,
     MemoryItem,
+    Retirement,
     RunMeta,
     TurnInput,
     compile_run,
@@ -84,6 +85,29 @@ def test_a_note_beside_a_match_ranks_above_unrelated_notes() -> None:
     ranking = list(MemoryIndex(items).snapshot().ranking("what did Caroline buy?", None))
     assert [r.item.id for r in ranking[:2]] == ["m-11", "m-12"]
     assert ranking[1].score > 0.0
+
+
+def test_a_retirement_takes_out_one_note_and_moves_no_other() -> None:
+    items = notes(
+        *(f"filler about gardening tomatoes {n}" for n in range(10)),
+        "Caroline asked which bicycle I bought at the market",
+        "A red bicycle, second hand",
+        "the bicycle shop on Elm street",
+        *(f"filler about gardening tomatoes {n}" for n in range(10, 20)),
+        "the market opens at nine",
+    )
+    index = MemoryIndex(items)
+    before = [
+        (r.item.id, r.score) for r in index.snapshot().ranking("what did Caroline buy?", None)
+    ]
+    assert before[0][0] == "m-11"
+    # The note that matched lent its neighbour score and feedback its terms;
+    # retired, it is hidden, and the others keep their scores and places.
+    index.retire(Retirement(note="m-11", because="out of date", at=0.0))
+    after = [(r.item.id, r.score) for r in index.snapshot().ranking("what did Caroline buy?", None)]
+    assert after == [entry for entry in before if entry[0] != "m-11"]
+    assert after[0][0] == "m-12" and after[0][1] > 0.0
+    assert dict(after)["m-24"] > 0.0  # "market", a feedback term of m-11
 
 
 def test_text_without_spaces_ranks_by_character_pairs() -> None:

@@ -23,7 +23,10 @@ weight, so it still finds what the conversation is about.
 
 A retired note stays in the index (its ordinal and postings do not move)
 but never ranks again and no longer counts in the scope's totals: each view
-holds the set of retired ordinals as of its snapshot.
+holds the set of retired ordinals as of its snapshot. It is hidden, not
+forgotten: it still lends its neighbours score and feedback its terms, as
+a note the session holds does, so a retirement takes that one note out of
+the order and moves no other.
 
 The index is append-only, so later additions never change a compilation
 under way, and a view may be read from a worker thread while the event
@@ -457,10 +460,10 @@ class MemoryRanking:
         index = view._index
         codes = view._codes
         admitted = in_scope(len(codes), [codes[c] for c in self._channels if c in codes])
-        retired = view._retired
+        items = index._items
 
-        def feedback(ordinal: int) -> frozenset[str] | None:
-            return None if ordinal in retired else held_terms(index._items[ordinal].text)
+        def feedback(ordinal: int) -> frozenset[str]:
+            return held_terms(items[ordinal].text)
 
         self._scored = score(view._columns, index._postings, self.query, admitted, feedback)
         return self._scored

@@ -151,8 +151,8 @@ def _idf(notes: int, holding: int) -> float:
     return math.log(1.0 + (notes - holding + 0.5) / (holding + 0.5))
 
 
-# A note's terms for feedback, or ``None`` if it may not lend any (retired).
-FeedbackSource = Callable[[int], Collection[str] | None]
+# A note's distinct terms, by ordinal: what it may lend feedback.
+FeedbackSource = Callable[[int], Collection[str]]
 
 
 class Scored:
@@ -316,7 +316,7 @@ def _expansion(
     if not len(ordinals):
         return {}
     size = columns.size
-    # Best first, ties by ordinal; a few more than needed, for retired ones.
+    # Best first, ties by ordinal; a few more than needed, for long notes.
     # Only the notes scoring at least the k-th best are sorted.
     scores = np.rint(final * _SCALE)
     wanted = min(len(scores), 4 * FEEDBACK_NOTES)
@@ -332,7 +332,7 @@ def _expansion(
         held = feedback(int(ordinals[at]))
         # A long note lends each of its terms a sliver of its weight, and
         # reading them all would cost a turn what the note holds.
-        if held is None or len(held) > FEEDBACK_NOTE_TERMS:
+        if len(held) > FEEDBACK_NOTE_TERMS:
             continue
         share = float(final[at]) / top / max(len(held), 1)
         for term in held:
