@@ -26,8 +26,9 @@ from _replay import NAIVE, replay
 from _workload import Recording, Shape, Turn, run_workload
 from simulator import write_org
 
-from rosterd.engines import Usage, open_engine
+from rosterd.engines import open_engine
 from rosterd.org import EngineConfig
+from rosterd.protocol import Usage
 
 __all__ = ("Measured", "add_real_arguments", "measure", "run_real", "table")
 

@@ -30,8 +30,9 @@ from rosterd.compiler import (
     compile_system,
     iso_time,
 )
-from rosterd.engines import ChatMessage, Engine, EngineRequest, Usage
+from rosterd.engines import Engine, EngineRequest
 from rosterd.org import Surface, load_org
+from rosterd.protocol import ChatMessage, Usage
 
 __all__ = ("NAIVE", "Replayed", "replay")
 

@@ -21,7 +21,7 @@ from simulator import filler
 
 from rosterd.client import RosterClient, RpcError
 from rosterd.compiler import ContextRecord
-from rosterd.engines import ChatMessage, Usage
+from rosterd.protocol import ChatMessage, Usage
 
 __all__ = ("Recording", "Shape", "Turn", "run_workload")
 

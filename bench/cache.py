@@ -48,8 +48,9 @@ from _replay import NAIVE, replay
 from _workload import Recording, Shape, run_workload
 from simulator import CHARS_PER_TOKEN, Simulator, filler, prompt_bytes, write_org
 
-from rosterd.engines import Usage, open_engine
+from rosterd.engines import open_engine
 from rosterd.org import EngineConfig, EngineKind
+from rosterd.protocol import Usage
 
 STRATEGIES = ("rosterd", "naive_a", "naive_b", "message_only")
 # What carries memory and briefing, so what rosterd's cost is compared with.

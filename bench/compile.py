@@ -40,8 +40,9 @@ from rosterd.compiler import (
     compile_system,
     compile_turn,
 )
-from rosterd.engines import ChatMessage, EngineRequest
+from rosterd.engines import EngineRequest
 from rosterd.org import Surface, load_org
+from rosterd.protocol import ChatMessage
 
 EXAMPLE_ORG = Path(__file__).resolve().parent.parent / "examples" / "org"
 WORKER, CHANNEL = "ada", "general"

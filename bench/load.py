@@ -45,7 +45,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from rosterd.client import RosterClient
 from rosterd.compiler import MemoryItem
-from rosterd.stores import GateState
+from rosterd.protocol import GateState
 
 CHANNELS = 200
 # Accumulated state: notes of 12 words from a 5,000-word vocabulary plus the

@@ -1,7 +1,6 @@
 """rosterd: the host daemon of Roster, an organisation of AI workers."""
 
 from ._errors import (
-    CompileError,
     ConfigError,
     ConflictError,
     EngineError,
@@ -18,7 +17,6 @@ from ._ids import check_id, is_id
 __version__ = "0.1.0"
 
 __all__ = (
-    "CompileError",
     "ConfigError",
     "ConflictError",
     "EngineError",

@@ -1,18 +1,16 @@
 """The one exception tree of rosterd, grouped by how a caller reacts.
 
 Errors from anyio, the OS, TOML, msgspec and httpx are mapped to these at the
-boundary where they arise, so callers only ever catch ``RosterError``.
+boundary where they arise, so callers only ever catch ``RosterError``. One
+branch lives with what it carries: ``rosterd.compiler.CompileError``, whose
+``record`` is the failed compilation's trace.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .compiler import ContextRecord
+from typing import Any
 
 __all__ = (
-    "CompileError",
     "ConfigError",
     "ConflictError",
     "EngineError",
@@ -63,27 +61,6 @@ class NotFoundError(RosterError):
         super().__init__(f"unknown {kind} {name!r}{': ' + detail if detail else ''}")
         self.kind = kind
         self.name = name
-
-
-class CompileError(RosterError):
-    """A failed compilation: a mandatory block is over its limit.
-
-    There is no fallback prompt: the caller gets this error and the engine
-    gets nothing. ``record`` is the trace of the failed compilation (every
-    block rendered so far, the failed one included), ready to be written.
-    """
-
-    def __init__(
-        self, *, block: str, size: int, limit: int, reason: str, record: ContextRecord | None = None
-    ) -> None:
-        super().__init__(
-            f"block {block!r} is {size} characters, over its limit of {limit}: {reason}"
-        )
-        self.block = block
-        self.size = size
-        self.limit = limit
-        self.reason = reason
-        self.record = record
 
 
 class ProtocolError(RosterError):

@@ -10,7 +10,8 @@ from harness import DaemonProcess, InProcessDaemon, copy_org, daemon_in_process
 from postgres import PostgresServer
 from simulator import Simulator
 
-from rosterd.stores import FileState, State
+from rosterd.stores import State
+from rosterd.stores.files import FileState
 from rosterd.stores.postgres import PostgresState
 
 REPO = Path(__file__).resolve().parent.parent

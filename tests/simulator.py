@@ -71,15 +71,9 @@ from rosterd.compiler import (
     compile_system,
     compile_turn,
 )
-from rosterd.engines import (
-    CACHE_DIAGNOSIS_BETA,
-    ChatMessage,
-    Engine,
-    EngineReply,
-    EngineRequest,
-    Usage,
-)
+from rosterd.engines import CACHE_DIAGNOSIS_BETA, Engine, EngineReply, EngineRequest
 from rosterd.org import Org, Surface, load_org
+from rosterd.protocol import ChatMessage, Usage
 
 __all__ = (
     "Conversation",

@@ -26,7 +26,7 @@ from rosterd.cli import main
 from rosterd.cli._runs import render_context
 from rosterd.client import RpcError
 from rosterd.protocol import CONTEXT_PAGE_CHARS, TurnRequest
-from rosterd.stores import FileRuns
+from rosterd.stores.files import FileRuns
 from rosterd.stores.postgres import migrate
 from rosterd.stores.postgres._db import Database
 from rosterd.stores.postgres._runs import PostgresRuns

@@ -24,11 +24,11 @@ from hypothesis import HealthCheck, Phase, find, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
-from rosterd import CompileError
 from rosterd.compiler import (
     BLOCK_TYPES,
     ChannelMessage,
     Compilation,
+    CompileError,
     Continuation,
     Gate,
     GateIndex,

@@ -9,7 +9,6 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from rosterd import CompileError
 from rosterd.compiler import (
     POLICY_SHA256,
     POLICY_TEXT,
@@ -17,6 +16,7 @@ from rosterd.compiler import (
     BlockTrace,
     ChannelMessage,
     Compilation,
+    CompileError,
     Continuation,
     Gate,
     MemoryItem,

@@ -17,9 +17,8 @@ from rosterd.compiler import (
     compile_system,
     prefix_state,
 )
-from rosterd.engines import Usage
 from rosterd.org import Org, Surface, load_org
-from rosterd.protocol import Verdict
+from rosterd.protocol import Usage, Verdict
 from rosterd.sessions import judge_cache
 
 META = RunMeta(run="r-1", turn=0, now=0.0)

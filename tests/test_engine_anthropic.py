@@ -15,14 +15,9 @@ from hypothesis import strategies as st
 from simulator import Conversation, Reply, Simulator, prompt_bytes, reported, write_org
 
 from rosterd.compiler import Boundary, SystemPrompt, TurnInput
-from rosterd.engines import (
-    ANTHROPIC_VERSION,
-    MAX_BREAKPOINTS,
-    AnthropicEngine,
-    ChatMessage,
-    EngineRequest,
-)
+from rosterd.engines import ANTHROPIC_VERSION, MAX_BREAKPOINTS, AnthropicEngine, EngineRequest
 from rosterd.org import EngineConfig, Org, load_org
+from rosterd.protocol import ChatMessage
 
 pytestmark = pytest.mark.anyio
 

@@ -16,9 +16,9 @@ from harness import REPO
 
 from rosterd import EngineError
 from rosterd.compiler import RunMeta, compile_system
-from rosterd.engines import ENGINES, ChatMessage, Engine, EngineRequest, open_engine
+from rosterd.engines import ENGINES, Engine, EngineRequest, open_engine
 from rosterd.org import EngineConfig, EngineKind, Surface, load_org
-from rosterd.protocol import WaitReason
+from rosterd.protocol import ChatMessage, WaitReason
 
 pytestmark = pytest.mark.anyio
 

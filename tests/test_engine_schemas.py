@@ -14,15 +14,9 @@ from provider_schemas import anthropic_errors, openai_errors
 from simulator import Conversation, write_org
 
 from rosterd.compiler import ToolCall, TurnInput
-from rosterd.engines import (
-    MAX_BREAKPOINTS,
-    AnthropicEngine,
-    ChatMessage,
-    EngineRequest,
-    OpenAIEngine,
-)
+from rosterd.engines import MAX_BREAKPOINTS, AnthropicEngine, EngineRequest, OpenAIEngine
 from rosterd.org import EngineConfig
-from rosterd.protocol import CacheLifetime
+from rosterd.protocol import CacheLifetime, ChatMessage
 
 CHOICES: tuple[CacheLifetime | None, ...] = (None, *get_args(CacheLifetime))
 

@@ -10,8 +10,9 @@ import pytest
 from simulator import Calls, Conversation, Reply, Simulator, prompt_bytes, write_org
 
 from rosterd.compiler import ToolCall, TurnInput
-from rosterd.engines import AnthropicEngine, ChatMessage, Engine, EngineRequest, OpenAIEngine
+from rosterd.engines import AnthropicEngine, Engine, EngineRequest, OpenAIEngine
 from rosterd.org import EngineConfig, Org
+from rosterd.protocol import ChatMessage
 
 pytestmark = pytest.mark.anyio
 

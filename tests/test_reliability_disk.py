@@ -20,7 +20,7 @@ from harness import DaemonProcess
 
 from rosterd import StorageError
 from rosterd.client import RpcError
-from rosterd.stores import GateState
+from rosterd.protocol import GateState
 from rosterd.stores.files import FileChannels, FileGates
 
 

@@ -26,8 +26,9 @@ from postgres import PostgresServer
 
 from rosterd._errors import ConflictError, InvalidIdError, NotFoundError, StorageError
 from rosterd.compiler import Boundary, ChannelMessage, MemoryIndex, PrefixState, Retirement
-from rosterd.protocol import RunInfo, TranscriptEntry
-from rosterd.stores import FileState, State, TaskState
+from rosterd.protocol import RunInfo, TaskState, TranscriptEntry
+from rosterd.stores import State
+from rosterd.stores.files import FileState
 from rosterd.stores.postgres import PostgresState
 
 pytestmark = pytest.mark.anyio

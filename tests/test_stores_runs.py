@@ -25,7 +25,8 @@ from rosterd import InvalidIdError, NotFoundError, StorageError
 from rosterd.compiler import ContextRecord, RunMeta, compile_system
 from rosterd.org import Surface, load_org
 from rosterd.protocol import RunInfo, TranscriptEntry
-from rosterd.stores import FileRuns, RunStore, SessionState, State
+from rosterd.stores import RunStore, SessionState, State
+from rosterd.stores.files import FileRuns
 from rosterd.stores.postgres import PostgresState
 from rosterd.stores.postgres._db import Database
 from rosterd.stores.postgres._runs import OPEN_RUNS, PostgresRuns

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import msgspec
 
-from .._errors import CompileError
 from ..org import Org, RunScope, Surface
 from ._inputs import TurnInput
 from ._items import RunMeta
 from ._system import compile_system
-from ._trace import BlockTrace
+from ._trace import BlockTrace, CompileError
 from ._turn import compile_run, compile_turn
 
 __all__ = ("DryRun", "OverBudget", "dry_run", "over_budget")

@@ -12,7 +12,6 @@ import hashlib
 
 import msgspec
 
-from .._errors import CompileError
 from ..org import ContextBudget, Org, RunScope, Surface
 from ._blocks import (
     BOUNDARY_AFTER,
@@ -27,6 +26,7 @@ from ._tools import ToolSpec, compile_tools, tools_block
 from ._trace import (
     BlockTrace,
     Boundary,
+    CompileError,
     ContextRecord,
     FailureTrace,
     RecordKind,

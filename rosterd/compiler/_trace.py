@@ -12,6 +12,7 @@ from typing import Literal
 
 import msgspec
 
+from .._errors import RosterError
 from ..org import RunScope
 from ._items import RunMeta
 from ._policy import POLICY_SHA256, POLICY_VERSION
@@ -24,6 +25,7 @@ __all__ = (
     "BoundaryCheck",
     "BoundaryName",
     "BudgetTrace",
+    "CompileError",
     "ContextRecord",
     "FailureTrace",
     "NoteReason",
@@ -259,3 +261,24 @@ def context_record(
         tools=tools,
         notes=notes,
     )
+
+
+class CompileError(RosterError):
+    """A failed compilation: a mandatory block is over its limit.
+
+    There is no fallback prompt: the caller gets this error and the engine
+    gets nothing. ``record`` is the trace of the failed compilation (every
+    block rendered so far, the failed one included), ready to be written.
+    """
+
+    def __init__(
+        self, *, block: str, size: int, limit: int, reason: str, record: ContextRecord | None = None
+    ) -> None:
+        super().__init__(
+            f"block {block!r} is {size} characters, over its limit of {limit}: {reason}"
+        )
+        self.block = block
+        self.size = size
+        self.limit = limit
+        self.reason = reason
+        self.record = record

@@ -19,7 +19,6 @@ from typing import TypeVar
 
 import msgspec
 
-from .._errors import CompileError
 from ..org import Org, RunScope, Surface
 from ._blocks import (
     NO_HISTORY,
@@ -46,6 +45,7 @@ from ._tools import tools_block
 from ._trace import (
     BlockTrace,
     BudgetTrace,
+    CompileError,
     ContextRecord,
     NoteReason,
     PassedOver,

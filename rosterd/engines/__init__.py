@@ -9,12 +9,10 @@ from ._anthropic import (
 )
 from ._base import (
     MAX_BREAKPOINTS,
-    ChatMessage,
     DeltaSink,
     Engine,
     EngineReply,
     EngineRequest,
-    Usage,
     WaitSink,
 )
 from ._echo import EchoEngine
@@ -32,7 +30,6 @@ __all__ = (
     "Admission",
     "AnthropicEngine",
     "Backoff",
-    "ChatMessage",
     "DeltaSink",
     "EchoEngine",
     "Engine",
@@ -40,7 +37,6 @@ __all__ = (
     "EngineReply",
     "EngineRequest",
     "OpenAIEngine",
-    "Usage",
     "WaitSink",
     "open_engine",
 )

@@ -24,9 +24,9 @@ import anyio
 
 from .._errors import EngineError, RosterError
 from ..compiler import ToolStatus
-from ..engines import ChatMessage, DeltaSink, EngineReply
+from ..engines import DeltaSink, EngineReply
 from ..org import EngineConfig
-from ..protocol import CallCost, RunInfo, Verdict
+from ..protocol import CallCost, ChatMessage, RunInfo, Verdict
 
 if TYPE_CHECKING:
     from ..stores import TaskStore

@@ -36,9 +36,9 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 
 from .. import __version__
 from ..compiler import ToolStatus
-from ..engines import ChatMessage, EngineReply
+from ..engines import EngineReply
 from ..org import EngineConfig, TelemetryConfig
-from ..protocol import RunInfo
+from ..protocol import ChatMessage, RunInfo
 
 __all__ = ("Span", "Tracing")
 

@@ -11,7 +11,6 @@ from typing import Any
 import msgspec
 
 from .._errors import (
-    CompileError,
     ConfigError,
     ConflictError,
     EngineError,
@@ -23,6 +22,7 @@ from .._errors import (
     ShutdownError,
     StorageError,
 )
+from ..compiler import CompileError
 
 __all__ = (
     "BUSY",

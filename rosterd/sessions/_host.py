@@ -25,11 +25,12 @@ import anyio.to_thread
 import msgspec
 from anyio.abc import AsyncResource
 
-from .._errors import CompileError, ConfigError, EngineError, ShutdownError
+from .._errors import ConfigError, EngineError, ShutdownError
 from ..compiler import (
     BoundaryCheck,
     ChannelMessage,
     Compilation,
+    CompileError,
     ContextRecord,
     Continuation,
     RunMeta,
@@ -42,19 +43,17 @@ from ..compiler import (
 )
 from ..engines import (
     Admission,
-    ChatMessage,
     DeltaSink,
     Engine,
     EngineReply,
     EngineRequest,
-    Usage,
     WaitSink,
     open_engine,
 )
 from ..observe import NO_TELEMETRY, OutcomeLabel, Telemetry, TurnWatch
 from ..org import EngineConfig, NamedEngine, Org, OrgSource, Surface, WorkerConfig
 from ..pricing import Pricing
-from ..protocol import EngineStatus, RunInfo, TranscriptEntry
+from ..protocol import ChatMessage, EngineStatus, RunInfo, TranscriptEntry, Usage
 from ..stores import ActiveRun, State
 from ._cache import CacheCheck, judge_cache, with_diagnosis
 from ._calls import TurnTools

@@ -31,7 +31,6 @@ import anyio
 import msgspec
 
 from .._errors import (
-    CompileError,
     EngineError,
     InvalidIdError,
     NotFoundError,
@@ -43,6 +42,7 @@ from ..compiler import (
     CONTEXT_MESSAGES,
     ChannelMessage,
     Compilation,
+    CompileError,
     RolloverTrace,
     RunMeta,
     SystemPrompt,

@@ -17,8 +17,7 @@ from collections.abc import Iterable, Sequence
 from types import MappingProxyType
 
 from ..compiler import HeldMemo, MemoryItem, Shown, ShownItems, ShownKind, held_note, shown_in
-from ..engines import ChatMessage
-from ..protocol import TranscriptEntry
+from ..protocol import ChatMessage, TranscriptEntry
 
 __all__ = ("ShownLedger",)
 

@@ -20,8 +20,8 @@ from .._errors import ConflictError, NotFoundError, RosterError, ShutdownError, 
 from ..compiler import Continuation, RunMeta, compile_run
 from ..engines import DeltaSink, WaitSink
 from ..org import Surface
-from ..protocol import RunStatus
-from ..stores import GateState, TaskState, cut_off
+from ..protocol import GateState, RunStatus, TaskState
+from ..stores import cut_off
 from ._host import Host, TurnOutcome
 
 __all__ = ("TaskRunner", "direct_run")

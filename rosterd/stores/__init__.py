@@ -4,7 +4,6 @@
 that keeps it all under one state directory.
 """
 
-from ..protocol import GateState, TaskState, TaskStatus
 from ._backends import BACKENDS, Backend, backend, open_state, read_state_runs
 from ._interface import (
     ActiveRun,
@@ -18,16 +17,12 @@ from ._interface import (
     TaskStore,
 )
 from ._records import SessionState, cut_off
-from .files import FileRuns, FileState
 
 __all__ = (
     "BACKENDS",
     "ActiveRun",
     "Backend",
     "ChannelStore",
-    "FileRuns",
-    "FileState",
-    "GateState",
     "GateStore",
     "MemoryStore",
     "PrefixStore",
@@ -35,8 +30,6 @@ __all__ = (
     "RunStore",
     "SessionState",
     "State",
-    "TaskState",
-    "TaskStatus",
     "TaskStore",
     "backend",
     "cut_off",
