@@ -13,6 +13,7 @@ from harness import DaemonProcess, InProcessDaemon
 
 from rosterd.cli import main
 from rosterd.client import RosterClient, RpcError
+from rosterd.compiler import ContextRecord
 
 
 async def status_until(
@@ -59,20 +60,18 @@ async def test_a_broken_edit_is_reported_and_the_last_good_org_stays(
     served: InProcessDaemon, org_dir: Path, breakage: Callable[[Path], None], reported: str
 ) -> None:
     async with await served.client() as client:
-        warm = (await client.call("session.open", {"worker": "ada", "channel": "general"}))[
-            "session"
-        ]
-        await client.call("session.send", {"session": warm, "text": "before the edit"})
+        warm = (await client.session_open("ada", "general")).session
+        await client.session_send(warm, "before the edit")
         breakage(org_dir)
         status = await status_until(client, lambda s: s["config_error"] is not None)
         assert reported in status["config_error"]
         # The running session keeps its frozen prompt and still works.
-        result = await client.call("session.send", {"session": warm, "text": "after the edit"})
-        assert result["turn"] == 2
+        result = await client.session_send(warm, "after the edit")
+        assert result.turn == 2
         # A new session starts from the last good org.
-        fresh = await client.call("session.open", {"worker": "grace", "channel": "general"})
-        done = await client.call("session.send", {"session": fresh["session"], "text": "hi"})
-        assert done["turn"] == 1
+        fresh = await client.session_open("grace", "general")
+        done = await client.session_send(fresh.session, "hi")
+        assert done.turn == 1
     assert "org edit rejected" in served.log()
 
 
@@ -81,13 +80,13 @@ async def test_a_fixed_edit_clears_the_error(served: InProcessDaemon, org_dir: P
     toml = org_dir / "org.toml"
     good = toml.read_text()
     async with await served.client() as client:
-        before = await client.call("daemon.status")
+        before = await client.daemon_status()
         toml.write_text(good.replace("memory = 4000", "memroy = 4000"))
         broken = await status_until(client, lambda s: s["config_error"] is not None)
         assert "memroy" in broken["config_error"]
         toml.write_text(good.replace("memory = 4000", "memory = 3000"))
         fixed = await status_until(client, lambda s: s["config_error"] is None)
-    assert fixed["config_generation"] > before["config_generation"]
+    assert fixed["config_generation"] > before.config_generation
 
 
 @pytest.mark.anyio
@@ -97,10 +96,10 @@ async def test_an_edit_saved_just_before_open_is_not_missed(
     purpose = org_dir / "channels" / "general" / "purpose.md"
     purpose.write_text("Brand new purpose.\n")
     async with await served.client() as client:
-        opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
-        context = await client.call("runs.show", {"run": opened["session"]})
-    blocks = {b["block"]: b for b in context["records"][0]["blocks"]}
-    assert blocks["purpose"]["content"] == "<purpose>\nBrand new purpose.\n</purpose>\n"
+        opened = await client.session_open("ada", "general")
+        context = await client.runs_show(opened.session)
+    blocks = {b.block: b for b in context.records[0].blocks}
+    assert blocks["purpose"].content == "<purpose>\nBrand new purpose.\n</purpose>\n"
 
 
 def bigfoot_org(root: Path) -> Path:
@@ -114,9 +113,9 @@ def bigfoot_org(root: Path) -> Path:
     return root
 
 
-def identity_of(records: list[dict[str, Any]]) -> str:
-    system = next(r for r in records if r["kind"] == "system")
-    return str(next(b["content"] for b in system["blocks"] if b["block"] == "identity"))
+def identity_of(records: list[ContextRecord]) -> str:
+    system = next(r for r in records if r.kind == "system")
+    return next(b.content for b in system.blocks if b.block == "identity")
 
 
 @pytest.mark.anyio
@@ -125,39 +124,37 @@ async def test_one_scope_over_budget_at_start_never_blocks_other_edits(tmp_path:
     process = DaemonProcess(org, tmp_path / "state").start()
     try:
         async with await process.client() as client:
-            status = await client.call("daemon.status")
-            assert status["config_error"] is None
-            over = {(p["worker"], p["channel"], p["surface"]) for p in status["over_budget"]}
+            status = await client.daemon_status()
+            assert status.config_error is None
+            over = {(p.worker, p.channel, p.surface) for p in status.over_budget}
             assert over == {
                 ("bigfoot", "ops", "session"),
                 ("bigfoot", "ops", "task"),
                 ("bigfoot", None, "direct"),
             }
-            assert {(p["block"], p["size"], p["limit"]) for p in status["over_budget"]} == {
+            assert {(p.block, p.size, p.limit) for p in status.over_budget} == {
                 ("identity", 13_000 + len("<identity>\n\n</identity>\n"), 12_000)
             }
-            first = await client.call("session.open", {"worker": "kestrel", "channel": "ops"})
-            await client.call("session.send", {"session": first["session"], "text": "hi"})
-            await client.call("session.close", {"session": first["session"]})
+            first = await client.session_open("kestrel", "ops")
+            await client.session_send(first.session, "hi")
+            await client.session_close(first.session)
 
             (org / "workers" / "kestrel" / "identity.md").write_text("You are Kestrel, v2.\n")
-            await status_until(
-                client, lambda s: s["config_generation"] > status["config_generation"]
-            )
-            second = await client.call("session.open", {"worker": "kestrel", "channel": "ops"})
-            await client.call("session.send", {"session": second["session"], "text": "hi"})
-            shown = await client.call("runs.show", {"run": second["session"]})
+            await status_until(client, lambda s: s["config_generation"] > status.config_generation)
+            second = await client.session_open("kestrel", "ops")
+            await client.session_send(second.session, "hi")
+            shown = await client.runs_show(second.session)
             with pytest.raises(RpcError) as failure:
-                await client.call("session.open", {"worker": "bigfoot", "channel": "ops"})
-            later = await client.call("daemon.status")
+                await client.session_open("bigfoot", "ops")
+            later = await client.daemon_status()
     finally:
         process.stop()
-    assert "You are Kestrel, v2." in identity_of(shown["records"])
+    assert "You are Kestrel, v2." in identity_of(shown.records)
     assert failure.value.code == 1001
     assert failure.value.data["block"] == "identity"
     assert "identity" in str(failure.value)
-    assert later["config_error"] is None
-    assert {p["worker"] for p in later["over_budget"]} == {"bigfoot"}
+    assert later.config_error is None
+    assert {p.worker for p in later.over_budget} == {"bigfoot"}
     log = process.log()
     assert "org edit rejected" not in log
     assert "scope over budget, its runs fail until fixed: bigfoot session #ops" in log
@@ -183,9 +180,9 @@ async def test_an_edit_over_budget_is_accepted_and_fails_only_its_scope(
         huge_purpose(org_dir)
         status = await status_until(client, lambda s: bool(s["over_budget"]))
         with pytest.raises(RpcError) as failure:
-            await client.call("session.open", {"worker": "ada", "channel": "general"})
-        elsewhere = await client.call("session.open", {"worker": "ada", "channel": "releases"})
-        await client.call("session.send", {"session": elsewhere["session"], "text": "fine"})
+            await client.session_open("ada", "general")
+        elsewhere = await client.session_open("ada", "releases")
+        await client.session_send(elsewhere.session, "fine")
     assert status["config_error"] is None
     assert {(p["channel"], p["block"]) for p in status["over_budget"]} == {("general", "purpose")}
     assert failure.value.code == 1001

@@ -60,19 +60,19 @@ async def test_bad_lines_get_errors_and_the_connection_keeps_working(
         assert reply["jsonrpc"] == "2.0"
         assert reply["error"]["code"] == code
         assert reply["error"]["message"]
-        status = await client.call("daemon.status")
-    assert status["sessions"] == 0
+        status = await client.daemon_status()
+    assert status.sessions == 0
 
 
 @pytest.mark.anyio
 async def test_unknown_worker_and_channel_are_named(served: InProcessDaemon) -> None:
     async with await served.client() as client:
         with pytest.raises(RpcError) as unknown_worker:
-            await client.call("session.open", {"worker": "bob", "channel": "general"})
+            await client.session_open("bob", "general")
         with pytest.raises(RpcError) as unknown_channel:
-            await client.call("session.open", {"worker": "ada", "channel": "random"})
+            await client.session_open("ada", "random")
         with pytest.raises(RpcError) as not_member:
-            await client.call("session.open", {"worker": "grace", "channel": "releases"})
+            await client.session_open("grace", "releases")
     assert unknown_worker.value.code == 1003
     assert unknown_worker.value.data == {"kind": "worker", "name": "bob"}
     assert unknown_channel.value.data == {"kind": "channel", "name": "random"}
@@ -90,8 +90,8 @@ async def test_a_line_over_1_mib_is_refused_and_the_next_line_works(
         reply = await raw(client, huge + b'"}}\n')
         assert reply["error"]["code"] == -32600
         assert "exceeds" in reply["error"]["message"]
-        status = await client.call("daemon.status")
-    assert status["pid"] > 0
+        status = await client.daemon_status()
+    assert status.pid > 0
 
 
 @pytest.mark.anyio
@@ -114,14 +114,12 @@ async def test_notifications_get_no_reply_but_take_effect(served: InProcessDaemo
 @pytest.mark.anyio
 async def test_one_bad_client_does_not_disturb_another(served: InProcessDaemon) -> None:
     async with await served.client() as good, await served.client() as bad:
-        session = (await good.call("session.open", {"worker": "ada", "channel": "general"}))[
-            "session"
-        ]
+        session = (await good.session_open("ada", "general")).session
         for junk in (b"][\n", b"\x00\x01\x02\n", b'{"jsonrpc":"2.0","id":[],"method":"x"}\n'):
             assert "error" in await raw(bad, junk)
         await bad.aclose()
-        result = await good.call("session.send", {"session": session, "text": "still fine"})
-    assert result["turn"] == 1
+        result = await good.session_send(session, "still fine")
+    assert result.turn == 1
 
 
 @pytest.mark.anyio
@@ -129,9 +127,7 @@ async def test_a_client_that_disconnects_mid_turn_does_not_lose_the_turn(
     served: InProcessDaemon,
 ) -> None:
     async with await served.client() as client:
-        session = (await client.call("session.open", {"worker": "ada", "channel": "general"}))[
-            "session"
-        ]
+        session = (await client.session_open("ada", "general")).session
     stream = await anyio.connect_unix(served.socket)
     request = {
         "jsonrpc": "2.0",
@@ -148,19 +144,19 @@ async def test_a_client_that_disconnects_mid_turn_does_not_lose_the_turn(
                 if opened["turns"] == 1:
                     break
                 await anyio.sleep(0.05)
-        result = await client.call("session.send", {"session": session, "text": "next"})
-    assert result["turn"] == 2
+        result = await client.session_send(session, "next")
+    assert result.turn == 2
 
 
 @pytest.mark.anyio
 async def test_a_hand_damaged_state_file_is_a_clear_error(served: InProcessDaemon) -> None:
     async with await served.client() as client:
-        run = (await client.call("run.direct", {"worker": "ada", "text": "hi"}))["run"]
+        run = (await client.run_direct("ada", "hi")).run
         (served.state / "runs" / run / "run.json").write_text('{"id": ')
         with pytest.raises(RpcError) as failure:
-            await client.call("runs.show", {"run": run})
-        status = await client.call("daemon.status")
+            await client.runs_show(run)
+        status = await client.daemon_status()
     assert failure.value.code == 1008
     assert failure.value.data == {"op": "decode", "errno": None}
     assert "run.json: unreadable state file" in str(failure.value)
-    assert status["pid"] > 0
+    assert status.pid > 0

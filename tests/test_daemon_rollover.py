@@ -19,6 +19,7 @@ from rosterd.cli import main
 from rosterd.client import RpcError
 from rosterd.compiler import RunMeta, compile_system
 from rosterd.org import Surface, load_org
+from rosterd.protocol import TurnResult
 
 TOO_LONG = Status(
     400,
@@ -76,30 +77,30 @@ async def test_a_session_past_session_chars_rolls_over_and_the_call_succeeds(
     )
     state = tmp_path / "state"
     process = DaemonProcess(org, state).start()
-    results: list[dict[str, Any]] = []
+    results: list[TurnResult] = []
     try:
         async with await process.client() as client:
-            opened = await client.call("session.open", {"worker": "ada", "channel": "c0"})
-            old = opened["session"]
+            opened = await client.session_open("ada", "c0")
+            old = opened.session
             (org / "workers" / "ada" / "identity.md").write_text("You are Ada, now terse.\n")
             for n in range(12):
-                result = await client.call("session.send", {"session": old, "text": f"q{n}"})
+                result = await client.session_send(old, f"q{n}")
                 results.append(result)
-                if result["rolled_from"] is not None:
+                if result.rolled_from is not None:
                     break
             # The old id keeps working: it names the session that took over.
-            after = await client.call("session.send", {"session": old, "text": "and now?"})
-            status = await client.call("daemon.status")
+            after = await client.session_send(old, "and now?")
+            status = await client.daemon_status()
     finally:
         process.stop()
 
     rolled = results[-1]
-    new = rolled["run"]
-    assert rolled["rolled_from"] == old and new != old
-    assert rolled["turn"] == 1
-    assert all(r["rolled_from"] is None and r["run"] == old for r in results[:-1])
-    assert (after["run"], after["turn"], after["rolled_from"]) == (new, 2, None)
-    assert status["sessions"] == 1
+    new = rolled.run
+    assert rolled.rolled_from == old and new != old
+    assert rolled.turn == 1
+    assert all(r.rolled_from is None and r.run == old for r in results[:-1])
+    assert (after.run, after.turn, after.rolled_from) == (new, 2, None)
+    assert status.sessions == 1
 
     bodies = simulator.bodies()
     assert len(bodies) == len(results) + 1
@@ -111,7 +112,7 @@ async def test_a_session_past_session_chars_rolls_over_and_the_call_succeeds(
     assert new_message["block"] == "message" and new_message["text"] == f"q{len(results) - 1}"
     would_be = (
         request_chars(old_bodies[-1])
-        + len(results[-2]["text"])
+        + len(results[-2].text)
         + len(msgspec.json.encode(new_message)) + 1
     )  # fmt: skip
     assert would_be > limit
@@ -124,7 +125,7 @@ async def test_a_session_past_session_chars_rolls_over_and_the_call_succeeds(
     history = [e for e in lines(user["content"]) if e["block"] == "history"]
     assert [(e["from"], e["text"]) for e in history] == [
         ("operator", f"q{len(results) - 2}"),
-        ("ada", results[-2]["text"]),
+        ("ada", results[-2].text),
     ]
 
     old_info, new_info = run_info(state, old), run_info(state, new)
@@ -160,25 +161,25 @@ async def test_a_provider_length_refusal_rolls_over_exactly_once_per_turn(
     process = DaemonProcess(org, state).start()
     try:
         async with await process.client() as client:
-            opened = await client.call("session.open", {"worker": "ada", "channel": "c0"})
-            first = opened["session"]
-            await client.call("session.send", {"session": first, "text": "one"})
+            opened = await client.session_open("ada", "c0")
+            first = opened.session
+            await client.session_send(first, "one")
             simulator.script(TOO_LONG)
-            rolled = await client.call("session.send", {"session": first, "text": "two"})
-            second = rolled["run"]
+            rolled = await client.session_send(first, "two")
+            second = rolled.run
             sent_before = len(simulator.requests)
-            after = await client.call("session.send", {"session": second, "text": "three"})
+            after = await client.session_send(second, "three")
             # Refused again, and the fresh session refused too: one rollover,
             # then a clear error; the daemon does not loop.
             simulator.script(TOO_LONG, TOO_LONG)
             with pytest.raises(RpcError) as failure:
-                await client.call("session.send", {"session": second, "text": "four"})
+                await client.session_send(second, "four")
             refused = len(simulator.requests)
     finally:
         process.stop()
 
-    assert rolled["rolled_from"] == first and second != first and rolled["turn"] == 1
-    assert after["run"] == second and after["turn"] == 2
+    assert rolled.rolled_from == first and second != first and rolled.turn == 1
+    assert after.run == second and after.turn == 2
     bodies = simulator.bodies()
     assert sent_before == 3 and refused == sent_before + 1 + 2
     assert failure.value.code == 1002
@@ -211,28 +212,26 @@ async def test_turns_queued_behind_a_rollover_are_answered_by_the_new_session(
     limit = system_chars(org) + 700
     toml.write_text(toml.read_text() + f"\n[context]\nsession_chars = {limit}\n")
     process = DaemonProcess(org, tmp_path / "state").start()
-    results: dict[int, dict[str, Any]] = {}
+    results: dict[int, TurnResult] = {}
     try:
         async with await process.client() as opener:
-            old = (await opener.call("session.open", {"worker": "ada", "channel": "c0"}))["session"]
+            old = (await opener.session_open("ada", "c0")).session
 
             async def frontend(n: int) -> None:
                 async with await process.client() as client:
-                    results[n] = await client.call(
-                        "session.send", {"session": old, "text": f"from frontend {n}"}
-                    )
+                    results[n] = await client.session_send(old, f"from frontend {n}")
 
             async with anyio.create_task_group() as tg:
                 for n in range(8):
                     tg.start_soon(frontend, n)
     finally:
         process.stop()
-    rolled = [r for r in results.values() if r["rolled_from"] is not None]
-    assert len(rolled) >= 1 and all(r["rolled_from"] != r["run"] for r in rolled)
+    rolled = [r for r in results.values() if r.rolled_from is not None]
+    assert len(rolled) >= 1 and all(r.rolled_from != r.run for r in rolled)
     # Each session numbers its turns 1, 2, ... with none lost or repeated.
     by_run: dict[str, list[int]] = {}
     for result in results.values():
-        by_run.setdefault(result["run"], []).append(result["turn"])
+        by_run.setdefault(result.run, []).append(result.turn)
     assert old in by_run and len(by_run) == len(rolled) + 1
     for turns in by_run.values():
         assert sorted(turns) == list(range(1, len(turns) + 1))

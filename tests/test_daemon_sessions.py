@@ -12,6 +12,7 @@ import pytest
 from harness import DaemonProcess, InProcessDaemon, ManualClock, daemon_in_process
 
 from rosterd.client import RosterClient, RpcError
+from rosterd.protocol import Delta, Wait
 
 
 def context_records(state: Path, run: str) -> list[dict[str, Any]]:
@@ -27,8 +28,7 @@ def input_lines(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 async def open_session(client: RosterClient, worker: str = "ada", channel: str = "general") -> str:
-    opened = await client.call("session.open", {"worker": worker, "channel": channel})
-    return str(opened["session"])
+    return (await client.session_open(worker, channel)).session
 
 
 @pytest.mark.anyio
@@ -36,15 +36,20 @@ async def test_turns_stream_deltas_and_are_traced_before_the_reply(served: InPro
     async with await served.client() as client:
         session = await open_session(client)
         deltas: list[str] = []
+        waits: list[Wait] = []
 
-        async def on_note(method: str, params: Any) -> None:
-            assert method == "turn.delta"
-            assert params["run"] == session
-            deltas.append(params["text"])
+        async def on_delta(delta: Delta) -> None:
+            assert delta.run == session
+            deltas.append(delta.text)
 
-        result = await client.call("session.send", {"session": session, "text": "hi ada"}, on_note)
-    assert "".join(deltas) == result["text"]
-    assert "You said: hi ada" in result["text"]
+        async def on_wait(wait: Wait) -> None:
+            waits.append(wait)
+
+        result = await client.session_send(session, "hi ada", on_delta=on_delta, on_wait=on_wait)
+    # Deltas are the only notifications the turn sends.
+    assert waits == []
+    assert "".join(deltas) == result.text
+    assert "You said: hi ada" in result.text
     records = context_records(served.state, session)
     assert [r["kind"] for r in records] == ["system", "turn"]
     assert records[1]["status"] == "ok"
@@ -57,9 +62,9 @@ async def test_two_frontends_share_one_session(served: InProcessDaemon) -> None:
         one = await open_session(first)
         two = await open_session(second)
         assert one == two
-        await first.call("session.send", {"session": one, "text": "from the first"})
-        result = await second.call("session.send", {"session": one, "text": "from the second"})
-    assert result["turn"] == 2
+        await first.session_send(one, "from the first")
+        result = await second.session_send(one, "from the second")
+    assert result.turn == 2
 
 
 @pytest.mark.anyio
@@ -67,11 +72,9 @@ async def test_memory_added_after_turn_3_appears_in_turn_4_only(served: InProces
     async with await served.client() as client:
         session = await open_session(client)
         for n in range(1, 4):
-            await client.call("session.send", {"session": session, "text": f"turn {n}"})
-        await client.call(
-            "memory.add", {"worker": "ada", "text": "the deploy key rotates on Fridays"}
-        )
-        await client.call("session.send", {"session": session, "text": "turn 4"})
+            await client.session_send(session, f"turn {n}")
+        await client.memory_add("ada", "the deploy key rotates on Fridays")
+        await client.session_send(session, "turn 4")
     turns = [r for r in context_records(served.state, session) if r["kind"] == "turn"]
     memory = [[line for line in input_lines(r) if line["block"] == "memory"] for r in turns]
     assert memory[:3] == [[], [], []]
@@ -84,25 +87,23 @@ async def test_gates_filed_or_resolved_between_turns_are_in_the_next_briefing(
 ) -> None:
     async with await served.client() as client:
         session = await open_session(client)
-        await client.call("session.send", {"session": session, "text": "before"})
-        gate = await client.call(
-            "gate.file", {"worker": "ada", "channel": "general", "summary": "ship 1.4 today?"}
-        )
-        await client.call("session.send", {"session": session, "text": "after filing"})
-        await client.call("gate.resolve", {"gate": gate["id"], "outcome": "approved"})
-        await client.call("session.send", {"session": session, "text": "after resolving"})
-        await client.call("session.send", {"session": session, "text": "and later"})
+        await client.session_send(session, "before")
+        gate = await client.gate_file("ada", "ship 1.4 today?", channel="general")
+        await client.session_send(session, "after filing")
+        await client.gate_resolve(gate.id, "approved")
+        await client.session_send(session, "after resolving")
+        await client.session_send(session, "and later")
     turns = [r for r in context_records(served.state, session) if r["kind"] == "turn"]
     briefings = [[x for x in input_lines(r) if x["block"] == "briefing"] for r in turns]
     assert briefings[0] == []
     assert briefings[1] == [
-        {"block": "briefing", "kind": "gate", "gate": gate["id"], "summary": "ship 1.4 today?"}
+        {"block": "briefing", "kind": "gate", "gate": gate.id, "summary": "ship 1.4 today?"}
     ]
     assert briefings[2] == [
         {
             "block": "briefing",
             "kind": "resolved",
-            "gate": gate["id"],
+            "gate": gate.id,
             "summary": "ship 1.4 today?",
             "outcome": "approved",
             "note": "",
@@ -118,14 +119,14 @@ async def test_identity_edit_applies_to_the_next_session_only(
     identity = org_dir / "workers" / "ada" / "identity.md"
     async with await served.client() as client:
         session = await open_session(client)
-        await client.call("session.send", {"session": session, "text": "one"})
+        await client.session_send(session, "one")
         identity.write_text(identity.read_text() + "\nNew rule: answer in haiku.\n")
         again = await open_session(client)
         assert again == session
-        await client.call("session.send", {"session": session, "text": "two"})
+        await client.session_send(session, "two")
         records = context_records(served.state, session)
         assert {r["system_sha256"] for r in records} == {records[0]["system_sha256"]}
-        await client.call("session.close", {"session": session})
+        await client.session_close(session)
         fresh = await open_session(client)
         assert fresh != session
     system = context_records(served.state, fresh)[0]
@@ -163,13 +164,13 @@ async def test_oversized_identity_fails_open_with_1001_and_a_failed_trace(
 async def test_oversized_message_fails_the_turn_and_loses_nothing(served: InProcessDaemon) -> None:
     async with await served.client() as client:
         session = await open_session(client)
-        await client.call("session.send", {"session": session, "text": "fine"})
+        await client.session_send(session, "fine")
         with pytest.raises(RpcError) as failure:
-            await client.call("session.send", {"session": session, "text": "x" * 24001})
+            await client.session_send(session, "x" * 24001)
         assert failure.value.code == 1001
         assert failure.value.data["block"] == "message"
-        result = await client.call("session.send", {"session": session, "text": "still here"})
-    assert result["turn"] == 3
+        result = await client.session_send(session, "still here")
+    assert result.turn == 3
     records = context_records(served.state, session)
     kinds = [(r["kind"], r["turn"], r["status"]) for r in records]
     assert kinds == [
@@ -188,20 +189,20 @@ async def test_restart_resumes_the_same_session_with_the_same_bytes(
     process = DaemonProcess(org_dir, state).start()
     async with await process.client() as client:
         session = await open_session(client)
-        await client.call("session.send", {"session": session, "text": "remember me"})
+        await client.session_send(session, "remember me")
     system_before = (state / "runs" / session / "system.json").read_bytes()
     assert process.stop() == 0
     process = DaemonProcess(org_dir, state).start()
     try:
         async with await process.client() as client:
-            opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
-            assert opened["session"] == session
-            assert opened["turns"] == 1
-            result = await client.call("session.send", {"session": session, "text": "again"})
+            opened = await client.session_open("ada", "general")
+            assert opened.session == session
+            assert opened.turns == 1
+            result = await client.session_send(session, "again")
     finally:
         process.stop()
-    assert result["turn"] == 2
-    assert "transcript 3 messages" in result["text"]
+    assert result.turn == 2
+    assert "transcript 3 messages" in result.text
     assert (state / "runs" / session / "system.json").read_bytes() == system_before
 
 
@@ -214,15 +215,15 @@ async def test_idle_sessions_expire_at_their_limit_exactly(org_dir: Path, tmp_pa
         await daemon.client() as client,
     ):
         session = await open_session(client)
-        await client.call("session.send", {"session": session, "text": "hello"})
+        await client.session_send(session, "hello")
         clock.advance(899.9)
-        kept = await client.call("session.send", {"session": session, "text": "in time"})
+        kept = await client.session_send(session, "in time")
         clock.advance(900)
         with pytest.raises(RpcError) as failure:
-            await client.call("session.send", {"session": session, "text": "too late"})
+            await client.session_send(session, "too late")
         assert failure.value.code == 1004
         fresh = await open_session(client)
-    assert kept["turn"] == 2
+    assert kept.turn == 2
     assert fresh != session
     info = msgspec.json.decode((state / "runs" / session / "run.json").read_bytes())
     assert info["status"] == "expired"
@@ -238,7 +239,7 @@ async def test_the_reaper_expires_sessions_no_one_touches(org_dir: Path, tmp_pat
         await daemon.client() as client,
     ):
         session = await open_session(client)
-        await client.call("session.send", {"session": session, "text": "hello"})
+        await client.session_send(session, "hello")
         clock.advance(0.4)
         # The reaper wakes every idle/4 s of real time; only the clock says who is idle.
         with anyio.fail_after(10):
@@ -258,12 +259,12 @@ async def test_an_idle_session_is_not_reopened_but_replaced(org_dir: Path, tmp_p
         await daemon.client() as client,
     ):
         session = await open_session(client)
-        await client.call("session.send", {"session": session, "text": "hello"})
+        await client.session_send(session, "hello")
         clock.advance(900)
         fresh = await open_session(client)
-        result = await client.call("session.send", {"session": fresh, "text": "again"})
+        result = await client.session_send(fresh, "again")
     assert fresh != session
-    assert result["turn"] == 1
+    assert result.turn == 1
 
 
 @pytest.mark.anyio
@@ -274,18 +275,18 @@ async def test_a_failed_last_turn_keeps_its_number_across_a_restart(
     process = DaemonProcess(org_dir, state).start()
     async with await process.client() as client:
         session = await open_session(client)
-        await client.call("session.send", {"session": session, "text": "fine"})
+        await client.session_send(session, "fine")
         with pytest.raises(RpcError):
-            await client.call("session.send", {"session": session, "text": "x" * 24001})
+            await client.session_send(session, "x" * 24001)
     assert process.stop() == 0
     process = DaemonProcess(org_dir, state).start()
     try:
         async with await process.client() as client:
             await open_session(client)
-            result = await client.call("session.send", {"session": session, "text": "again"})
+            result = await client.session_send(session, "again")
     finally:
         process.stop()
-    assert result["turn"] == 3
+    assert result.turn == 3
     turns = [r["turn"] for r in context_records(state, session) if r["kind"] == "turn"]
     assert turns == [1, 2, 3]
 
@@ -302,7 +303,7 @@ async def test_a_session_that_expired_while_the_daemon_was_down_is_not_resumed(
         await daemon.client() as client,
     ):
         session = await open_session(client)
-        await client.call("session.send", {"session": session, "text": "hello"})
+        await client.session_send(session, "hello")
     clock.advance(900)
     async with (
         daemon_in_process(org_dir, state, clock=clock) as daemon,

@@ -69,19 +69,17 @@ def block(record: dict[str, Any], name: str) -> dict[str, Any]:
 async def seed(client: RosterClient, notes: int, gates: int) -> list[str]:
     for n in range(notes):
         text = filler(f"pager note {n}", 200).replace("\n", " ").strip()
-        await client.call("memory.add", {"worker": "w0", "text": text})
+        await client.memory_add("w0", text)
     ids = []
     for n in range(gates):
-        gate = await client.call(
-            "gate.file", {"worker": "w0", "channel": "c0", "summary": f"approve pager change {n}?"}
-        )
-        ids.append(str(gate["id"]))
+        gate = await client.gate_file("w0", f"approve pager change {n}?", channel="c0")
+        ids.append(gate.id)
     return ids
 
 
 async def send(client: RosterClient, session: str, turns: int) -> None:
     for _ in range(turns):
-        await client.call("session.send", {"session": session, "text": QUESTION})
+        await client.session_send(session, QUESTION)
 
 
 async def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -99,8 +97,8 @@ async def test_thirty_turns_send_each_note_and_gate_once(
     try:
         async with await process.client() as client:
             gates = await seed(client, notes=20, gates=3)
-            opened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
-            session = str(opened["session"])
+            opened = await client.session_open("w0", "c0")
+            session = opened.session
             await send(client, session, 30)
     finally:
         process.stop()
@@ -148,12 +146,12 @@ async def test_a_note_or_a_resolution_between_turns_is_in_the_next_turn(
     try:
         async with await process.client() as client:
             gates = await seed(client, notes=5, gates=2)
-            opened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
-            session = str(opened["session"])
+            opened = await client.session_open("w0", "c0")
+            session = opened.session
             await send(client, session, 10)
-            note = await client.call("memory.add", {"worker": "w0", "text": "pager moved to v2"})
+            note = await client.memory_add("w0", "pager moved to v2")
             await send(client, session, 1)
-            await client.call("gate.resolve", {"gate": gates[1], "outcome": "approved"})
+            await client.gate_resolve(gates[1], "approved")
             await send(client, session, 2)
     finally:
         process.stop()
@@ -162,7 +160,7 @@ async def test_a_note_or_a_resolution_between_turns_is_in_the_next_turn(
     first = sorted(m["id"] for m in envelopes(inputs[0], "memory"))
     assert first == [f"m-{n}" for n in range(1, 6)]
     assert envelopes(inputs[10], "memory") == [
-        {"block": "memory", "id": note["id"], "text": "pager moved to v2"}
+        {"block": "memory", "id": note.id, "text": "pager moved to v2"}
     ]
     assert envelopes(inputs[10], "briefing") == []
     assert envelopes(inputs[11], "briefing") == [
@@ -179,7 +177,7 @@ async def test_a_note_or_a_resolution_between_turns_is_in_the_next_turn(
     records = turn_records(process.state, session)
     assert [(s["id"], s["since"]) for s in block(records[12], "memory")["already_shown"]] == [
         *((f"m-{n}", 1) for n in range(1, 6)),
-        (note["id"], 11),
+        (note.id, 11),
     ]
     assert block(records[12], "briefing")["already_shown"] == [{"id": gates[0], "since": 1}]
 
@@ -193,10 +191,10 @@ async def test_what_was_shown_survives_a_restart_and_a_failed_engine_call(
     process = DaemonProcess(tmp_path / "org", state).start()
     async with await process.client() as client:
         gates = await seed(client, notes=3, gates=1)
-        opened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
-        session = str(opened["session"])
+        opened = await client.session_open("w0", "c0")
+        session = opened.session
         await send(client, session, 1)
-        await client.call("memory.add", {"worker": "w0", "text": "pager is flaky on Mondays"})
+        await client.memory_add("w0", "pager is flaky on Mondays")
         simulator.script(Status(400, "bad request"))
         with pytest.raises(RpcError):
             await send(client, session, 1)
@@ -204,10 +202,10 @@ async def test_what_was_shown_survives_a_restart_and_a_failed_engine_call(
     process = DaemonProcess(tmp_path / "org", state).start()
     try:
         async with await process.client() as client:
-            reopened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
-            assert reopened["session"] == session
+            reopened = await client.session_open("w0", "c0")
+            assert reopened.session == session
             await send(client, session, 1)
-            await client.call("gate.resolve", {"gate": gates[0], "outcome": "no"})
+            await client.gate_resolve(gates[0], "no")
             await send(client, session, 1)
     finally:
         process.stop()
@@ -235,14 +233,14 @@ async def test_a_new_session_and_a_direct_run_show_everything_again(
     served: InProcessDaemon,
 ) -> None:
     async with await served.client() as client:
-        await client.call("memory.add", {"worker": "ada", "text": "deploys freeze on Fridays"})
-        first = await client.call("session.open", {"worker": "ada", "channel": "general"})
-        await client.call("session.send", {"session": first["session"], "text": "one"})
-        await client.call("session.send", {"session": first["session"], "text": "two"})
-        direct = await client.call("run.direct", {"worker": "ada", "text": "status?"})
-        await client.call("session.close", {"session": first["session"]})
-        second = await client.call("session.open", {"worker": "ada", "channel": "general"})
-        await client.call("session.send", {"session": second["session"], "text": "three"})
+        await client.memory_add("ada", "deploys freeze on Fridays")
+        first = await client.session_open("ada", "general")
+        await client.session_send(first.session, "one")
+        await client.session_send(first.session, "two")
+        direct = await client.run_direct("ada", "status?")
+        await client.session_close(first.session)
+        second = await client.session_open("ada", "general")
+        await client.session_send(second.session, "three")
 
     def memory_of(run: str) -> list[list[str]]:
         path = served.state / "runs" / run / "context.jsonl"
@@ -254,6 +252,6 @@ async def test_a_new_session_and_a_direct_run_show_everything_again(
         ]
 
     note = ["deploys freeze on Fridays"]
-    assert memory_of(first["session"]) == [note, []]
-    assert memory_of(direct["run"]) == [note]
-    assert memory_of(second["session"]) == [note]
+    assert memory_of(first.session) == [note, []]
+    assert memory_of(direct.run) == [note]
+    assert memory_of(second.session) == [note]

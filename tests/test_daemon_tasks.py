@@ -11,6 +11,7 @@ import pytest
 from harness import DaemonProcess, InProcessDaemon
 
 from rosterd.client import RosterClient, RpcError
+from rosterd.protocol import Delta
 
 
 async def wait_task(client: RosterClient, task: str, *statuses: str) -> dict[str, Any]:
@@ -36,11 +37,9 @@ def run_lines(state: Path, run: str) -> list[dict[str, Any]]:
 @pytest.mark.anyio
 async def test_a_task_runs_to_done_with_a_reply(served: InProcessDaemon) -> None:
     async with await served.client() as client:
-        task = await client.call(
-            "task.submit", {"worker": "ada", "channel": "releases", "text": "draft notes"}
-        )
-        assert task["status"] == "queued"
-        done = await wait_task(client, task["id"], "done")
+        task = await client.task_submit("ada", "releases", "draft notes")
+        assert task.status == "queued"
+        done = await wait_task(client, task.id, "done")
     assert "You said: draft notes" in done["reply"]
     (run,) = done["runs"]
     lines = run_lines(served.state, run)
@@ -51,10 +50,8 @@ async def test_a_task_runs_to_done_with_a_reply(served: InProcessDaemon) -> None
 @pytest.mark.anyio
 async def test_text_cannot_choose_the_channel(served: InProcessDaemon) -> None:
     async with await served.client() as client:
-        task = await client.call(
-            "task.submit", {"worker": "ada", "channel": "releases", "text": "use channel general"}
-        )
-        done = await wait_task(client, task["id"], "done")
+        task = await client.task_submit("ada", "releases", "use channel general")
+        done = await wait_task(client, task.id, "done")
     record = msgspec.json.decode(
         (served.state / "runs" / done["runs"][0] / "context.jsonl").read_bytes()
     )
@@ -68,30 +65,20 @@ async def test_resolving_a_gate_of_a_paused_task_queues_a_continuation(
     served: InProcessDaemon,
 ) -> None:
     async with await served.client() as client:
-        task = await client.call(
-            "task.submit", {"worker": "ada", "channel": "releases", "text": "tag 1.4"}
-        )
-        done = await wait_task(client, task["id"], "done")
+        task = await client.task_submit("ada", "releases", "tag 1.4")
+        done = await wait_task(client, task.id, "done")
         first_run = done["runs"][0]
-        gate = await client.call(
-            "gate.file",
-            {
-                "worker": "ada",
-                "channel": "releases",
-                "run": first_run,
-                "summary": "sign-off for 1.4?",
-            },
-        )
-        paused = await client.call("task.get", {"task": task["id"]})
-        assert paused["status"] == "paused"
-        await client.call("gate.resolve", {"gate": gate["id"], "outcome": "approved", "note": "go"})
-        finished = await wait_task(client, task["id"], "done")
+        gate = await client.gate_file("ada", "sign-off for 1.4?", channel="releases", run=first_run)
+        paused = await client.task_get(task.id)
+        assert paused.status == "paused"
+        await client.gate_resolve(gate.id, "approved", note="go")
+        finished = await wait_task(client, task.id, "done")
     assert len(finished["runs"]) == 2
     briefing = [x for x in run_lines(served.state, finished["runs"][1]) if x["block"] == "briefing"]
     assert briefing[0] == {
         "block": "briefing",
         "kind": "continuation",
-        "gate": gate["id"],
+        "gate": gate.id,
         "summary": "sign-off for 1.4?",
         "outcome": "approved",
         "note": "go",
@@ -103,13 +90,13 @@ async def test_direct_runs_have_no_channel(served: InProcessDaemon) -> None:
     async with await served.client() as client:
         deltas: list[str] = []
 
-        async def on_note(method: str, params: Any) -> None:
-            deltas.append(params["text"])
+        async def on_delta(delta: Delta) -> None:
+            deltas.append(delta.text)
 
-        result = await client.call("run.direct", {"worker": "grace", "text": "status?"}, on_note)
-    assert "".join(deltas) == result["text"]
+        result = await client.run_direct("grace", "status?", on_delta=on_delta)
+    assert "".join(deltas) == result.text
     record = msgspec.json.decode(
-        (served.state / "runs" / result["run"] / "context.jsonl").read_bytes()
+        (served.state / "runs" / result.run / "context.jsonl").read_bytes()
     )
     assert record["surface"] == "direct"
     assert record["channel"] is None
@@ -120,13 +107,13 @@ async def test_direct_runs_have_no_channel(served: InProcessDaemon) -> None:
 async def test_gate_and_memory_refuse_unknown_scopes(served: InProcessDaemon) -> None:
     async with await served.client() as client:
         with pytest.raises(RpcError) as gate:
-            await client.call("gate.file", {"worker": "ada", "channel": "nope", "summary": "?"})
+            await client.gate_file("ada", "?", channel="nope")
         with pytest.raises(RpcError) as resolve:
-            await client.call("gate.resolve", {"gate": "g-99", "outcome": "no"})
+            await client.gate_resolve("g-99", "no")
         with pytest.raises(RpcError) as memory:
-            await client.call("memory.add", {"worker": "zed", "text": "x"})
+            await client.memory_add("zed", "x")
         with pytest.raises(RpcError) as task:
-            await client.call("task.get", {"task": "task-42"})
+            await client.task_get("task-42")
     assert gate.value.data == {"kind": "channel", "name": "nope"}
     assert resolve.value.data == {"kind": "gate", "name": "g-99"}
     assert memory.value.data == {"kind": "worker", "name": "zed"}
@@ -150,9 +137,9 @@ async def test_queued_tasks_survive_a_restart(org_dir: Path, tmp_path: Path) -> 
     try:
         async with await process.client() as client:
             done = await wait_task(client, "task-1", "done")
-            listed = await client.call("task.list")
+            listed = await client.task_list()
     finally:
         process.stop()
     assert "You said: left over" in done["reply"]
-    assert [t["id"] for t in listed] == ["task-1"]
+    assert [t.id for t in listed] == ["task-1"]
     assert "dropped a torn last line" in process.log()

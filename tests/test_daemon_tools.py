@@ -23,6 +23,7 @@ from simulator import Calls, Reply, Simulator, prompt_bytes, tool_messages, writ
 
 from rosterd.cli import main
 from rosterd.client import RosterClient
+from rosterd.protocol import Delta, TurnResult
 
 pytestmark = pytest.mark.anyio
 
@@ -94,14 +95,13 @@ def records(state: Path, run: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines]
 
 
-async def say(client: RosterClient, session: str, text: str) -> tuple[dict[str, Any], str]:
+async def say(client: RosterClient, session: str, text: str) -> tuple[TurnResult, str]:
     deltas: list[str] = []
 
-    async def on_note(method: str, params: Any) -> None:
-        if method == "turn.delta":
-            deltas.append(params["text"])
+    async def on_delta(delta: Delta) -> None:
+        deltas.append(delta.text)
 
-    result = await client.call("session.send", {"session": session, "text": text}, on_note)
+    result = await client.session_send(session, text, on_delta=on_delta)
     return result, "".join(deltas)
 
 
@@ -124,14 +124,14 @@ async def test_a_three_step_turn_is_traced_and_extends_each_request(
         )
         monkeypatch.setenv("GITHUB_TOKEN", "ghp_never_leaves_the_host")
         async with daemon(org, state) as process, await process.client() as client:
-            opened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
-            session = opened["session"]
+            opened = await client.session_open("w0", "c0")
+            session = opened.session
             result, streamed = await say(client, session, "triage the issues")
-            page = await client.call("runs.context", {"run": session, "all": True})
+            page = await client.runs_context(session, all=True)
 
-    assert result["text"] == "All done: one issue opened."
-    assert result["steps"] == 3
-    assert "Checking the issues." in streamed and streamed.endswith(result["text"])
+    assert result.text == "All done: one issue opened."
+    assert result.steps == 3
+    assert "Checking the issues." in streamed and streamed.endswith(result.text)
     # The gateway saw exactly the two calls that passed validation, with host facts.
     assert [(c["method"], c["path"]) for c in gw.calls] == [
         ("GET", "/repos/o/r/issues"),
@@ -179,12 +179,12 @@ async def test_a_three_step_turn_is_traced_and_extends_each_request(
     assert gw.traced == [2, 3]
     assert trace[0]["tools"]["items"] == 4
     # runs.context has each step as a request of its own, as it was sent.
-    requests = page["turns"]
-    assert [(r["turn"], r["step"]) for r in requests] == [(1, 1), (1, 2), (1, 3)]
+    requests = page.turns
+    assert [(r.turn, r.step) for r in requests] == [(1, 1), (1, 2), (1, 3)]
     for request, recorded in zip(requests, sim.requests, strict=True):
-        answered = [m["call"] for m in request["messages"] if m["role"] == "tool"]
+        answered = [m.call for m in request.messages if m.role == "tool"]
         assert answered == [m["call"] for m in tool_messages(recorded.body)]
-        tools = [json.loads(line)["name"] for line in request["tools"].splitlines()]
+        tools = [json.loads(line)["name"] for line in request.tools.splitlines()]
         assert tools == ["github", "file_gate", "remember", "forget"]
     # rosterd holds no credential: the env var is named, its value never sent.
     assert all(b"ghp_never" not in r.body for r in sim.requests)
@@ -212,7 +212,7 @@ async def test_a_three_step_turn_is_traced_and_extends_each_request(
         printed
     )
     assert printed.count("=== end of turn 1 step 3 ===") == 1
-    assert [m["role"] for m in requests[2]["messages"]] == [
+    assert [m.role for m in requests[2].messages] == [
         "user", "assistant", "tool", "assistant", "tool", "tool", "tool", "tool",
     ]  # fmt: skip
 
@@ -224,8 +224,8 @@ async def test_without_a_gateway_every_call_gets_the_refusal(tmp_path: Path, api
         org = make_org(tmp_path / "org", sim, api, "max_steps = 4")
         sim.script(Calls((("github", GET),)), Reply("I could not reach GitHub."))
         async with daemon(org, state) as process, await process.client() as client:
-            result = await client.call("run.direct", {"worker": "w0", "text": "look"})
-    assert result["text"] == "I could not reach GitHub."
+            result = await client.run_direct("w0", "look")
+    assert result.text == "I could not reach GitHub."
     (envelope,) = tool_messages(sim.requests[1].body)
     assert envelope["status"] == "refused"
     assert envelope["text"] == "no gateway: enforcement is external"
@@ -251,8 +251,8 @@ async def test_what_the_gateway_answers_is_the_result(
         org = make_org(tmp_path / "org", sim, "openai", f'socket = "{gw.path}"')
         sim.script(Calls((("github", GET),)), Reply("Noted."))
         async with daemon(org, state) as process, await process.client() as client:
-            result = await client.call("run.direct", {"worker": "w0", "text": "look"})
-    assert result["text"] == "Noted."
+            result = await client.run_direct("w0", "look")
+    assert result.text == "Noted."
     (envelope,) = tool_messages(sim.requests[1].body)
     assert says in envelope["text"]
     assert envelope["status"] == ("refused" if "Fridays" in says else "error")
@@ -265,8 +265,8 @@ async def test_an_unreachable_gateway_gives_an_error_result(tmp_path: Path) -> N
         org = make_org(tmp_path / "org", sim, "anthropic", f'socket = "{missing}"')
         sim.script(Calls((("github", GET),)), Reply("Unreachable."))
         async with daemon(org, state) as process, await process.client() as client:
-            result = await client.call("run.direct", {"worker": "w0", "text": "look"})
-    assert result["text"] == "Unreachable."
+            result = await client.run_direct("w0", "look")
+    assert result.text == "Unreachable."
     (envelope,) = tool_messages(sim.requests[1].body)
     assert envelope["status"] == "error" and "unreachable" in envelope["text"]
 
@@ -280,8 +280,8 @@ async def test_a_gateway_that_does_not_answer_gives_a_timeout_result(tmp_path: P
         org = make_org(tmp_path / "org", sim, "openai", f'socket = "{gw.path}"\ntimeout_s = 0.3')
         sim.script(Calls((("github", GET),)), Reply("The gateway is slow."))
         async with daemon(org, state) as process, await process.client() as client:
-            result = await client.call("run.direct", {"worker": "w0", "text": "look"})
-    assert result["text"] == "The gateway is slow."
+            result = await client.run_direct("w0", "look")
+    assert result.text == "The gateway is slow."
     (envelope,) = tool_messages(sim.requests[1].body)
     assert envelope["status"] == "timeout"
     assert len(gw.calls) == 1
@@ -302,13 +302,13 @@ async def test_a_forged_envelope_in_a_result_stays_inside_one_envelope(tmp_path:
         org = make_org(tmp_path / "org", sim, "anthropic", f'socket = "{gw.path}"')
         sim.script(Calls((("github", GET),)), Reply("That page was hostile."))
         async with daemon(org, state) as process, await process.client() as client:
-            result = await client.call("run.direct", {"worker": "w0", "text": "look"})
+            result = await client.run_direct("w0", "look")
     (envelope,) = tool_messages(sim.requests[1].body)
     assert set(envelope) == {"block", "call", "connection", "status", "text", "cut"}
     assert envelope["text"].startswith(forged)
     # Over the [context] tool_result budget (4000 by default): cut, and counted.
     assert len(envelope["text"]) + envelope["cut"] == len(forged + long_tail)
-    (step,) = [r for r in records(state, result["run"]) if r["kind"] == "step"]
+    (step,) = [r for r in records(state, result.run) if r["kind"] == "step"]
     assert step["blocks"][0]["status"] == "shrunk"
     assert step["blocks"][0]["rendered_chars"] <= 4000
 
@@ -325,26 +325,24 @@ async def test_a_task_that_files_a_gate_pauses_and_continues_with_the_outcome(
             Reply("Deploying as approved."),
         )
         async with daemon(org, state) as process, await process.client() as client:
-            task = await client.call(
-                "task.submit", {"worker": "w0", "channel": "c0", "text": "deploy the release"}
-            )
-            paused = await wait_task(client, task["id"], "paused")
-            gates = await client.call("gate.list", {"worker": "w0"})
+            task = await client.task_submit("w0", "c0", "deploy the release")
+            paused = await wait_task(client, task.id, "paused")
+            gates = await client.gate_list("w0")
             (gate,) = gates
-            assert gate["summary"] == "May I deploy on Friday?"
-            assert gate["run"] == paused["runs"][0] and gate["channel"] == "c0"
-            await client.call("gate.resolve", {"gate": gate["id"], "outcome": "approved"})
-            done = await wait_task(client, task["id"], "done")
+            assert gate.summary == "May I deploy on Friday?"
+            assert gate.run == paused["runs"][0] and gate.channel == "c0"
+            await client.gate_resolve(gate.id, "approved")
+            done = await wait_task(client, task.id, "done")
     assert paused["reply"] == "Waiting for a decision on the deploy."
     assert done["reply"] == "Deploying as approved."
     (envelope,) = tool_messages(sim.requests[1].body)
-    assert envelope["status"] == "ok" and gate["id"] in envelope["text"]
+    assert envelope["status"] == "ok" and gate.id in envelope["text"]
     continuation = json.loads(sim.requests[2].body)["messages"][-1]["content"]
     first = json.loads(continuation.splitlines()[0])
     assert first == {
         "block": "briefing",
         "kind": "continuation",
-        "gate": gate["id"],
+        "gate": gate.id,
         "summary": "May I deploy on Friday?",
         "outcome": "approved",
         "note": "",
@@ -359,9 +357,9 @@ async def test_a_gate_filed_in_a_session_shows_in_the_next_briefing(tmp_path: Pa
             Calls((("file_gate", '{"summary":"Which branch?"}'),)), Reply("I asked."), Reply("Ok.")
         )
         async with daemon(org, state) as process, await process.client() as client:
-            opened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
-            await say(client, opened["session"], "merge it")
-            await say(client, opened["session"], "any news?")
+            opened = await client.session_open("w0", "c0")
+            await say(client, opened.session, "merge it")
+            await say(client, opened.session, "any news?")
     last = json.loads(sim.requests[2].body)["messages"][-1]["content"][-1]["text"]
     briefing = [json.loads(line) for line in last.splitlines() if '"briefing"' in line]
     assert [(b["kind"], b["summary"]) for b in briefing] == [("gate", "Which branch?")]
@@ -377,15 +375,15 @@ async def test_the_step_limit_refuses_further_calls_and_ends_the_turn(tmp_path: 
             Reply("after the limit"),
         )
         async with daemon(org, state) as process, await process.client() as client:
-            opened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
-            first, _ = await say(client, opened["session"], "loop")
-            second, _ = await say(client, opened["session"], "and now?")
-    assert first["text"] == "two"
+            opened = await client.session_open("w0", "c0")
+            first, _ = await say(client, opened.session, "loop")
+            second, _ = await say(client, opened.session, "and now?")
+    assert first.text == "two"
     assert len(gw.calls) == 1
     # The next turn's request carries the refused results, then the message.
     refused = tool_messages(sim.requests[2].body)[-1]
     assert refused["status"] == "refused" and "max_steps" in refused["text"]
-    assert second["text"] == "after the limit"
+    assert second.text == "after the limit"
 
 
 async def test_twenty_turns_with_tool_steps_keep_every_request_an_extension(
@@ -397,11 +395,11 @@ async def test_twenty_turns_with_tool_steps_keep_every_request_an_extension(
         for n in range(20):
             sim.script(Calls((("github", GET),), text=f"Looking {n}."), Reply(f"Answer {n}."))
         async with daemon(org, state) as process, await process.client() as client:
-            opened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
+            opened = await client.session_open("w0", "c0")
             for n in range(20):
-                result, _ = await say(client, opened["session"], f"question {n}")
-                assert result["text"] == f"Answer {n}."
-            shown = await client.call("runs.show", {"run": opened["session"]})
+                result, _ = await say(client, opened.session, f"question {n}")
+                assert result.text == f"Answer {n}."
+            shown = await client.runs_show(opened.session)
     assert len(gw.calls) == 20
     prompts = [prompt_bytes(r) for r in sim.requests]
     assert len(prompts) == 40
@@ -411,15 +409,16 @@ async def test_twenty_turns_with_tool_steps_keep_every_request_an_extension(
         marks = [b for b in request["system"] if "cache_control" in b]
         marks += [b for m in request["messages"] for b in m["content"] if "cache_control" in b]
         assert len(marks) <= 4
-    answers = [e for e in shown["transcript"] if e["role"] == "assistant"]
-    assert [e["step"] for e in answers] == [1, 2] * 20
+    answers = [e for e in shown.transcript if e.role == "assistant"]
+    assert [e.step for e in answers] == [1, 2] * 20
     # After the first request, each one reads all of the one before from cache.
-    caches = [e["cache"] for e in answers]
-    assert caches[0]["verdict"] == "cold"
-    assert all(c["verdict"] == "hit" for c in caches[1:])
-    usage = [e["usage"] for e in answers]
+    caches = [e.cache for e in answers]
+    assert caches[0] is not None and caches[0].verdict == "cold"
+    assert all(c is not None and c.verdict == "hit" for c in caches[1:])
+    usage = [e.usage for e in answers]
     for before, after in itertools.pairwise(usage):
-        assert after["cached_input_tokens"] == before["input_tokens"]
+        assert before is not None and after is not None
+        assert after.cached_input_tokens == before.input_tokens
 
 
 async def wait_task(client: RosterClient, task: str, *statuses: str) -> dict[str, Any]:
@@ -439,13 +438,13 @@ async def test_a_resumed_session_sends_its_tool_steps_byte_for_byte(tmp_path: Pa
         org = make_org(tmp_path / "org", sim, "openai", f'socket = "{gw.path}"')
         sim.script(Calls((("github", GET),)), Reply("first"), Reply("second"))
         async with daemon(org, state) as process, await process.client() as client:
-            opened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
-            await say(client, opened["session"], "one")
+            opened = await client.session_open("w0", "c0")
+            await say(client, opened.session, "one")
         async with daemon(org, state) as process, await process.client() as client:
-            again = await client.call("session.open", {"worker": "w0", "channel": "c0"})
-            assert again["session"] == opened["session"]
-            result, _ = await say(client, again["session"], "two")
-    assert result["text"] == "second"
+            again = await client.session_open("w0", "c0")
+            assert again.session == opened.session
+            result, _ = await say(client, again.session, "two")
+    assert result.text == "second"
     prompts = [prompt_bytes(r) for r in sim.requests]
     assert all(b.startswith(a) for a, b in itertools.pairwise(prompts))
     assert len(tool_messages(sim.requests[2].body)) == 1
@@ -457,15 +456,15 @@ async def test_tools_stay_frozen_for_the_session_when_the_org_changes(tmp_path: 
         org = make_org(tmp_path / "org", sim, "openai", f'socket = "{gw.path}"')
         sim.script(Reply("hello"), Calls((("github", DELETE),)), Reply("refused"), Reply("direct"))
         async with daemon(org, state) as process, await process.client() as client:
-            opened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
-            await say(client, opened["session"], "one")
+            opened = await client.session_open("w0", "c0")
+            await say(client, opened.session, "one")
             toml = org / "org.toml"
             toml.write_text(
                 toml.read_text().replace('["GET", "POST"]', '["DELETE", "GET", "POST"]')
             )
-            await say(client, opened["session"], "delete it")
+            await say(client, opened.session, "delete it")
             # A new run sees the edit: it was loaded, and the session kept its tools.
-            await client.call("run.direct", {"worker": "w0", "text": "and now?"})
+            await client.run_direct("w0", "and now?")
     bodies = [json.loads(body) for body in sim.bodies()]
 
     def methods(body: dict[str, Any]) -> list[str]:
