@@ -4,10 +4,16 @@ Structs; against a daemon on the example org (echo engine)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import anyio
+import anyio.abc
+import msgspec
 import pytest
 from harness import InProcessDaemon
 
-from rosterd.client import RpcError
+from rosterd import ProtocolError
+from rosterd.client import RosterClient, RpcError
 from rosterd.compiler import ChannelMessage, MemoryItem
 from rosterd.daemon import HANDLED
 from rosterd.protocol import (
@@ -122,3 +128,26 @@ async def test_direct_runs_tasks_memory_gates_and_channels(served: InProcessDaem
         with pytest.raises(RpcError) as unknown:
             await client.runs_show("s-nothing")
         assert unknown.value.code == NOT_FOUND
+
+
+async def test_a_notification_the_method_does_not_declare_is_a_broken_reply(
+    tmp_path: Path,
+) -> None:
+    # A peer that bends the protocol: a turn's delta in reply to daemon.status.
+    path = tmp_path / "bent.sock"
+    listener = await anyio.create_unix_listener(path)
+
+    async def serve(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            request = msgspec.json.decode(await stream.receive())
+            notification = {"jsonrpc": "2.0", "method": "turn.delta", "params": {"text": "x"}}
+            result = {"jsonrpc": "2.0", "id": request["id"], "result": {}}
+            await stream.send(msgspec.json.encode(notification) + b"\n")
+            await stream.send(msgspec.json.encode(result) + b"\n")
+
+    async with anyio.create_task_group() as tg, listener:
+        tg.start_soon(listener.serve, serve)
+        async with await RosterClient.connect(path) as client:
+            with pytest.raises(ProtocolError, match=r"daemon\.status sends no 'turn\.delta'"):
+                await client.request(DaemonStatus())
+        tg.cancel_scope.cancel()

@@ -214,10 +214,17 @@ class RosterClient(AsyncResource):
     ) -> _T:
         """Call the method *params* are the params of; its result, decoded
         as the method declares. A turn's deltas go to *on_delta* and its
-        waits to *on_wait* as they arrive, before the result."""
+        waits to *on_wait* as they arrive, before the result. A notification
+        the method does not declare is a broken reply: ``ProtocolError``."""
         method = params.method
+        declared = type(params).notifications
 
         async def notified(reply: Reply) -> None:
+            if reply.method not in declared:
+                raise ProtocolError(
+                    f"bad reply from daemon: {method} sends no {reply.method!r} notification",
+                    code=PARSE_ERROR,
+                )
             if on_delta is not None and reply.method == "turn.delta":
                 await on_delta(_decode(reply.params, Delta, "turn.delta notification"))
             elif on_wait is not None and reply.method == "turn.wait":
