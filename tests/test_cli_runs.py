@@ -336,7 +336,13 @@ def test_show_explains_a_block_shrunk_under_budget(
         shown,
         re.M,
     )
-    assert f"memory {memory['rendered_chars']}/4000 + history 0" in shown
+    # Each advisory block's share, in the order the input shows them.
+    assert re.search(
+        rf"^ +memory {memory['rendered_chars']}/4000 \+ briefing 0/\d+ \+ history 0"
+        rf" \+ backlog 0/\d+ = {memory['rendered_chars']} of \d+$",
+        shown,
+        re.M,
+    )
 
 
 @pytest.mark.anyio

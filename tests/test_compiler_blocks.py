@@ -7,14 +7,21 @@ import re
 from pathlib import Path
 from typing import get_args
 
+import msgspec
 import pytest
 
 import rosterd.compiler
 from rosterd.compiler import (
+    ADVISORY,
     ADVISORY_ORDER,
     REQUEST_BLOCKS,
+    ROOM_ORDER,
+    SHRINK_RULE,
     SYSTEM_ORDER,
+    AdvisoryBlock,
     BlockName,
+    BudgetTrace,
+    ChannelMessage,
     Continuation,
     Gate,
     MemoryItem,
@@ -28,7 +35,7 @@ from rosterd.compiler import (
     compile_turn,
     dry_run,
 )
-from rosterd.org import Org, Surface, load_org
+from rosterd.org import ContextBudget, ContextOverlay, Org, Surface, load_org
 
 META = RunMeta(run="r-1", turn=1, now=1_700_000_000.0)
 TURN = TurnInput(
@@ -69,6 +76,49 @@ def test_every_block_a_dry_run_traces_is_a_block_name(org: Org) -> None:
     assert set(SYSTEM_ORDER) | set(ADVISORY_ORDER) | set(REQUEST_BLOCKS) <= names
     for run in dry_run(org):
         assert {b.block for b in run.blocks} <= names
+
+
+def test_each_advisory_block_is_registered_once_with_its_budget_and_trace_field() -> None:
+    names = [spec.name for spec in ADVISORY]
+    assert len(set(names)) == len(names) and set(names) == set(get_args(AdvisoryBlock))
+    assert sorted(spec.room for spec in ADVISORY) == list(range(len(ADVISORY)))
+    # The name is the budget key in [context] and in every worker's overlay
+    # (derived from [context]), and the trace's budget field.
+    budget_keys = {f.name for f in msgspec.structs.fields(ContextBudget)}
+    overlay = msgspec.structs.fields(ContextOverlay)
+    assert [f.name for f in overlay] == [f.name for f in msgspec.structs.fields(ContextBudget)]
+    assert all(f.default is None for f in overlay)
+    assert set(names) <= budget_keys
+    assert set(names) <= {f.name for f in msgspec.structs.fields(BudgetTrace)}
+    assert {spec.name: spec.shrinks for spec in ADVISORY} == SHRINK_RULE
+
+
+def test_blocks_get_room_in_their_order_so_the_last_shrinks_first(org: Org) -> None:
+    # Every advisory block has items, each of about the whole room: the
+    # first block (of those with a budget) to get room takes it, and the
+    # ones after it get none.
+    long = "x" * 3000
+    messages = tuple(ChannelMessage(seq=n, sender="bo", text=long, at=1.0) for n in range(1, 4))
+    turn = TurnInput(
+        text="go",
+        sender="alice",
+        memory=tuple(MemoryItem(id=f"m-{n}", text=long, created_at=n) for n in range(3)),
+        gates=tuple(Gate(id=f"g-{n}", worker="ada", summary=long, filed_at=n) for n in range(3)),
+        history=messages,
+        backlog=messages,
+    )
+    # The contract's order of sacrifice: memory first, briefing last.
+    assert [spec.name for spec in ROOM_ORDER] == ["briefing", "history", "backlog", "memory"]
+    system = compile_system(org, org.scope(Surface.DIRECT, "ada", None), META)
+    total = system.boundaries[2].offset + 3300
+    for first, spec in enumerate(ROOM_ORDER):
+        # The blocks before it have no budget of their own.
+        zeroed = {earlier.name: 0 for earlier in ROOM_ORDER[:first]}
+        budget = msgspec.structs.replace(system.budget, total=total, **zeroed)
+        fitted = compile_turn(msgspec.structs.replace(system, budget=budget), turn, META)
+        kept = {b.block: b.items for b in fitted.record.blocks}
+        assert kept[spec.name] == 1
+        assert all(kept[later.name] == 0 for later in ROOM_ORDER[first + 1 :])
 
 
 def test_the_package_docstring_maps_every_block_to_a_renderer_that_exists() -> None:

@@ -16,7 +16,14 @@ from collections.abc import Sequence
 
 import msgspec
 
-from ..compiler import SHRINK_RULE, BlockTrace, BoundaryCheck, BudgetTrace, ContextRecord
+from ..compiler import (
+    ADVISORY_ORDER,
+    SHRINK_RULE,
+    BlockTrace,
+    BoundaryCheck,
+    BudgetTrace,
+    ContextRecord,
+)
 from ..protocol import CacheCheck, Price, RunInfo, TranscriptEntry, Usage
 from ._output import short, table, when
 
@@ -295,13 +302,12 @@ def _budget(budget: BudgetTrace, blocks: Sequence[BlockTrace]) -> list[str]:
         limit = limits.get(name)
         return f"{name} {used}" + (f"/{limit}" if limit is not None else "")
 
-    advisory = budget.memory + budget.history + budget.backlog + budget.briefing
+    used = {name: int(getattr(budget, name)) for name in ADVISORY_ORDER}
     return [
         f"  budget: total {budget.total} - system {budget.system} - request {budget.request}"
         f" = advisory room {budget.advisory}",
-        f"          {capped('memory', budget.memory)} + {capped('history', budget.history)}"
-        f" + {capped('backlog', budget.backlog)} + {capped('briefing', budget.briefing)}"
-        f" = {advisory} of {budget.advisory}",
+        f"          {' + '.join(capped(name, chars) for name, chars in used.items())}"
+        f" = {sum(used.values())} of {budget.advisory}",
         f"          used {budget.used} of {budget.total} ({budget.total - budget.used} left)",
     ]
 

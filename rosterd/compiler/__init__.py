@@ -5,9 +5,11 @@ No IO happens here. The daemon loads the org and the stores, calls
 trace record (or ``CompileError.record``) and only then calls an engine.
 
 Each block is rendered in ``_blocks``, which also holds the block names
-(``BlockName``) and the order (``SYSTEM_ORDER``; then ``ADVISORY_ORDER``
-and the request), but for the tool blocks, which ``_tools`` renders with
-the tools it defines:
+(``BlockName``) and the system part's order (``SYSTEM_ORDER``), but for the
+tool blocks, which ``_tools`` renders with the tools it defines. The
+advisory blocks of the input part are registered in ``_advisory``
+(``ADVISORY``: each one's source, shrink rule, order and fit), then comes
+the request:
 
 =============  ==============================================================
 block          rendered by (``_blocks``)
@@ -26,10 +28,11 @@ tools          ``tools_block`` (``_tools``)
 tool           ``render_result``, ``tool_block`` (``_tools``)
 =============  ==============================================================
 
-``advisory_block`` traces a fitted input block. The rest:
+The rest:
 
 - ``_system``: the system part's budget checks, assembly and cache
-  boundaries; ``_turn``: which input lines fit in what the total leaves.
+  boundaries; ``_turn``: the input part, each advisory block given room
+  from what the total leaves.
 - ``_trace``: the record types, and ``context_record``, the one builder of
   every record (system, turn, run, tool step, failure).
 - ``_envelopes``: the JSON envelope types and their one-line encoding.
@@ -43,12 +46,11 @@ tool           ``render_result``, ``tool_block`` (``_tools``)
   checks between compilations; ``_audit``: the dry run of every scope.
 """
 
+from ._advisory import ADVISORY, ADVISORY_ORDER, ROOM_ORDER, SHRINK_RULE, AdvisorySpec
 from ._audit import DryRun, OverBudget, dry_run, over_budget
 from ._blocks import (
-    ADVISORY_ORDER,
     BLOCK_TYPES,
     REQUEST_BLOCKS,
-    SHRINK_RULE,
     SYSTEM_ORDER,
     AdvisoryBlock,
     BlockName,
@@ -122,6 +124,7 @@ from ._trace import (
 from ._turn import Compilation, compile_run, compile_turn
 
 __all__ = (
+    "ADVISORY",
     "ADVISORY_ORDER",
     "BLOCK_TYPES",
     "CONTEXT_MESSAGES",
@@ -130,9 +133,11 @@ __all__ = (
     "POLICY_TEXT",
     "POLICY_VERSION",
     "REQUEST_BLOCKS",
+    "ROOM_ORDER",
     "SHRINK_RULE",
     "SYSTEM_ORDER",
     "AdvisoryBlock",
+    "AdvisorySpec",
     "AlreadyShown",
     "BlockName",
     "BlockStatus",

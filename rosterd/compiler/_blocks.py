@@ -1,11 +1,11 @@
 """Every block of a prompt: its name, its place in the order, how it renders.
 
 The system part is ``SystemBlock`` in order, stable to volatile, each block
-wrapped as ``<name>\\n…\\n</name>\\n``. The input part is ``AdvisoryBlock`` in
-order, then the request (``RequestBlock``), one JSON envelope per line. A
-tool loop adds ``tools`` (the definitions, on ``system`` and ``run``
-records) and one ``tool`` block per result of a step. ``_system`` and
-``_turn`` decide what fits; what a block's bytes are is decided here.
+wrapped as ``<name>\\n…\\n</name>\\n``. The input part is the advisory blocks
+(``_advisory`` registers each), then the request (``RequestBlock``), one JSON
+envelope per line. A tool loop adds ``tools`` (the definitions, on
+``system`` and ``run`` records) and one ``tool`` block per result of a step. ``_system`` and
+``_advisory`` decide what fits; what a block's bytes are is decided here.
 """
 
 from __future__ import annotations
@@ -44,13 +44,10 @@ from ._trace import (
 )
 
 __all__ = (
-    "ADVISORY_ORDER",
     "BLOCK_TYPES",
     "BOUNDARY_AFTER",
     "CHANGE_CAUSE",
-    "NO_HISTORY",
     "REQUEST_BLOCKS",
-    "SHRINK_RULE",
     "SYSTEM_ORDER",
     "AdvisoryBlock",
     "BlockName",
@@ -58,7 +55,6 @@ __all__ = (
     "RequestBlock",
     "SystemBlock",
     "absent_block",
-    "advisory_block",
     "connections_block",
     "continuation_line",
     "gate_line",
@@ -66,6 +62,7 @@ __all__ = (
     "gates_omitted_line",
     "history_envelopes",
     "identity_block",
+    "input_block",
     "iso_time",
     "memory_line",
     "message_envelopes",
@@ -87,8 +84,6 @@ RequestBlock = Literal["message", "task"]
 BlockName = Literal[SystemBlock, AdvisoryBlock, RequestBlock, "tools", "tool"]
 
 SYSTEM_ORDER: tuple[SystemBlock, ...] = get_args(SystemBlock)
-# The input part: these in order, then the request.
-ADVISORY_ORDER: tuple[AdvisoryBlock, ...] = get_args(AdvisoryBlock)
 REQUEST_BLOCKS: tuple[RequestBlock, ...] = get_args(RequestBlock)
 # The ``block`` tag an envelope line may carry: the backlog's lines are
 # message envelopes, and tool results are envelopes of their own.
@@ -109,19 +104,7 @@ CHANGE_CAUSE: Mapping[str, str] = {
     "purpose": "purpose edited",
     "scope": "surface changed",
 }
-# What each advisory block gives up first when the budget is tight.
-SHRINK_RULE: Mapping[str, str] = {
-    "memory": "lowest-ranked items dropped to fit",
-    "briefing": "gates dropped to fit; the continuation is kept",
-    "history": "oldest messages dropped to fit",
-    "backlog": "oldest messages dropped to fit; an envelope counts them",
-}
-_ADVISORY_SOURCE: dict[AdvisoryBlock, str] = {
-    "memory": "store: memory",
-    "briefing": "store: gates",
-    "history": "store: channel log",
-    "backlog": "store: channel log since the last turn",
-}
+
 
 _CONNECTIONS_NOTE = (
     "Requests to these services go through the host, which checks host and method and "
@@ -250,16 +233,6 @@ class Fitted(msgspec.Struct, frozen=True):
     passed_over: tuple[PassedOver, ...] | None = None
 
 
-NO_HISTORY = absent_block("history", "not the first turn of a fresh session")
-
-
-def advisory_block(
-    name: AdvisoryBlock, fitted: Fitted, limit: int, sha256: str | None = None
-) -> BlockTrace:
-    """*fitted* as a traced block; *sha256* is its content's, if already known."""
-    return _input_block(name, _ADVISORY_SOURCE[name], fitted, limit, sha256)
-
-
 def request_block(scope: RunScope, text: str, sender: str, meta: RunMeta, limit: int) -> BlockTrace:
     """The message (from *sender*) or task, whole: it is never truncated."""
     at = iso_time(meta.now)
@@ -270,12 +243,14 @@ def request_block(scope: RunScope, text: str, sender: str, meta: RunMeta, limit:
         name = "message"
         line = render_line(MessageEnvelope(sender=sender, at=at, text=text))
     fitted = Fitted([line], len(line), 1, 0, len(text))
-    return _input_block(name, f"rpc: {scope.surface.value}", fitted, limit)
+    return input_block(name, f"rpc: {scope.surface.value}", fitted, limit)
 
 
-def _input_block(
+def input_block(
     name: BlockName, source: str, fitted: Fitted, limit: int, sha256: str | None = None
 ) -> BlockTrace:
+    """*fitted*, block *name* of the input part, as traced; *sha256* is its
+    content's, if already known."""
     total = fitted.items + fitted.omitted
     status: BlockStatus
     if total == 0:

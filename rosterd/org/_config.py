@@ -7,7 +7,7 @@ being silently ignored. Budgets are characters as the model receives them.
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 
@@ -91,21 +91,31 @@ class ContextBudget(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     tool_result: Positive = 4000
 
 
-class ContextOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """``[workers.<name>.context]``: any budget of ``[context]``, for one worker."""
+def _overlay(base: type[msgspec.Struct], name: str, doc: str) -> type[msgspec.Struct]:
+    """A table of *base*'s keys, each optional: what one worker sets over it."""
+    fields = [(field.name, field.type | None, None) for field in msgspec.structs.fields(base)]
+    return msgspec.defstruct(
+        name,
+        fields,
+        forbid_unknown_fields=True,
+        frozen=True,
+        module=__name__,
+        namespace={"__doc__": doc},
+    )
 
-    total: Positive | None = None
-    identity: Chars | None = None
-    purpose: Chars | None = None
-    briefing: Chars | None = None
-    task: Chars | None = None
-    memory: Chars | None = None
-    history_messages: Chars | None = None
-    history: Chars | None = None
-    backlog_messages: Chars | None = None
-    backlog: Chars | None = None
-    session_chars: Positive | None = None
-    tool_result: Positive | None = None
+
+if TYPE_CHECKING:
+    # Read generically (``Org.budget_for``): no key is named in code.
+    class ContextOverlay(msgspec.Struct, frozen=True):
+        pass
+
+else:
+    # Derived, so a budget key is added in one place, ``ContextBudget``.
+    ContextOverlay = _overlay(
+        ContextBudget,
+        "ContextOverlay",
+        "``[workers.<name>.context]``: any budget of ``[context]``, for one worker.",
+    )
 
 
 class EngineConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
