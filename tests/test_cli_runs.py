@@ -25,7 +25,7 @@ from simulator import Simulator
 from rosterd.cli import main
 from rosterd.cli._runs import render_context
 from rosterd.client import RpcError
-from rosterd.protocol import CONTEXT_PAGE_CHARS, TurnRequest
+from rosterd.protocol import CONTEXT_PAGE_CHARS, ContextPage
 from rosterd.stores.files import FileRuns
 from rosterd.stores.postgres import migrate
 from rosterd.stores.postgres._db import Database
@@ -355,45 +355,43 @@ async def test_every_turn_context_is_paged_and_the_cli_prints_the_pages_as_one(
     daemon = DaemonProcess(org, tmp_path / "state").start()
     try:
         async with await daemon.client() as client:
-            opened = await client.call("session.open", {"worker": "ada", "channel": "c0"})
-            session = opened["session"]
+            opened = await client.session_open("ada", "c0")
+            session = opened.session
             for n in range(30):  # turn 30 alone is ~600 KB; all 30 together ~9 MB
                 text = f"turn {n} " + "x" * 20_000
-                await client.call("session.send", {"session": session, "text": text})
-            pages, after = [], 0
+                await client.session_send(session, text)
+            pages: list[ContextPage] = []
+            after = 0
             while True:
-                params = {"run": session, "all": True, "after": after}
-                page = await client.call("runs.context", params)
+                page = await client.runs_context(session, all=True, after=after)
                 pages.append(page)
-                if page["next"] is None:
+                if page.next is None:
                     break
-                after = page["next"]
-            limited = await client.call("runs.context", {**params, "after": 0, "limit": 2})
-            latest = await client.call("runs.context", {"run": session})
+                after = page.next
+            limited = await client.runs_context(session, all=True, after=0, limit=2)
+            latest = await client.runs_context(session)
             with pytest.raises(RpcError) as caught:
-                await client.call("runs.context", {"run": session, "after": 3})
+                await client.runs_context(session, after=3)
     finally:
         daemon.stop()
 
     assert caught.value.code == -32602
-    assert [t["turn"] for t in limited["turns"]] == [1, 2] and limited["next"] == 2
-    assert [t["turn"] for t in latest["turns"]] == [30] and latest["next"] is None
-    turns = [turn for page in pages for turn in page["turns"]]
-    assert [t["turn"] for t in turns] == list(range(1, 31))
+    assert [t.turn for t in limited.turns] == [1, 2] and limited.next == 2
+    assert [t.turn for t in latest.turns] == [30] and latest.next is None
+    turns = [turn for page in pages for turn in page.turns]
+    assert [t.turn for t in turns] == list(range(1, 31))
     assert len(pages) >= 8
     for page in pages:  # bounded: whole turns up to the page's character budget
-        chars = sum(
-            len(t["system"]) + sum(len(m["content"]) for m in t["messages"]) for t in page["turns"]
-        )
+        chars = sum(len(t.system) + sum(len(m.content) for m in t.messages) for t in page.turns)
         assert chars <= CONTEXT_PAGE_CHARS
         assert len(msgspec.json.encode(page)) < CONTEXT_PAGE_CHARS * 1.05
-    assert turns[-1] == latest["turns"][0]
+    assert turns[-1] == latest.turns[0]
 
     state = str(daemon.state)
     every = ("server", "runs", "context", session, "--all", "--state", state)
     code, out, err = await anyio.to_thread.run_sync(cli, *every)
     assert (code, err) == (0, "")
-    assert out == render_context(msgspec.convert(turns, list[TurnRequest]))
+    assert out == render_context(turns)
     code, out, err = await anyio.to_thread.run_sync(cli, *every, "--json")
     assert (code, err) == (0, "")
     assert out == msgspec.json.format(msgspec.json.encode(turns), indent=2) + b"\n"

@@ -17,6 +17,7 @@ from simulator import Simulator
 
 from rosterd.cli import main
 from rosterd.client import RosterClient
+from rosterd.protocol import TurnResult
 
 
 def use_openai(org_dir: Path, simulator: Simulator, context: str = "") -> None:
@@ -39,11 +40,8 @@ def said(envelopes: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(e["from"], e["text"]) for e in envelopes if e["block"] == "message" and "text" in e]
 
 
-async def send(client: RosterClient, session: str, text: str, sender: str) -> dict[str, Any]:
-    result: dict[str, Any] = await client.call(
-        "session.send", {"session": session, "text": text, "from": sender}
-    )
-    return result
+async def send(client: RosterClient, session: str, text: str, sender: str) -> TurnResult:
+    return await client.session_send(session, text, sender)
 
 
 @pytest.mark.anyio
@@ -54,21 +52,15 @@ async def test_posts_between_turns_reach_the_next_turn_once_before_the_message(
     process = DaemonProcess(org_dir, tmp_path / "state").start()
     try:
         async with await process.client() as client, await process.client() as other:
-            ada = (await client.call("session.open", {"worker": "ada", "channel": "general"}))[
-                "session"
-            ]
-            grace = (await other.call("session.open", {"worker": "grace", "channel": "general"}))[
-                "session"
-            ]
+            ada = (await client.session_open("ada", "general")).session
+            grace = (await other.session_open("grace", "general")).session
             await send(client, ada, "first", "alice")
-            posted = await other.call(
-                "channel.post", {"channel": "general", "from": "bob", "text": "deploy is red"}
-            )
+            posted = await other.channel_post("general", "bob", "deploy is red")
             # Another worker's exchange, from another frontend.
-            grace_reply = (await send(other, grace, "grace, look at CI", "carol"))["text"]
+            grace_reply = (await send(other, grace, "grace, look at CI", "carol")).text
             await send(client, ada, "second", "alice")
             await send(client, ada, "third", "alice")
-            shown = await client.call("runs.show", {"run": ada})
+            shown = await client.runs_show(ada)
     finally:
         process.stop()
 
@@ -90,15 +82,16 @@ async def test_posts_between_turns_reach_the_next_turn_once_before_the_message(
     assert sum("deploy is red" in m["content"] for m in whole) == 1
     assert sum('"text":"first"' in m["content"] for m in whole) == 1
 
-    turns = [r for r in shown["records"] if r["kind"] == "turn"]
-    backlog = [next(b for b in r["blocks"] if b["block"] == "backlog") for r in turns]
-    assert [(b["status"], b["items"], b["omitted"]) for b in backlog] == [
+    turns = [r for r in shown.records if r.kind == "turn"]
+    backlog = [next(b for b in r.blocks if b.block == "backlog") for r in turns]
+    assert [(b.status, b.items, b.omitted) for b in backlog] == [
         ("absent", 0, 0),
         ("included", 3, 0),
         ("absent", 0, 0),
     ]
-    assert turns[1]["budget"]["backlog"] == backlog[1]["rendered_chars"] > 0
-    assert posted["seq"] >= 1
+    budget = turns[1].budget
+    assert budget is not None and budget.backlog == backlog[1].rendered_chars > 0
+    assert posted.seq >= 1
 
 
 @pytest.mark.anyio
@@ -119,17 +112,12 @@ async def test_a_long_backlog_keeps_the_newest_that_fit_and_counts_the_rest(
     process = DaemonProcess(org_dir, state).start()
     try:
         async with await process.client() as client:
-            ada = (await client.call("session.open", {"worker": "ada", "channel": "releases"}))[
-                "session"
-            ]
+            ada = (await client.session_open("ada", "releases")).session
             await send(client, ada, "before", "alice")
             for n in range(1, 41):
-                await client.call(
-                    "channel.post",
-                    {"channel": "releases", "from": "bob", "text": f"post {n:02d} " + "x" * 20},
-                )
+                await client.channel_post("releases", "bob", f"post {n:02d} " + "x" * 20)
             await send(client, ada, "after", "alice")
-            shown = await client.call("runs.show", {"run": ada})
+            shown = await client.runs_show(ada)
     finally:
         process.stop()
 
@@ -139,8 +127,8 @@ async def test_a_long_backlog_keeps_the_newest_that_fit_and_counts_the_rest(
     texts = [e["text"] for e in posts]
     assert texts == [f"post {n:02d} " + "x" * 20 for n in range(41 - len(texts), 41)]
     assert note == {"block": "message", "omitted": 40 - len(texts)}
-    block = next(b for b in shown["records"][-1]["blocks"] if b["block"] == "backlog")
-    assert (block["status"], block["items"], block["omitted"]) == (
+    block = next(b for b in shown.records[-1].blocks if b.block == "backlog")
+    assert (block.status, block.items, block.omitted) == (
         "shrunk",
         len(texts),
         40 - len(texts),
@@ -148,9 +136,9 @@ async def test_a_long_backlog_keeps_the_newest_that_fit_and_counts_the_rest(
     if kept is not None:
         assert len(texts) == kept
     else:
-        assert block["limit"] == 1000 >= block["rendered_chars"]
+        assert block.limit == 1000 >= block.rendered_chars
         # The newest that fit: one more would not have.
-        assert block["rendered_chars"] + len(msgspec.json.encode(posts[0])) + 1 > 1000
+        assert block.rendered_chars + len(msgspec.json.encode(posts[0])) + 1 > 1000
         assert 5 < len(texts) < 40
 
     assert (
@@ -159,7 +147,7 @@ async def test_a_long_backlog_keeps_the_newest_that_fit_and_counts_the_rest(
     )
     out = capsys.readouterr().out
     assert f"kept {len(texts)} of 40: oldest messages dropped to fit" in out
-    assert f"backlog {block['rendered_chars']}/{block['limit']}" in out
+    assert f"backlog {block.rendered_chars}/{block.limit}" in out
 
 
 @pytest.mark.anyio
@@ -170,18 +158,14 @@ async def test_a_resumed_session_continues_the_backlog_where_it_stopped(
     state = tmp_path / "state"
     process = DaemonProcess(org_dir, state).start()
     async with await process.client() as client:
-        ada = (await client.call("session.open", {"worker": "ada", "channel": "general"}))[
-            "session"
-        ]
+        ada = (await client.session_open("ada", "general")).session
         await send(client, ada, "first", "alice")
-        await client.call("channel.post", {"channel": "general", "from": "bob", "text": "ping"})
+        await client.channel_post("general", "bob", "ping")
     assert process.stop() == 0
     process = DaemonProcess(org_dir, state).start()
     try:
         async with await process.client() as client:
-            assert (await client.call("session.open", {"worker": "ada", "channel": "general"}))[
-                "session"
-            ] == ada
+            assert (await client.session_open("ada", "general")).session == ada
             await send(client, ada, "second", "alice")
     finally:
         process.stop()

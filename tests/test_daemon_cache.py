@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -14,6 +13,7 @@ from simulator import Simulator, write_org
 
 from rosterd.cli import main
 from rosterd.client import RosterClient
+from rosterd.protocol import CacheCheck, RunShown
 
 
 def anthropic(simulator: Simulator) -> str:
@@ -21,15 +21,14 @@ def anthropic(simulator: Simulator) -> str:
 
 
 async def chat(client: RosterClient, channel: str, turns: int, worker: str = "w0") -> str:
-    opened = await client.call("session.open", {"worker": worker, "channel": channel})
+    opened = await client.session_open(worker, channel)
     for n in range(turns):
-        await client.call("session.send", {"session": opened["session"], "text": f"question {n}"})
-    return str(opened["session"])
+        await client.session_send(opened.session, f"question {n}")
+    return opened.session
 
 
-async def shown(client: RosterClient, run: str) -> dict[str, Any]:
-    result: dict[str, Any] = await client.call("runs.show", {"run": run})
-    return result
+async def shown(client: RosterClient, run: str) -> RunShown:
+    return await client.runs_show(run)
 
 
 async def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -38,8 +37,18 @@ async def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     return capsys.readouterr().out
 
 
-def verdicts(run: dict[str, Any]) -> list[str]:
-    return [e["cache"]["verdict"] for e in run["transcript"] if e["role"] == "assistant"]
+def checks(run: RunShown) -> list[CacheCheck]:
+    """The cache check of each reply of *run*; every reply has one."""
+    found = []
+    for entry in run.transcript:
+        if entry.role == "assistant":
+            assert entry.cache is not None, entry
+            found.append(entry.cache)
+    return found
+
+
+def verdicts(run: RunShown) -> list[str]:
+    return [check.verdict for check in checks(run)]
 
 
 @pytest.mark.anyio
@@ -55,10 +64,10 @@ async def test_a_stable_session_has_no_prefix_misses(
     finally:
         process.stop()
     assert verdicts(run) == ["cold"] + ["hit"] * 19
-    turns = [r for r in run["records"] if r["kind"] == "turn"]
-    assert all(c["status"] == "stable" for r in turns[1:] for c in r["cache"])
-    hits = [e["cache"] for e in run["transcript"] if e["role"] == "assistant"][1:]
-    assert all(h["reported_tokens"] >= h["expected_tokens"] - 128 for h in hits)
+    turns = [r for r in run.records if r.kind == "turn"]
+    assert all(c.status == "stable" for r in turns[1:] for c in r.cache)
+    hits = checks(run)[1:]
+    assert all(h.reported_tokens >= h.expected_tokens - 128 for h in hits)
     stats = msgspec.json.decode(
         await cli(capsys, "server", "stats", "cache", "--state", str(process.state), "--json")
     )
@@ -77,23 +86,23 @@ async def test_an_identity_edit_between_sessions_is_attributed_to_identity(
     try:
         async with await process.client() as client:
             first = await chat(client, "c0", 2)
-            await client.call("session.close", {"session": first})
+            await client.session_close(first)
             identity = org / "workers" / "w0" / "identity.md"
             identity.write_text(identity.read_text() + "\nA new rule.\n")
             second = await chat(client, "c0", 1)
             run = await shown(client, second)
     finally:
         process.stop()
-    (turn,) = [r for r in run["records"] if r["kind"] == "turn"]
-    assert [(c["name"], c["status"], c["block"], c["cause"]) for c in turn["cache"]] == [
+    (turn,) = [r for r in run.records if r.kind == "turn"]
+    assert [(c.name, c.status, c.block, c.cause) for c in turn.cache] == [
         ("connections", "changed", "identity", "identity edited"),
         ("purpose", "changed", "identity", "identity edited"),
         ("system", "changed", "identity", "identity edited"),
     ]
-    assert turn["cache"][0]["previous_run"] == first
-    (entry,) = [e for e in run["transcript"] if e["role"] == "assistant"]
-    assert entry["cache"]["verdict"] == "prefix-changed"
-    assert "identity edited" in entry["cache"]["cause"]
+    assert turn.cache[0].previous_run == first
+    (check,) = checks(run)
+    assert check.verdict == "prefix-changed"
+    assert check.cause is not None and "identity edited" in check.cause
     state = str(process.state)
     shown_text = await cli(capsys, "server", "runs", "show", second, "--state", state)
     assert "turn 1: prefix-changed: identity edited (block identity)" in shown_text
@@ -116,17 +125,17 @@ async def test_a_provider_side_expiry_is_blamed_on_the_provider(
     process = DaemonProcess(tmp_path / "org", tmp_path / "state").start()
     try:
         async with await process.client() as client:
-            opened = await client.call("session.open", {"worker": "w0", "channel": "c0"})
+            opened = await client.session_open("w0", "c0")
             for n in range(3):
-                await client.call("session.send", {"session": opened["session"], "text": f"q{n}"})
+                await client.session_send(opened.session, f"q{n}")
             simulator.clear_cache()  # as a TTL expiry or eviction would
-            await client.call("session.send", {"session": opened["session"], "text": "q3"})
-            run = await shown(client, opened["session"])
+            await client.session_send(opened.session, "q3")
+            run = await shown(client, opened.session)
     finally:
         process.stop()
     assert verdicts(run) == ["cold", "hit", "hit", "provider-miss"]
-    last = [r for r in run["records"] if r["kind"] == "turn"][-1]
-    assert all(c["status"] == "stable" for c in last["cache"])
+    last = [r for r in run.records if r.kind == "turn"][-1]
+    assert all(c.status == "stable" for c in last.cache)
 
 
 @pytest.mark.anyio
@@ -146,5 +155,5 @@ async def test_a_prompt_below_the_minimum_is_labelled(tmp_path: Path, simulator:
     finally:
         process.stop()
     assert verdicts(run) == ["cold", "below-minimum"]
-    entry = [e for e in run["transcript"] if e["role"] == "assistant"][-1]
-    assert "below the minimum of 1024" in entry["cache"]["cause"]
+    check = checks(run)[-1]
+    assert check.cause is not None and "below the minimum of 1024" in check.cause

@@ -68,9 +68,7 @@ async def test_kill_9_mid_stream_keeps_every_acknowledged_turn(
     state = tmp_path / "state"
     process = DaemonProcess(org_dir, state).start()
     async with await process.client() as client:
-        session = (await client.call("session.open", {"worker": "ada", "channel": "general"}))[
-            "session"
-        ]
+        session = (await client.session_open("ada", "general")).session
         kill_after = random.Random(seed).uniform(0.2, 0.8)
         acknowledged = await turns_until_killed(client, session, process, kill_after)
     assert_kept(transcript(state, session), acknowledged)
@@ -79,15 +77,13 @@ async def test_kill_9_mid_stream_keeps_every_acknowledged_turn(
     process = DaemonProcess(org_dir, state).start()
     try:
         async with await process.client() as client:
-            opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
-            assert opened["session"] == session
-            assert opened["turns"] >= len(acknowledged)
-            result = await client.call(
-                "session.send", {"session": session, "text": "after restart"}
-            )
+            opened = await client.session_open("ada", "general")
+            assert opened.session == session
+            assert opened.turns >= len(acknowledged)
+            result = await client.session_send(session, "after restart")
     finally:
         process.stop()
-    assert result["turn"] == opened["turns"] + 1
+    assert result.turn == opened.turns + 1
     assert "dropped a torn last line" in process.log()
     assert all(e["turn"] != 999 for e in transcript(state, session))
 
@@ -100,9 +96,9 @@ async def test_a_second_daemon_on_the_same_state_is_refused(daemon: DaemonProces
     assert second.process.wait(20) == 1
     assert "another rosterd is using this state directory" in second.log()
     async with await daemon.client() as client:
-        status = await client.call("daemon.status")
+        status = await client.daemon_status()
     assert daemon.process is not None
-    assert status["pid"] == daemon.process.pid
+    assert status.pid == daemon.process.pid
 
 
 @pytest.mark.anyio
@@ -125,19 +121,20 @@ async def test_kill_9_mid_stream_on_a_database_keeps_every_acknowledged_turn(
     toml.write_text(toml.read_text().replace("[daemon]\n", "[daemon]\nlease_s = 1\n", 1))
     process = DaemonProcess(org_dir, tmp_path / "a", database=postgres_url).start()
     async with await process.client() as client:
-        opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
-        session = opened["session"]
+        opened = await client.session_open("ada", "general")
+        session = opened.session
         kill_after = random.Random(3).uniform(0.2, 0.8)
         acknowledged = await turns_until_killed(client, session, process, kill_after)
 
     process = DaemonProcess(org_dir, tmp_path / "b", database=postgres_url).start()
     try:
         async with await process.client() as client:
-            reopened = await client.call("session.open", {"worker": "ada", "channel": "general"})
-            assert reopened["session"] == session
-            entries = (await client.call("runs.show", {"run": session}))["transcript"]
-            after = await client.call("session.send", {"session": session, "text": "after"})
+            reopened = await client.session_open("ada", "general")
+            assert reopened.session == session
+            # As plain values, the shape assert_kept reads from the transcript file.
+            entries = msgspec.to_builtins((await client.runs_show(session)).transcript)
+            after = await client.session_send(session, "after")
     finally:
         process.stop()
     assert_kept(entries, acknowledged)
-    assert after["turn"] == reopened["turns"] + 1
+    assert after.turn == reopened.turns + 1

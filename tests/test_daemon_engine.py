@@ -34,20 +34,14 @@ async def test_every_request_extends_the_previous_one_byte_for_byte(
     try:
         async with await process.client() as client:
             # History is snapshotted when the session wakes, so post first.
-            await client.call(
-                "channel.post", {"channel": "general", "from": "bo", "text": "hi all"}
-            )
-            opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
+            await client.channel_post("general", "bo", "hi all")
+            opened = await client.session_open("ada", "general")
             replies = []
             for n in range(20):
                 if n == 5:
-                    await client.call(
-                        "memory.add", {"worker": "ada", "text": "prefers short answers"}
-                    )
-                result = await client.call(
-                    "session.send", {"session": opened["session"], "text": f"question {n}"}
-                )
-                replies.append(result["text"])
+                    await client.memory_add("ada", "prefers short answers")
+                result = await client.session_send(opened.session, f"question {n}")
+                replies.append(result.text)
     finally:
         process.stop()
     bodies = simulator.bodies()
@@ -62,7 +56,7 @@ async def test_every_request_extends_the_previous_one_byte_for_byte(
         assert current[len(previous) + 1]["role"] == "user"
         assert len(current) == len(previous) + 2
     keys = {msgspec.json.decode(body)["prompt_cache_key"] for body in bodies}
-    assert keys == {opened["route_key"]}
+    assert keys == {opened.route_key}
     first_turn = requests[0][1]["content"]
     assert '{"block":"history","from":"bo","text":"hi all"}' in first_turn
     assert all('"block":"history"' not in r[-1]["content"] for r in requests[1:])
@@ -80,9 +74,9 @@ async def test_oversized_identity_never_reaches_the_engine(
     try:
         async with await process.client() as client:
             with pytest.raises(RpcError) as failure:
-                await client.call("session.open", {"worker": "ada", "channel": "general"})
+                await client.session_open("ada", "general")
             with pytest.raises(RpcError) as task_failure:
-                await client.call("run.direct", {"worker": "ada", "text": "anything"})
+                await client.run_direct("ada", "anything")
     finally:
         process.stop()
     assert failure.value.code == task_failure.value.code == 1001
@@ -97,20 +91,20 @@ async def test_a_provider_500_is_a_clear_error_and_the_user_turn_is_kept(
     process = DaemonProcess(org_dir, tmp_path / "state").start()
     try:
         async with await process.client() as client:
-            opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
-            session = opened["session"]
-            await client.call("session.send", {"session": session, "text": "one"})
+            opened = await client.session_open("ada", "general")
+            session = opened.session
+            await client.session_send(session, "one")
             simulator.script(Status(500, "upstream exploded"), Status(500, "upstream exploded"))
             with pytest.raises(RpcError) as failure:
-                await client.call("session.send", {"session": session, "text": "two"})
-            result = await client.call("session.send", {"session": session, "text": "three"})
+                await client.session_send(session, "two")
+            result = await client.session_send(session, "three")
     finally:
         process.stop()
     assert failure.value.code == 1002
     assert failure.value.data["provider"] == "openai"
     assert failure.value.data["status"] == 500
     assert "upstream exploded" in str(failure.value)
-    assert result["turn"] == 3
+    assert result.turn == 3
     last = chat_messages(simulator.bodies()[-1])
     users = [m["content"] for m in last if m["role"] == "user"]
     assert ['"text":"two"' in u for u in users] == [False, True, False]
@@ -131,16 +125,16 @@ async def test_a_missing_api_key_fails_the_turn_before_anything_is_recorded(
     process = DaemonProcess(org_dir, tmp_path / "state").start()
     try:
         async with await process.client() as client:
-            opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
+            opened = await client.session_open("ada", "general")
             for _ in range(2):
                 with pytest.raises(RpcError) as failure:
-                    await client.call("session.send", {"session": opened["session"], "text": "hi"})
+                    await client.session_send(opened.session, "hi")
                 assert failure.value.code == 1005
                 assert "ROSTERD_TEST_UNSET_KEY" in str(failure.value)
     finally:
         process.stop()
     assert simulator.requests == []
-    run = process.state / "runs" / opened["session"]
+    run = process.state / "runs" / opened.session
     transcript = run / "transcript.jsonl"
     assert not transcript.exists() or transcript.read_bytes() == b""
     kinds = [

@@ -42,31 +42,31 @@ def test_no_code_is_the_bare_roster_error() -> None:
 
 async def test_resolving_a_resolved_gate_is_a_conflict(served: InProcessDaemon) -> None:
     async with await served.client() as client:
-        gate = await client.call("gate.file", {"worker": "ada", "summary": "ship it?"})
-        await client.call("gate.resolve", {"gate": gate["id"], "outcome": "yes"})
+        gate = await client.gate_file("ada", "ship it?")
+        await client.gate_resolve(gate.id, "yes")
         with pytest.raises(RpcError) as failure:
-            await client.call("gate.resolve", {"gate": gate["id"], "outcome": "no"})
-        kept = await client.call("gate.list", {})
+            await client.gate_resolve(gate.id, "no")
+        kept = await client.gate_list()
     assert failure.value.code == 1009
     assert "already resolved (yes)" in str(failure.value)
-    (same,) = [g for g in kept if g["id"] == gate["id"]]
-    assert (same["status"], same["outcome"]) == ("resolved", "yes")
+    (same,) = [g for g in kept if g.id == gate.id]
+    assert (same.status, same.outcome) == ("resolved", "yes")
 
 
 async def test_a_gate_on_another_workers_run_is_a_conflict(served: InProcessDaemon) -> None:
     async with await served.client() as client:
-        run = (await client.call("run.direct", {"worker": "ada", "text": "hi"}))["run"]
+        run = (await client.run_direct("ada", "hi")).run
         with pytest.raises(RpcError) as failure:
-            await client.call("gate.file", {"worker": "grace", "summary": "mine?", "run": run})
+            await client.gate_file("grace", "mine?", run=run)
     assert failure.value.code == 1009
     assert "belongs to worker 'ada'" in str(failure.value)
 
 
 async def test_the_context_of_a_run_with_no_turns_is_a_conflict(served: InProcessDaemon) -> None:
     async with await served.client() as client:
-        opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
+        opened = await client.session_open("ada", "general")
         with pytest.raises(RpcError) as failure:
-            await client.call("runs.context", {"run": opened["session"]})
+            await client.runs_context(opened.session)
     assert failure.value.code == 1009
     assert "has no turns yet" in str(failure.value)
 
@@ -80,7 +80,7 @@ async def test_a_prompt_over_the_context_window_says_so_on_the_wire(
         try:
             async with await process.client() as client:
                 with pytest.raises(RpcError) as failure:
-                    await client.call("run.direct", {"worker": "ada", "text": "hi"})
+                    await client.run_direct("ada", "hi")
         finally:
             process.stop()
     assert failure.value.code == 1002

@@ -67,10 +67,10 @@ async def test_socket_activation_serves_on_the_inherited_socket(
     listener.close()
     try:
         async with await process.client() as client:
-            status = await client.call("daemon.status")
+            status = await client.daemon_status()
         assert "ready on fd 3" in process.log()
         assert process.process is not None
-        assert status["pid"] == process.process.pid
+        assert status.pid == process.process.pid
     finally:
         assert process.stop() == 0
     # The socket belongs to systemd: the daemon must not remove it.

@@ -19,15 +19,12 @@ async def test_200_concurrent_clients_all_get_correct_replies(tmp_path: Path) ->
 
         async def client_session(n: int) -> None:
             async with await process.client() as client:
-                opened = await client.call("session.open", {"worker": "ada", "channel": f"c{n}"})
+                opened = await client.session_open("ada", f"c{n}")
                 texts = []
                 for turn in range(1, 3):
-                    result = await client.call(
-                        "session.send",
-                        {"session": opened["session"], "text": f"client {n} turn {turn}"},
-                    )
-                    assert result["turn"] == turn
-                    texts.append(result["text"])
+                    result = await client.session_send(opened.session, f"client {n} turn {turn}")
+                    assert result.turn == turn
+                    texts.append(result.text)
                 replies[n] = texts
 
         with anyio.fail_after(90):
@@ -35,7 +32,7 @@ async def test_200_concurrent_clients_all_get_correct_replies(tmp_path: Path) ->
                 for n in range(200):
                     tg.start_soon(client_session, n)
         async with await process.client() as client:
-            status = await client.call("daemon.status")
+            status = await client.daemon_status()
     finally:
         process.stop()
     assert len(replies) == 200
@@ -43,4 +40,4 @@ async def test_200_concurrent_clients_all_get_correct_replies(tmp_path: Path) ->
         assert texts[0].endswith(f"You said: client {n} turn 1")
         assert texts[1].endswith(f"You said: client {n} turn 2")
         assert "transcript 3 messages" in texts[1]
-    assert status["sessions"] == 200
+    assert status.sessions == 200

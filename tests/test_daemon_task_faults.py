@@ -48,38 +48,34 @@ async def test_a_task_whose_run_directory_cannot_be_made_fails_alone(
     served: InProcessDaemon,
 ) -> None:
     async with await served.client() as client:
-        await client.call("daemon.status")
+        await client.daemon_status()
         runs = break_runs(served.state)
-        task = await client.call(
-            "task.submit", {"worker": "ada", "channel": "releases", "text": "draft notes"}
-        )
-        failed = await wait_task(client, task["id"], "failed", "done")
-        status = await client.call("daemon.status")
+        task = await client.task_submit("ada", "releases", "draft notes")
+        failed = await wait_task(client, task.id, "failed", "done")
+        status = await client.daemon_status()
         mend_runs(served.state)
-        after = await client.call(
-            "task.submit", {"worker": "ada", "channel": "releases", "text": "next one"}
-        )
-        done = await wait_task(client, after["id"], "done", "failed")
+        after = await client.task_submit("ada", "releases", "next one")
+        done = await wait_task(client, after.id, "done", "failed")
     assert failed["status"] == "failed"
     assert str(runs) in failed["error"]
     assert "Not a directory" in failed["error"]
-    assert status["pid"] > 0
+    assert status.pid > 0
     assert done["status"] == "done"
     assert "You said: next one" in done["reply"]
     log = served.log()
-    assert f"task {task['id']} failed" in log
+    assert f"task {task.id} failed" in log
 
 
 async def test_a_direct_run_that_cannot_be_stored_is_a_storage_error(
     served: InProcessDaemon,
 ) -> None:
     async with await served.client() as client:
-        await client.call("daemon.status")
+        await client.daemon_status()
         break_runs(served.state)
         with pytest.raises(RpcError) as failure:
-            await client.call("run.direct", {"worker": "ada", "text": "hi"})
+            await client.run_direct("ada", "hi")
         mend_runs(served.state)
-        result = await client.call("run.direct", {"worker": "ada", "text": "hi again"})
+        result = await client.run_direct("ada", "hi again")
     assert failure.value.code == 1008
     assert failure.value.data["errno"] == errno.ENOTDIR
-    assert "You said: hi again" in result["text"]
+    assert "You said: hi again" in result.text

@@ -15,6 +15,7 @@ from harness import DaemonProcess, set_engine
 from simulator import Framing, Omit, Reply, Simulator
 
 from rosterd.org import EngineKind
+from rosterd.protocol import ChatMessage
 
 pytestmark = pytest.mark.anyio
 
@@ -56,19 +57,19 @@ async def test_a_reply_split_byte_by_byte_is_kept_byte_exact(
         process = DaemonProcess(org_dir, tmp_path / "state").start()
         try:
             async with await process.client() as client:
-                opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
-                session = opened["session"]
-                first = await client.call("session.send", {"session": session, "text": "one"})
-                await client.call("session.send", {"session": session, "text": "two"})
-                (context,) = (await client.call("runs.context", {"run": session}))["turns"]
+                opened = await client.session_open("ada", "general")
+                session = opened.session
+                first = await client.session_send(session, "one")
+                await client.session_send(session, "two")
+                (context,) = (await client.runs_context(session)).turns
         finally:
             process.stop()
         bodies = sim.bodies()
-    assert first["text"] == TEXT
+    assert first.text == TEXT
     entries = transcript(tmp_path / "state", session)
     assert next(e["content"] for e in entries if e["role"] == "assistant") == TEXT
-    assert context["turn"] == 2
-    assert context["messages"][1] == {"role": "assistant", "content": TEXT}
+    assert context.turn == 2
+    assert context.messages[1] == ChatMessage(role="assistant", content=TEXT)
     assert sent_assistant_text(kind, bodies[1]) == TEXT
 
 
@@ -81,16 +82,16 @@ async def test_a_turn_without_reported_usage_is_unmeasured_never_zero(
         process = DaemonProcess(org_dir, tmp_path / "state").start()
         try:
             async with await process.client() as client:
-                opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
-                session = opened["session"]
-                first = await client.call("session.send", {"session": session, "text": "one"})
-                second = await client.call("session.send", {"session": session, "text": "two"})
+                opened = await client.session_open("ada", "general")
+                session = opened.session
+                first = await client.session_send(session, "one")
+                second = await client.session_send(session, "two")
         finally:
             process.stop()
         log = process.log_path.read_text()
-    assert first["text"] == "unreported"
-    assert first["usage"] is None
-    assert second["usage"]["input_tokens"] > 0
+    assert first.text == "unreported"
+    assert first.usage is None
+    assert second.usage is not None and second.usage.input_tokens > 0
     replies = [e for e in transcript(tmp_path / "state", session) if e["role"] == "assistant"]
     assert replies[0]["usage"] is None
     assert replies[0]["cache"]["verdict"] == "unmeasured"

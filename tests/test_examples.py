@@ -16,9 +16,9 @@ BRIDGE = REPO / "examples" / "bridge.py"
 
 async def _close_the_session(socket: Path) -> str:
     async with await RosterClient.connect(socket) as client:
-        opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
-        await client.call("session.close", {"session": opened["session"]})
-        return str(opened["session"])
+        opened = await client.session_open("ada", "general")
+        await client.session_close(opened.session)
+        return opened.session
 
 
 def test_bridge_sends_as_each_speaker_and_reopens_an_ended_session(

@@ -47,11 +47,11 @@ async def read_line(stream: SocketStream) -> dict[str, object]:
 
 
 async def chat(client: RosterClient, worker: str, channel: str, turns: int) -> list[str]:
-    opened = await client.call("session.open", {"worker": worker, "channel": channel})
+    opened = await client.session_open(worker, channel)
     texts = []
     for n in range(turns):
-        result = await client.call("session.send", {"session": opened["session"], "text": f"t{n}"})
-        texts.append(result["text"])
+        result = await client.session_send(opened.session, f"t{n}")
+        texts.append(result.text)
     return texts
 
 
@@ -72,14 +72,15 @@ async def _never_reading_client(daemon: DaemonProcess) -> None:
     async with await daemon.client() as client:
         # Notes are capped in size, so many of them make the 1 MB reply.
         for n in range(20):
-            await client.call("memory.add", {"worker": "ada", "text": f"{n % 10}" * 50_000})
+            await client.memory_add("ada", f"{n % 10}" * 50_000)
     rss_before = rss_kib(pid_of(daemon))
     # Eight pipelined 1 MB replies, never read: the daemon's send blocks.
     deaf = await anyio.connect_unix(daemon.socket)
     await deaf.send(b"".join(request(n, "memory.list", worker="ada") for n in range(8)))
     served = 0
     async with await daemon.client() as good:
-        opened = await good.call("session.open", {"worker": "grace", "channel": "general"})
+        # As plain values: the paced loop below reads opened["session"].
+        opened = msgspec.to_builtins(await good.session_open("grace", "general"))
         with anyio.fail_after(40):
             while "it stopped reading" not in daemon.log():
                 result = await good.call(
@@ -97,7 +98,7 @@ async def _never_reading_client(daemon: DaemonProcess) -> None:
             except (anyio.EndOfStream, anyio.BrokenResourceError):
                 pass
         await deaf.aclose()
-        status = await good.call("daemon.status")
+        status = await good.daemon_status()
     rss_after = rss_kib(pid_of(daemon))
     print(
         f"\nnever-reading client: {served} turns served to another client while it was stuck; "
@@ -105,7 +106,7 @@ async def _never_reading_client(daemon: DaemonProcess) -> None:
     )
     assert served >= 10
     assert 0 < received < 2 * 1_000_000
-    assert status["sessions"] == 1
+    assert status.sessions == 1
     assert rss_after - rss_before < 32 * 1024
 
 
@@ -129,7 +130,7 @@ async def test_a_line_sent_byte_by_byte_blocks_nobody(daemon: DaemonProcess) -> 
         tg.start_soon(dribble)
         async with await daemon.client() as other:
             texts = await chat(other, "ada", "general", 20)
-            memory = await other.call("memory.list", {"worker": "ada"})
+            memory = await other.memory_list("ada")
         others_done.set()
     assert not slow_finished_sending_first
     assert texts[-1].endswith("You said: t19")
@@ -143,7 +144,7 @@ async def test_a_half_sent_line_does_not_hold_up_sigterm(daemon: DaemonProcess) 
     stream = await anyio.connect_unix(daemon.socket)
     await stream.send(request(1, "daemon.status")[:20])
     async with await daemon.client() as client:  # the partial line is being waited on
-        await client.call("daemon.status")
+        await client.daemon_status()
     assert daemon.process is not None
     daemon.process.send_signal(signal.SIGTERM)
     code = await anyio.to_thread.run_sync(daemon.process.wait, 10)
@@ -179,7 +180,7 @@ async def test_500_idle_connections_do_not_starve_a_working_client(
         with anyio.fail_after(10):
             while open_fds(pid) > fds_before + 5:  # noqa: ASYNC110 - /proc, no event
                 await anyio.sleep(0.05)
-        await client.call("daemon.status")
+        await client.daemon_status()
     rss_after = rss_kib(pid)
     print(
         f"\n500 idle connections: fds {fds_before} -> {fds_busy} -> {open_fds(pid)}; "
@@ -199,7 +200,7 @@ async def test_connections_over_max_connections_get_an_error_and_are_closed(
         # The daemon's own uid may take 8 reserved slots beyond max_connections.
         clients = [await process.client() for _ in range(3 + 8)]
         for client in clients:
-            await client.call("daemon.status")  # each one is registered, not just queued
+            await client.daemon_status()  # each one is registered, not just queued
         async with await anyio.connect_unix(process.socket) as extra:
             # The daemon may refuse and close before the line is sent: then it never lands.
             with contextlib.suppress(anyio.BrokenResourceError):
@@ -217,7 +218,7 @@ async def test_connections_over_max_connections_get_an_error_and_are_closed(
                     except RosterError:
                         await anyio.sleep(0.05)
         for client in clients:
-            assert await client.call("daemon.status")
+            assert (await client.daemon_status()).pid == pid_of(process)
             await client.aclose()
     finally:
         process.stop()
@@ -243,9 +244,9 @@ async def test_running_out_of_descriptors_backs_off_and_keeps_serving(
             await hog.aclose()
     with anyio.fail_after(20):
         async with await daemon.client() as client:
-            status = await client.call("daemon.status")
+            status = await client.daemon_status()
     assert daemon.process is not None and daemon.process.poll() is None
-    assert status["sessions"] == 0
+    assert status.sessions == 0
 
 
 @pytest.mark.anyio
@@ -256,7 +257,7 @@ async def test_max_connections_is_fitted_to_the_open_file_limit(
     try:
         assert "max_connections 1024 lowered to 136" in daemon.log()
         async with await daemon.client() as client:
-            assert (await client.call("daemon.status"))["sessions"] == 0
+            assert (await client.daemon_status()).sessions == 0
     finally:
         daemon.stop()
 
@@ -276,7 +277,7 @@ async def test_idle_connections_cannot_lock_out_status(org_dir: Path, tmp_path: 
     try:
         with anyio.fail_after(20):
             async with await daemon.client() as client:
-                assert (await client.call("daemon.status"))["sessions"] == 0
+                assert (await client.daemon_status()).sessions == 0
             # Past the reserve, a new connection is told why, then closed.
             while True:
                 extra = await anyio.connect_unix(daemon.socket)

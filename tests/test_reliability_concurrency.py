@@ -3,15 +3,19 @@ on each state backend."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import anyio
+import msgspec
 import pytest
 from harness import DaemonProcess
 
-from rosterd.client import RosterClient, RpcError
+from rosterd.client import RpcError
+from rosterd.protocol import Call, ChannelPost, GateFile, GateResolve, MemoryAdd, TaskSubmit
+
+T = TypeVar("T")
 
 CLIENTS = 20
 
@@ -27,18 +31,19 @@ def daemon(
     process.stop()
 
 
-async def race(
-    daemon: DaemonProcess, call: Callable[[RosterClient, int], Awaitable[Any]]
-) -> list[Any]:
-    """Run *call* once on each of CLIENTS connections at the same moment."""
+async def race(daemon: DaemonProcess, params: Callable[[int], Call[T]]) -> list[T | RpcError]:
+    """Call with ``params(n)`` on connection *n* of CLIENTS, all at the same moment:
+    each one's result, or the error it got."""
     clients = [await daemon.client() for _ in range(CLIENTS)]
-    results: list[Any] = [None] * CLIENTS
+    results: dict[int, T | RpcError] = {}
 
     async def one(n: int) -> None:
         try:
-            results[n] = await call(clients[n], n)
+            result = await clients[n].request(params(n))
         except RpcError as exc:
             results[n] = exc
+        else:
+            results[n] = result
 
     try:
         async with anyio.create_task_group() as tg:
@@ -47,7 +52,14 @@ async def race(
     finally:
         for client in clients:
             await client.aclose()
-    return results
+    return [results[n] for n in range(CLIENTS)]
+
+
+def succeeded(results: list[T | RpcError]) -> list[T]:
+    """The results of a race whose every call must have succeeded."""
+    ok = [r for r in results if not isinstance(r, RpcError)]
+    assert len(ok) == len(results), [r for r in results if isinstance(r, RpcError)]
+    return ok
 
 
 def restart(daemon: DaemonProcess) -> None:
@@ -59,14 +71,12 @@ def restart(daemon: DaemonProcess) -> None:
 async def test_racing_gates_each_get_their_own_id_and_survive_a_restart(
     daemon: DaemonProcess,
 ) -> None:
-    gates = await race(
-        daemon, lambda c, n: c.call("gate.file", {"worker": "ada", "summary": f"gate {n}"})
-    )
+    gates = succeeded(await race(daemon, lambda n: GateFile("ada", f"gate {n}")))
     restart(daemon)
     async with await daemon.client() as client:
-        listed = await client.call("gate.list", {})
-    assert len({g["id"] for g in gates}) == CLIENTS
-    assert {g["id"]: g["summary"] for g in listed} == {g["id"]: g["summary"] for g in gates}
+        listed = await client.gate_list()
+    assert len({g.id for g in gates}) == CLIENTS
+    assert {g.id: g.summary for g in listed} == {g.id: g.summary for g in gates}
 
 
 @pytest.mark.anyio
@@ -75,10 +85,9 @@ async def test_racing_tasks_of_one_channel_each_get_their_own_id_and_all_run(
 ) -> None:
     # Four task workers run tasks of one (worker, channel) at once, which also
     # races their writes of the same state document.
-    tasks = await race(
-        daemon,
-        lambda c, n: c.call("task.submit", {"worker": "ada", "channel": "general", "text": f"{n}"}),
-    )
+    submitted = succeeded(await race(daemon, lambda n: TaskSubmit("ada", "general", f"{n}")))
+    # As plain values: the polling loop below reads t["id"].
+    tasks = [msgspec.to_builtins(t) for t in submitted]
     async with await daemon.client() as client:
         with anyio.fail_after(30):
             while True:
@@ -94,35 +103,28 @@ async def test_racing_tasks_of_one_channel_each_get_their_own_id_and_all_run(
 @pytest.mark.anyio
 async def test_racing_resolves_of_one_gate_are_resolved_once(daemon: DaemonProcess) -> None:
     async with await daemon.client() as client:
-        gate = await client.call("gate.file", {"worker": "ada", "summary": "ship it?"})
-    results = await race(
-        daemon, lambda c, n: c.call("gate.resolve", {"gate": gate["id"], "outcome": f"answer {n}"})
-    )
+        gate = await client.gate_file("ada", "ship it?")
+    results = await race(daemon, lambda n: GateResolve(gate.id, f"answer {n}"))
     won = [r for r in results if not isinstance(r, RpcError)]
     restart(daemon)
     async with await daemon.client() as client:
-        (stored,) = await client.call("gate.list", {})
+        (stored,) = await client.gate_list()
     assert len(won) == 1
     assert all("already resolved" in str(r) for r in results if isinstance(r, RpcError))
-    assert stored["outcome"] == won[0]["outcome"]
+    assert stored.outcome == won[0].outcome
 
 
 @pytest.mark.anyio
 async def test_racing_memory_adds_each_get_their_own_id(daemon: DaemonProcess) -> None:
-    items = await race(
-        daemon, lambda c, n: c.call("memory.add", {"worker": "ada", "text": f"note {n}"})
-    )
+    items = succeeded(await race(daemon, lambda n: MemoryAdd("ada", f"note {n}")))
     async with await daemon.client() as client:
-        listed = await client.call("memory.list", {"worker": "ada"})
-    assert sorted(i["text"] for i in listed) == sorted(f"note {n}" for n in range(CLIENTS))
-    assert len({i["id"] for i in items}) == CLIENTS
+        listed = await client.memory_list("ada")
+    assert sorted(i.text for i in listed) == sorted(f"note {n}" for n in range(CLIENTS))
+    assert len({i.id for i in items}) == CLIENTS
 
 
 @pytest.mark.anyio
 async def test_racing_channel_posts_each_get_their_own_seq(daemon: DaemonProcess) -> None:
-    posts = await race(
-        daemon,
-        lambda c, n: c.call("channel.post", {"channel": "general", "from": "bo", "text": f"{n}"}),
-    )
-    assert sorted(p["text"] for p in posts) == sorted(str(n) for n in range(CLIENTS))
-    assert len({p["seq"] for p in posts}) == CLIENTS
+    posts = succeeded(await race(daemon, lambda n: ChannelPost("general", "bo", f"{n}")))
+    assert sorted(p.text for p in posts) == sorted(str(n) for n in range(CLIENTS))
+    assert len({p.seq for p in posts}) == CLIENTS

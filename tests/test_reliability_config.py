@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -26,19 +25,20 @@ from test_daemon_config import (
 )
 
 from rosterd.client import RosterClient, RpcError
+from rosterd.protocol import TurnRequest
 
 BREAKAGES = [break_toml, delete_identity, symlink_outside]
 
 
-async def last_request(client: RosterClient, run: str) -> dict[str, Any]:
-    (request,) = (await client.call("runs.context", {"run": run}))["turns"]
-    return dict(request)
+async def last_request(client: RosterClient, run: str) -> TurnRequest:
+    (request,) = (await client.runs_context(run)).turns
+    return request
 
 
-async def turn(client: RosterClient, worker: str, channel: str, text: str) -> dict[str, Any]:
-    opened = await client.call("session.open", {"worker": worker, "channel": channel})
-    await client.call("session.send", {"session": opened["session"], "text": text})
-    return await last_request(client, opened["session"])
+async def turn(client: RosterClient, worker: str, channel: str, text: str) -> TurnRequest:
+    opened = await client.session_open(worker, channel)
+    await client.session_send(opened.session, text)
+    return await last_request(client, opened.session)
 
 
 @pytest.mark.anyio
@@ -55,12 +55,12 @@ async def test_frozen_prompts_do_not_move_and_new_sessions_get_the_last_good_fil
         after = await turn(client, "ada", "general", "after the edit")
         fresh_ada = await turn(client, "ada", "releases", "new session, same worker")
         fresh_general = await turn(client, "grace", "general", "new session, same channel")
-    assert after["system"] == before["system"]
-    assert after["messages"][: len(before["messages"])] == before["messages"]
-    assert identity in fresh_ada["system"]
-    assert purpose in fresh_general["system"]
-    assert "not part of the org" not in fresh_ada["system"]
-    assert len(fresh_general["system"]) < 20_000
+    assert after.system == before.system
+    assert after.messages[: len(before.messages)] == before.messages
+    assert identity in fresh_ada.system
+    assert purpose in fresh_general.system
+    assert "not part of the org" not in fresh_ada.system
+    assert len(fresh_general.system) < 20_000
 
 
 @pytest.mark.anyio
@@ -99,11 +99,11 @@ async def test_a_daemon_started_with_an_oversized_purpose_fails_only_that_channe
     try:
         async with await process.client() as client:
             with pytest.raises(RpcError) as failure:
-                await client.call("session.open", {"worker": "ada", "channel": "general"})
+                await client.session_open("ada", "general")
             elsewhere = await turn(client, "ada", "releases", "other channels work")
     finally:
         process.stop()
     assert failure.value.code == 1001
     assert failure.value.data["block"] == "purpose"
     assert failure.value.data["size"] > failure.value.data["limit"]
-    assert "You are Ada" in elsewhere["system"]
+    assert "You are Ada" in elsewhere.system

@@ -13,7 +13,6 @@ import signal
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -24,6 +23,7 @@ from simulator import Delay, Simulator, Stall
 
 from rosterd import RosterError
 from rosterd.client import RosterClient, RpcError
+from rosterd.protocol import Call, RunDirect, SessionSend, TurnResult
 
 SEED = 20261202
 TURNS = 300
@@ -96,26 +96,26 @@ def tear_one(state: Path, ledger: Ledger, rng: random.Random) -> None:
 async def verify(client: RosterClient, ledger: Ledger) -> None:
     """Every acknowledged write is readable through the daemon."""
     for (worker, channel), session in ledger.sessions.items():
-        opened = await client.call("session.open", {"worker": worker, "channel": channel})
-        assert opened["session"] == session, "a restart must resume, not replace, the session"
+        opened = await client.session_open(worker, channel)
+        assert opened.session == session, "a restart must resume, not replace, the session"
     for session, turns in ledger.turns.items():
-        shown = await client.call("runs.show", {"run": session})
-        entries = shown["transcript"]
+        shown = await client.runs_show(session)
+        entries = shown.transcript
         for turn, text in turns.items():
-            users = [e for e in entries if e["turn"] == turn and e["role"] == "user"]
-            replies = [e for e in entries if e["turn"] == turn and e["role"] == "assistant"]
-            assert len(users) == 1 and f'"text":"{text}"' in users[0]["content"], (session, turn)
-            assert len(replies) == 1 and replies[0]["content"].endswith(f"You said: {text}")
+            users = [e for e in entries if e.turn == turn and e.role == "user"]
+            replies = [e for e in entries if e.turn == turn and e.role == "assistant"]
+            assert len(users) == 1 and f'"text":"{text}"' in users[0].content, (session, turn)
+            assert len(replies) == 1 and replies[0].content.endswith(f"You said: {text}")
     for worker, texts in ledger.memory.items():
-        items = await client.call("memory.list", {"worker": worker})
-        assert texts <= {item["text"] for item in items}
-    gates = {g["id"]: g for g in await client.call("gate.list", {})}
+        items = await client.memory_list(worker)
+        assert texts <= {item.text for item in items}
+    gates = {g.id: g for g in await client.gate_list()}
     for gate, summary in ledger.gates.items():
-        assert gates[gate]["summary"] == summary
+        assert gates[gate].summary == summary
     for gate, outcome in ledger.resolved.items():
-        assert (gates[gate]["status"], gates[gate]["outcome"]) == ("resolved", outcome)
+        assert (gates[gate].status, gates[gate].outcome) == ("resolved", outcome)
     for task, text in ledger.tasks.items():
-        assert (await client.call("task.get", {"task": task}))["text"] == text
+        assert (await client.task_get(task)).text == text
 
 
 async def workload(
@@ -138,11 +138,9 @@ async def workload(
         try:
             async with AsyncExitStack() as stack:
                 clients = [await stack.enter_async_context(await h.client()) for h in hosts]
-                opened = await clients[0].call(
-                    "session.open", {"worker": worker, "channel": channel}
-                )
-                session = ledger.sessions.setdefault((worker, channel), opened["session"])
-                assert opened["session"] == session
+                opened = await clients[0].session_open(worker, channel)
+                session = ledger.sessions.setdefault((worker, channel), opened.session)
+                assert opened.session == session
                 while not killed.is_set():
                     n += 1
                     text = f"r{round_no}-c{k}-n{n}"
@@ -158,37 +156,35 @@ async def workload(
     async def one_op(client: RosterClient, op: str, worker: str, session: str, text: str) -> None:
         match op:
             case "turn":
-                result = await client.call("session.send", {"session": session, "text": text})
-                if result["rolled_from"] is not None:
+                result = await client.session_send(session, text)
+                if result.rolled_from is not None:
                     # Memory grows every turn's input: a long round can pass
                     # session_chars, and the pair continues in a new session.
-                    pair = next(p for p, s in ledger.sessions.items() if s == result["rolled_from"])
-                    ledger.sessions[pair] = result["run"]
-                turns = ledger.turns.setdefault(result["run"], {})
-                assert result["turn"] not in turns, "a turn number was reused"
-                turns[result["turn"]] = text
+                    pair = next(p for p, s in ledger.sessions.items() if s == result.rolled_from)
+                    ledger.sessions[pair] = result.run
+                turns = ledger.turns.setdefault(result.run, {})
+                assert result.turn not in turns, "a turn number was reused"
+                turns[result.turn] = text
             case "memory":
-                await client.call("memory.add", {"worker": worker, "text": text})
+                await client.memory_add(worker, text)
                 ledger.memory[worker].add(text)
             case "gate":
-                gate = await client.call("gate.file", {"worker": worker, "summary": text})
-                ledger.gates[gate["id"]] = text
+                gate = await client.gate_file(worker, text)
+                ledger.gates[gate.id] = text
             case "resolve":
                 open_gates = sorted(set(ledger.gates) - set(ledger.resolved))
                 if open_gates:
                     gate_id = rng.choice(open_gates)
                     try:
-                        await client.call("gate.resolve", {"gate": gate_id, "outcome": text})
+                        await client.gate_resolve(gate_id, text)
                     except RpcError as exc:  # another client resolved it first
                         assert "already resolved" in str(exc)
                     else:
                         ledger.resolved[gate_id] = text
             case "task":
                 channel = "releases" if worker == "ada" else "general"
-                task = await client.call(
-                    "task.submit", {"worker": worker, "channel": channel, "text": text}
-                )
-                ledger.tasks[task["id"]] = text
+                task = await client.task_submit(worker, channel, text)
+                ledger.tasks[task.id] = text
 
     async with anyio.create_task_group() as tg:
         for k in range(len(PAIRS)):
@@ -276,12 +272,12 @@ async def test_kill_9_across_two_hosts_on_one_database_loses_no_acknowledged_wri
                     if all(s["status"] == "done" for s in states):
                         break
                     await anyio.sleep(0.05)
-            runs = await client.call("runs.list", {})
+            runs = await client.runs_list()
     finally:
         codes = [host.stop() for host in hosts]
     print(
         f"\nkill -9 across two hosts: {rounds} kills, {ledger.turn_count} acknowledged turns, "
-        f"{len(ledger.tasks)} tasks, runs by {len({r['host'] for r in runs})} daemons; 0 lost"
+        f"{len(ledger.tasks)} tasks, runs by {len({r.host for r in runs})} daemons; 0 lost"
     )
     assert codes == [0, 0]
     assert rounds >= 5
@@ -293,14 +289,12 @@ async def test_sigterm_drains_50_in_flight_turns(tmp_path: Path, simulator: Simu
     org = make_org(tmp_path / "org", channels=50, engine=engine)
     process = DaemonProcess(org, tmp_path / "state").start()
     simulator.script(*[Delay(1.5)] * 50)
-    results: dict[int, dict[str, Any]] = {}
+    results: dict[int, TurnResult] = {}
 
     async def one_turn(n: int) -> None:
         async with await process.client() as client:
-            opened = await client.call("session.open", {"worker": "ada", "channel": f"c{n}"})
-            results[n] = await client.call(
-                "session.send", {"session": opened["session"], "text": f"in flight {n}"}
-            )
+            opened = await client.session_open("ada", f"c{n}")
+            results[n] = await client.session_send(opened.session, f"in flight {n}")
 
     async with anyio.create_task_group() as tg:
         for n in range(50):
@@ -313,14 +307,14 @@ async def test_sigterm_drains_50_in_flight_turns(tmp_path: Path, simulator: Simu
         await anyio.to_thread.run_sync(process.wait_notified, b"STOPPING=1")
         with pytest.raises(RosterError):  # draining: no new connections
             async with await process.client() as late:
-                await late.call("daemon.status")
+                await late.daemon_status()
     assert await anyio.to_thread.run_sync(process.wait, 30) == 0
     assert sorted(results) == list(range(50))
     for n, result in results.items():
-        assert result["turn"] == 1
+        assert result.turn == 1
         roles = [
             msgspec.json.decode(line)["role"]
-            for line in (process.state / "runs" / result["run"] / "transcript.jsonl")
+            for line in (process.state / "runs" / result.run / "transcript.jsonl")
             .read_bytes()
             .splitlines()
         ]
@@ -346,21 +340,25 @@ async def test_drain_that_runs_out_answers_in_flight_turns_with_1010_and_records
     errors: dict[str, RpcError] = {}
     sessions: dict[str, str] = {}
 
-    async def call(name: str, method: str, params: dict[str, Any]) -> None:
+    async def turn(name: str, text: str) -> None:
+        """A turn the stop cuts short: in a session on channel *name*, or direct."""
         async with await process.client() as client:
-            if method == "session.send":
-                opened = await client.call("session.open", {"worker": "ada", "channel": name})
-                sessions[name] = params["session"] = opened["session"]
+            params: Call[TurnResult] = RunDirect("ada", text)
+            if name != "direct":
+                opened = await client.session_open("ada", name)
+                sessions[name] = opened.session
+                params = SessionSend(opened.session, text)
             with pytest.raises(RpcError) as caught:
-                await client.call(method, params)
+                await client.request(params)
             errors[name] = caught.value
 
     async with await process.client() as client:
-        task = await client.call("task.submit", {"worker": "ada", "channel": "c0", "text": "t"})
+        # As plain values: the polling loop below reads task["id"].
+        task = msgspec.to_builtins(await client.task_submit("ada", "c0", "t"))
     async with anyio.create_task_group() as tg:
-        tg.start_soon(call, "c0", "session.send", {"text": "first"})
-        tg.start_soon(call, "c1", "session.send", {"text": "other"})
-        tg.start_soon(call, "direct", "run.direct", {"worker": "ada", "text": "hi"})
+        tg.start_soon(turn, "c0", "first")
+        tg.start_soon(turn, "c1", "other")
+        tg.start_soon(turn, "direct", "hi")
         with anyio.fail_after(20):
             while len(simulator.requests) < 4:  # noqa: ASYNC110 - polled, no event to wait on
                 await anyio.sleep(0.01)
@@ -387,10 +385,10 @@ async def test_drain_that_runs_out_answers_in_flight_turns_with_1010_and_records
     process.start()  # the provider answers again
     try:
         async with await process.client() as client:
-            opened = await client.call("session.open", {"worker": "ada", "channel": "c0"})
-            assert (opened["session"], opened["turns"]) == (sessions["c0"], 1)
-            result = await client.call("session.send", {"session": sessions["c0"], "text": "again"})
-            assert result["turn"] == 2
+            opened = await client.session_open("ada", "c0")
+            assert (opened.session, opened.turns) == (sessions["c0"], 1)
+            result = await client.session_send(sessions["c0"], "again")
+            assert result.turn == 2
             with anyio.fail_after(20):
                 while True:  # the task queued again by the stop runs after the restart
                     if (await client.call("task.get", {"task": task["id"]}))["status"] == "done":
@@ -423,7 +421,7 @@ async def test_a_second_sigterm_stops_at_once_without_waiting_for_the_drain(
         async with await process.client() as client:
             # No waiting means no reply either: that is what the second signal asks.
             with pytest.raises(RosterError, match="closed the connection"):
-                await client.call("run.direct", {"worker": "ada", "text": "hi"})
+                await client.run_direct("ada", "hi")
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(stalled_turn)
@@ -443,10 +441,10 @@ async def test_recovery_marks_cut_off_runs_interrupted_trims_torn_tails_and_remo
     daemon: DaemonProcess,
 ) -> None:
     async with await daemon.client() as client:
-        direct = (await client.call("run.direct", {"worker": "ada", "text": "hi"}))["run"]
-        finished = (await client.call("run.direct", {"worker": "ada", "text": "bye"}))["run"]
-        opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
-        await client.call("session.send", {"session": opened["session"], "text": "hello"})
+        direct = (await client.run_direct("ada", "hi")).run
+        finished = (await client.run_direct("ada", "bye")).run
+        opened = await client.session_open("ada", "general")
+        await client.session_send(opened.session, "hello")
     daemon.kill9()
     runs = daemon.state / "runs"
     # What kill -9 leaves: a run still `open`, a torn last line, an orphan temporary.
@@ -458,10 +456,10 @@ async def test_recovery_marks_cut_off_runs_interrupted_trims_torn_tails_and_remo
     orphan.write_bytes(b'{"id": "half')
     daemon.start()
     async with await daemon.client() as client:
-        listed = {r["id"]: r["status"] for r in await client.call("runs.list", {})}
+        listed = {r.id: r.status for r in await client.runs_list()}
     assert listed[direct] == "interrupted"
     assert listed[finished] == "done"
-    assert listed[opened["session"]] == "open"
+    assert listed[opened.session] == "open"
     assert (runs / finished / "transcript.jsonl").read_bytes().endswith(b"\n")
     assert not orphan.exists()
     assert jsonl_problems(daemon.state, killed=False) == []

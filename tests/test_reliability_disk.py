@@ -10,8 +10,9 @@ import contextlib
 import os
 import stat
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -20,7 +21,7 @@ from harness import DaemonProcess
 
 from rosterd import StorageError
 from rosterd.client import RpcError
-from rosterd.protocol import GateState
+from rosterd.protocol import Call, ChannelPost, GateFile, GateState, MemoryAdd
 from rosterd.stores.files import FileChannels, FileGates
 
 
@@ -59,23 +60,23 @@ async def test_a_gate_that_hits_a_full_disk_fails_1008_and_the_next_one_survives
     daemon.start()
     try:
         async with await daemon.client() as client:
-            first = await client.call("gate.file", {"worker": "ada", "summary": "first"})
+            first = await client.gate_file("ada", "first")
             filler = fill(tmpfs, 40_000)
             with pytest.raises(RpcError) as failed:
                 # Under the summary limit, over the free space.
-                await client.call("gate.file", {"worker": "ada", "summary": "y" * 60_000})
+                await client.gate_file("ada", "y" * 60_000)
             assert failed.value.code == 1008
             filler.unlink()
-            acked = await client.call("gate.file", {"worker": "ada", "summary": "x"})
+            acked = await client.gate_file("ada", "x")
         daemon.stop()
         daemon.start()
         async with await daemon.client() as client:
-            listed = {g["id"]: g["summary"] for g in await client.call("gate.list", {})}
-            after = await client.call("gate.file", {"worker": "ada", "summary": "after"})
+            listed = {g.id: g.summary for g in await client.gate_list()}
+            after = await client.gate_file("ada", "after")
     finally:
         daemon.stop()
-    assert listed == {first["id"]: "first", acked["id"]: "x"}
-    assert after["id"] not in listed
+    assert listed == {first.id: "first", acked.id: "x"}
+    assert after.id not in listed
     lines = (tmpfs / "state" / "gates.jsonl").read_bytes().split(b"\n")
     assert all(b"yyyy" not in line for line in lines)
 
@@ -134,17 +135,17 @@ async def test_a_log_whose_cut_back_fails_refuses_every_later_append_and_restart
     daemon.start()
     try:
         async with await daemon.client() as client:
-            first = await client.call("gate.file", {"worker": "ada", "summary": "first"})
+            first = await client.gate_file("ada", "first")
             # Append-only (chattr +a): writes go on, but the cut back is EPERM.
             await chattr("+a", gates)
             filler = fill(tmpfs, 40_000)
             with pytest.raises(RpcError) as failed:
-                await client.call("gate.file", {"worker": "ada", "summary": "y" * 60_000})
+                await client.gate_file("ada", "y" * 60_000)
             filler.unlink()
             with pytest.raises(RpcError) as stopped:
-                await client.call("gate.file", {"worker": "ada", "summary": "x"})
+                await client.gate_file("ada", "x")
             # Only that log stopped: other state is still written.
-            note = await client.call("memory.add", {"worker": "ada", "text": "still works"})
+            note = await client.memory_add("ada", "still works")
         assert daemon.stop() == 0
         assert (failed.value.code, failed.value.data["op"]) == (1008, "append")
         assert stopped.value.code == 1008
@@ -162,13 +163,13 @@ async def test_a_log_whose_cut_back_fails_refuses_every_later_append_and_restart
         await chattr("-a", gates)
         daemon.start()
         async with await daemon.client() as client:
-            listed = {g["id"]: g["summary"] for g in await client.call("gate.list", {})}
-            notes = await client.call("memory.list", {"worker": "ada"})
+            listed = {g.id: g.summary for g in await client.gate_list()}
+            notes = await client.memory_list("ada")
     finally:
         with contextlib.suppress(OSError):  # leave the file removable
             await anyio.run_process(["chattr", "-a", str(gates)], check=False)
         daemon.stop()
-    assert listed == {first["id"]: "first"}
+    assert listed == {first.id: "first"}
     assert note in notes
     assert gates.read_bytes().endswith(b"\n")
 
@@ -187,10 +188,10 @@ async def test_state_is_private_whatever_the_umask_even_in_a_loose_existing_dir(
         os.umask(old)
     try:
         async with await daemon.client() as client:
-            await client.call("gate.file", {"worker": "ada", "summary": "s"})
-            await client.call("memory.add", {"worker": "ada", "text": "note"})
-            opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
-            await client.call("session.send", {"session": opened["session"], "text": "hi"})
+            await client.gate_file("ada", "s")
+            await client.memory_add("ada", "note")
+            opened = await client.session_open("ada", "general")
+            await client.session_send(opened.session, "hi")
     finally:
         daemon.stop()
     loose = []
@@ -203,24 +204,28 @@ async def test_state_is_private_whatever_the_umask_even_in_a_loose_existing_dir(
     assert loose == []
 
 
-LIMITS = [
-    ("memory.add", {"worker": "ada"}, "text", 64 * 1024),
-    ("channel.post", {"channel": "general", "from": "bo"}, "text", 256 * 1024),
-    ("gate.file", {"worker": "ada"}, "summary", 64 * 1024),
+# Each method with a text field of its own limit: its params, given that text.
+# (The client does not check limits; the daemon's decoder does.)
+LIMITS: list[tuple[Callable[[str], Call[Any]], int]] = [
+    (lambda text: MemoryAdd("ada", text), 64 * 1024),
+    (lambda text: ChannelPost("general", "bo", text), 256 * 1024),
+    (lambda text: GateFile("ada", text), 64 * 1024),
 ]
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("method", "params", "field", "limit"), LIMITS)
+@pytest.mark.parametrize(
+    ("params", "limit"), LIMITS, ids=["memory.add", "channel.post", "gate.file"]
+)
 async def test_an_input_over_its_size_limit_gets_32602_naming_the_limit_and_is_not_stored(
-    daemon: DaemonProcess, method: str, params: dict[str, str], field: str, limit: int
+    daemon: DaemonProcess, params: Callable[[str], Call[Any]], limit: int
 ) -> None:
     async with await daemon.client() as client:
         with pytest.raises(RpcError) as over:
-            await client.call(method, {**params, field: "w" * (limit + 1)})
+            await client.request(params("w" * (limit + 1)))
         assert over.value.code == -32602
         assert str(limit) in over.value.message
-        await client.call(method, {**params, field: "w" * limit})
+        await client.request(params("w" * limit))
     for path in daemon.state.rglob("*.jsonl"):
         assert b"w" * (limit + 1) not in path.read_bytes()
 
@@ -228,16 +233,14 @@ async def test_an_input_over_its_size_limit_gets_32602_naming_the_limit_and_is_n
 @pytest.mark.anyio
 async def test_a_gate_note_over_its_limit_gets_32602(daemon: DaemonProcess) -> None:
     async with await daemon.client() as client:
-        gate = await client.call("gate.file", {"worker": "ada", "summary": "ok?"})
+        gate = await client.gate_file("ada", "ok?")
         with pytest.raises(RpcError) as over:
-            await client.call(
-                "gate.resolve", {"gate": gate["id"], "outcome": "approved", "note": "n" * 65537}
-            )
+            await client.gate_resolve(gate.id, "approved", "n" * 65537)
         assert over.value.code == -32602
         assert "65536" in over.value.message
-        (listed,) = await client.call("gate.list", {})
-    assert listed["id"] == gate["id"]
-    assert listed.get("outcome") is None
+        (listed,) = await client.gate_list()
+    assert listed.id == gate.id
+    assert listed.outcome is None
 
 
 @pytest.mark.anyio

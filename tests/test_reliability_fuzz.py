@@ -290,9 +290,9 @@ async def test_a_well_behaved_client_is_served_after_the_fuzzing(
     fuzz_daemon: DaemonProcess,
 ) -> None:
     async with await fuzz_daemon.client() as client:
-        opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
-        result = await client.call("session.send", {"session": opened["session"], "text": "ok?"})
+        opened = await client.session_open("ada", "general")
+        result = await client.session_send(opened.session, "ok?")
         with anyio.fail_after(5):
-            status = await client.call("daemon.status")
-    assert result["text"].endswith("You said: ok?")
-    assert fuzz_daemon.process is not None and status["pid"] == fuzz_daemon.process.pid
+            status = await client.daemon_status()
+    assert result.text.endswith("You said: ok?")
+    assert fuzz_daemon.process is not None and status.pid == fuzz_daemon.process.pid

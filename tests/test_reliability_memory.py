@@ -29,7 +29,7 @@ async def turn_seconds(client: RosterClient, session: str, text: str, turns: int
     took = []
     for _ in range(turns):
         start = time.perf_counter()
-        await client.call("session.send", {"session": session, "text": text})
+        await client.session_send(session, text)
         took.append(time.perf_counter() - start)
     return took
 
@@ -48,13 +48,13 @@ async def test_seventy_thousand_distinct_words_keep_rss_and_turn_time_bounded(
     # Each turn's message shares words with every big note, so ranking reads them all.
     message = "what about " + " ".join(words[n] for words in notes for n in range(3))
     async with await daemon.client() as client:
-        await client.call("memory.add", {"worker": "ada", "text": "the pager rota is on the wiki"})
-        opened = await client.call("session.open", {"worker": "ada", "channel": "general"})
-        session = opened["session"]
+        await client.memory_add("ada", "the pager rota is on the wiki")
+        opened = await client.session_open("ada", "general")
+        session = opened.session
         small = await turn_seconds(client, session, message, 6)
         rss_before = rss_kib(pid)
         for words in notes:
-            await client.call("memory.add", {"worker": "ada", "text": " ".join(words)})
+            await client.memory_add("ada", " ".join(words))
         big = await turn_seconds(client, session, message, 6)
         rss_after = rss_kib(pid)
     distinct = {word for words in notes for word in words}

@@ -97,8 +97,8 @@ def start_shared(org: Path, state: Path, socket_dir: Path, daemon_toml: str) -> 
 
 async def memory_texts(process: DaemonProcess) -> list[str]:
     async with await process.client() as client:
-        items = await client.call("memory.list", {"worker": "ada"})
-    return [item["text"] for item in items]
+        items = await client.memory_list("ada")
+    return [item.text for item in items]
 
 
 @pytest.mark.anyio
@@ -184,12 +184,12 @@ async def test_one_uid_holds_at_most_its_share_of_connections_and_others_still_g
             holding(process.socket, other, 2) as neighbour,
             await process.client() as client,
         ):
-            status = await client.call("daemon.status")
+            status = await client.daemon_status()
     finally:
         process.stop()
     assert hog == [0, 0] + [1007] * 8
     assert neighbour == [0, 0]
-    assert status["sessions"] == 0
+    assert status.sessions == 0
 
 
 # Secrets --------------------------------------------------------------------------
@@ -219,6 +219,9 @@ async def test_secret_values_never_reach_a_prompt_trace_log_reply_or_error(
     errors: list[RpcError] = []
 
     async def record(client: RosterClient, method: str, **params: object) -> Any:
+        # Untyped on purpose: each reply is kept with every field the daemon sent
+        # (a typed result drops any field its Struct does not declare, and a leak
+        # there would go unseen); the task polling loop below reads it as a dict too.
         try:
             result = await client.call(method, params)
         except RpcError as exc:

@@ -16,10 +16,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
+import msgspec
 import pytest
 from harness import DaemonProcess, make_org
 from postgres import PostgresServer
@@ -28,6 +29,25 @@ from simulator import Delay, Simulator, Stall
 from rosterd.client import RosterClient, RpcError
 from rosterd.compiler import RunMeta, compile_system
 from rosterd.org import Surface, load_org
+from rosterd.protocol import (
+    Call,
+    GateFile,
+    GateList,
+    GateResolve,
+    MemoryAdd,
+    RunDirect,
+    RunsContext,
+    RunsList,
+    RunsShow,
+    SessionClose,
+    SessionOpen,
+    SessionSend,
+    TaskGet,
+    TaskSubmit,
+    TurnRequest,
+)
+
+T = TypeVar("T")
 
 LEASE_S = 1.0
 
@@ -59,21 +79,28 @@ def _started(org: Path, root: Path, database: str) -> Iterator[tuple[DaemonProce
         first.stop()
 
 
+async def _request(host: DaemonProcess, params: Call[T]) -> T:
+    """One call on a connection of its own to *host*."""
+    async with await host.client() as client:
+        return await client.request(params)
+
+
 async def _call(host: DaemonProcess, method: str, params: dict[str, Any]) -> Any:
+    # Untyped: the polling loops below (left as they are for now) read plain values.
     async with await host.client() as client:
         return await client.call(method, params)
 
 
-async def _requests(host: DaemonProcess, run: str) -> list[dict[str, Any]]:
+async def _requests(host: DaemonProcess, run: str) -> list[TurnRequest]:
     """Every request the engine received in *run*, as ``runs.context`` pages them."""
-    requests: list[dict[str, Any]] = []
+    requests: list[TurnRequest] = []
     after = 0
     while True:
-        page = await _call(host, "runs.context", {"run": run, "all": True, "after": after})
-        requests.extend(page["turns"])
-        if page.get("next") is None:
+        page = await _request(host, RunsContext(run, all=True, after=after))
+        requests.extend(page.turns)
+        if page.next is None:
             return requests
-        after = page["next"]
+        after = page.next
 
 
 @pytest.mark.anyio
@@ -81,24 +108,24 @@ async def test_a_session_alternating_between_hosts_extends_its_request_byte_for_
     hosts: tuple[DaemonProcess, DaemonProcess],
 ) -> None:
     first, second = hosts
-    opened = await _call(first, "session.open", {"worker": "ada", "channel": "c0"})
-    session = opened["session"]
+    opened = await _request(first, SessionOpen("ada", "c0"))
+    session = opened.session
     for n in range(12):
         host = hosts[n % 2]
-        result = await _call(host, "session.send", {"session": session, "text": f"turn {n}"})
-        assert (result["run"], result["turn"]) == (session, n + 1)
-    again = await _call(second, "session.open", {"worker": "ada", "channel": "c0"})
-    assert (again["session"], again["turns"]) == (session, 12)
+        result = await _request(host, SessionSend(session, f"turn {n}"))
+        assert (result.run, result.turn) == (session, n + 1)
+    again = await _request(second, SessionOpen("ada", "c0"))
+    assert (again.session, again.turns) == (session, 12)
     # The first host's copy saw only its own turns until it looks again.
-    here = await _call(first, "session.open", {"worker": "ada", "channel": "c0"})
-    assert (here["session"], here["turns"]) == (session, 12)
+    here = await _request(first, SessionOpen("ada", "c0"))
+    assert (here.session, here.turns) == (session, 12)
     requests = await _requests(first, session)
     assert requests == await _requests(second, session)
-    assert [r["turn"] for r in requests] == list(range(1, 13))
+    assert [r.turn for r in requests] == list(range(1, 13))
     for earlier, later in itertools.pairwise(requests):
-        assert later["system"] == earlier["system"]
-        assert later["messages"][: len(earlier["messages"])] == earlier["messages"]
-        assert len(later["messages"]) == len(earlier["messages"]) + 2
+        assert later.system == earlier.system
+        assert later.messages[: len(earlier.messages)] == earlier.messages
+        assert len(later.messages) == len(earlier.messages) + 2
 
 
 @pytest.mark.anyio
@@ -106,17 +133,17 @@ async def test_memory_and_gates_from_one_host_are_in_the_next_turn_on_the_other(
     hosts: tuple[DaemonProcess, DaemonProcess],
 ) -> None:
     first, second = hosts
-    session = (await _call(first, "session.open", {"worker": "ada", "channel": "c1"}))["session"]
-    await _call(first, "session.send", {"session": session, "text": "hello"})
-    await _call(second, "memory.add", {"worker": "ada", "text": "the deploy key rotates fridays"})
-    gate = await _call(second, "gate.file", {"worker": "ada", "summary": "approve the release"})
-    await _call(first, "session.send", {"session": session, "text": "what rotates fridays?"})
-    sent = (await _requests(first, session))[-1]["messages"][-1]["content"]
+    session = (await _request(first, SessionOpen("ada", "c1"))).session
+    await _request(first, SessionSend(session, "hello"))
+    await _request(second, MemoryAdd("ada", "the deploy key rotates fridays"))
+    gate = await _request(second, GateFile("ada", "approve the release"))
+    await _request(first, SessionSend(session, "what rotates fridays?"))
+    sent = (await _requests(first, session))[-1].messages[-1].content
     assert "the deploy key rotates fridays" in sent
     assert "approve the release" in sent
-    await _call(first, "gate.resolve", {"gate": gate["id"], "outcome": "approved"})
-    (listed,) = await _call(second, "gate.list", {"worker": "ada"})
-    assert listed["status"] == "resolved"
+    await _request(first, GateResolve(gate.id, "approved"))
+    (listed,) = await _request(second, GateList("ada"))
+    assert listed.status == "resolved"
 
 
 @pytest.mark.anyio
@@ -127,8 +154,8 @@ async def test_forty_tasks_on_two_hosts_each_run_once_spread_over_both(
     submitted = []
     for n in range(40):
         host = hosts[n % 2]
-        task = await _call(host, "task.submit", {"worker": "ada", "channel": "c2", "text": f"t{n}"})
-        submitted.append(task["id"])
+        task = await _request(host, TaskSubmit("ada", "c2", f"t{n}"))
+        submitted.append(task.id)
     assert len(set(submitted)) == 40
     with anyio.fail_after(60):
         while True:
@@ -138,8 +165,8 @@ async def test_forty_tasks_on_two_hosts_each_run_once_spread_over_both(
             await anyio.sleep(0.05)  # polled: the state is on two hosts
     assert sorted(t["id"] for t in tasks) == sorted(submitted)
     assert all(len(t["runs"]) == 1 for t in tasks)
-    runs = {r["id"]: r for r in await _call(second, "runs.list", {})}
-    ran_on = {runs[t["runs"][0]]["host"] for t in tasks}
+    runs = {r.id: r for r in await _request(second, RunsList())}
+    ran_on = {runs[t["runs"][0]].host for t in tasks}
     assert len(ran_on) == 2
 
 
@@ -153,10 +180,8 @@ async def test_a_host_killed_mid_turn_releases_the_session_within_its_lease(
 ) -> None:
     org = _org(tmp_path / "org", _simulated(simulator))
     with _started(org, tmp_path, postgres_url) as (first, second):
-        session = (await _call(first, "session.open", {"worker": "ada", "channel": "c0"}))[
-            "session"
-        ]
-        await _call(first, "session.send", {"session": session, "text": "one"})
+        session = (await _request(first, SessionOpen("ada", "c0"))).session
+        await _request(first, SessionSend(session, "one"))
         simulator.script(Stall())
         async with anyio.create_task_group() as tg:
             tg.start_soon(_send_ignoring_the_kill, first, session)
@@ -166,18 +191,18 @@ async def test_a_host_killed_mid_turn_releases_the_session_within_its_lease(
             first.stop(9)
         killed_at = time.monotonic()
         with anyio.fail_after(LEASE_S + 10):
-            reply = await _call(second, "session.send", {"session": session, "text": "three"})
+            reply = await _request(second, SessionSend(session, "three"))
         assert time.monotonic() - killed_at < LEASE_S + 5
-        assert reply["turn"] == 3
+        assert reply.turn == 3
         requests = await _requests(second, session)
         # The cut-off turn's user message was traced and is sent again, never lost.
-        assert [r["turn"] for r in requests] == [1, 2, 3]
-        assert requests[2]["messages"][: len(requests[1]["messages"])] == requests[1]["messages"]
+        assert [r.turn for r in requests] == [1, 2, 3]
+        assert requests[2].messages[: len(requests[1].messages)] == requests[1].messages
 
 
 async def _send_ignoring_the_kill(host: DaemonProcess, session: str) -> None:
     try:
-        await _call(host, "session.send", {"session": session, "text": "two"})
+        await _request(host, SessionSend(session, "two"))
     except Exception:  # the host is killed under this call
         return
 
@@ -190,7 +215,8 @@ async def test_a_task_whose_host_died_is_finished_by_the_other(
     first = DaemonProcess(org, tmp_path / "a", database=postgres_url).start()
     try:
         simulator.script(Stall())
-        task = await _call(first, "task.submit", {"worker": "ada", "channel": "c3", "text": "x"})
+        # As plain values: the polling loop below reads task["id"].
+        task = msgspec.to_builtins(await _request(first, TaskSubmit("ada", "c3", "x")))
         with anyio.fail_after(10):
             while not simulator.requests:  # noqa: ASYNC110 - polled, no event to wait on
                 await anyio.sleep(0.01)
@@ -202,10 +228,10 @@ async def test_a_task_whose_host_died_is_finished_by_the_other(
                     await _call(second, "task.get", {"task": task["id"]})
                 )["status"] != "done":
                     await anyio.sleep(0.05)
-            done = await _call(second, "task.get", {"task": task["id"]})
-            assert len(done["runs"]) == 2
-            cut = await _call(second, "runs.show", {"run": done["runs"][0]})
-            assert cut["info"]["status"] == "interrupted"
+            done = await _request(second, TaskGet(task["id"]))
+            assert len(done.runs) == 2
+            cut = await _request(second, RunsShow(done.runs[0]))
+            assert cut.info.status == "interrupted"
         finally:
             second.stop()
     finally:
@@ -217,14 +243,14 @@ async def test_a_client_of_either_host_reads_the_same_trace_bytes(
     hosts: tuple[DaemonProcess, DaemonProcess],
 ) -> None:
     first, second = hosts
-    session = (await _call(first, "session.open", {"worker": "ada", "channel": "c3"}))["session"]
-    await _call(second, "session.send", {"session": session, "text": "odd \u2028 text \U0001f600"})
+    session = (await _request(first, SessionOpen("ada", "c3"))).session
+    await _request(second, SessionSend(session, "odd \u2028 text \U0001f600"))
     async with (
         await RosterClient.connect(first.socket) as a,
         await RosterClient.connect(second.socket) as b,
     ):
-        shown_a = await a.call("runs.show", {"run": session})
-        shown_b = await b.call("runs.show", {"run": session})
+        shown_a = await a.runs_show(session)
+        shown_b = await b.runs_show(session)
     assert shown_a == shown_b
 
 
@@ -236,14 +262,12 @@ async def test_a_turn_on_one_host_waits_for_a_turn_held_past_its_lease_on_the_ot
     finished: list[str] = []
 
     async def send(host: DaemonProcess, name: str, session: str) -> None:
-        await _call(host, "session.send", {"session": session, "text": name})
+        await _request(host, SessionSend(session, name))
         finished.append(name)
 
     with _started(org, tmp_path, postgres_url) as (first, second):
-        session = (await _call(first, "session.open", {"worker": "ada", "channel": "c0"}))[
-            "session"
-        ]
-        await _call(first, "session.send", {"session": session, "text": "one"})
+        session = (await _request(first, SessionOpen("ada", "c0"))).session
+        await _request(first, SessionSend(session, "one"))
         # Longer than the lease: the first host must renew it to keep the turn.
         simulator.script(Delay(LEASE_S * 1.5))
         async with anyio.create_task_group() as tg:
@@ -254,8 +278,8 @@ async def test_a_turn_on_one_host_waits_for_a_turn_held_past_its_lease_on_the_ot
             tg.start_soon(send, second, "waiting", session)
         assert finished == ["slow", "waiting"]
         requests = await _requests(second, session)
-        assert [r["turn"] for r in requests] == [1, 2, 3]
-        assert [m["role"] for m in requests[2]["messages"]] == ["user", "assistant"] * 2 + ["user"]
+        assert [r.turn for r in requests] == [1, 2, 3]
+        assert [m.role for m in requests[2].messages] == ["user", "assistant"] * 2 + ["user"]
         assert "lease lost" not in first.log() + second.log()
 
 
@@ -282,25 +306,25 @@ async def test_a_database_outage_fails_turns_clearly_and_the_daemon_serves_on_on
         host = DaemonProcess(_org(tmp_path / "org"), tmp_path / "a", database=url).start()
         try:
             async with await host.client() as client:
-                opened = await client.call("session.open", {"worker": "ada", "channel": "c0"})
-                session = opened["session"]
-                await client.call("session.send", {"session": session, "text": "before"})
+                opened = await client.session_open("ada", "c0")
+                session = opened.session
+                await client.session_send(session, "before")
                 await anyio.to_thread.run_sync(server.halt)
                 with pytest.raises(RpcError) as failed:
-                    await client.call("session.send", {"session": session, "text": "during"})
+                    await client.session_send(session, "during")
                 assert "failed" in failed.value.message
-                status = await client.call("daemon.status")
-                assert status["sessions"] == 1
+                status = await client.daemon_status()
+                assert status.sessions == 1
                 await anyio.to_thread.run_sync(server.resume)
-                after = await client.call("session.send", {"session": session, "text": "after"})
-                shown = await client.call("runs.show", {"run": session})
+                after = await client.session_send(session, "after")
+                shown = await client.runs_show(session)
         finally:
             code = host.stop()
     finally:
         await anyio.to_thread.run_sync(server.stop)
     assert code == 0
-    users = [e["content"] for e in shown["transcript"] if e["role"] == "user"]
-    assert after["turn"] == len(users) and "before" in users[0] and "after" in users[-1]
+    users = [e.content for e in shown.transcript if e.role == "user"]
+    assert after.turn == len(users) and "before" in users[0] and "after" in users[-1]
     assert "Traceback" not in host.log()
 
 
@@ -319,26 +343,26 @@ async def test_a_session_rolled_over_on_one_host_is_followed_by_the_other(
         "history_messages = 2\n"
     )
     with _started(org, tmp_path, postgres_url) as (first, second):
-        old = (await _call(first, "session.open", {"worker": "ada", "channel": "c0"}))["session"]
+        old = (await _request(first, SessionOpen("ada", "c0"))).session
         # Both hosts hold a warm copy of the session before it rolls over.
-        await _call(second, "session.send", {"session": old, "text": "warm on b"})
+        await _request(second, SessionSend(old, "warm on b"))
         rolled = None
         for n in range(20):
-            result = await _call(first, "session.send", {"session": old, "text": f"q{n} " * 20})
-            if result["rolled_from"] is not None:
+            result = await _request(first, SessionSend(old, f"q{n} " * 20))
+            if result.rolled_from is not None:
                 rolled = result
                 break
-        assert rolled is not None and rolled["rolled_from"] == old
-        new = rolled["run"]
+        assert rolled is not None and rolled.rolled_from == old
+        new = rolled.run
         # The other host's copy is stale: its next turn goes to the successor.
-        on_b = await _call(second, "session.send", {"session": old, "text": "after on b"})
-        assert (on_b["run"], on_b["turn"]) == (new, 2)
-        reopened = await _call(second, "session.open", {"worker": "ada", "channel": "c0"})
-        assert reopened["session"] == new
+        on_b = await _request(second, SessionSend(old, "after on b"))
+        assert (on_b.run, on_b.turn) == (new, 2)
+        reopened = await _request(second, SessionOpen("ada", "c0"))
+        assert reopened.session == new
         requests = await _requests(first, new)
-        assert requests[1]["messages"][: len(requests[0]["messages"])] == requests[0]["messages"]
-        old_info = (await _call(second, "runs.show", {"run": old}))["info"]
-        assert (old_info["status"], old_info["rolled_to"]) == ("rolled-over", new)
+        assert requests[1].messages[: len(requests[0].messages)] == requests[0].messages
+        old_info = (await _request(second, RunsShow(old))).info
+        assert (old_info.status, old_info.rolled_to) == ("rolled-over", new)
 
 
 @pytest.mark.anyio
@@ -346,15 +370,15 @@ async def test_a_session_closed_on_one_host_is_closed_on_the_other(
     hosts: tuple[DaemonProcess, DaemonProcess],
 ) -> None:
     first, second = hosts
-    session = (await _call(first, "session.open", {"worker": "ada", "channel": "c1"}))["session"]
-    await _call(second, "session.send", {"session": session, "text": "warm on b"})
-    await _call(first, "session.close", {"session": session})
+    session = (await _request(first, SessionOpen("ada", "c1"))).session
+    await _request(second, SessionSend(session, "warm on b"))
+    await _request(first, SessionClose(session))
     with pytest.raises(RpcError) as closed:
-        await _call(second, "session.send", {"session": session, "text": "too late"})
+        await _request(second, SessionSend(session, "too late"))
     assert closed.value.code == 1004
-    fresh = await _call(second, "session.open", {"worker": "ada", "channel": "c1"})
-    assert fresh["session"] != session
-    assert (await _call(first, "runs.show", {"run": session}))["info"]["status"] == "closed"
+    fresh = await _request(second, SessionOpen("ada", "c1"))
+    assert fresh.session != session
+    assert (await _request(first, RunsShow(session))).info.status == "closed"
 
 
 @pytest.mark.anyio
@@ -370,20 +394,22 @@ async def test_a_direct_run_cut_off_by_a_dead_host_is_marked_by_the_live_one(
                 while not simulator.requests:  # noqa: ASYNC110 - polled, no event to wait on
                     await anyio.sleep(0.01)
             first.stop(9)
-        (run,) = [r for r in await _call(second, "runs.list", {}) if r["surface"] == "direct"]
-        assert run["status"] == "open"
+        (listed,) = [r for r in await _request(second, RunsList()) if r.surface == "direct"]
+        assert listed.status == "open"
+        # As plain values: the polling loop below reads run["id"].
+        run = msgspec.to_builtins(listed)
         # The live host's lease keeper finds it once the dead host's lease ran out.
         with anyio.fail_after(LEASE_S + 10):
             while (await _call(second, "runs.show", {"run": run["id"]}))["info"][  # noqa: ASYNC110
                 "status"
             ] == "open":
                 await anyio.sleep(0.05)
-        info = (await _call(second, "runs.show", {"run": run["id"]}))["info"]
-        assert info["status"] == "interrupted"
+        info = (await _request(second, RunsShow(listed.id))).info
+        assert info.status == "interrupted"
 
 
 async def _direct_ignoring_the_kill(host: DaemonProcess) -> None:
     try:
-        await _call(host, "run.direct", {"worker": "ada", "text": "hello"})
+        await _request(host, RunDirect("ada", "hello"))
     except Exception:  # the host is killed under this call
         return
