@@ -46,7 +46,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from ._items import MemoryItem, Retirement
-from ._postings import entry, held_by
+from ._postings import entry
 from ._scoped import scoped_totals
 from ._terms import held_terms, term_forms, terms
 
@@ -429,11 +429,10 @@ class MemoryRanking:
         from ._scoring import lenders
 
         view = self._view
-        postings = view._index._postings
-        # Each term's postings with the word a reader knows it by.
-        message = [(postings.get(t), f) for t, f in self.forms.items() if self.query[t] == 1.0]
-        borrowing = [(postings.get(t), self.forms[t]) for t in self.query if self.query[t] != 1.0]
-        borrowing += [(postings.get(t), t) for t in sorted(scored.expansion)]
+        # Each term with the word a reader knows it by.
+        message = [(t, f) for t, f in self.forms.items() if self.query[t] == 1.0]
+        borrowing = [(t, self.forms[t]) for t in self.query if self.query[t] != 1.0]
+        borrowing += [(t, t) for t in sorted(scored.expansion)]
         ordinals = [r.ordinal for r in shown]
         # Where its own terms account for its whole score, no neighbour lent any.
         lent = [r.score > 0.0 and r.own < r.score - 1e-6 for r in shown]
@@ -443,9 +442,10 @@ class MemoryRanking:
             if not ranked.score:
                 found.append(([], [], None))
                 continue
-            ordinal = ranked.ordinal
-            own = [form for held, form in message if held_by(held, ordinal)]
-            more = [form for held, form in borrowing if held_by(held, ordinal)]
+            # The note's own terms, as its postings were built from them.
+            held = held_terms(ranked.item.text)
+            own = [form for term, form in message if term in held]
+            more = [form for term, form in borrowing if term in held]
             beside = besides[n]
             found.append((own, more, None if beside < 0 else view.item(beside).id))
         return found

@@ -12,7 +12,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 
-__all__ = ("TF_BITS", "TF_MAX", "entry", "held_by", "prefix")
+__all__ = ("TF_BITS", "TF_MAX", "entry", "prefix")
 
 TF_BITS = 4
 TF_MAX = (1 << TF_BITS) - 1
@@ -26,11 +26,3 @@ def entry(ordinal: int, count: int) -> int:
 def prefix(postings: array[int], size: int) -> int:
     """How many of *postings* belong to the first *size* notes."""
     return bisect_left(postings, size << TF_BITS)
-
-
-def held_by(postings: array[int] | None, ordinal: int) -> bool:
-    """Whether note *ordinal* holds the term of *postings*."""
-    if postings is None:
-        return False
-    at = bisect_left(postings, ordinal << TF_BITS)
-    return at < len(postings) and postings[at] >> TF_BITS == ordinal

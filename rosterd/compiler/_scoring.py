@@ -78,37 +78,34 @@ Floats = npt.NDArray[np.float64]
 class Columns:
     """The columns of a ``NoteTable`` as of one snapshot: ``size`` notes."""
 
-    __slots__ = ("channel", "created", "length", "next", "prev", "size", "total")
+    __slots__ = ("channel", "created", "length", "near", "size", "total")
 
     def __init__(self, table: NoteTable, size: int) -> None:
         self.size = size
         self.length = table.length
         self.created = table.created
         self.channel = table.channel
-        self.prev = table.prev
-        self.next = table.next
+        self.near = table.near
         self.total = table.total_length[size - 1] if size else 0.0
 
     def neighbours(self, ordinals: Ints) -> list[Ints]:
-        """The neighbours of each of *ordinals* at distance 1, 2, ...: ``-1``
-        where there is none (or only one written after this snapshot)."""
-        size = self.size
-        found = []
-        back = forward = ordinals
-        for _ in NEIGHBOURS:
-            back = np.where(back >= 0, self.prev[np.maximum(back, 0)], -1)
-            ahead = np.where(forward >= 0, self.next[np.maximum(forward, 0)], -1)
-            forward = np.where(ahead < size, ahead, -1)
-            found.append(np.concatenate((back, forward)))
-        return found
+        """The neighbours of each of *ordinals* at distance 1, 2, ...: before
+        them, then after them; ``-1`` where there is none (or only one
+        written after this snapshot)."""
+        near = self.near[ordinals]
+        near = np.where(near < self.size, near, -1)
+        depth = len(NEIGHBOURS)
+        return [np.concatenate((near[:, d], near[:, depth + d])) for d in range(depth)]
 
 
 class NoteTable:
     """Per note, by ordinal: its term count, time, scope code and the notes
-    written before and after it together with it. Grown by doubling: a
-    snapshot keeps the arrays it was taken with, and the appender writes
-    only past every snapshot's size (``next`` of an older note excepted,
-    which snapshots read as "none" when it points past their size)."""
+    written together with it up to ``len(NEIGHBOURS)`` places before and
+    after it (``near``: before at distance 1, 2, ..., then after). Grown by
+    doubling: a snapshot keeps the arrays it was taken with, and the
+    appender writes only past every snapshot's size (the notes after an
+    older note excepted, which snapshots read as "none" when they point past
+    their size)."""
 
     def __init__(self) -> None:
         self.size = 0
@@ -116,10 +113,10 @@ class NoteTable:
         self.total_length: Floats = np.zeros(0)
         self.created: Floats = np.zeros(0)
         self.channel: Ints = np.zeros(0, np.int64)
-        self.prev: Ints = np.zeros(0, np.int64)
-        self.next: Ints = np.zeros(0, np.int64)
+        self.near: Ints = np.zeros((0, 2 * len(NEIGHBOURS)), np.int64)
 
     def append(self, length: int, created: float, channel: int, prev: int) -> int:
+        """Enter a note written together with note *prev* (``-1``: none)."""
         ordinal = self.size
         if ordinal == len(self.length):
             self._grow(max(64, 2 * ordinal))
@@ -127,10 +124,18 @@ class NoteTable:
         self.total_length[ordinal] = length + (self.total_length[ordinal - 1] if ordinal else 0)
         self.created[ordinal] = created
         self.channel[ordinal] = channel
-        self.prev[ordinal] = prev
-        self.next[ordinal] = -1
+        depth = len(NEIGHBOURS)
+        near = self.near[ordinal]
+        near[:] = -1
         if prev >= 0:
-            self.next[prev] = ordinal
+            # The notes before *prev* are one place further from this one,
+            # and this one is after each of them.
+            near[0] = prev
+            near[1:depth] = self.near[prev, : depth - 1]
+            for distance, before in enumerate(near[:depth].tolist()):
+                if before < 0:
+                    break
+                self.near[before, depth + distance] = ordinal
         self.size = ordinal + 1
         return ordinal
 
@@ -139,9 +144,9 @@ class NoteTable:
 
     def _grow(self, capacity: int) -> None:
         used = self.size
-        for name in ("length", "total_length", "created", "channel", "prev", "next"):
+        for name in ("length", "total_length", "created", "channel", "near"):
             old = getattr(self, name)
-            new = np.empty(capacity, old.dtype)
+            new = np.empty((capacity, *old.shape[1:]), old.dtype)
             new[:used] = old[:used]
             setattr(self, name, new)
 
