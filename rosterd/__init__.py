@@ -1,5 +1,6 @@
 """rosterd: the host daemon of Roster, an organisation of AI workers."""
 
+from ._clock import SYSTEM_CLOCK, Clock, SystemClock
 from ._errors import (
     ConfigError,
     ConflictError,
@@ -17,6 +18,8 @@ from ._ids import check_id, is_id
 __version__ = "0.1.0"
 
 __all__ = (
+    "SYSTEM_CLOCK",
+    "Clock",
     "ConfigError",
     "ConflictError",
     "EngineError",
@@ -27,6 +30,7 @@ __all__ = (
     "SessionError",
     "ShutdownError",
     "StorageError",
+    "SystemClock",
     "__version__",
     "check_id",
     "is_id",

@@ -12,13 +12,14 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 
 import anyio
 
+from rosterd import SYSTEM_CLOCK, Clock
 from rosterd.client import RosterClient
 from rosterd.daemon import run_daemon
 
@@ -203,19 +204,52 @@ def make_org(root: Path, channels: int, *, engine: str = 'kind = "echo"') -> Pat
 
 
 class ManualClock:
-    """A wall clock that moves only when the test says so."""
+    """A wall clock that moves only when the test says so.
+
+    The daemon's loops sleep on it (``Clock.sleep``): ``advance`` wakes each
+    one whose time came, and ``settled`` waits until every loop it woke is
+    asleep again, its round done.
+    """
 
     def __init__(self, now: float = 1_800_000_000.0) -> None:
         self.now = now
+        # Per sleeping loop: when it wakes, and the event that wakes it.
+        self._sleepers: list[tuple[float, anyio.Event]] = []
+        self._woken = 0
+        self._asleep = anyio.Event()
 
     def __repr__(self) -> str:
-        return f"ManualClock({self.now})"
+        return f"ManualClock({self.now}, {len(self._sleepers)} asleep)"
 
     def __call__(self) -> float:
         return self.now
 
+    async def sleep(self, seconds: float) -> None:
+        wake = anyio.Event()
+        self._sleepers.append((self.now + seconds, wake))
+        if self._woken:
+            self._woken -= 1
+            if not self._woken:
+                self._asleep.set()
+        try:
+            await wake.wait()
+        finally:
+            self._sleepers = [s for s in self._sleepers if s[1] is not wake]
+
     def advance(self, seconds: float) -> None:
         self.now += seconds
+        due = [wake for at, wake in self._sleepers if at <= self.now]
+        self._sleepers = [(at, wake) for at, wake in self._sleepers if at > self.now]
+        self._woken += len(due)
+        if self._woken:
+            self._asleep = anyio.Event()
+        for wake in due:
+            wake.set()
+
+    async def settled(self) -> None:
+        """Until every loop ``advance`` woke has done its round and sleeps again."""
+        if self._woken:
+            await self._asleep.wait()
 
 
 class InProcessDaemon:
@@ -250,7 +284,7 @@ class _Lines(logging.Handler):
 
 @asynccontextmanager
 async def daemon_in_process(
-    org: Path, state: Path, *, clock: Callable[[], float] = time.time, database: str | None = None
+    org: Path, state: Path, *, clock: Clock = SYSTEM_CLOCK, database: str | None = None
 ) -> AsyncIterator[InProcessDaemon]:
     """Serve *org* until the block ends, then drain and stop as on SIGTERM.
 

@@ -15,7 +15,6 @@ import os
 import resource
 import signal
 import socket
-import time
 from collections.abc import AsyncIterator, Callable, Coroutine, MutableMapping
 from contextlib import asynccontextmanager
 from functools import partial
@@ -26,6 +25,7 @@ import anyio
 import anyio.to_thread
 from anyio.abc import SocketListener, TaskStatus
 
+from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import ConfigError, RosterError
 from ..observe import open_telemetry
 from ..org import OrgSource
@@ -48,7 +48,7 @@ async def run_daemon(
     socket_path: Path | None,
     environ: MutableMapping[str, str],
     *,
-    clock: Callable[[], float] = time.time,
+    clock: Clock = SYSTEM_CLOCK,
     stop: anyio.Event | None = None,
     metrics_listen: str | None = None,
     task_status: TaskStatus[Path] = anyio.TASK_STATUS_IGNORED,

@@ -16,7 +16,6 @@ import logging
 import os
 import secrets
 import socket
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
@@ -25,6 +24,7 @@ import anyio.to_thread
 import msgspec
 from anyio.abc import AsyncResource
 
+from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import ConfigError, EngineError, ShutdownError
 from ..compiler import (
     BoundaryCheck,
@@ -87,7 +87,7 @@ class Host(AsyncResource):
         org_source: OrgSource,
         stores: State,
         env: Mapping[str, str],
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
         telemetry: Telemetry = NO_TELEMETRY,
     ) -> None:
         self.org_source = org_source

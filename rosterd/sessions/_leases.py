@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 
+from .._clock import Clock
 from .._errors import ConflictError, StorageError
 from ..stores import State
 
@@ -32,7 +33,7 @@ class LeaseKeeper:
         self,
         stores: State,
         holder: str,
-        clock: Callable[[], float],
+        clock: Clock,
         lease_s: Callable[[], float],
     ) -> None:
         self._stores = stores
@@ -90,7 +91,7 @@ class LeaseKeeper:
     async def keep(self) -> None:
         """Renew every held lease until cancelled."""
         while True:
-            await anyio.sleep(self._lease_s() / 3)
+            await self._clock.sleep(self._lease_s() / 3)
             try:
                 await self._renew()
                 # Runs whose host died while another host serves on.

@@ -524,7 +524,8 @@ class SessionManager:
 
     async def run_reaper(self) -> None:
         while True:
-            await anyio.sleep(min(5.0, self._host.org.daemon.session_idle_s / 4))
+            # On the host's clock: a test that moves its clock wakes the reaper.
+            await self._host.clock.sleep(min(5.0, self._host.org.daemon.session_idle_s / 4))
             await self.expire_idle()
 
     async def aclose(self) -> None:

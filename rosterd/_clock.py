@@ -1,0 +1,42 @@
+"""The daemon's clock: the time it reads and the time its loops sleep on.
+
+Idle expiry, leases and the loops that check them all take one ``Clock``,
+so a test that injects its own clock drives them in virtual time: moving
+that clock forward is what wakes the reaper and the lease keeper, never
+the wall clock (trio's ``MockClock`` is the model).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+import anyio
+
+__all__ = ("SYSTEM_CLOCK", "Clock", "SystemClock")
+
+
+class Clock(Protocol):
+    """Seconds since the epoch, and a sleep measured on the same clock."""
+
+    def __call__(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Return once *seconds* have passed on this clock."""
+        ...
+
+
+class SystemClock:
+    """The wall clock; its sleeps are the event loop's."""
+
+    def __repr__(self) -> str:
+        return "SystemClock()"
+
+    def __call__(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+
+
+SYSTEM_CLOCK = SystemClock()
