@@ -9,24 +9,13 @@ from __future__ import annotations
 
 import errno
 from pathlib import Path
-from typing import Any
 
-import anyio
 import pytest
-from harness import InProcessDaemon
+from harness import InProcessDaemon, wait_task
 
-from rosterd.client import RosterClient, RpcError
+from rosterd.client import RpcError
 
 pytestmark = pytest.mark.anyio
-
-
-async def wait_task(client: RosterClient, task: str, *statuses: str) -> dict[str, Any]:
-    with anyio.fail_after(10):
-        while True:
-            state: dict[str, Any] = await client.call("task.get", {"task": task})
-            if state["status"] in statuses:
-                return state
-            await anyio.sleep(0.02)
 
 
 def break_runs(state: Path) -> Path:

@@ -8,19 +8,11 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-from harness import DaemonProcess, InProcessDaemon
+from harness import DaemonProcess, InProcessDaemon, daemon_in_process, set_engine, wait_task
+from simulator import Simulator, Stall
 
-from rosterd.client import RosterClient, RpcError
-from rosterd.protocol import Delta
-
-
-async def wait_task(client: RosterClient, task: str, *statuses: str) -> dict[str, Any]:
-    with anyio.fail_after(10):
-        while True:
-            state: dict[str, Any] = await client.call("task.get", {"task": task})
-            if state["status"] in statuses:
-                return state
-            await anyio.sleep(0.02)
+from rosterd.client import RpcError
+from rosterd.protocol import Delta, TaskGet, TaskSubmit
 
 
 def run_lines(state: Path, run: str) -> list[dict[str, Any]]:
@@ -143,3 +135,53 @@ async def test_queued_tasks_survive_a_restart(org_dir: Path, tmp_path: Path) -> 
     assert "You said: left over" in done["reply"]
     assert [t.id for t in listed] == ["task-1"]
     assert "dropped a torn last line" in process.log()
+
+
+@pytest.mark.anyio
+async def test_task_get_with_wait_answers_once_the_task_is_done(served: InProcessDaemon) -> None:
+    async with await served.client() as client:
+        task = await client.request(TaskSubmit("ada", "general", "ship it"))
+        done = await client.request(TaskGet(task.id, wait=30))
+    assert task.status == "queued"
+    assert done.status == "done"
+    assert done.reply is not None and done.reply.endswith("You said: ship it")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("params", "code", "message"),
+    [
+        (TaskGet("task-9", wait=30), 1003, "task-9"),
+        (TaskGet("../task-1", wait=30), -32602, "task"),
+        (TaskGet("task-1", wait=-1), -32602, "wait"),
+        (TaskGet("task-1", wait=601), -32602, "wait"),
+    ],
+)
+async def test_task_get_with_wait_refuses_bad_input_at_once(
+    served: InProcessDaemon, params: TaskGet, code: int, message: str
+) -> None:
+    async with await served.client() as client:
+        await client.request(TaskSubmit("ada", "general", "ship it"))
+        with anyio.fail_after(5), pytest.raises(RpcError) as failure:  # not after the wait
+            await client.request(params)
+    assert failure.value.code == code
+    assert message in failure.value.message
+
+
+@pytest.mark.anyio
+async def test_a_wait_for_a_task_that_does_not_settle_ends_with_its_time(
+    org_dir: Path, tmp_path: Path, simulator: Simulator
+) -> None:
+    set_engine(org_dir, f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"')
+    toml = org_dir / "org.toml"
+    toml.write_text(toml.read_text().replace("[daemon]\n", "[daemon]\ndrain_s = 1\n"))
+    simulator.script(Stall())
+    async with (
+        daemon_in_process(org_dir, tmp_path / "state") as daemon,
+        await daemon.client() as client,
+    ):
+        task = await client.request(TaskSubmit("ada", "general", "never answered"))
+        await simulator.wait_for_requests(1)
+        with anyio.fail_after(10):
+            running = await client.request(TaskGet(task.id, wait=0.2))
+    assert running.status == "running"

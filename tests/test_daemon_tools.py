@@ -19,6 +19,7 @@ import anyio.to_thread
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 from harness import daemon_in_process as daemon
+from harness import wait_task
 from simulator import Calls, Reply, Simulator, prompt_bytes, tool_messages, write_org
 
 from rosterd.cli import main
@@ -419,17 +420,6 @@ async def test_twenty_turns_with_tool_steps_keep_every_request_an_extension(
     for before, after in itertools.pairwise(usage):
         assert before is not None and after is not None
         assert after.cached_input_tokens == before.input_tokens
-
-
-async def wait_task(client: RosterClient, task: str, *statuses: str) -> dict[str, Any]:
-    with anyio.fail_after(20):
-        while True:
-            state: dict[str, Any] = await client.call("task.get", {"task": task})
-            if state["status"] in statuses:
-                return state
-            if state["status"] == "failed":
-                raise AssertionError(state)
-            await anyio.sleep(0.02)
 
 
 async def test_a_resumed_session_sends_its_tool_steps_byte_for_byte(tmp_path: Path) -> None:

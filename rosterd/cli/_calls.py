@@ -202,7 +202,7 @@ COMMANDS: dict[str, Callable[[_Args, Path], Awaitable[int]]] = {
         lambda c, a: c.task_submit(a.worker, a.channel, read_text(a.text, "task")),
         _show_submitted,
     ),
-    "task get": _Call(lambda c, a: c.task_get(a.task), _show_task),
+    "task get": _Call(lambda c, a: c.task_get(a.task, a.wait), _show_task),
     "task list": _Call(lambda c, a: c.task_list(), _show_tasks),
     "memory add": _Call(
         lambda c, a: c.memory_add(a.worker, read_text(a.text, "memory text"), a.channel),

@@ -195,6 +195,12 @@ def _task_commands(commands: _Subparsers, client: _Parser) -> None:
     submit.set_defaults(handler="task submit")
     get = task.add_parser("get", parents=[client], help="show one task: status, runs, reply")
     get.add_argument("task", metavar="ID", help="the task id")
+    get.add_argument(
+        "--wait",
+        type=float,
+        metavar="SECONDS",
+        help="answer once the task is done, failed or paused, waiting at most this long",
+    )
     get.set_defaults(handler="task get")
     task.add_parser("list", parents=[client], help="list every task").set_defaults(
         handler="task list"

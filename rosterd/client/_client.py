@@ -132,8 +132,9 @@ class RosterClient(AsyncResource):
     async def task_submit(self, worker: str, channel: str, text: str) -> TaskState:
         return await self.request(TaskSubmit(worker, channel, text))
 
-    async def task_get(self, task: str) -> TaskState:
-        return await self.request(TaskGet(task))
+    async def task_get(self, task: str, wait: float | None = None) -> TaskState:
+        """The task; with *wait*, once it is done, failed or paused (or *wait* s ran out)."""
+        return await self.request(TaskGet(task, wait))
 
     async def task_list(self) -> list[TaskState]:
         return await self.request(TaskList())

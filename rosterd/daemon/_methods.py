@@ -162,7 +162,9 @@ class Methods:
 
     @rpc(TaskGet)
     async def _task_get(self, params: TaskGet, notify: Notify) -> TaskState:
-        return await self._host.stores.tasks.get(params.task)
+        if params.wait is None:
+            return await self._host.stores.tasks.get(params.task)
+        return await self._tasks.settled(params.task, params.wait)
 
     @rpc(TaskList)
     async def _task_list(self, params: TaskList, notify: Notify) -> list[TaskState]:

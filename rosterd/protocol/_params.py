@@ -137,11 +137,18 @@ class TaskSubmit(Call[TaskState], frozen=True):
     text: MessageText
 
 
+# The longest a ``task.get`` waits for its task to settle, in seconds.
+TASK_WAIT_MAX_S = 600.0
+
+
 class TaskGet(Call[TaskState], frozen=True):
+    """With ``wait``: once the task is done, failed or paused, or ``wait`` s ran out."""
+
     method = "task.get"
     result = TaskState
 
     task: Id
+    wait: Annotated[float, msgspec.Meta(ge=0, le=TASK_WAIT_MAX_S)] | None = None
 
 
 class TaskList(Call[list[TaskState]], frozen=True):

@@ -28,6 +28,9 @@ __all__ = ("TaskRunner", "direct_run")
 
 log = logging.getLogger("rosterd.tasks")
 
+# Where a task stays until someone acts: ``task.get`` with ``wait`` answers then.
+_SETTLED: frozenset[str] = frozenset({"done", "failed", "paused"})
+
 
 async def _discard(_: str) -> None:
     pass
@@ -42,6 +45,9 @@ class TaskRunner:
         # Set, and replaced, whenever this host queues a task: idle workers
         # claim at once instead of at their next look at the store.
         self._queued = anyio.Event()
+        # Set, and replaced, whenever this host changes a task or starts to
+        # drain: wakes the callers waiting for a task to settle.
+        self._changed = anyio.Event()
         self._running = 0
         self._draining = False
         self.stopped = anyio.Event()
@@ -69,6 +75,7 @@ class TaskRunner:
         """Start no new task; those running finish, queued ones stay queued."""
         self._draining = True
         self._wake()
+        self._changes()
 
     async def submit(self, worker: str, channel: str, text: str) -> TaskState:
         scope = self._host.org.scope(Surface.TASK, worker, channel)
@@ -80,6 +87,27 @@ class TaskRunner:
     def _wake(self) -> None:
         self._queued.set()
         self._queued = anyio.Event()
+
+    def _changes(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def settled(self, task_id: str, wait_s: float) -> TaskState:
+        """*task_id* once it is done, failed or paused; as it is when *wait_s*
+        ran out first, or when the daemon starts to drain."""
+        tasks = self._host.stores.tasks
+        with anyio.move_on_after(wait_s):
+            while not self._draining:
+                # Taken before the read: a change while it runs still wakes us.
+                changed = self._changed
+                task = await tasks.get(task_id)
+                if task.status in _SETTLED:
+                    return task
+                # Another host's runs change the store, not this host's event:
+                # they are seen by looking again now and then, as claims are.
+                with anyio.move_on_after(min(1.0, self._host.org.daemon.lease_s / 4)):
+                    await changed.wait()
+        return await tasks.get(task_id)
 
     async def gate_filed(self, gate: GateState) -> None:
         """A gate against a finished task run pauses its task."""
@@ -207,7 +235,9 @@ class TaskRunner:
 
     async def _set(self, task: TaskState, **changes: object) -> TaskState:
         updated = msgspec.structs.replace(task, updated_at=self._host.clock(), **changes)
-        return await self._host.stores.tasks.update(updated)
+        stored = await self._host.stores.tasks.update(updated)
+        self._changes()
+        return stored
 
 
 async def direct_run(
