@@ -500,7 +500,11 @@ class SessionManager:
     async def expire_idle(self) -> None:
         for session in self.sessions():
             try:
-                await self._expired(session)
+                # Under the open lock: an open of the pair waits until the
+                # session is closed and forgotten, never handing it out half
+                # expired.
+                async with self._open_lock:
+                    await self._expired(session)
             except StorageError as exc:
                 # The store is unreachable: the next round tries again.
                 log.warning("session %s: idle check failed: %s", session.id, exc)
