@@ -130,7 +130,8 @@ class Status(msgspec.Struct, frozen=True):
 
 
 class Stall(msgspec.Struct, frozen=True):
-    """Send nothing for *seconds* (the simulator's exit ends it sooner)."""
+    """Send nothing for *seconds*, or until the client hangs up or the
+    simulator exits, whichever is first."""
 
     seconds: float = 3600.0
 
@@ -463,7 +464,6 @@ class Simulator:
     async def wait_for_requests(self, count: int) -> None:
         """Until *count* requests in all have arrived."""
         while len(self.requests) < count:
-            self._arrived = anyio.Event()
             await self._arrived.wait()
 
     def clear_cache(self) -> None:
@@ -510,7 +510,9 @@ class Simulator:
                 except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError):
                     return
                 self.requests.append(Recorded(method, path, headers, body))
+                # Every waiter wakes and looks; the next request sets a fresh event.
                 self._arrived.set()
+                self._arrived = anyio.Event()
                 try:
                     if not await self._dispatch(stream, path, headers, body):
                         return
@@ -541,7 +543,8 @@ class Simulator:
                 await _send_json(stream, status, _error_body(api, kind, message, code), extra)
                 return True
             case Stall(seconds=seconds):
-                await anyio.sleep(seconds)
+                with anyio.move_on_after(seconds):
+                    await _hung_up(stream)
                 return False
             case Delay(seconds=seconds):
                 await anyio.sleep(seconds)
@@ -1158,6 +1161,15 @@ def _anthropic_events(
     frames.append((False, "message_delta", _sse(end, raw, "message_delta")))
     frames.append((False, "message_stop", _sse({"type": "message_stop"}, raw, "message_stop")))
     return frames
+
+
+async def _hung_up(stream: anyio.abc.SocketStream) -> None:
+    """Until the client closes its end; what it sends meanwhile is dropped."""
+    try:
+        while await stream.receive():
+            pass
+    except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        return
 
 
 async def _send_json(

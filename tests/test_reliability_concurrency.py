@@ -13,7 +13,15 @@ import pytest
 from harness import DaemonProcess
 
 from rosterd.client import RpcError
-from rosterd.protocol import Call, ChannelPost, GateFile, GateResolve, MemoryAdd, TaskSubmit
+from rosterd.protocol import (
+    Call,
+    ChannelPost,
+    GateFile,
+    GateResolve,
+    MemoryAdd,
+    TaskGet,
+    TaskSubmit,
+)
 
 T = TypeVar("T")
 
@@ -89,12 +97,10 @@ async def test_racing_tasks_of_one_channel_each_get_their_own_id_and_all_run(
     # As plain values: the polling loop below reads t["id"].
     tasks = [msgspec.to_builtins(t) for t in submitted]
     async with await daemon.client() as client:
-        with anyio.fail_after(30):
-            while True:
-                states = [await client.call("task.get", {"task": t["id"]}) for t in tasks]
-                if all(s["status"] == "done" for s in states):
-                    break
-                await anyio.sleep(0.05)
+        # Each answers once done.
+        settled = [await client.request(TaskGet(t["id"], wait=30)) for t in tasks]
+        states = [msgspec.to_builtins(s) for s in settled]
+    assert [s["status"] for s in states] == ["done"] * CLIENTS
     assert len({t["id"] for t in tasks}) == CLIENTS
     assert sorted(s["text"] for s in states) == sorted(str(n) for n in range(CLIENTS))
     assert "Traceback" not in daemon.log()

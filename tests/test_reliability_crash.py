@@ -23,7 +23,7 @@ from simulator import Delay, Simulator, Stall
 
 from rosterd import RosterError
 from rosterd.client import RosterClient, RpcError
-from rosterd.protocol import Call, RunDirect, SessionSend, TurnResult
+from rosterd.protocol import Call, RunDirect, SessionSend, TaskGet, TurnResult
 
 SEED = 20261202
 TURNS = 300
@@ -217,12 +217,9 @@ async def test_kill_9_at_random_points_loses_no_acknowledged_write(
     try:
         async with await process.client() as client:
             await verify(client, ledger)
-            with anyio.fail_after(30):
-                while True:  # tasks cut off by a kill run again after the restart
-                    states = [await client.call("task.get", {"task": t}) for t in ledger.tasks]
-                    if all(s["status"] == "done" for s in states):
-                        break
-                    await anyio.sleep(0.05)
+            # Tasks cut off by a kill run again after the restart: each answers once done.
+            states = [await client.request(TaskGet(t, wait=30)) for t in ledger.tasks]
+            assert [s.status for s in states] == ["done"] * len(states), states
         assert jsonl_problems(state, killed=False) == []
     finally:
         code = process.stop()
@@ -266,12 +263,10 @@ async def test_kill_9_across_two_hosts_on_one_database_loses_no_acknowledged_wri
             rounds += 1
         async with await hosts[0].client() as client:
             await verify(client, ledger)
-            with anyio.fail_after(60):
-                while True:  # tasks cut off by a kill run again once their lease ran out
-                    states = [await client.call("task.get", {"task": t}) for t in ledger.tasks]
-                    if all(s["status"] == "done" for s in states):
-                        break
-                    await anyio.sleep(0.05)
+            # Tasks cut off by a kill run again once their lease ran out: each
+            # answers once done, on whichever host ran it.
+            states = [await client.request(TaskGet(t, wait=60)) for t in ledger.tasks]
+            assert [s.status for s in states] == ["done"] * len(states), states
             runs = await client.runs_list()
     finally:
         codes = [host.stop() for host in hosts]
@@ -300,8 +295,7 @@ async def test_sigterm_drains_50_in_flight_turns(tmp_path: Path, simulator: Simu
         for n in range(50):
             tg.start_soon(one_turn, n)
         with anyio.fail_after(20):
-            while len(simulator.requests) < 50:  # noqa: ASYNC110 - polled, no event to wait on
-                await anyio.sleep(0.01)
+            await simulator.wait_for_requests(50)
         assert process.process is not None
         process.process.send_signal(signal.SIGTERM)
         await anyio.to_thread.run_sync(process.wait_notified, b"STOPPING=1")
@@ -360,8 +354,7 @@ async def test_drain_that_runs_out_answers_in_flight_turns_with_1010_and_records
         tg.start_soon(turn, "c1", "other")
         tg.start_soon(turn, "direct", "hi")
         with anyio.fail_after(20):
-            while len(simulator.requests) < 4:  # noqa: ASYNC110 - polled, no event to wait on
-                await anyio.sleep(0.01)
+            await simulator.wait_for_requests(4)
         assert process.process is not None
         process.process.send_signal(signal.SIGTERM)
     assert await anyio.to_thread.run_sync(process.wait, 20) == 0
@@ -389,11 +382,8 @@ async def test_drain_that_runs_out_answers_in_flight_turns_with_1010_and_records
             assert (opened.session, opened.turns) == (sessions["c0"], 1)
             result = await client.session_send(sessions["c0"], "again")
             assert result.turn == 2
-            with anyio.fail_after(20):
-                while True:  # the task queued again by the stop runs after the restart
-                    if (await client.call("task.get", {"task": task["id"]}))["status"] == "done":
-                        break
-                    await anyio.sleep(0.05)
+            # The task queued again by the stop runs after the restart.
+            assert (await client.request(TaskGet(task["id"], wait=20))).status == "done"
     finally:
         assert process.stop() == 0
     assert _roles(process.state, sessions["c0"]) == ["user", "error", "user", "assistant"]
@@ -426,8 +416,7 @@ async def test_a_second_sigterm_stops_at_once_without_waiting_for_the_drain(
     async with anyio.create_task_group() as tg:
         tg.start_soon(stalled_turn)
         with anyio.fail_after(20):
-            while not simulator.requests:  # noqa: ASYNC110 - polled, no event to wait on
-                await anyio.sleep(0.01)
+            await simulator.wait_for_requests(1)
             daemon.send_signal(signal.SIGTERM)
             await anyio.to_thread.run_sync(process.wait_notified, b"STOPPING=1")
         daemon.send_signal(signal.SIGTERM)

@@ -246,12 +246,8 @@ async def test_secret_values_never_reach_a_prompt_trace_log_reply_or_error(
             await record(client, "run.direct", worker="ada", text="rejected key, direct")
             simulator.api_key = api_key
             task = await record(client, "task.submit", worker="ada", channel="releases", text="go")
-            with anyio.fail_after(10):
-                while True:
-                    state = await record(client, "task.get", task=task["id"])
-                    if state["status"] == "done":
-                        break
-                    await anyio.sleep(0.02)
+            state = await record(client, "task.get", task=task["id"], wait=10)
+            assert state["status"] == "done"
             await record(client, "session.send", session=session, text="works again")
             await record(client, "daemon.status")
             for run in await record(client, "runs.list"):

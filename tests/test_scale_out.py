@@ -157,12 +157,11 @@ async def test_forty_tasks_on_two_hosts_each_run_once_spread_over_both(
         task = await _request(host, TaskSubmit("ada", "c2", f"t{n}"))
         submitted.append(task.id)
     assert len(set(submitted)) == 40
-    with anyio.fail_after(60):
-        while True:
-            tasks = await _call(first, "task.list", {})
-            if all(t["status"] == "done" for t in tasks):
-                break
-            await anyio.sleep(0.05)  # polled: the state is on two hosts
+    async with await first.client() as client:
+        # Each answers once done, on whichever host ran it.
+        for task_id in submitted:
+            assert (await client.request(TaskGet(task_id, wait=60))).status == "done"
+    tasks = await _call(first, "task.list", {})
     assert sorted(t["id"] for t in tasks) == sorted(submitted)
     assert all(len(t["runs"]) == 1 for t in tasks)
     runs = {r.id: r for r in await _request(second, RunsList())}
@@ -186,8 +185,7 @@ async def test_a_host_killed_mid_turn_releases_the_session_within_its_lease(
         async with anyio.create_task_group() as tg:
             tg.start_soon(_send_ignoring_the_kill, first, session)
             with anyio.fail_after(10):
-                while len(simulator.requests) < 2:  # noqa: ASYNC110 - polled, no event to wait on
-                    await anyio.sleep(0.01)
+                await simulator.wait_for_requests(2)
             first.stop(9)
         killed_at = time.monotonic()
         with anyio.fail_after(LEASE_S + 10):
@@ -218,17 +216,13 @@ async def test_a_task_whose_host_died_is_finished_by_the_other(
         # As plain values: the polling loop below reads task["id"].
         task = msgspec.to_builtins(await _request(first, TaskSubmit("ada", "c3", "x")))
         with anyio.fail_after(10):
-            while not simulator.requests:  # noqa: ASYNC110 - polled, no event to wait on
-                await anyio.sleep(0.01)
+            await simulator.wait_for_requests(1)
         first.stop(9)
         second = DaemonProcess(org, tmp_path / "b", database=postgres_url).start()
         try:
-            with anyio.fail_after(LEASE_S + 15):
-                while (  # noqa: ASYNC110 - polled, no event to wait on
-                    await _call(second, "task.get", {"task": task["id"]})
-                )["status"] != "done":
-                    await anyio.sleep(0.05)
-            done = await _request(second, TaskGet(task["id"]))
+            done = await _request(second, TaskGet(task["id"], wait=LEASE_S + 15))
+            # Claimed again once the dead host's lease ran out; answered once done.
+            assert done.status == "done"
             assert len(done.runs) == 2
             cut = await _request(second, RunsShow(done.runs[0]))
             assert cut.info.status == "interrupted"
@@ -273,8 +267,7 @@ async def test_a_turn_on_one_host_waits_for_a_turn_held_past_its_lease_on_the_ot
         async with anyio.create_task_group() as tg:
             tg.start_soon(send, first, "slow", session)
             with anyio.fail_after(10):
-                while len(simulator.requests) < 2:  # noqa: ASYNC110 - polled, no event to wait on
-                    await anyio.sleep(0.01)
+                await simulator.wait_for_requests(2)
             tg.start_soon(send, second, "waiting", session)
         assert finished == ["slow", "waiting"]
         requests = await _requests(second, session)
@@ -391,8 +384,7 @@ async def test_a_direct_run_cut_off_by_a_dead_host_is_marked_by_the_live_one(
         async with anyio.create_task_group() as tg:
             tg.start_soon(_direct_ignoring_the_kill, first)
             with anyio.fail_after(10):
-                while not simulator.requests:  # noqa: ASYNC110 - polled, no event to wait on
-                    await anyio.sleep(0.01)
+                await simulator.wait_for_requests(1)
             first.stop(9)
         (listed,) = [r for r in await _request(second, RunsList()) if r.surface == "direct"]
         assert listed.status == "open"
