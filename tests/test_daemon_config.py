@@ -7,24 +7,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import anyio
+import msgspec
 import pytest
 from harness import DaemonProcess, InProcessDaemon
 
 from rosterd.cli import main
 from rosterd.client import RosterClient, RpcError
 from rosterd.compiler import ContextRecord
+from rosterd.protocol import DaemonStatus
 
 
-async def status_until(
+async def status_after_edit(
     client: RosterClient, check: Callable[[dict[str, Any]], bool]
 ) -> dict[str, Any]:
-    with anyio.fail_after(10):
-        while True:
-            status: dict[str, Any] = await client.call("daemon.status")
-            if check(status):
-                return status
-            await anyio.sleep(0.05)
+    """``daemon.status``, which reflects every edit saved before the call, as
+    plain JSON values; *check* must hold for it."""
+    status: dict[str, Any] = msgspec.to_builtins(await client.request(DaemonStatus()))
+    assert check(status), status
+    return status
 
 
 def break_toml(org: Path) -> None:
@@ -63,7 +63,7 @@ async def test_a_broken_edit_is_reported_and_the_last_good_org_stays(
         warm = (await client.session_open("ada", "general")).session
         await client.session_send(warm, "before the edit")
         breakage(org_dir)
-        status = await status_until(client, lambda s: s["config_error"] is not None)
+        status = await status_after_edit(client, lambda s: s["config_error"] is not None)
         assert reported in status["config_error"]
         # The running session keeps its frozen prompt and still works.
         result = await client.session_send(warm, "after the edit")
@@ -82,10 +82,10 @@ async def test_a_fixed_edit_clears_the_error(served: InProcessDaemon, org_dir: P
     async with await served.client() as client:
         before = await client.daemon_status()
         toml.write_text(good.replace("memory = 4000", "memroy = 4000"))
-        broken = await status_until(client, lambda s: s["config_error"] is not None)
+        broken = await status_after_edit(client, lambda s: s["config_error"] is not None)
         assert "memroy" in broken["config_error"]
         toml.write_text(good.replace("memory = 4000", "memory = 3000"))
-        fixed = await status_until(client, lambda s: s["config_error"] is None)
+        fixed = await status_after_edit(client, lambda s: s["config_error"] is None)
     assert fixed["config_generation"] > before.config_generation
 
 
@@ -140,7 +140,9 @@ async def test_one_scope_over_budget_at_start_never_blocks_other_edits(tmp_path:
             await client.session_close(first.session)
 
             (org / "workers" / "kestrel" / "identity.md").write_text("You are Kestrel, v2.\n")
-            await status_until(client, lambda s: s["config_generation"] > status.config_generation)
+            await status_after_edit(
+                client, lambda s: s["config_generation"] > status.config_generation
+            )
             second = await client.session_open("kestrel", "ops")
             await client.session_send(second.session, "hi")
             shown = await client.runs_show(second.session)
@@ -178,7 +180,7 @@ async def test_an_edit_over_budget_is_accepted_and_fails_only_its_scope(
 ) -> None:
     async with await served.client() as client:
         huge_purpose(org_dir)
-        status = await status_until(client, lambda s: bool(s["over_budget"]))
+        status = await status_after_edit(client, lambda s: bool(s["over_budget"]))
         with pytest.raises(RpcError) as failure:
             await client.session_open("ada", "general")
         elsewhere = await client.session_open("ada", "releases")

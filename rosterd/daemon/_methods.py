@@ -97,6 +97,8 @@ class Methods:
 
     @rpc(DaemonStatus)
     async def _status(self, params: DaemonStatus, notify: Notify) -> StatusResult:
+        # An edit saved before the call shows, as it does to session.open.
+        await self._watcher.refresh()
         source = self._watcher.source
         return StatusResult(
             version=__version__,

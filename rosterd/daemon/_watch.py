@@ -1,8 +1,8 @@
 """Watching the org directory: edits apply to the next session, never mid-session.
 
-watchfiles reports changes promptly, so ``daemon.status`` shows a broken edit
-as soon as it lands. Starting a session, task or direct run also checks the
-files' stamps, so an edit saved just before is never missed. A broken edit
+watchfiles reports changes promptly, so a broken edit is logged as soon as
+it lands. ``daemon.status`` and starting a session, task or direct run also
+check the files' stamps, so an edit saved just before is never missed. A broken edit
 (bad TOML, an unknown key, a missing file) is reported and the last good org
 stays. A scope over budget does not make an org broken: start and reload
 accept the same orgs, and such scopes are listed (``over_budget``) while only
