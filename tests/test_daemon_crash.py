@@ -5,13 +5,13 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import anyio
 import msgspec
 import pytest
 from harness import DaemonProcess
 
 from rosterd import RosterError
 from rosterd.client import RosterClient
+from rosterd.protocol import Delta
 
 
 def transcript(state: Path, session: str) -> list[dict[str, object]]:
@@ -26,29 +26,39 @@ def tear_last_line(path: Path) -> None:
 
 
 async def turns_until_killed(
-    client: RosterClient, session: str, process: DaemonProcess, kill_after: float
+    client: RosterClient, session: str, process: DaemonProcess, kill_at: tuple[int, int]
 ) -> list[tuple[int, str]]:
-    """Send turns back to back and kill -9 the daemon after *kill_after* s;
-    the (turn, text) of every turn acknowledged before."""
+    """Send turns back to back and kill -9 the daemon inside the turn after
+    *kill_at[0]* acknowledged ones, once *kill_at[1]* of its deltas arrived
+    (after the last one, the daemon is recording the reply); the (turn, text)
+    of every turn acknowledged before."""
+    turns, deltas = kill_at
     acknowledged: list[tuple[int, str]] = []
+    seen = 0
 
-    async def stream_turns() -> None:
-        n = 0
-        while True:
-            n += 1
-            text = f"turn text {n}"
-            try:
-                result = await client.call("session.send", {"session": session, "text": text})
-            except (RosterError, OSError):  # the daemon died under us: expected
-                return
-            acknowledged.append((result["turn"], text))
+    async def on_delta(delta: Delta) -> None:
+        nonlocal seen
+        seen += 1
+        if len(acknowledged) == turns and seen == deltas:
+            process.kill9()
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(stream_turns)
-        await anyio.sleep(kill_after)
-        process.kill9()
-    assert acknowledged, "no turn was acknowledged before the kill"
+    while True:
+        seen = 0
+        text = f"turn text {len(acknowledged) + 1}"
+        try:
+            result = await client.session_send(session, text, on_delta=on_delta)
+        except (RosterError, OSError):  # the daemon died under us: expected
+            break
+        acknowledged.append((result.turn, text))
+        assert len(acknowledged) <= turns, "the reply had fewer deltas than the kill waited for"
+    assert len(acknowledged) == turns, "the daemon died before the kill"
     return acknowledged
+
+
+def kill_point(seed: int) -> tuple[int, int]:
+    """After how many turns, and at which delta of the next (an echo reply has three)."""
+    rng = random.Random(seed)
+    return rng.randint(5, 40), rng.randint(1, 3)
 
 
 def assert_kept(entries: list[dict[str, object]], acknowledged: list[tuple[int, str]]) -> None:
@@ -69,8 +79,7 @@ async def test_kill_9_mid_stream_keeps_every_acknowledged_turn(
     process = DaemonProcess(org_dir, state).start()
     async with await process.client() as client:
         session = (await client.session_open("ada", "general")).session
-        kill_after = random.Random(seed).uniform(0.2, 0.8)
-        acknowledged = await turns_until_killed(client, session, process, kill_after)
+        acknowledged = await turns_until_killed(client, session, process, kill_point(seed))
     assert_kept(transcript(state, session), acknowledged)
 
     tear_last_line(state / "runs" / session / "transcript.jsonl")
@@ -123,8 +132,7 @@ async def test_kill_9_mid_stream_on_a_database_keeps_every_acknowledged_turn(
     async with await process.client() as client:
         opened = await client.session_open("ada", "general")
         session = opened.session
-        kill_after = random.Random(3).uniform(0.2, 0.8)
-        acknowledged = await turns_until_killed(client, session, process, kill_after)
+        acknowledged = await turns_until_killed(client, session, process, kill_point(3))
 
     process = DaemonProcess(org_dir, tmp_path / "b", database=postgres_url).start()
     try:
