@@ -148,14 +148,17 @@ class DaemonProcess:
         self.wait_notified(b"READY=1", timeout)
 
     def wait_notified(self, field: bytes, timeout: float = 20.0) -> None:
-        """Until the daemon sends *field* (``STOPPING=1``) to its notify socket."""
+        """Until the daemon sends *field* (``STOPPING=1``, or the start of
+        one, ``STATUS=accept failed``) to its notify socket."""
         assert self.process is not None
         assert self._notify is not None, "needs the harness's own notify socket"
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
             # The timeout only bounds how late an early exit is noticed.
             readable, _, _ = select.select([self._notify], [], [], min(left, 0.2))
-            if readable and field in self._notify.recv(4096).split(b"\n"):
+            if readable and any(
+                line.startswith(field) for line in self._notify.recv(4096).split(b"\n")
+            ):
                 return
             if self.process.poll() is not None:
                 raise AssertionError(f"daemon exited with {self.process.returncode}:\n{self.log()}")

@@ -143,6 +143,12 @@ async def _serve(
 ) -> None:
     daemon = host.org.daemon
     tasks = TaskRunner(host, daemon.task_workers)
+    where = f"fd {inherited[0].fileno()}" if inherited else str(path)
+
+    async def accepting(problem: str | None) -> None:
+        # Out of descriptors shows in `systemctl status` until accepting goes on.
+        await notifier.status(f"serving on {where}" if problem is None else problem)
+
     server = RpcServer(
         Methods(host, sessions, tasks, watcher),
         allow_uids=daemon.allow_uids,
@@ -151,6 +157,7 @@ async def _serve(
         max_connections_per_uid=daemon.max_connections_per_uid,
         send_timeout_s=daemon.send_timeout_s,
         idle_timeout_s=daemon.idle_timeout_s,
+        on_accept=accepting,
     )
     listener = await _listener(inherited, path)
     stop_watching = anyio.Event()
@@ -168,7 +175,6 @@ async def _serve(
                     tg.start_soon(_watchdog, notifier, watchdog_s / 2)
                 if host.org.inspect.listen is not None:
                     await tg.start(_inspector(host, watcher.source.root))
-                where = f"fd {inherited[0].fileno()}" if inherited else str(path)
                 log.info("ready on %s (org %s, %r)", where, watcher.source.root, host.stores)
                 await notifier.ready(status=f"serving on {where}")
                 task_status.started(path)

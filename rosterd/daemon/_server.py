@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 import struct
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import anyio
 import msgspec
@@ -96,7 +96,10 @@ class RpcServer:
         send_timeout_s: float,
         max_connections_per_uid: int | None = None,
         idle_timeout_s: float = 60.0,
+        on_accept: Callable[[str | None], Awaitable[object]] | None = None,
     ) -> None:
+        """*on_accept* hears why accepting stopped (out of descriptors), and
+        ``None`` once it goes on: the daemon passes it to systemd's status."""
         self._methods = methods
         self._allow_uids = frozenset(allow_uids if allow_uids is not None else (os.getuid(),))
         self._allow_gids = frozenset(allow_gids)
@@ -108,6 +111,7 @@ class RpcServer:
         self._connections: set[_Connection] = set()
         self._draining = False
         self._accept_scope = anyio.CancelScope()
+        self._on_accept = on_accept
         self.stopped = anyio.Event()
 
     def __repr__(self) -> str:
@@ -135,10 +139,15 @@ class RpcServer:
                             if not isinstance(cause, OSError) or cause.errno not in _FD_EXHAUSTED:
                                 raise
                             if backoff == _ACCEPT_BACKOFF_MIN_S:
-                                log.warning("accept failed (%s); backing off", cause.strerror)
+                                problem = f"accept failed ({cause.strerror}); backing off"
+                                log.warning("%s", problem)
+                                if self._on_accept is not None:
+                                    await self._on_accept(problem)
                             await anyio.sleep(backoff)
                             backoff = min(backoff * 2, _ACCEPT_BACKOFF_MAX_S)
                             continue
+                        if backoff != _ACCEPT_BACKOFF_MIN_S and self._on_accept is not None:
+                            await self._on_accept(None)
                         backoff = _ACCEPT_BACKOFF_MIN_S
                         handlers.start_soon(self._handle, stream)
                 # Draining: handlers finish their current request, then return.
