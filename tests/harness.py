@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -270,7 +271,7 @@ class ManualClock:
 class InProcessDaemon:
     """The daemon in the test's own event loop: no process start-up, an injected clock."""
 
-    def __init__(self, org: Path, state: Path, socket_path: Path, records: list[str]) -> None:
+    def __init__(self, org: Path, state: Path, socket_path: Path, records: _Lines) -> None:
         self.org = org
         self.state = state
         self.socket = socket_path
@@ -284,17 +285,32 @@ class InProcessDaemon:
 
     def log(self) -> str:
         """What the daemon logged so far, one line per record, as ``roster serve`` would."""
-        return "".join(f"{line}\n" for line in self._records)
+        return "".join(f"{line}\n" for line in self._records.lines)
+
+    async def logged(self, text: str) -> None:
+        """Until the daemon logs a line holding *text* (from any thread), 30 s at most."""
+        found = await anyio.to_thread.run_sync(self._records.wait_for, text, 30.0)
+        assert found, f"the daemon never logged {text!r}:\n{self.log()}"
 
 
 class _Lines(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.lines: list[str] = []
+        # Threads log too (the span exporter): waiters wake on each line.
+        self._added = threading.Condition()
         self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(self.format(record))
+        line = self.format(record)
+        with self._added:
+            self.lines.append(line)
+            self._added.notify_all()
+
+    def wait_for(self, text: str, timeout: float) -> bool:
+        """Block until a line holds *text*; whether one did within *timeout* s."""
+        with self._added:
+            return self._added.wait_for(lambda: any(text in x for x in self.lines), timeout)
 
 
 @asynccontextmanager
@@ -328,7 +344,7 @@ async def daemon_in_process(
                 )
             )
             try:
-                yield InProcessDaemon(org, state, path, lines.lines)
+                yield InProcessDaemon(org, state, path, lines)
             finally:
                 stop.set()
     finally:

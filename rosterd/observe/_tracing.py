@@ -295,8 +295,9 @@ class _Export:
             log.exception("exporting %d spans failed", len(batch))
             result = SpanExportResult.FAILURE
         if result is not SpanExportResult.SUCCESS:
-            log.warning("the collector did not take %d spans; dropped", len(batch))
+            # Counted first: by the time the log says so, the metric does too.
             self._dropped(len(batch))
+            log.warning("the collector did not take %d spans; dropped", len(batch))
 
     def shutdown(self) -> None:
         # What the collector has not taken within the export timeout is left
