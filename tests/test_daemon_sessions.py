@@ -12,7 +12,7 @@ import pytest
 from harness import DaemonProcess, InProcessDaemon, ManualClock, daemon_in_process
 
 from rosterd.client import RosterClient, RpcError
-from rosterd.protocol import DaemonStatus, Delta, Wait
+from rosterd.protocol import DaemonStatus, Delta, RunShown, RunsShow, Wait
 
 
 def context_records(state: Path, run: str) -> list[dict[str, Any]]:
@@ -314,3 +314,53 @@ async def test_a_session_that_expired_while_the_daemon_was_down_is_not_resumed(
     info = msgspec.json.decode((state / "runs" / session / "run.json").read_bytes())
     assert info["status"] == "expired"
     assert "had expired while no host served it" in caplog.text
+
+
+@pytest.mark.anyio
+async def test_runs_show_with_wait_answers_once_the_run_ends(served: InProcessDaemon) -> None:
+    async with await served.client() as watcher, await served.client() as client:
+        opened = await client.session_open("ada", "general")
+        await client.session_send(opened.session, "hello")
+        ended: list[RunShown] = []
+
+        async def wait_for_the_end() -> None:
+            ended.append(await watcher.request(RunsShow(opened.session, wait=30)))
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait_for_the_end)
+                await client.session_close(opened.session)
+    (shown,) = ended
+    assert shown.info.status == "closed"
+    assert [entry.role for entry in shown.transcript] == ["user", "assistant"]
+
+
+@pytest.mark.anyio
+async def test_a_wait_for_a_run_that_stays_open_ends_with_its_time(
+    served: InProcessDaemon,
+) -> None:
+    async with await served.client() as client:
+        opened = await client.session_open("ada", "general")
+        with anyio.fail_after(10):
+            shown = await client.request(RunsShow(opened.session, wait=0.2))
+    assert shown.info.status == "open"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("params", "code", "message"),
+    [
+        (RunsShow("s-nope", wait=30), 1003, "s-nope"),
+        (RunsShow("../s-1", wait=30), -32602, "run"),
+        (RunsShow("s-1", wait=-1), -32602, "wait"),
+        (RunsShow("s-1", wait=601), -32602, "wait"),
+    ],
+)
+async def test_runs_show_with_wait_refuses_bad_input_at_once(
+    served: InProcessDaemon, params: RunsShow, code: int, message: str
+) -> None:
+    async with await served.client() as client:
+        with anyio.fail_after(5), pytest.raises(RpcError) as failure:  # not after the wait
+            await client.request(params)
+    assert failure.value.code == code
+    assert message in failure.value.message

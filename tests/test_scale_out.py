@@ -16,11 +16,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 import anyio.to_thread
-import msgspec
 import pytest
 from harness import DaemonProcess, make_org
 from postgres import PostgresServer
@@ -43,6 +42,7 @@ from rosterd.protocol import (
     SessionOpen,
     SessionSend,
     TaskGet,
+    TaskList,
     TaskSubmit,
     TurnRequest,
 )
@@ -83,12 +83,6 @@ async def _request(host: DaemonProcess, params: Call[T]) -> T:
     """One call on a connection of its own to *host*."""
     async with await host.client() as client:
         return await client.request(params)
-
-
-async def _call(host: DaemonProcess, method: str, params: dict[str, Any]) -> Any:
-    # Untyped: the polling loops below (left as they are for now) read plain values.
-    async with await host.client() as client:
-        return await client.call(method, params)
 
 
 async def _requests(host: DaemonProcess, run: str) -> list[TurnRequest]:
@@ -161,11 +155,11 @@ async def test_forty_tasks_on_two_hosts_each_run_once_spread_over_both(
         # Each answers once done, on whichever host ran it.
         for task_id in submitted:
             assert (await client.request(TaskGet(task_id, wait=60))).status == "done"
-    tasks = await _call(first, "task.list", {})
-    assert sorted(t["id"] for t in tasks) == sorted(submitted)
-    assert all(len(t["runs"]) == 1 for t in tasks)
+    tasks = await _request(first, TaskList())
+    assert sorted(t.id for t in tasks) == sorted(submitted)
+    assert all(len(t.runs) == 1 for t in tasks)
     runs = {r.id: r for r in await _request(second, RunsList())}
-    ran_on = {runs[t["runs"][0]].host for t in tasks}
+    ran_on = {runs[t.runs[0]].host for t in tasks}
     assert len(ran_on) == 2
 
 
@@ -213,14 +207,13 @@ async def test_a_task_whose_host_died_is_finished_by_the_other(
     first = DaemonProcess(org, tmp_path / "a", database=postgres_url).start()
     try:
         simulator.script(Stall())
-        # As plain values: the polling loop below reads task["id"].
-        task = msgspec.to_builtins(await _request(first, TaskSubmit("ada", "c3", "x")))
+        task = await _request(first, TaskSubmit("ada", "c3", "x"))
         with anyio.fail_after(10):
             await simulator.wait_for_requests(1)
         first.stop(9)
         second = DaemonProcess(org, tmp_path / "b", database=postgres_url).start()
         try:
-            done = await _request(second, TaskGet(task["id"], wait=LEASE_S + 15))
+            done = await _request(second, TaskGet(task.id, wait=LEASE_S + 15))
             # Claimed again once the dead host's lease ran out; answered once done.
             assert done.status == "done"
             assert len(done.runs) == 2
@@ -388,15 +381,9 @@ async def test_a_direct_run_cut_off_by_a_dead_host_is_marked_by_the_live_one(
             first.stop(9)
         (listed,) = [r for r in await _request(second, RunsList()) if r.surface == "direct"]
         assert listed.status == "open"
-        # As plain values: the polling loop below reads run["id"].
-        run = msgspec.to_builtins(listed)
         # The live host's lease keeper finds it once the dead host's lease ran out.
         with anyio.fail_after(LEASE_S + 10):
-            while (await _call(second, "runs.show", {"run": run["id"]}))["info"][  # noqa: ASYNC110
-                "status"
-            ] == "open":
-                await anyio.sleep(0.05)
-        info = (await _request(second, RunsShow(listed.id))).info
+            info = (await _request(second, RunsShow(listed.id, wait=LEASE_S + 10))).info
         assert info.status == "interrupted"
 
 

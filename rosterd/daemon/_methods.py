@@ -51,7 +51,7 @@ from ..protocol import (
     WaitReason,
     context_page,
 )
-from ..sessions import Host, SessionManager, TaskRunner, TurnOutcome, direct_run
+from ..sessions import Host, SessionManager, TaskRunner, TurnOutcome, direct_run, settled
 from ._watch import OrgWatcher
 
 __all__ = ("HANDLED", "Methods", "Notify")
@@ -243,9 +243,21 @@ class Methods:
 
     @rpc(RunsShow)
     async def _runs_show(self, params: RunsShow, notify: Notify) -> RunShown:
-        runs = self._host.runs
+        host = self._host
+        runs = host.runs
+        info = await runs.info(params.run)
+        if params.wait is not None and info.status == "open":
+            info = await settled(
+                lambda: runs.info(params.run),
+                lambda info: info.status != "open",
+                # Ended here by a turn or on another host: seen by looking again.
+                host.leases.recovered,
+                params.wait,
+                again_s=host.look_again_s,
+                stopping=lambda: self._tasks.draining,
+            )
         return RunShown(
-            info=await runs.info(params.run),
+            info=info,
             records=await runs.context(params.run),
             transcript=await runs.transcript(params.run),
         )

@@ -137,8 +137,9 @@ class TaskSubmit(Call[TaskState], frozen=True):
     text: MessageText
 
 
-# The longest a ``task.get`` waits for its task to settle, in seconds.
-TASK_WAIT_MAX_S = 600.0
+# The longest a call that waits (``task.get``, ``runs.show``) waits, in seconds.
+WAIT_MAX_S = 600.0
+WaitSeconds = Annotated[float, msgspec.Meta(ge=0, le=WAIT_MAX_S)]
 
 
 class TaskGet(Call[TaskState], frozen=True):
@@ -148,7 +149,7 @@ class TaskGet(Call[TaskState], frozen=True):
     result = TaskState
 
     task: Id
-    wait: Annotated[float, msgspec.Meta(ge=0, le=TASK_WAIT_MAX_S)] | None = None
+    wait: WaitSeconds | None = None
 
 
 class TaskList(Call[list[TaskState]], frozen=True):
@@ -227,10 +228,13 @@ class RunsList(Call[list[RunInfo]], frozen=True):
 
 
 class RunsShow(Call[RunShown], frozen=True):
+    """With ``wait``: once the run is no longer open, or ``wait`` s ran out."""
+
     method = "runs.show"
     result = RunShown
 
     run: Id
+    wait: WaitSeconds | None = None
 
 
 class RunsContext(Call[ContextPage], frozen=True):

@@ -6,6 +6,7 @@ from ._lifetime import CachePlan, plan_cache
 from ._session import Session, SessionManager
 from ._shown import ShownLedger
 from ._tasks import TaskRunner, direct_run
+from ._waits import settled
 
 __all__ = (
     "CachePlan",
@@ -18,4 +19,5 @@ __all__ = (
     "direct_run",
     "judge_cache",
     "plan_cache",
+    "settled",
 )

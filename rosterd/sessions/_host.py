@@ -120,6 +120,12 @@ class Host(AsyncResource):
         return self.org_source.current()
 
     @property
+    def look_again_s(self) -> float:
+        """How often this host looks at the store for what other hosts
+        sharing it changed: a fraction of a lease, at most a second."""
+        return min(1.0, self.org.daemon.lease_s / 4)
+
+    @property
     def calls_in_flight(self) -> int:
         return len(self._calls)
 

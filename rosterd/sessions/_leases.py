@@ -17,6 +17,7 @@ import anyio
 from .._clock import Clock
 from .._errors import ConflictError, StorageError
 from ..stores import State
+from ._waits import Signal
 
 __all__ = ("LeaseKeeper",)
 
@@ -42,6 +43,9 @@ class LeaseKeeper:
         self._lease_s = lease_s
         self._runs: dict[str, anyio.CancelScope] = {}
         self._tasks: dict[str, anyio.CancelScope] = {}
+        # Each time runs cut off by a dead host's stop are found and marked
+        # interrupted.
+        self.recovered = Signal()
 
     def __repr__(self) -> str:
         return f"LeaseKeeper({self.holder!r}, {len(self._runs) + len(self._tasks)} held)"
@@ -95,7 +99,8 @@ class LeaseKeeper:
             try:
                 await self._renew()
                 # Runs whose host died while another host serves on.
-                await self._stores.runs.recover(self._clock())
+                if await self._stores.runs.recover(self._clock()):
+                    self.recovered.notify()
             except StorageError as exc:
                 # Unreachable store: the next round tries again. Should
                 # another host take a lease over meanwhile, this host's

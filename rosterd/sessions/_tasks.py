@@ -23,6 +23,7 @@ from ..org import Surface
 from ..protocol import GateState, RunStatus, TaskState
 from ..stores import cut_off
 from ._host import Host, TurnOutcome
+from ._waits import Signal, settled
 
 __all__ = ("TaskRunner", "direct_run")
 
@@ -42,12 +43,12 @@ class TaskRunner:
     def __init__(self, host: Host, workers: int) -> None:
         self._host = host
         self._workers = workers
-        # Set, and replaced, whenever this host queues a task: idle workers
-        # claim at once instead of at their next look at the store.
-        self._queued = anyio.Event()
-        # Set, and replaced, whenever this host changes a task or starts to
-        # drain: wakes the callers waiting for a task to settle.
-        self._changed = anyio.Event()
+        # Whenever this host queues a task: idle workers claim at once
+        # instead of at their next look at the store.
+        self._queued = Signal()
+        # Whenever this host changes a task or starts to drain: wakes the
+        # callers waiting for a task to settle.
+        self._changed = Signal()
         self._running = 0
         self._draining = False
         self.stopped = anyio.Event()
@@ -74,40 +75,33 @@ class TaskRunner:
     def drain(self) -> None:
         """Start no new task; those running finish, queued ones stay queued."""
         self._draining = True
-        self._wake()
-        self._changes()
+        self._queued.notify()
+        self._changed.notify()
 
     async def submit(self, worker: str, channel: str, text: str) -> TaskState:
         scope = self._host.org.scope(Surface.TASK, worker, channel)
         stores = self._host.stores
         task = await stores.tasks.submit(scope.worker, channel, text, self._host.clock())
-        self._wake()
+        self._queued.notify()
         return task
 
-    def _wake(self) -> None:
-        self._queued.set()
-        self._queued = anyio.Event()
-
-    def _changes(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+    @property
+    def draining(self) -> bool:
+        """Whether the daemon stopped taking new work: waits answer then."""
+        return self._draining
 
     async def settled(self, task_id: str, wait_s: float) -> TaskState:
         """*task_id* once it is done, failed or paused; as it is when *wait_s*
         ran out first, or when the daemon starts to drain."""
         tasks = self._host.stores.tasks
-        with anyio.move_on_after(wait_s):
-            while not self._draining:
-                # Taken before the read: a change while it runs still wakes us.
-                changed = self._changed
-                task = await tasks.get(task_id)
-                if task.status in _SETTLED:
-                    return task
-                # Another host's runs change the store, not this host's event:
-                # they are seen by looking again now and then, as claims are.
-                with anyio.move_on_after(min(1.0, self._host.org.daemon.lease_s / 4)):
-                    await changed.wait()
-        return await tasks.get(task_id)
+        return await settled(
+            lambda: tasks.get(task_id),
+            lambda task: task.status in _SETTLED,
+            self._changed,
+            wait_s,
+            again_s=self._host.look_again_s,
+            stopping=lambda: self._draining,
+        )
 
     async def gate_filed(self, gate: GateState) -> None:
         """A gate against a finished task run pauses its task."""
@@ -125,13 +119,13 @@ class TaskRunner:
             gate=gate.id, summary=gate.summary, outcome=gate.outcome or "", note=gate.note
         )
         await self._set(task, status="queued", continuation=continuation)
-        self._wake()
+        self._queued.notify()
 
     async def _work(self) -> None:
         host = self._host
         while not self._draining:
             # Taken before the claim: a task queued while it runs still wakes us.
-            queued = self._queued
+            queued = self._queued.next()
             lease_s = host.org.daemon.lease_s
             now = host.clock()
             try:
@@ -142,7 +136,7 @@ class TaskRunner:
                 task = None
             if task is None:
                 # Other hosts' tasks are found by looking again now and then.
-                with anyio.move_on_after(min(1.0, lease_s / 4)):
+                with anyio.move_on_after(host.look_again_s):
                     await queued.wait()
                 continue
             self._running += 1
@@ -236,7 +230,7 @@ class TaskRunner:
     async def _set(self, task: TaskState, **changes: object) -> TaskState:
         updated = msgspec.structs.replace(task, updated_at=self._host.clock(), **changes)
         stored = await self._host.stores.tasks.update(updated)
-        self._changes()
+        self._changed.notify()
         return stored
 
 
