@@ -8,6 +8,7 @@ would a permission bit.
 from __future__ import annotations
 
 import errno
+import re
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,7 @@ async def test_a_task_whose_run_directory_cannot_be_made_fails_alone(
     assert done["status"] == "done"
     assert "You said: next one" in done["reply"]
     log = served.log()
-    assert f"task {task.id} failed" in log
+    assert re.search(rf"task {task.id} run t-\S+ failed: .*Not a directory", log)
 
 
 async def test_a_direct_run_that_cannot_be_stored_is_a_storage_error(

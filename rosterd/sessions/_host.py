@@ -16,7 +16,8 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Literal
 
 import anyio
@@ -25,7 +26,7 @@ import msgspec
 from anyio.abc import AsyncResource
 
 from .._clock import SYSTEM_CLOCK, Clock
-from .._errors import ConfigError, EngineError, ShutdownError
+from .._errors import ConfigError, EngineError, RosterError, ShutdownError
 from ..compiler import (
     BoundaryCheck,
     ChannelMessage,
@@ -53,7 +54,7 @@ from ..engines import (
 from ..observe import NO_TELEMETRY, OutcomeLabel, Telemetry, TurnWatch
 from ..org import EngineConfig, NamedEngine, Org, OrgSource, Surface, WorkerConfig
 from ..pricing import Pricing
-from ..protocol import ChatMessage, EngineStatus, RunInfo, TranscriptEntry, Usage
+from ..protocol import ChatMessage, EngineStatus, RunInfo, RunStatus, TranscriptEntry, Usage
 from ..stores import ActiveRun, State
 from ._cache import CacheCheck, judge_cache, with_diagnosis
 from ._calls import TurnTools
@@ -138,6 +139,32 @@ class Host(AsyncResource):
         self._interrupted = True
         for scope in self._calls:
             scope.cancel()
+
+    @asynccontextmanager
+    async def run(
+        self,
+        run_id: str,
+        surface: Surface,
+        worker: str,
+        channel: str | None,
+        now: float,
+        **details: str | None,
+    ) -> AsyncIterator[ActiveRun]:
+        """A task or direct run for the block: created, and leased by this
+        host while it goes on; ``done`` when the block ends, ``interrupted``
+        when the stop cut it short and ``failed`` on any other error, which
+        goes on up. A session's run outlives any one block: it is created
+        when the session opens and ended when it closes, expires or rolls
+        over, and each of its turns holds the lease."""
+        async with self.leases.run(run_id):
+            run = await self.create_run(run_id, surface, worker, channel, now, **details)
+            try:
+                yield run
+            except Exception as exc:
+                status: RunStatus = "interrupted" if isinstance(exc, ShutdownError) else "failed"
+                await run.finish(status, self.clock(), error=failure_text(exc))
+                raise
+            await run.finish("done", self.clock())
 
     async def create_run(
         self,
@@ -728,3 +755,8 @@ def _prefix_tokens(checks: Sequence[BoundaryCheck], compilation: Compilation, us
         return 0
     prompt_chars = len(compilation.system.text) + len(compilation.input_text)
     return usage.input_tokens * stable[-1] // max(prompt_chars, 1)
+
+
+def failure_text(exc: Exception) -> str:
+    """What a failed run or task records: our message, or the unexpected error's type too."""
+    return str(exc) if isinstance(exc, RosterError) else f"{type(exc).__name__}: {exc}"

@@ -20,9 +20,9 @@ from .._errors import ConflictError, NotFoundError, RosterError, ShutdownError, 
 from ..compiler import Continuation, RunMeta, compile_run
 from ..engines import DeltaSink, WaitSink
 from ..org import Surface
-from ..protocol import GateState, RunStatus, TaskState
-from ..stores import cut_off
-from ._host import Host, TurnOutcome
+from ..protocol import GateState, TaskState
+from ..stores import ActiveRun, cut_off
+from ._host import Host, TurnOutcome, failure_text
 from ._waits import Signal, settled
 
 __all__ = ("TaskRunner", "direct_run")
@@ -156,11 +156,11 @@ class TaskRunner:
             await self._run(await self._host.stores.tasks.get(task_id))
         except Exception as exc:
             unexpected = None if isinstance(exc, RosterError) else exc
-            log.error("task %s failed: %s", task_id, _failure_text(exc), exc_info=unexpected)
+            log.error("task %s failed: %s", task_id, failure_text(exc), exc_info=unexpected)
             try:
                 task = await self._host.stores.tasks.get(task_id)
                 if task.status in ("queued", "running"):
-                    await self._set(task, status="failed", error=_failure_text(exc))
+                    await self._set(task, status="failed", error=failure_text(exc))
             except RosterError as again:
                 log.error("task %s: its failure could not be recorded: %s", task_id, again)
 
@@ -171,33 +171,17 @@ class TaskRunner:
             # Claimed again after its host stopped or died: that run is over.
             await self._interrupted(task.runs[-1], now)
         run_id = host.runs.new_id("t", now)
-        async with host.leases.run(run_id):
-            await self._run_as(task, run_id, now)
-
-    async def _run_as(self, task: TaskState, run_id: str, now: float) -> None:
-        host = self._host
         task = await self._set(task, status="running", runs=(*task.runs, run_id))
-        run = await host.create_run(
-            run_id, Surface.TASK, task.worker, task.channel, now, task=task.id
-        )
         try:
-            org = host.org
-            scope = org.scope(Surface.TASK, task.worker, task.channel)
-            turn = await host.turn_input(
-                task.worker, task.text, "task", continuation=task.continuation
-            )
-            meta = RunMeta(run=run_id, turn=1, now=now)
-            outcome = await host.run_turn(
-                run,
-                org.engine_chain(task.worker),
-                lambda: compile_run(org, scope, turn, meta),
-                [],
-                _discard,
-            )
-        except ShutdownError as exc:
+            async with host.run(
+                run_id, Surface.TASK, task.worker, task.channel, now, task=task.id
+            ) as run:
+                outcome = await self._answer(task, run, now)
+        except ConflictError:
+            raise  # another host runs the task now: nothing of this run to record
+        except ShutdownError:
             # Queued again on disk: the next start runs it under a new run id.
             log.warning("task %s run %s interrupted by the stop", task.id, run_id)
-            await run.finish("interrupted", host.clock(), error=str(exc))
             await self._set(task, status="queued")
             return
         except Exception as exc:
@@ -207,15 +191,28 @@ class TaskRunner:
                 "task %s run %s failed: %s",
                 task.id,
                 run_id,
-                _failure_text(exc),
+                failure_text(exc),
                 exc_info=unexpected,
             )
-            await run.finish("failed", host.clock(), error=_failure_text(exc))
-            await self._set(task, status="failed", error=_failure_text(exc))
+            await self._set(task, status="failed", error=failure_text(exc))
             return
-        await run.finish("done", host.clock())
         waiting = await host.stores.gates.waiting_on(run_id)
         await self._set(task, status="paused" if waiting else "done", reply=outcome.reply.text)
+
+    async def _answer(self, task: TaskState, run: ActiveRun, now: float) -> TurnOutcome:
+        """The task's one turn: its text, and a continuation's gate outcome."""
+        host = self._host
+        org = host.org
+        scope = org.scope(Surface.TASK, task.worker, task.channel)
+        turn = await host.turn_input(task.worker, task.text, "task", continuation=task.continuation)
+        meta = RunMeta(run=run.info.id, turn=1, now=now)
+        return await host.run_turn(
+            run,
+            org.engine_chain(task.worker),
+            lambda: compile_run(org, scope, turn, meta),
+            [],
+            _discard,
+        )
 
     async def _interrupted(self, run_id: str, now: float) -> None:
         runs = self._host.runs
@@ -244,27 +241,13 @@ async def direct_run(
     on_wait: WaitSink | None = None,
 ) -> TurnOutcome:
     """An ad-hoc run outside any channel: one compilation, one engine call."""
-    async with host.leases.run(run_id):
-        return await _direct(host, run_id, worker, text, sender, on_delta, on_wait)
-
-
-async def _direct(
-    host: Host,
-    run_id: str,
-    worker: str,
-    text: str,
-    sender: str,
-    on_delta: DeltaSink,
-    on_wait: WaitSink | None = None,
-) -> TurnOutcome:
     org = host.org
     scope = org.scope(Surface.DIRECT, worker, None)
     now = host.clock()
-    run = await host.create_run(run_id, Surface.DIRECT, worker, None, now)
-    try:
+    async with host.run(run_id, Surface.DIRECT, worker, None, now) as run:
         turn = await host.turn_input(worker, text, sender)
         meta = RunMeta(run=run_id, turn=1, now=now)
-        outcome = await host.run_turn(
+        return await host.run_turn(
             run,
             org.engine_chain(worker),
             lambda: compile_run(org, scope, turn, meta),
@@ -272,16 +255,3 @@ async def _direct(
             on_delta,
             on_wait=on_wait,
         )
-    except Exception as exc:
-        # An unexpected error still ends the run as failed; the caller maps
-        # it to an internal error for the client.
-        status: RunStatus = "interrupted" if isinstance(exc, ShutdownError) else "failed"
-        await run.finish(status, host.clock(), error=_failure_text(exc))
-        raise
-    await run.finish("done", host.clock())
-    return outcome
-
-
-def _failure_text(exc: Exception) -> str:
-    """What a failed run or task records: our message, or the unexpected error's type too."""
-    return str(exc) if isinstance(exc, RosterError) else f"{type(exc).__name__}: {exc}"
