@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from itertools import pairwise
 from typing import Literal
@@ -58,6 +57,7 @@ from ..protocol import TranscriptEntry, chat_messages
 from ..stores import ActiveRun, SessionState
 from ._host import Host, TurnOutcome
 from ._lifetime import RECENT_GAPS, plan_cache
+from ._progress import Progress
 from ._shown import ShownLedger
 
 __all__ = ("Session", "SessionManager")
@@ -111,42 +111,28 @@ class Session:
     ) -> None:
         """Take the run's transcript as it is: at the start, or after another
         host added turns."""
-        state = self._state
         self._run = run
         self._transcript = chat_messages(entries)
         self._shown = ShownLedger.from_entries(entries)
-        # Characters of the request so far: the system part and the transcript.
-        self._chars = len(state.system.text) + sum(len(m.content) for m in self._transcript)
-        self._counted = len(self._transcript)
-        self._turns = max(run.last_turn, *(entry.turn for entry in entries), 0)
-        self._last_input_tokens = next(
-            (e.usage.input_tokens for e in reversed(entries) if e.usage is not None), None
-        )
         self._history = history
-        # When the recent turns were sent, and the cache lifetime the last
-        # one asked for: what the next one's lifetime is chosen from.
-        self._turn_times = deque(
-            (e.at for e in entries if e.role == "user" and e.step == 1), maxlen=RECENT_GAPS + 1
-        )
-        self._last_ttl = next(
-            (e.cache.ttl for e in reversed(entries) if e.cache is not None and e.cache.ttl),
-            None,
-        )
-        self._last_reply_id = next(
-            (e.provider_id for e in reversed(entries) if e.provider_id is not None), None
-        )
-        # The channel seq this session's input has covered: later messages by
-        # others are the backlog of its next turn.
-        self._seen = next((e.seen for e in reversed(entries) if e.seen is not None), seen)
-        self.last_activity = entries[-1].at if entries else run.info.created_at
-        # Gates resolved after this show their outcome in the next briefing.
-        self._briefed_at = next(
-            (e.at for e in reversed(entries) if e.role == "user"),
-            run.info.created_at if briefed_at is None else briefed_at,
+        self._progress = Progress.resumed(
+            entries,
+            len(self._state.system.text),
+            self._transcript,
+            last_turn=run.last_turn,
+            created_at=run.info.created_at,
+            seen=seen,
+            briefed_at=briefed_at,
         )
 
+    def _commit(self, progress: Progress) -> None:
+        """Make *progress* the session's: the transcript holds as many
+        messages as it says (a refused turn's are dropped with it)."""
+        self._progress = progress
+        del self._transcript[progress.messages :]
+
     def __repr__(self) -> str:
-        return f"Session({self.id!r}, {self.worker}/{self.channel}, {self._turns} turns)"
+        return f"Session({self.id!r}, {self.worker}/{self.channel}, {self.turns} turns)"
 
     @property
     def id(self) -> str:
@@ -163,7 +149,16 @@ class Session:
 
     @property
     def turns(self) -> int:
-        return self._turns
+        return self._progress.turns
+
+    @property
+    def last_activity(self) -> float:
+        return self._progress.last_activity
+
+    @property
+    def briefed_at(self) -> float:
+        """When this session was last briefed: a successor goes on from there."""
+        return self._progress.briefed_at
 
     @property
     def system(self) -> SystemPrompt:
@@ -203,7 +198,8 @@ class Session:
             return
         run, entries = await runs.reopen(info)
         log.info("session %s: read again after turns on another host", self.id)
-        self._load(run, entries, self._history, self._seen, self._briefed_at)
+        progress = self._progress
+        self._load(run, entries, self._history, progress.seen, progress.briefed_at)
 
     async def _send(
         self, text: str, sender: str, on_delta: DeltaSink, on_wait: WaitSink | None
@@ -212,8 +208,6 @@ class Session:
         # Only a conversation can be dropped: a fresh session's first
         # request is as short as this pair's requests get.
         may_roll = bool(self._transcript)
-        briefed_at, seen = self._briefed_at, self._seen
-        mark = len(self._transcript)
         telemetry = self._host.telemetry
         try:
             return await self._turn(text, sender, on_delta, on_wait, may_roll=may_roll)
@@ -223,16 +217,6 @@ class Session:
         except EngineError as exc:
             if not (exc.context_exceeded and may_roll):
                 raise
-            # The refused turn, every tool step of it included, is dropped
-            # from what this session would send; the new session answers
-            # it from scratch.
-            refused = self._transcript[mark:]
-            del self._transcript[mark:]
-            self._chars -= sum(len(message.content) for message in refused)
-            self._counted = len(self._transcript)
-            # Nothing of the refused turn reached the model: what it
-            # briefed and showed is still owed.
-            self._briefed_at, self._seen = briefed_at, seen
             reason = f"the provider refused the request as too long: {exc}"
             telemetry.rolled_over("provider_too_long")
         return await self._roll_over(text, sender, on_delta, on_wait, reason)
@@ -240,9 +224,10 @@ class Session:
     async def _input(self, text: str, sender: str, turn: int) -> tuple[TurnInput, int]:
         """Turn *turn*'s fresh input, and the last channel seq it covers."""
         host = self._host
+        progress = self._progress
         backlog, omitted, last_seq = await host.stores.channels.since(
             self.channel,
-            self._seen,
+            progress.seen,
             exclude_run=self.id,
             limit=self._state.system.budget.backlog_messages,
         )
@@ -250,7 +235,7 @@ class Session:
             self.worker,
             text,
             sender,
-            resolved_since=self._briefed_at,
+            resolved_since=progress.briefed_at,
             history=self._history if turn == 1 else None,
             backlog=backlog,
             backlog_omitted=omitted,
@@ -285,17 +270,18 @@ class Session:
         may_roll: bool,
     ) -> TurnOutcome:
         host = self._host
-        turn = self._turns + 1
+        before = self._progress
+        turn = before.turns + 1
         turn_input, last_seq = await self._input(text, sender, turn)
         meta = RunMeta(run=self.id, turn=turn, now=host.clock())
-        plan = plan_cache(self._state.engine, self._gaps(meta.now), self._last_ttl)
+        plan = plan_cache(self._state.engine, self._gaps(meta.now), before.last_ttl)
         if plan is not None:
-            plan = msgspec.structs.replace(plan, previous_message=self._last_reply_id)
+            plan = msgspec.structs.replace(plan, previous_message=before.last_reply_id)
         limit = self._state.system.budget.session_chars
 
         def compile_checked() -> Compilation:
             compilation = compile_turn(self._state.system, turn_input, meta)
-            size = self._chars + len(compilation.input_text)
+            size = before.chars + len(compilation.input_text)
             if may_roll and size > limit:
                 raise _SessionFull(
                     f"the request of turn {turn} would be {size} characters, "
@@ -303,7 +289,6 @@ class Session:
                 )
             return compilation
 
-        sent = len(self._transcript)
         try:
             outcome = await host.run_turn(
                 self._run,
@@ -312,34 +297,31 @@ class Session:
                 self._transcript,
                 on_delta,
                 on_wait=on_wait,
-                previous_input_tokens=self._last_input_tokens,
+                previous_input_tokens=before.last_input_tokens,
                 seen=last_seq,
                 cache_plan=plan,
             )
         except (CompileError, EngineError, ShutdownError) as exc:
             # The failure is traced under this turn number: the next turn
-            # gets the next one. After an engine failure or a stop the user
-            # turn, briefing included, is in the transcript and will be sent.
-            self._turns = turn
-            self.last_activity = host.clock()
-            if not isinstance(exc, CompileError):
-                self._briefed_at = meta.now
+            # gets the next one.
+            if isinstance(exc, EngineError) and exc.context_exceeded and may_roll:
+                # Refused as too long, every tool step of it included: it is
+                # not part of what this session sends, and what it briefed
+                # and showed is still owed. A new session answers it.
+                self._commit(before.failed(turn, host.clock(), briefed_at=before.briefed_at))
+                raise
+            # After an engine failure or a stop the user turn, briefing
+            # included, is in the transcript and will be sent.
+            briefed_at = before.briefed_at if isinstance(exc, CompileError) else meta.now
+            failed = before.failed(turn, host.clock(), briefed_at=briefed_at)
+            self._commit(self._sent(failed, turn, last_seq))
             raise
-        finally:
-            self._shown.note_sent(turn, self._transcript[sent:])
-            if self._count_new_messages():
-                # The input went into the transcript: the backlog is in it.
-                self._seen = last_seq
-        self._turns = turn
-        self._briefed_at = meta.now
-        self._turn_times.append(meta.now)
-        self._last_ttl = plan.ttl if plan is not None else None
-        self._last_reply_id = outcome.reply.message_id or self._last_reply_id
-        # Unreported usage keeps the last known size: a lower bound, as
-        # the request only grows.
-        if outcome.reply.usage is not None:
-            self._last_input_tokens = outcome.reply.usage.input_tokens
-        self.last_activity = host.clock()
+        except BaseException:
+            self._commit(self._sent(before, turn, last_seq))
+            raise
+        ttl = plan.ttl if plan is not None else None
+        answered = before.answered(turn, meta.now, host.clock(), ttl, outcome.reply)
+        self._commit(self._sent(answered, turn, last_seq))
         await host.stores.channels.post_many(
             self.channel,
             [(sender, text, meta.now), (self.worker, outcome.reply.text, self.last_activity)],
@@ -347,21 +329,21 @@ class Session:
         )
         return outcome
 
+    def _sent(self, progress: Progress, turn: int, last_seq: int) -> Progress:
+        """*progress* with what turn *turn* added to the transcript: the
+        conversation now holds it, the backlog (up to *last_seq*) included."""
+        added = self._transcript[progress.messages :]
+        self._shown.note_sent(turn, added)
+        return progress.sent(added, last_seq)
+
     def _gaps(self, now: float) -> list[float]:
         """Seconds between the recent turns (a fresh session's, between its
         channel's recent messages), the time since the last one included."""
-        times = list(self._turn_times)
+        times = list(self._progress.turn_times)
         if len(times) < 2:
             times = sorted([m.at for m in self._history] + times)
         times = [*times[-RECENT_GAPS:], now]
         return [later - earlier for earlier, later in pairwise(times) if later > earlier]
-
-    def _count_new_messages(self) -> bool:
-        """Count what the last turn added to the transcript; whether it added any."""
-        added = self._transcript[self._counted :]
-        self._chars += sum(len(message.content) for message in added)
-        self._counted = len(self._transcript)
-        return bool(added)
 
     async def _roll_over(
         self,
@@ -646,7 +628,7 @@ class SessionManager:
         await host.runs.set_session(worker, channel, session_id)
         history, seen = await self._snapshot(channel, system)
         log.info("session %s started for %s in %s", session_id, worker, channel)
-        briefed_at = rolled_from._briefed_at if rolled_from is not None else None
+        briefed_at = rolled_from.briefed_at if rolled_from is not None else None
         return Session(host, self, run, state, [], history, seen, briefed_at=briefed_at)
 
     async def _snapshot(
