@@ -21,45 +21,10 @@ import msgspec
 from anyio.abc import AsyncResource, SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from .. import protocol
 from .._errors import ProtocolError, RosterError, RpcError
 from ..compiler import ChannelMessage
-from ..protocol import (
-    PARSE_ERROR,
-    Call,
-    ChannelPost,
-    Closed,
-    ContextPage,
-    DaemonStatus,
-    Delta,
-    GateFile,
-    GateList,
-    GateResolve,
-    GateState,
-    MemoryAdd,
-    MemoryForget,
-    MemoryList,
-    MemoryNote,
-    Reply,
-    RunDirect,
-    RunInfo,
-    RunsContext,
-    RunShown,
-    RunsList,
-    RunsShow,
-    SessionClose,
-    SessionOpen,
-    SessionOpened,
-    SessionSend,
-    StatusResult,
-    TaskGet,
-    TaskList,
-    TaskState,
-    TaskSubmit,
-    TurnResult,
-    Wait,
-    decode_reply,
-    encode_request,
-)
+from ..protocol import PARSE_ERROR, Call, Delta, Reply, Wait, decode_reply, encode_request
 
 __all__ = ("OnDelta", "OnNotification", "OnWait", "RosterClient")
 
@@ -98,11 +63,11 @@ class RosterClient(AsyncResource):
             ) from None
         return cls(stream, path)
 
-    async def daemon_status(self) -> StatusResult:
-        return await self.request(DaemonStatus())
+    async def daemon_status(self) -> protocol.StatusResult:
+        return await self.request(protocol.DaemonStatus())
 
-    async def session_open(self, worker: str, channel: str) -> SessionOpened:
-        return await self.request(SessionOpen(worker, channel))
+    async def session_open(self, worker: str, channel: str) -> protocol.SessionOpened:
+        return await self.request(protocol.SessionOpen(worker, channel))
 
     async def session_send(
         self,
@@ -111,13 +76,13 @@ class RosterClient(AsyncResource):
         sender: str = "operator",
         on_delta: OnDelta | None = None,
         on_wait: OnWait | None = None,
-    ) -> TurnResult:
+    ) -> protocol.TurnResult:
         """One turn; the reply streams to *on_delta* before the result
         returns, and *on_wait* hears why the turn waits, when it does."""
-        return await self.request(SessionSend(session, text, sender), on_delta, on_wait)
+        return await self.request(protocol.SessionSend(session, text, sender), on_delta, on_wait)
 
-    async def session_close(self, session: str) -> Closed:
-        return await self.request(SessionClose(session))
+    async def session_close(self, session: str) -> protocol.Closed:
+        return await self.request(protocol.SessionClose(session))
 
     async def run_direct(
         self,
@@ -126,54 +91,56 @@ class RosterClient(AsyncResource):
         sender: str = "operator",
         on_delta: OnDelta | None = None,
         on_wait: OnWait | None = None,
-    ) -> TurnResult:
-        return await self.request(RunDirect(worker, text, sender), on_delta, on_wait)
+    ) -> protocol.TurnResult:
+        return await self.request(protocol.RunDirect(worker, text, sender), on_delta, on_wait)
 
-    async def task_submit(self, worker: str, channel: str, text: str) -> TaskState:
-        return await self.request(TaskSubmit(worker, channel, text))
+    async def task_submit(self, worker: str, channel: str, text: str) -> protocol.TaskState:
+        return await self.request(protocol.TaskSubmit(worker, channel, text))
 
-    async def task_get(self, task: str, wait: float | None = None) -> TaskState:
+    async def task_get(self, task: str, wait: float | None = None) -> protocol.TaskState:
         """The task; with *wait*, once it is done, failed or paused (or *wait* s ran out)."""
-        return await self.request(TaskGet(task, wait))
+        return await self.request(protocol.TaskGet(task, wait))
 
-    async def task_list(self) -> list[TaskState]:
-        return await self.request(TaskList())
+    async def task_list(self) -> list[protocol.TaskState]:
+        return await self.request(protocol.TaskList())
 
     async def channel_post(self, channel: str, sender: str, text: str) -> ChannelMessage:
-        return await self.request(ChannelPost(channel, sender, text))
+        return await self.request(protocol.ChannelPost(channel, sender, text))
 
-    async def memory_add(self, worker: str, text: str, channel: str | None = None) -> MemoryNote:
-        return await self.request(MemoryAdd(worker, text, channel))
+    async def memory_add(
+        self, worker: str, text: str, channel: str | None = None
+    ) -> protocol.MemoryNote:
+        return await self.request(protocol.MemoryAdd(worker, text, channel))
 
-    async def memory_list(self, worker: str, every: bool = False) -> list[MemoryNote]:
+    async def memory_list(self, worker: str, every: bool = False) -> list[protocol.MemoryNote]:
         """The live notes of *worker*; with *every*, the retired ones too."""
-        return await self.request(MemoryList(worker, every))
+        return await self.request(protocol.MemoryList(worker, every))
 
-    async def memory_forget(self, worker: str, note: str, because: str) -> MemoryNote:
-        return await self.request(MemoryForget(worker, note, because))
+    async def memory_forget(self, worker: str, note: str, because: str) -> protocol.MemoryNote:
+        return await self.request(protocol.MemoryForget(worker, note, because))
 
     async def gate_file(
         self, worker: str, summary: str, channel: str | None = None, run: str | None = None
-    ) -> GateState:
-        return await self.request(GateFile(worker, summary, channel, run))
+    ) -> protocol.GateState:
+        return await self.request(protocol.GateFile(worker, summary, channel, run))
 
-    async def gate_resolve(self, gate: str, outcome: str, note: str = "") -> GateState:
-        return await self.request(GateResolve(gate, outcome, note))
+    async def gate_resolve(self, gate: str, outcome: str, note: str = "") -> protocol.GateState:
+        return await self.request(protocol.GateResolve(gate, outcome, note))
 
-    async def gate_list(self, worker: str | None = None) -> list[GateState]:
-        return await self.request(GateList(worker))
+    async def gate_list(self, worker: str | None = None) -> list[protocol.GateState]:
+        return await self.request(protocol.GateList(worker))
 
-    async def runs_list(self) -> list[RunInfo]:
-        return await self.request(RunsList())
+    async def runs_list(self) -> list[protocol.RunInfo]:
+        return await self.request(protocol.RunsList())
 
-    async def runs_show(self, run: str) -> RunShown:
-        return await self.request(RunsShow(run))
+    async def runs_show(self, run: str) -> protocol.RunShown:
+        return await self.request(protocol.RunsShow(run))
 
     async def runs_context(
         self, run: str, all: bool = False, after: int | None = None, limit: int | None = None
-    ) -> ContextPage:
+    ) -> protocol.ContextPage:
         """The latest turn's request, or with *all* a page of every turn's."""
-        return await self.request(RunsContext(run, all, after, limit))
+        return await self.request(protocol.RunsContext(run, all, after, limit))
 
     async def call(
         self,

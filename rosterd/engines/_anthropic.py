@@ -18,15 +18,13 @@ pieces; results go back as ``tool_result`` blocks of a user message.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Literal, cast, get_args
 
-import httpx
 import msgspec
 
 from .._errors import EngineError
 from ..compiler import SystemPrompt, ToolCall, ToolSpec
-from ..org import EngineConfig
 from ..protocol import CacheDiagnosis, CacheMissReason
 from ._base import (
     MAX_BREAKPOINTS,
@@ -38,7 +36,7 @@ from ._base import (
     WaitSink,
     system_segments,
 )
-from ._http import Backoff, HttpEngine, ProviderHttp, ServerSentEvent
+from ._http import HttpEngine, ProviderHttp, ServerSentEvent
 
 __all__ = ("ANTHROPIC_VERSION", "CACHE_DIAGNOSIS_BETA", "DEFAULT_ANTHROPIC_URL", "AnthropicEngine")
 
@@ -186,16 +184,12 @@ class AnthropicEngine(HttpEngine):
 
     kind = "anthropic"
     path = "/v1/messages"
+    default_url = DEFAULT_ANTHROPIC_URL
+    # Set once a server refused a cache lifetime (an older API, a proxy):
+    # its requests ask for none from then on.
+    _lifetime_refused = False
 
-    def __init__(
-        self,
-        config: EngineConfig,
-        *,
-        api_key: str | None,
-        backoff: Backoff | None = None,
-        on_response: Callable[[int, Mapping[str, str]], None] | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
+    def request_headers(self, api_key: str | None) -> dict[str, str]:
         headers = {
             "accept": "text/event-stream",
             "content-type": "application/json",
@@ -203,20 +197,9 @@ class AnthropicEngine(HttpEngine):
         }
         if api_key:
             headers["x-api-key"] = api_key
-        if config.diagnose_cache:
+        if self._config.diagnose_cache:
             headers["anthropic-beta"] = CACHE_DIAGNOSIS_BETA
-        super().__init__(
-            config,
-            base_url=config.base_url or DEFAULT_ANTHROPIC_URL,
-            headers=headers,
-            api_key=api_key,
-            backoff=backoff,
-            on_response=on_response,
-            transport=transport,
-        )
-        # Set once a server refused a cache lifetime (an older API, a proxy):
-        # its requests ask for none from then on.
-        self._lifetime_refused = False
+        return headers
 
     async def complete(
         self, request: EngineRequest, on_delta: DeltaSink, on_wait: WaitSink | None = None

@@ -287,6 +287,8 @@ class HttpEngine:
 
     kind: str
     path: ClassVar[str]
+    # Where requests go when the config names no ``base_url``.
+    default_url: ClassVar[str]
     # The provider reports cached input in its usage: cache checks measure.
     measures_cache = True
 
@@ -294,18 +296,17 @@ class HttpEngine:
         self,
         config: EngineConfig,
         *,
-        base_url: str,
-        headers: Mapping[str, str],
         api_key: str | None,
-        backoff: Backoff | None,
+        backoff: Backoff | None = None,
         on_response: Callable[[int, Mapping[str, str]], None] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._config = config
+        self.base_url = config.base_url or self.default_url
         self._http = ProviderHttp(
             provider=self.kind,
-            base_url=base_url,
-            headers=headers,
+            base_url=self.base_url,
+            headers=self.request_headers(api_key),
             timeout_s=config.timeout_s,
             max_retries=config.max_retries,
             secret=api_key,
@@ -316,6 +317,10 @@ class HttpEngine:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self._config.model!r}, http={self._http!r})"
+
+    def request_headers(self, api_key: str | None) -> dict[str, str]:
+        """The headers every request carries: what it accepts, the key, the API version."""
+        raise NotImplementedError
 
     def body(self, request: EngineRequest) -> bytes:
         """The exact bytes ``complete`` posts for *request*."""

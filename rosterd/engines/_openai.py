@@ -19,15 +19,13 @@ call arrives as ``tool_calls`` deltas whose arguments may be split anywhere.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from functools import cached_property
 from typing import Literal
 from urllib.parse import urlsplit
 
-import httpx
 import msgspec
 
 from ..compiler import ToolCall, ToolSpec
-from ..org import EngineConfig
 from ._base import (
     MAX_BREAKPOINTS,
     ChatMessage,
@@ -37,7 +35,7 @@ from ._base import (
     Usage,
     system_segments,
 )
-from ._http import Backoff, HttpEngine, ProviderHttp, ServerSentEvent
+from ._http import HttpEngine, ProviderHttp, ServerSentEvent
 
 __all__ = ("DEFAULT_OPENAI_URL", "OpenAIEngine")
 
@@ -163,32 +161,19 @@ class OpenAIEngine(HttpEngine):
 
     kind = "openai"
     path = "/chat/completions"
+    default_url = DEFAULT_OPENAI_URL
 
-    def __init__(
-        self,
-        config: EngineConfig,
-        *,
-        api_key: str | None,
-        backoff: Backoff | None = None,
-        on_response: Callable[[int, Mapping[str, str]], None] | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        base_url = config.base_url or DEFAULT_OPENAI_URL
+    def request_headers(self, api_key: str | None) -> dict[str, str]:
         headers = {"accept": "text/event-stream", "content-type": "application/json"}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
+        return headers
+
+    @cached_property
+    def _completion_field(self) -> bool:
         # OpenAI's own API rejects max_tokens for its reasoning models; the
         # compatible servers (vLLM, llama.cpp, Ollama) all understand max_tokens.
-        self._completion_field = urlsplit(base_url).hostname == "api.openai.com"
-        super().__init__(
-            config,
-            base_url=base_url,
-            headers=headers,
-            api_key=api_key,
-            backoff=backoff,
-            on_response=on_response,
-            transport=transport,
-        )
+        return urlsplit(self.base_url).hostname == "api.openai.com"
 
     def body(self, request: EngineRequest) -> bytes:
         limit = self._config.max_tokens

@@ -22,14 +22,8 @@ from ._config import (
     PROVIDER_KEYS,
     ChannelConfig,
     ConnectionConfig,
-    ContextBudget,
-    DaemonConfig,
     EngineConfig,
-    GatewayConfig,
-    InspectConfig,
-    MetricsConfig,
     PriceConfig,
-    TelemetryConfig,
     WorkerConfig,
 )
 from ._org import DEFAULT_ENGINE, Org
@@ -39,14 +33,13 @@ __all__ = ("identity_path", "load_org", "purpose_path")
 _T = TypeVar("_T")
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _UNKNOWN_FIELD = re.compile(r"Object contains unknown field `(.*)`")
+# Each top-level key of org.toml is a field of ``Org``. A Struct field is one
+# table (``[context]``); the tables of named entries, whose names are ids of
+# their kind, and ``[prices]``, keyed by model name, are read as below.
 _TABLES: dict[str, type[Any]] = {
-    "context": ContextBudget,
-    "daemon": DaemonConfig,
-    "engine": EngineConfig,
-    "gateway": GatewayConfig,
-    "metrics": MetricsConfig,
-    "telemetry": TelemetryConfig,
-    "inspect": InspectConfig,
+    field.name: field.type
+    for field in msgspec.structs.fields(Org)
+    if isinstance(field.type, type) and issubclass(field.type, msgspec.Struct)
 }
 _NAMED_TABLES: dict[str, tuple[str, type[Any]]] = {
     "workers": ("worker", WorkerConfig),
@@ -128,22 +121,7 @@ def load_org(root: Path) -> Org:
         if text is not None:
             purposes[channel] = text
 
-    return Org(
-        context=sections.get("context", ContextBudget()),
-        daemon=sections.get("daemon", DaemonConfig()),
-        engine=sections.get("engine", EngineConfig()),
-        workers=workers,
-        channels=channels,
-        connections=connections,
-        identities=identities,
-        purposes=purposes,
-        gateway=sections.get("gateway", GatewayConfig()),
-        engines=engines,
-        prices=sections.get("prices", {}),
-        metrics=sections.get("metrics", MetricsConfig()),
-        telemetry=sections.get("telemetry", TelemetryConfig()),
-        inspect=sections.get("inspect", InspectConfig()),
-    )
+    return Org(**sections, identities=identities, purposes=purposes)
 
 
 def _convert(value: object, struct: type[_T], path: Path, where: str) -> _T:

@@ -58,16 +58,20 @@ class NamedEngine(msgspec.Struct, frozen=True):
 
 
 class Org(msgspec.Struct, frozen=True):
-    """Everything the compiler may read of an org directory, already loaded."""
+    """Everything the compiler may read of an org directory, already loaded.
 
-    context: ContextBudget
-    daemon: DaemonConfig
-    engine: EngineConfig
-    workers: dict[str, WorkerConfig]
-    channels: dict[str, ChannelConfig]
-    connections: dict[str, ConnectionConfig]
-    identities: dict[str, str]
-    purposes: dict[str, str]
+    Every table of org.toml is a field, and every one may be left out: then
+    it takes its defaults (the loader reads the tables off these fields).
+    """
+
+    context: ContextBudget = ContextBudget()
+    daemon: DaemonConfig = DaemonConfig()
+    engine: EngineConfig = EngineConfig()
+    workers: dict[str, WorkerConfig] = {}
+    channels: dict[str, ChannelConfig] = {}
+    connections: dict[str, ConnectionConfig] = {}
+    identities: dict[str, str] = {}
+    purposes: dict[str, str] = {}
     gateway: GatewayConfig = GatewayConfig()
     engines: dict[str, EngineConfig] = {}
     # Per model name, as the engines' ``model`` says it.

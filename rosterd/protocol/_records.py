@@ -232,13 +232,5 @@ class GateState(msgspec.Struct, frozen=True):
     resolved_at: float | None = None
 
     def as_gate(self) -> Gate:
-        return Gate(
-            id=self.id,
-            worker=self.worker,
-            summary=self.summary,
-            filed_at=self.filed_at,
-            channel=self.channel,
-            run=self.run,
-            outcome=self.outcome,
-            note=self.note,
-        )
+        """What the compiler reads of this gate: the fields ``Gate`` has."""
+        return msgspec.convert(self, Gate, from_attributes=True)

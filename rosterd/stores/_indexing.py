@@ -1,17 +1,56 @@
 """What every backend does with a worker's notes alike: number them, index
-them on the first read, and decide which note a retirement may take."""
+them on the first read, decide which note a retirement may take, and answer
+every read from the index."""
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Collection, Iterable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 import anyio.to_thread
 
 from .._errors import NotFoundError
-from ..compiler import MemoryIndex, MemoryItem, Retirement
+from ..compiler import MemoryIndex, MemoryItem, MemoryView, Retirement
 
-__all__ = ("index_notes", "new_note", "retirable")
+__all__ = ("IndexedMemory", "index_notes", "new_note", "retirable")
+
+
+class IndexedMemory(ABC):
+    """A ``MemoryStore`` that answers every read from one ``MemoryIndex`` per
+    worker. A backend says how it numbers and keeps a new note, how it keeps a
+    retirement, and how it brings a worker's index up to date."""
+
+    async def add(
+        self,
+        worker: str,
+        text: str,
+        channel: str | None,
+        at: float,
+        *,
+        run: str | None = None,
+        turn: int | None = None,
+    ) -> MemoryItem:
+        return await self._append(worker, lambda n: new_note(n, text, channel, at, run, turn))
+
+    async def items(self, worker: str) -> tuple[MemoryItem, ...]:
+        """Every note of *worker*, oldest first, retired ones included."""
+        return (await self._index(worker)).items()
+
+    async def retirements(self, worker: str) -> Mapping[str, Retirement]:
+        return dict((await self._index(worker)).retirements())
+
+    async def view(self, worker: str) -> MemoryView:
+        """A snapshot: later additions do not change a compilation under way."""
+        return (await self._index(worker)).snapshot()
+
+    @abstractmethod
+    async def _append(self, worker: str, note: Callable[[int], MemoryItem]) -> MemoryItem:
+        """Keep ``note(n)``, durably, where *n* is the worker's next number."""
+
+    @abstractmethod
+    async def _index(self, worker: str) -> MemoryIndex:
+        """*worker*'s index, holding every note kept so far."""
 
 
 async def index_notes(

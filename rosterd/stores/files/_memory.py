@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import anyio
 
 from ..._ids import check_id
-from ...compiler import MemoryIndex, MemoryItem, MemoryView, Retirement
-from .._indexing import index_notes, new_note, retirable
+from ...compiler import MemoryIndex, MemoryItem, Retirement
+from .._indexing import IndexedMemory, index_notes, retirable
 from ._jsonl import JsonlLog, read_log
 
 __all__ = ("FileMemory",)
@@ -38,7 +38,7 @@ class _Notes:
             await self.retired.aclose()
 
 
-class FileMemory:
+class FileMemory(IndexedMemory):
     """One append-only log of notes per worker under ``memory/<worker>.jsonl``
     and one of retirements under ``memory/retired/<worker>.jsonl``.
 
@@ -54,23 +54,6 @@ class FileMemory:
     def __repr__(self) -> str:
         return f"FileMemory({str(self._root)!r})"
 
-    async def add(
-        self,
-        worker: str,
-        text: str,
-        channel: str | None,
-        at: float,
-        *,
-        run: str | None = None,
-        turn: int | None = None,
-    ) -> MemoryItem:
-        notes = await self._load(worker)
-        async with notes.lock:
-            item = new_note(len(notes.index) + 1, text, channel, at, run, turn)
-            await notes.notes.append(item)
-            notes.index.add(item)
-        return item
-
     async def retire(
         self, worker: str, retirement: Retirement, channels: Collection[str | None] | None = None
     ) -> MemoryItem:
@@ -81,16 +64,16 @@ class FileMemory:
             notes.index.retire(retirement)
         return item
 
-    async def items(self, worker: str) -> tuple[MemoryItem, ...]:
-        """Every note of *worker*, oldest first, retired ones included."""
-        return (await self._load(worker)).index.items()
+    async def _append(self, worker: str, note: Callable[[int], MemoryItem]) -> MemoryItem:
+        notes = await self._load(worker)
+        async with notes.lock:
+            item = note(len(notes.index) + 1)
+            await notes.notes.append(item)
+            notes.index.add(item)
+        return item
 
-    async def retirements(self, worker: str) -> Mapping[str, Retirement]:
-        return dict((await self._load(worker)).index.retirements())
-
-    async def view(self, worker: str) -> MemoryView:
-        """A snapshot: later additions do not change a compilation under way."""
-        return (await self._load(worker)).index.snapshot()
+    async def _index(self, worker: str) -> MemoryIndex:
+        return (await self._load(worker)).index
 
     async def _load(self, worker: str) -> _Notes:
         notes = self._workers.get(worker)

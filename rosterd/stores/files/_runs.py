@@ -25,8 +25,9 @@ from ..._errors import NotFoundError
 from ..._ids import check_id
 from ...compiler import ContextRecord
 from ...org import Surface
-from ...protocol import RunInfo, RunStatus, TranscriptEntry
-from .._records import SessionState, cut_off, ended, new_run_id
+from ...protocol import RunInfo, TranscriptEntry
+from .._open_run import OpenRun
+from .._records import SessionState, cut_off, new_run_id
 from ._jsonl import (
     JsonlLog,
     read_document,
@@ -47,7 +48,7 @@ class _SessionPointer(msgspec.Struct, frozen=True):
     session: str
 
 
-class FileRun:
+class FileRun(OpenRun):
     """An open run: its trace and transcript logs, appended and fsynced."""
 
     def __init__(
@@ -58,15 +59,10 @@ class FileRun:
         transcript: JsonlLog[TranscriptEntry],
         last_turn: int = 0,
     ) -> None:
+        super().__init__(info, last_turn)
         self.store = store
-        self.info = info
-        # The highest turn traced so far, failed compilations included.
-        self.last_turn = last_turn
         self._context = context
         self._transcript = transcript
-
-    def __repr__(self) -> str:
-        return f"FileRun({self.info.id!r}, {self.info.status})"
 
     async def trace(self, record: ContextRecord) -> None:
         await self._context.append(record)
@@ -77,9 +73,6 @@ class FileRun:
     async def record_many(self, entries: Sequence[TranscriptEntry]) -> None:
         """Append *entries* with one write and one fsync."""
         await self._transcript.extend(entries)
-
-    async def finish(self, status: RunStatus, at: float, error: str | None = None) -> None:
-        await self.end(ended(self.info, status, at, error))
 
     async def end(self, info: RunInfo) -> None:
         """Write the run's final *info* and close its logs."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
-from typing import Any, LiteralString, TypeVar
+from typing import Any, Generic, LiteralString, TypeVar
 
 import msgspec
 import psycopg
@@ -14,9 +14,9 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ..._errors import StorageError
+from ..._errors import NotFoundError, StorageError
 
-__all__ = ("Connection", "Database", "Params", "Row", "encode", "failing", "number", "scalar")
+__all__ = ("Connection", "Database", "Numbered", "Params", "Row", "encode", "failing", "scalar")
 
 Row = tuple[Any, ...]
 Params = Sequence[Any] | Mapping[str, Any]
@@ -29,16 +29,6 @@ T = TypeVar("T")
 def encode(record: object) -> str:
     """*record* as the line the file backend writes for it, without the newline."""
     return _encoder.encode(record).decode()
-
-
-def number(key: str, prefix: str) -> int | None:
-    """The *n* of ``<prefix>-<n>``, or ``None`` when *key* is not one."""
-    head, _, tail = key.rpartition("-")
-    if head != prefix or not tail.isascii() or not tail.isdigit():
-        return None
-    n = int(tail)
-    # Past bigint, no row can have it: unknown, not a database error.
-    return n if n < 2**63 else None
 
 
 @contextmanager
@@ -137,3 +127,31 @@ async def scalar(conn: Connection, query: LiteralString, params: Params = ()) ->
     row = await cursor.fetchone()
     assert row is not None, query  # such statements always return their row
     return int(row[0])
+
+
+class Numbered(Generic[T]):
+    """A kind of record whose ids are ``<prefix>-<n>`` (a gate ``g-<n>``, a
+    task ``task-<n>``), one row each, keyed by its number."""
+
+    def __init__(
+        self, kind: str, prefix: str, decoder: msgspec.json.Decoder[T], by_number: LiteralString
+    ) -> None:
+        self.kind = kind
+        self.prefix = prefix
+        self.decoder = decoder
+        self._by_number = by_number
+
+    def number(self, key: str) -> int:
+        """The *n* of *key*; a key that is not ``<prefix>-<n>`` names no record."""
+        head, _, tail = key.rpartition("-")
+        # Past bigint, no row can have it: unknown, not a database error.
+        if head != self.prefix or not tail.isascii() or not tail.isdigit() or int(tail) >= 2**63:
+            raise NotFoundError(self.kind, key)
+        return int(tail)
+
+    async def get(self, db: Database, key: str) -> T:
+        """The record *key* names; ``NotFoundError`` when there is none."""
+        row = await db.fetchone(f"read a {self.kind}", self._by_number, (self.number(key),))
+        if row is None:
+            raise NotFoundError(self.kind, key)
+        return db.decode(self.decoder, row[0])

@@ -10,7 +10,7 @@ from ..._errors import ConflictError, NotFoundError
 from ...compiler import GateView
 from ...protocol import GateState
 from .._gatebook import GateBook
-from ._db import Database, encode, number, scalar
+from ._db import Database, Numbered, encode, scalar
 
 __all__ = ("PostgresGates",)
 
@@ -29,6 +29,7 @@ _FILE = (
 )
 _NEXT_GATE = "SELECT nextval('gate_numbers')"
 _GET = "SELECT record FROM gates WHERE n = %s"
+_GATES = Numbered("gate", "g", _gate, _GET)
 # ``status = 'open'`` makes the resolution the one that wins, whatever the
 # lock: a gate is resolved once, by one host.
 _RESOLVE = (
@@ -73,7 +74,7 @@ class PostgresGates:
     async def resolve(self, gate_id: str, outcome: str, note: str, at: float) -> GateState:
         """Raises ``ConflictError`` if the gate is already resolved, here or
         on another host."""
-        n = self._number(gate_id)
+        n = _GATES.number(gate_id)
         async with self._db.transaction("resolve a gate") as conn:
             await conn.execute(_LOCK, (_CHANGES_LOCK,))
             cursor = await conn.execute(_GET, (n,))
@@ -93,10 +94,7 @@ class PostgresGates:
 
     async def get(self, gate_id: str) -> GateState:
         """Raises ``NotFoundError`` for an unknown id."""
-        row = await self._db.fetchone("read a gate", _GET, (self._number(gate_id),))
-        if row is None:
-            raise NotFoundError("gate", gate_id)
-        return self._db.decode(_gate, row[0])
+        return await _GATES.get(self._db, gate_id)
 
     async def all(self, worker: str | None = None) -> list[GateState]:
         """Every gate (of *worker*), in filing order."""
@@ -137,13 +135,6 @@ class PostgresGates:
                 if change == self._last + 1:
                     self._book.apply(gate)
                     self._last = change
-
-    @staticmethod
-    def _number(gate_id: str) -> int:
-        n = number(gate_id, "g")
-        if n is None:
-            raise NotFoundError("gate", gate_id)
-        return n
 
     async def aclose(self) -> None:
         self._book.clear()

@@ -3,14 +3,14 @@ compilation on, whichever host added them, until one retires them."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection
 
 import anyio
 import msgspec
 
 from ..._ids import check_id
-from ...compiler import MemoryIndex, MemoryItem, MemoryView, Retirement
-from .._indexing import index_notes, new_note, retirable
+from ...compiler import MemoryIndex, MemoryItem, Retirement
+from .._indexing import IndexedMemory, index_notes, retirable
 from ._db import Database, encode
 
 __all__ = ("PostgresMemory",)
@@ -55,7 +55,7 @@ class _Notes:
         self.last_retired = last_retired
 
 
-class PostgresMemory:
+class PostgresMemory(IndexedMemory):
     """Notes in table ``memory_notes``, retirements in ``memory_retirements``;
     each worker's indexed on this host.
 
@@ -74,23 +74,14 @@ class PostgresMemory:
     def __repr__(self) -> str:
         return f"PostgresMemory({self._db.where!r}, {len(self._notes)} workers indexed)"
 
-    async def add(
-        self,
-        worker: str,
-        text: str,
-        channel: str | None,
-        at: float,
-        *,
-        run: str | None = None,
-        turn: int | None = None,
-    ) -> MemoryItem:
+    async def _append(self, worker: str, note: Callable[[int], MemoryItem]) -> MemoryItem:
         check_id("worker", worker)
         async with self._db.transaction("add a note") as conn:
             cursor = await conn.execute(_TAKE_NUMBER, (worker,))
             row = await cursor.fetchone()
             assert row is not None  # RETURNING of an upsert always has its row
             n = int(row[0])
-            item = new_note(n, text, channel, at, run, turn)
+            item = note(n)
             await conn.execute(_INSERT, (worker, n, encode(item)))
         notes = self._notes.get(worker)
         # Next in line: indexed now. Otherwise (another host's notes came
@@ -121,16 +112,8 @@ class PostgresMemory:
                 notes.last_retired = n
         return item
 
-    async def items(self, worker: str) -> tuple[MemoryItem, ...]:
-        """Every note of *worker*, oldest first, retired ones included."""
-        return (await self._current(worker)).index.items()
-
-    async def retirements(self, worker: str) -> Mapping[str, Retirement]:
-        return dict((await self._current(worker)).index.retirements())
-
-    async def view(self, worker: str) -> MemoryView:
-        """A snapshot: later additions do not change a compilation under way."""
-        return (await self._current(worker)).index.snapshot()
+    async def _index(self, worker: str) -> MemoryIndex:
+        return (await self._current(worker)).index
 
     def _lock(self, worker: str) -> anyio.Lock:
         return self._locks.setdefault(worker, anyio.Lock())

@@ -27,8 +27,9 @@ from ..._errors import NotFoundError
 from ..._ids import check_id
 from ...compiler import ContextRecord
 from ...org import Surface
-from ...protocol import RunInfo, RunStatus, TranscriptEntry
-from .._records import SessionState, cut_off, ended, new_run_id
+from ...protocol import RunInfo, TranscriptEntry
+from .._open_run import OpenRun
+from .._records import SessionState, cut_off, new_run_id
 from ._db import Database, encode
 
 __all__ = ("PostgresRun", "PostgresRuns")
@@ -88,21 +89,16 @@ _REVISION = "SELECT revision FROM runs WHERE id = %s"
 _INTERRUPT = "UPDATE runs SET status = %s, record = %s WHERE id = %s AND status = 'open'"
 
 
-class PostgresRun:
+class PostgresRun(OpenRun):
     """An open run: appends commit before they return, numbered by the database."""
 
     def __init__(
         self, store: PostgresRuns, info: RunInfo, last_turn: int = 0, revision: int = 0
     ) -> None:
+        super().__init__(info, last_turn)
         self.store = store
-        self.info = info
-        # The highest turn traced so far, failed compilations included.
-        self.last_turn = last_turn
         # The run's revision after this handle's last write (or its reading).
         self._revision = revision
-
-    def __repr__(self) -> str:
-        return f"PostgresRun({self.info.id!r}, {self.info.status})"
 
     async def trace(self, record: ContextRecord) -> None:
         params = {"run": self.info.id, "turn": record.turn, "record": encode(record)}
@@ -117,9 +113,6 @@ class PostgresRun:
             return
         params = {"run": self.info.id, "records": [encode(entry) for entry in entries]}
         self._wrote(await self.store.append(self.info.id, "record", _APPEND_TRANSCRIPT, params))
-
-    async def finish(self, status: RunStatus, at: float, error: str | None = None) -> None:
-        await self.end(ended(self.info, status, at, error))
 
     async def end(self, info: RunInfo) -> None:
         """Write the run's final *info*."""

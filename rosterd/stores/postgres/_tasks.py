@@ -6,7 +6,7 @@ import msgspec
 
 from ..._errors import NotFoundError
 from ...protocol import TaskState
-from ._db import Database, encode, number, scalar
+from ._db import Database, Numbered, encode, scalar
 
 __all__ = ("PostgresTasks",)
 
@@ -28,6 +28,7 @@ _RUNS = (
     " ON CONFLICT (run) DO UPDATE SET task = excluded.task"
 )
 _GET = "SELECT record FROM tasks WHERE n = %s"
+_TASKS = Numbered("task", "task", _task, _GET)
 # On task_runs' primary key, then tasks' own.
 _BY_RUN = "SELECT t.record FROM task_runs r JOIN tasks t ON t.n = r.task WHERE r.run = %s"
 _ALL = "SELECT record FROM tasks"
@@ -77,7 +78,7 @@ class PostgresTasks:
     async def update(self, task: TaskState) -> TaskState:
         """Store *task*'s new state as a whole; raises ``NotFoundError`` for a
         task never submitted (its number is the database's to hand out)."""
-        n = self._number(task.id)
+        n = _TASKS.number(task.id)
         async with self._db.transaction("update a task") as conn:
             cursor = await conn.execute(_UPDATE, (task.status, task.submitted_at, encode(task), n))
             if cursor.rowcount == 0:
@@ -88,10 +89,7 @@ class PostgresTasks:
 
     async def get(self, task_id: str) -> TaskState:
         """Raises ``NotFoundError`` for an unknown id."""
-        row = await self._db.fetchone("read a task", _GET, (self._number(task_id),))
-        if row is None:
-            raise NotFoundError("task", task_id)
-        return self._db.decode(_task, row[0])
+        return await _TASKS.get(self._db, task_id)
 
     async def by_run(self, run: str) -> TaskState | None:
         row = await self._db.fetchone("read a task", _BY_RUN, (run,))
@@ -109,16 +107,9 @@ class PostgresTasks:
 
     async def renew(self, task_id: str, holder: str, until: float) -> bool:
         async with self._db.connection("renew a task's lease") as conn:
-            cursor = await conn.execute(_RENEW, (until, self._number(task_id), holder))
+            cursor = await conn.execute(_RENEW, (until, _TASKS.number(task_id), holder))
             return cursor.rowcount == 1
 
     async def release(self, task_id: str, holder: str) -> None:
         async with self._db.connection("release a task") as conn:
-            await conn.execute(_RELEASE, (self._number(task_id), holder))
-
-    @staticmethod
-    def _number(task_id: str) -> int:
-        n = number(task_id, "task")
-        if n is None:
-            raise NotFoundError("task", task_id)
-        return n
+            await conn.execute(_RELEASE, (_TASKS.number(task_id), holder))
