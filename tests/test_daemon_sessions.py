@@ -344,23 +344,3 @@ async def test_a_wait_for_a_run_that_stays_open_ends_with_its_time(
         with anyio.fail_after(10):
             shown = await client.request(RunsShow(opened.session, wait=0.2))
     assert shown.info.status == "open"
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize(
-    ("params", "code", "message"),
-    [
-        (RunsShow("s-nope", wait=30), 1003, "s-nope"),
-        (RunsShow("../s-1", wait=30), -32602, "run"),
-        (RunsShow("s-1", wait=-1), -32602, "wait"),
-        (RunsShow("s-1", wait=601), -32602, "wait"),
-    ],
-)
-async def test_runs_show_with_wait_refuses_bad_input_at_once(
-    served: InProcessDaemon, params: RunsShow, code: int, message: str
-) -> None:
-    async with await served.client() as client:
-        with anyio.fail_after(5), pytest.raises(RpcError) as failure:  # not after the wait
-            await client.request(params)
-    assert failure.value.code == code
-    assert message in failure.value.message

@@ -12,7 +12,7 @@ from harness import DaemonProcess, InProcessDaemon, daemon_in_process, set_engin
 from simulator import Simulator, Stall
 
 from rosterd.client import RpcError
-from rosterd.protocol import Delta, TaskGet, TaskSubmit
+from rosterd.protocol import Call, Delta, RunsShow, TaskGet, TaskSubmit
 
 
 def run_lines(state: Path, run: str) -> list[dict[str, Any]]:
@@ -155,10 +155,14 @@ async def test_task_get_with_wait_answers_once_the_task_is_done(served: InProces
         (TaskGet("../task-1", wait=30), -32602, "task"),
         (TaskGet("task-1", wait=-1), -32602, "wait"),
         (TaskGet("task-1", wait=601), -32602, "wait"),
+        (RunsShow("s-nope", wait=30), 1003, "s-nope"),
+        (RunsShow("../s-1", wait=30), -32602, "run"),
+        (RunsShow("s-1", wait=-1), -32602, "wait"),
+        (RunsShow("s-1", wait=601), -32602, "wait"),
     ],
 )
-async def test_task_get_with_wait_refuses_bad_input_at_once(
-    served: InProcessDaemon, params: TaskGet, code: int, message: str
+async def test_a_call_that_waits_refuses_bad_input_at_once(
+    served: InProcessDaemon, params: Call[object], code: int, message: str
 ) -> None:
     async with await served.client() as client:
         await client.request(TaskSubmit("ada", "general", "ship it"))
