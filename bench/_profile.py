@@ -27,9 +27,17 @@ format of ``pstats`` (``python -m pstats OUT`` reads it).
 A function that lives elsewhere (builtins, the standard library, anyio,
 NumPy) takes the bucket of its callers, split by the time each caller spent
 in it; a caller that lives elsewhere too takes its own callers', and so on
-(a cycle adds nothing; a root is other). The profiler adds a cost to every
-call, so call-heavy code looks bigger than it is: read the shares, and the
-per-turn times only against each other.
+(a cycle adds nothing; a root is other). A worker thread's loop is a root,
+so the hand-off of a result back to the event loop (``call_soon_threadsafe``
+writing to its self-pipe) is other, whoever asked for the thread.
+
+Own time is the thread's wall-clock time, not its CPU time: with the idle
+waits left out it is mostly CPU, but an fsync is the disk's wait (reported
+apart), and a send that wakes another thread or process can include the
+time that one ran before the sender got the core back (on two busy cores it
+often does). The profiler adds a cost to every call, so call-heavy code
+looks bigger than it is: read the shares, and the per-turn times only
+against each other.
 """
 
 from __future__ import annotations
@@ -69,6 +77,7 @@ _HOMES = (
     ("/rosterd/", "engine glue"),
 )
 _FSYNC = "<built-in method posix.fsync>"
+_WAKE = "_write_to_self"
 _IDLE = frozenset(
     {
         "<method 'acquire' of '_thread.lock' objects>",
@@ -96,11 +105,13 @@ def _home(label: Label) -> str | None:
 
 
 class Breakdown:
-    """Seconds of own time per bucket over the window (idle left out)."""
+    """Seconds of own time per bucket over the window (idle left out); of
+    them, waiting on fsync, and worker threads waking the event loop."""
 
-    def __init__(self, seconds: dict[str, float], fsync: float) -> None:
+    def __init__(self, seconds: dict[str, float], fsync: float, wakeups: float) -> None:
         self.seconds = seconds
         self.fsync = fsync
+        self.wakeups = wakeups
 
     def __repr__(self) -> str:
         return f"Breakdown({self.total:.3f} s)"
@@ -151,7 +162,12 @@ def breakdown(stats: Stats) -> Breakdown:
                 seconds[bucket] += own_here * fraction
         seconds["other"] += max(own - accounted, 0.0)
     fsync = sum(own for label, (_, _, own, _, _) in stats.items() if label[2] == _FSYNC)
-    return Breakdown(seconds, fsync)
+    wakeups = sum(
+        cumulative
+        for (path, _, name), (_, _, _, cumulative, _) in stats.items()
+        if name == _WAKE and path.endswith("asyncio/selector_events.py")
+    )
+    return Breakdown(seconds, fsync, wakeups)
 
 
 def load(path: Path) -> Stats:

@@ -9,7 +9,9 @@ Prints, measured side by side in one run:
   sends its next turn as soon as its previous reply arrived, without think
   time, all from this process; the sessions are opened before the clock
   starts. With N sessions a turn's latency is mostly its wait behind the
-  other clients' turns, about N / (turns/s);
+  other clients' turns, about N / (turns/s). The three levels alternate
+  over a few rounds, in a rotated order, and each level's turns/s is the
+  median of its rounds, so that machine noise hits every level alike;
 - a turn's floor on this machine, beside one session's turns on the daemon,
   each turn alternating with one repetition of the floor (bench/_floor.py:
   compile the same turn, encode its records once, append and fsync them
@@ -124,25 +126,32 @@ async def run(quick: bool) -> None:
         async with serve(root / "org", root / "state", socket) as daemon:
             base_rss = rss_kib(daemon.pid)
             print(DRIVE)
+            # The levels alternate, round by round in a rotated order, so that
+            # machine noise hits each alike; turns/s is the median of a level's
+            # rounds, the latencies are pooled.
+            levels = {1: 30 if quick else 200, 10: 10, 200: 3 if quick else 5}
+            channels = {1: ["c0"], 10: [f"c{n}" for n in range(1, 11)]}
+            channels[200] = [f"c{n % CHANNELS}" for n in range(11, 211)]
+            rates: dict[int, list[float]] = {level: [] for level in levels}
+            latencies: dict[int, list[float]] = {level: [] for level in levels}
+            rounds = 3 if quick else 5
+            for n in range(rounds):
+                for k in range(len(levels)):
+                    level = list(levels)[(n + k) % len(levels)]
+                    taken, wall = await drive([socket], channels[level], levels[level])
+                    rates[level].append(len(taken) / wall)
+                    latencies[level] += taken
+            print(f"{rounds} rounds, the levels alternating:")
             print(f"{'sessions':>8} {'turns':>6} {'turns/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
-            used = 0
-            rates: dict[int, float] = {}
-            for concurrency, turns in (
-                (1, 30 if quick else 200),
-                (10, 10),
-                (200, 3 if quick else 5),
-            ):
-                channels = [f"c{(used + n) % CHANNELS}" for n in range(concurrency)]
-                latencies, wall = await drive([socket], channels, turns)
-                used += concurrency
-                rates[concurrency] = len(latencies) / wall
-                p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
+            rate = {level: statistics.median(rates[level]) for level in levels}
+            for level, taken in latencies.items():
+                p50, p99 = percentile(taken, 0.5), percentile(taken, 0.99)
                 print(
-                    f"{concurrency:>8} {len(latencies):>6} {rates[concurrency]:>9.1f} "
+                    f"{level:>8} {len(taken):>6} {rate[level]:>9.1f} "
                     f"{p50 * 1000:>8.2f} {p99 * 1000:>8.2f}"
                 )
             print(
-                f"ratio turns/s 200 sessions / 1 session: {rates[200] / rates[1]:.2f} "
+                f"ratio turns/s 200 sessions / 1 session: {rate[200] / rate[1]:.2f} "
                 "(aim: at least 3 on 2 cores)"
             )
             async with await RosterClient.connect(socket) as client:
@@ -231,8 +240,8 @@ async def run_profile(quick: bool) -> None:
         split = breakdown(load(out))
     print(
         f"per-turn time in the daemon, cProfile over {turns} turns of one session (one client, "
-        "closed loop), every\nthread, own time by bucket (idle waits left out; under the "
-        "profiler: read the shares):"
+        "closed loop), every\nthread, own wall-clock time by bucket, idle waits left out "
+        "(under the profiler: read the shares):"
     )
     print(f"{'bucket':>12} {'us/turn':>9} {'share':>6}")
     total = split.total
@@ -241,7 +250,8 @@ async def run_profile(quick: bool) -> None:
         print(f"{bucket:>12} {seconds / turns * 1e6:>9.1f} {seconds / total:>6.1%}")
     print(
         f"(store includes fsync, {split.fsync / turns * 1e6:.1f} us a turn: worker threads "
-        f"waiting on the disk, not CPU; turn p50 under the profiler "
+        f"waiting on the disk, not CPU; other includes worker threads waking the event loop, "
+        f"{split.wakeups / turns * 1e6:.1f} us a turn;\nturn p50 under the profiler "
         f"{statistics.median(latencies) * 1000:.2f} ms)"
     )
 
