@@ -34,12 +34,18 @@ def write_org(root: Path, workers: Sequence[str], channels: int, identity_lines:
 
 
 @asynccontextmanager
-async def serve(org: Path, state: Path | str, socket: Path) -> AsyncIterator[Process]:
+async def serve(
+    org: Path, state: Path | str, socket: Path, *, profile: Path | None = None
+) -> AsyncIterator[Process]:
     """``roster serve`` as a child process, ready on *socket*; SIGTERM on exit.
-    *state* is a directory or a PostgreSQL URL."""
+    *state* is a directory or a PostgreSQL URL. With *profile*, the daemon
+    runs under bench/_profile.py, which writes its counts there at exit."""
+    command = [sys.executable, "-m", "rosterd.cli"]
+    if profile is not None:
+        command = [sys.executable, str(Path(__file__).with_name("_profile.py")), str(profile)]
     daemon = await anyio.open_process(
-        [sys.executable, "-m", "rosterd.cli", "serve", "--org", str(org), "--state", str(state),
-         "--socket", str(socket), "--log-level", "WARNING"],
+        [*command, "serve", "--org", str(org), "--state", str(state), "--socket", str(socket),
+         "--log-level", "WARNING"],
         stdout=None, stderr=None,
     )  # fmt: skip
     try:

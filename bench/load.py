@@ -3,7 +3,24 @@
 Prints, measured side by side in one run:
 - turns per second and p50/p99 per-turn latency at 1, 10 and 200 concurrent
   sessions (with the echo engine the latency is the daemon's own overhead:
-  compile, trace fsync, transcript fsync, socket round trip);
+  compile, trace fsync, transcript fsync, socket round trip), and the ratio
+  of turns per second at 200 sessions to 1. The clients drive the sessions
+  in a closed loop: one client per session, each with its own connection,
+  sends its next turn as soon as its previous reply arrived, without think
+  time, all from this process; the sessions are opened before the clock
+  starts. With N sessions a turn's latency is mostly its wait behind the
+  other clients' turns, about N / (turns/s). The three levels alternate
+  over a few rounds, in a rotated order, and each level's turns/s is the
+  median of its rounds, so that machine noise hits every level alike;
+- a turn's floor on this machine, beside one session's turns on the daemon,
+  each turn alternating with one repetition of the floor (bench/_floor.py:
+  compile the same turn, encode its records once, append and fsync them
+  once, one Unix-socket round trip of the turn's request and reply sizes),
+  and the ratio of the turn's p50 to the floor;
+- where a turn's time goes in the daemon: a daemon under cProfile, every
+  thread of it, over one session's turns, its own time put into buckets
+  (compile, encode, store, socket, engine glue, other; bench/_profile.py),
+  per turn and as shares;
 - p50 latency late in one session of 2,000 turns against a fresh session's
   early turns, alternating (should be about equal: per-turn cost does not
   grow with the transcript, and the session rolls over at ``session_chars``);
@@ -34,6 +51,7 @@ import socket
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -41,6 +59,8 @@ import anyio
 import anyio.abc
 import msgspec
 from _daemon import percentile, rss_kib, serve, write_org
+from _floor import Beside, beside
+from _profile import BUCKETS, breakdown, load, profile_turns
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from rosterd.client import RosterClient
@@ -55,13 +75,47 @@ VOCABULARY = 5_000
 STATE_CHANNELS = 4
 
 
-async def session_turns(socket: Path, channel: str, turns: int, latencies: list[float]) -> None:
-    async with await RosterClient.connect(socket) as client:
-        opened = await client.call("session.open", {"worker": "ada", "channel": channel})
-        for n in range(turns):
-            start = time.perf_counter()
-            await client.call("session.send", {"session": opened["session"], "text": f"turn {n}"})
-            latencies.append(time.perf_counter() - start)
+DRIVE = (
+    "clients: closed loop, each its own connection and session, sending its next turn as\n"
+    "soon as its previous reply arrived (no think time), all from this process; every\n"
+    "session is opened before the clock starts. With N sessions a turn waits behind the\n"
+    "other clients' turns: its latency is about N / (turns/s)."
+)
+
+
+async def send_turns(
+    client: RosterClient, session: str, turns: int, latencies: list[float]
+) -> None:
+    for n in range(turns):
+        start = time.perf_counter()
+        await client.session_send(session, f"turn {n}")
+        latencies.append(time.perf_counter() - start)
+
+
+async def drive(
+    sockets: Sequence[Path], channels: Sequence[str], turns: int
+) -> tuple[list[float], float]:
+    """*turns* turns of a session in each of *channels*, in a closed loop (see
+    ``DRIVE``), client k on ``sockets[k % len(sockets)]``: every turn's
+    latency, and the seconds from the first turn sent to the last reply."""
+    latencies: list[float] = []
+    sessions: list[tuple[RosterClient, str]] = []
+    async with AsyncExitStack() as stack:
+
+        async def open_session(socket: Path, channel: str) -> None:
+            client = await RosterClient.connect(socket)
+            stack.push_async_callback(client.aclose)
+            sessions.append((client, (await client.session_open("ada", channel)).session))
+
+        async with anyio.create_task_group() as tg:
+            for k, channel in enumerate(channels):
+                tg.start_soon(open_session, sockets[k % len(sockets)], channel)
+        start = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for client, session in sessions:
+                tg.start_soon(send_turns, client, session, turns, latencies)
+        wall = time.perf_counter() - start
+    return latencies, wall
 
 
 async def run(quick: bool) -> None:
@@ -71,22 +125,35 @@ async def run(quick: bool) -> None:
         socket = root / "rosterd.sock"
         async with serve(root / "org", root / "state", socket) as daemon:
             base_rss = rss_kib(daemon.pid)
+            print(DRIVE)
+            # The levels alternate, round by round in a rotated order, so that
+            # machine noise hits each alike; turns/s is the median of a level's
+            # rounds, the latencies are pooled.
+            levels = {1: 30 if quick else 200, 10: 10, 200: 3 if quick else 5}
+            channels = {1: ["c0"], 10: [f"c{n}" for n in range(1, 11)]}
+            channels[200] = [f"c{n % CHANNELS}" for n in range(11, 211)]
+            rates: dict[int, list[float]] = {level: [] for level in levels}
+            latencies: dict[int, list[float]] = {level: [] for level in levels}
+            rounds = 3 if quick else 5
+            for n in range(rounds):
+                for k in range(len(levels)):
+                    level = list(levels)[(n + k) % len(levels)]
+                    taken, wall = await drive([socket], channels[level], levels[level])
+                    rates[level].append(len(taken) / wall)
+                    latencies[level] += taken
+            print(f"{rounds} rounds, the levels alternating:")
             print(f"{'sessions':>8} {'turns':>6} {'turns/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
-            used = 0
-            for concurrency, turns in ((1, 20), (10, 10), (200, 3 if quick else 5)):
-                latencies: list[float] = []
-                start = time.perf_counter()
-                async with anyio.create_task_group() as tg:
-                    for n in range(concurrency):
-                        channel = f"c{(used + n) % CHANNELS}"
-                        tg.start_soon(session_turns, socket, channel, turns, latencies)
-                wall = time.perf_counter() - start
-                used += concurrency
-                p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
+            rate = {level: statistics.median(rates[level]) for level in levels}
+            for level, taken in latencies.items():
+                p50, p99 = percentile(taken, 0.5), percentile(taken, 0.99)
                 print(
-                    f"{concurrency:>8} {len(latencies):>6} {len(latencies) / wall:>9.1f} "
+                    f"{level:>8} {len(taken):>6} {rate[level]:>9.1f} "
                     f"{p50 * 1000:>8.2f} {p99 * 1000:>8.2f}"
                 )
+            print(
+                f"ratio turns/s 200 sessions / 1 session: {rate[200] / rate[1]:.2f} "
+                "(aim: at least 3 on 2 cores)"
+            )
             async with await RosterClient.connect(socket) as client:
                 status = await client.call("daemon.status")
             warm = status["sessions"]
@@ -133,6 +200,60 @@ async def run(quick: bool) -> None:
                 f"6-{5 + window} alternating with them {early_p50 * 1000:.2f} ms, "
                 f"late/early ratio {late_p50 / early_p50:.2f} (aim: about 1)"
             )
+
+            turns = 40 if quick else 400
+            paired = await beside(root, socket, "ada", f"c{CHANNELS - 3}", turns)
+    print_floor(paired)
+
+
+def print_floor(paired: Beside) -> None:
+    print(
+        f"floor beside the daemon: one session of {len(paired.turns)} turns (one client, closed "
+        "loop), each alternating with\none repetition of the floor in this process (p50 of each "
+        "part; the floor is their sum):"
+    )
+    notes = {
+        "compile": "compile_turn of the same input, the system part compiled once",
+        "encode": f"one msgspec call, 5 records, {paired.floor_bytes} bytes "
+        f"(the daemon appended {paired.daemon_bytes:.0f} a turn)",
+        "append+fsync": "one write and one fsync of those bytes, one file",
+        "socket": f"one round trip: {paired.request_bytes} bytes out, "
+        f"{paired.reply_bytes} back (a turn's deltas and result)",
+    }
+    for part, p50 in paired.p50s().items():
+        print(f"{part:>12} {p50 * 1e6:>9.1f} us  {notes[part]}")
+    floor, turn = paired.floor_p50(), statistics.median(paired.turns)
+    print(f"{'floor':>12} {floor * 1e6:>9.1f} us")
+    print(f"{'daemon turn':>12} {turn * 1e6:>9.1f} us  p50, timed by its client")
+    print(f"ratio turn p50 / floor: {turn / floor:.2f} (aim: at most 3)")
+
+
+async def run_profile(quick: bool) -> None:
+    turns = 50 if quick else 300
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_org(root / "org", ("ada",), 1, identity_lines=200)
+        out = root / "daemon.prof"
+        latencies = await profile_turns(
+            root / "org", root / "state", root / "rosterd.sock", out, "ada", "c0", turns
+        )
+        split = breakdown(load(out))
+    print(
+        f"per-turn time in the daemon, cProfile over {turns} turns of one session (one client, "
+        "closed loop), every\nthread, own wall-clock time by bucket, idle waits left out "
+        "(under the profiler: read the shares):"
+    )
+    print(f"{'bucket':>12} {'us/turn':>9} {'share':>6}")
+    total = split.total
+    for bucket in (*BUCKETS, "total"):
+        seconds = total if bucket == "total" else split.seconds[bucket]
+        print(f"{bucket:>12} {seconds / turns * 1e6:>9.1f} {seconds / total:>6.1%}")
+    print(
+        f"(store includes fsync, {split.fsync / turns * 1e6:.1f} us a turn: worker threads "
+        f"waiting on the disk, not CPU; other includes worker threads waking the event loop, "
+        f"{split.wakeups / turns * 1e6:.1f} us a turn;\nturn p50 under the profiler "
+        f"{statistics.median(latencies) * 1000:.2f} ms)"
+    )
 
 
 def seed_state(state: Path, notes: int, rng: random.Random, vocabulary: list[str]) -> None:
@@ -308,7 +429,7 @@ async def run_telemetry(quick: bool) -> None:
 
 async def run_backends(database: str, quick: bool) -> None:
     sessions, turns = (8, 5) if quick else (20, 20)
-    print(f"state backends, {sessions} concurrent sessions of {turns} turns:")
+    print(f"state backends, {sessions} concurrent sessions of {turns} turns (closed loop):")
     print(f"{'backend':>22} {'daemons':>8} {'turns/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -326,13 +447,7 @@ async def run_backends(database: str, quick: bool) -> None:
             async with AsyncExitStack() as stack:
                 for state, socket in zip(states, sockets, strict=True):
                     await stack.enter_async_context(serve(root / "org", state, socket))
-                latencies: list[float] = []
-                start = time.perf_counter()
-                async with anyio.create_task_group() as tg:
-                    for k, channel in enumerate(channels):
-                        socket = sockets[k % len(sockets)]
-                        tg.start_soon(session_turns, socket, channel, turns, latencies)
-                wall = time.perf_counter() - start
+                latencies, wall = await drive(sockets, channels, turns)
             p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
             print(
                 f"{name:>22} {len(states):>8} {len(latencies) / wall:>9.1f} "
@@ -353,6 +468,7 @@ def main() -> None:
         parser.error("--state takes a postgresql:// URL")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     anyio.run(run, args.quick)
+    anyio.run(run_profile, args.quick)
     anyio.run(run_accumulated, args.quick)
     anyio.run(run_telemetry, args.quick)
     if args.state is not None:

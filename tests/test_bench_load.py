@@ -19,6 +19,39 @@ def test_bench_load_quick_reports_its_figures_and_a_database_beside_the_files(
     rows = re.findall(r"^\s+(\d+)\s+(\d+)\s+(\d+\.\d)\s+(\d+\.\d+)\s+(\d+\.\d+)$", out, re.M)
     assert [int(sessions) for sessions, *_ in rows] == [1, 10, 200], out
     assert all(float(rate) > 0 for _, _, rate, _, _ in rows)
+    assert "closed loop" in out, out
+    assert re.search(r"^ratio turns/s 200 sessions / 1 session: \d+\.\d\d", out, re.M), out
+    # The floor beside the daemon: each part's p50, their sum, the turn's p50, the ratio.
+    parts = re.findall(r"^\s*(compile|encode|append\+fsync|socket|floor|daemon turn)\s+"
+                       r"(\d+\.\d) us", out, re.M)  # fmt: skip
+    assert [part for part, _ in parts] == [
+        "compile",
+        "encode",
+        "append+fsync",
+        "socket",
+        "floor",
+        "daemon turn",
+    ], out
+    assert all(float(us) > 0 for _, us in parts), out
+    assert re.search(r"^ratio turn p50 / floor: \d+\.\d\d", out, re.M), out
+    # The profile: per-turn time and share of each bucket, then their total.
+    buckets = re.findall(
+        r"^\s*(compile|encode|store|socket|engine glue|other|total)\s+(\d+\.\d)\s+"
+        r"(\d+\.\d)%$",
+        out,
+        re.M,
+    )
+    assert [bucket for bucket, _, _ in buckets] == [
+        "compile",
+        "encode",
+        "store",
+        "socket",
+        "engine glue",
+        "other",
+        "total",
+    ], out
+    assert float(buckets[-1][1]) > 0 and buckets[-1][2] == "100.0", out
+    assert re.search(r"store includes fsync, \d+\.\d us a turn", out), out
     assert re.search(r"resident memory: \d+\.\d KiB per warm session \(200 warm\)", out), out
     assert re.search(r"late/early ratio \d+\.\d\d", out), out
     # Accumulated state: notes, gates, turn p50, ratio to empty, status p50 and max.
