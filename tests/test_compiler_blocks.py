@@ -20,7 +20,6 @@ from rosterd.compiler import (
     SYSTEM_ORDER,
     AdvisoryBlock,
     BlockName,
-    BudgetTrace,
     ChannelMessage,
     Continuation,
     Gate,
@@ -78,18 +77,17 @@ def test_every_block_a_dry_run_traces_is_a_block_name(org: Org) -> None:
         assert {b.block for b in run.blocks} <= names
 
 
-def test_each_advisory_block_is_registered_once_with_its_budget_and_trace_field() -> None:
+def test_each_advisory_block_is_registered_once_with_its_budget_key() -> None:
     names = [spec.name for spec in ADVISORY]
     assert len(set(names)) == len(names) and set(names) == set(get_args(AdvisoryBlock))
     assert sorted(spec.room for spec in ADVISORY) == list(range(len(ADVISORY)))
     # The name is the budget key in [context] and in every worker's overlay
-    # (derived from [context]), and the trace's budget field.
+    # (derived from [context]).
     budget_keys = {f.name for f in msgspec.structs.fields(ContextBudget)}
     overlay = msgspec.structs.fields(ContextOverlay)
     assert [f.name for f in overlay] == [f.name for f in msgspec.structs.fields(ContextBudget)]
     assert all(f.default is None for f in overlay)
     assert set(names) <= budget_keys
-    assert set(names) <= {f.name for f in msgspec.structs.fields(BudgetTrace)}
     assert {spec.name: spec.shrinks for spec in ADVISORY} == SHRINK_RULE
 
 

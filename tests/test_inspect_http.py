@@ -152,6 +152,8 @@ async def test_a_turn_block_by_block_with_budgets_breakpoints_and_what_is_new(
         assert f'<span class="name">{block}</span>' in first
     assert "/ 12000 characters" in first  # identity's budget
     assert '<table class="budget">' in first
+    # Each advisory block's share, in the order the input shows them.
+    assert "<th>memory</th><th>briefing</th><th>history</th><th>backlog</th><th>used</th>" in first
     for name in ("connections", "purpose", "system"):
         assert f"cache breakpoint: after {name}" in first
     assert "end of the conversation so far" in first

@@ -296,18 +296,18 @@ def _already_shown(blocks: Sequence[BlockTrace]) -> str:
 
 
 def _budget(budget: BudgetTrace, blocks: Sequence[BlockTrace]) -> list[str]:
-    limits = {b.block: b.limit for b in blocks}
+    def capped(block: BlockTrace) -> str:
+        return f"{block.block} {block.rendered_chars}" + (
+            f"/{block.limit}" if block.limit is not None else ""
+        )
 
-    def capped(name: str, used: int) -> str:
-        limit = limits.get(name)
-        return f"{name} {used}" + (f"/{limit}" if limit is not None else "")
-
-    used = {name: int(getattr(budget, name)) for name in ADVISORY_ORDER}
+    # Each advisory block's share, in the order the input shows them.
+    shares = [b for b in blocks if b.block in ADVISORY_ORDER]
     return [
         f"  budget: total {budget.total} - system {budget.system} - request {budget.request}"
         f" = advisory room {budget.advisory}",
-        f"          {' + '.join(capped(name, chars) for name, chars in used.items())}"
-        f" = {sum(used.values())} of {budget.advisory}",
+        f"          {' + '.join(map(capped, shares))}"
+        f" = {sum(b.rendered_chars for b in shares)} of {budget.advisory}",
         f"          used {budget.used} of {budget.total} ({budget.total - budget.used} left)",
     ]
 

@@ -4,12 +4,12 @@ No IO happens here. The daemon loads the org and the stores, calls
 ``compile_system`` / ``compile_turn`` / ``compile_run``, writes the returned
 trace record (or ``CompileError.record``) and only then calls an engine.
 
-Each block is rendered in ``_blocks``, which also holds the block names
-(``BlockName``) and the system part's order (``SYSTEM_ORDER``), but for the
-tool blocks, which ``_tools`` renders with the tools it defines. The
-advisory blocks of the input part are registered in ``_advisory``
-(``ADVISORY``: each one's source, shrink rule, order and fit), then comes
-the request:
+Each block is rendered in ``_blocks``, which also holds the system part's
+names and order (``SYSTEM_ORDER``), but for the tool blocks, which
+``_tools`` renders with the tools it defines. The advisory blocks of the
+input part are registered in ``_advisory`` (``ADVISORY``: each one's name,
+source, shrink rule, order and fit; ``BlockName`` names every block), then
+comes the request:
 
 =============  ==============================================================
 block          rendered by (``_blocks``)
@@ -46,14 +46,20 @@ The rest:
   checks between compilations; ``_audit``: the dry run of every scope.
 """
 
-from ._advisory import ADVISORY, ADVISORY_ORDER, ROOM_ORDER, SHRINK_RULE, AdvisorySpec
+from ._advisory import (
+    ADVISORY,
+    ADVISORY_ORDER,
+    ROOM_ORDER,
+    SHRINK_RULE,
+    AdvisoryBlock,
+    AdvisorySpec,
+    BlockName,
+)
 from ._audit import DryRun, OverBudget, dry_run, over_budget
 from ._blocks import (
     BLOCK_TYPES,
     REQUEST_BLOCKS,
     SYSTEM_ORDER,
-    AdvisoryBlock,
-    BlockName,
     RequestBlock,
     SystemBlock,
     iso_time,

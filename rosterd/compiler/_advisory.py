@@ -6,8 +6,10 @@ its items come from, what it gives up first under pressure, the order it
 gets room in, and how it fits its items into the room it gets. The input
 part shows them in ``ADVISORY`` order, then the request; ``compile_turn``
 gives them room in ``ROOM_ORDER``, so the last to get room shrinks first.
-A block kind is added here (and its name to ``AdvisoryBlock``, its budget
-key to ``ContextBudget``, its items to ``TurnInput``).
+A block kind is added here, with its name in ``AdvisoryBlock`` and its
+lines' renderer (those of the first four are in ``_blocks``, which the
+shown ledger shares); its budget key goes in ``ContextBudget`` and its
+items in ``TurnInput``, which the session fills.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain
 from operator import attrgetter
-from typing import NamedTuple, TypeVar
+from typing import Literal, NamedTuple, TypeVar
 
 from ..org import ContextBudget, RunScope
 from ._blocks import (
-    AdvisoryBlock,
     Fitted,
+    RequestBlock,
+    SystemBlock,
     absent_block,
     continuation_line,
     gate_line,
@@ -45,12 +48,19 @@ __all__ = (
     "ADVISORY_ORDER",
     "ROOM_ORDER",
     "SHRINK_RULE",
+    "AdvisoryBlock",
     "AdvisorySpec",
+    "BlockName",
     "KeptWhole",
     "advisory_trace",
 )
 
 _T = TypeVar("_T")
+
+AdvisoryBlock = Literal["memory", "briefing", "history", "backlog"]
+# Every block a record may hold: the system part's, the advisory ones, the
+# request, and a tool loop's definitions and results.
+BlockName = Literal[SystemBlock, AdvisoryBlock, RequestBlock, "tools", "tool"]
 _filed = attrgetter("filed_at", "id")
 # No envelope renders shorter than this, so a smaller remainder fits nothing.
 _MIN_ENVELOPE = 24

@@ -49,8 +49,6 @@ __all__ = (
     "CHANGE_CAUSE",
     "REQUEST_BLOCKS",
     "SYSTEM_ORDER",
-    "AdvisoryBlock",
-    "BlockName",
     "Fitted",
     "RequestBlock",
     "SystemBlock",
@@ -79,15 +77,13 @@ _sender = attrgetter("sender")
 _EMPTY_SHA256 = sha256_text("")
 
 SystemBlock = Literal["identity", "policy", "connections", "purpose", "scope"]
-AdvisoryBlock = Literal["memory", "briefing", "history", "backlog"]
 RequestBlock = Literal["message", "task"]
-BlockName = Literal[SystemBlock, AdvisoryBlock, RequestBlock, "tools", "tool"]
 
 SYSTEM_ORDER: tuple[SystemBlock, ...] = get_args(SystemBlock)
 REQUEST_BLOCKS: tuple[RequestBlock, ...] = get_args(RequestBlock)
 # The ``block`` tag an envelope line may carry: the backlog's lines are
 # message envelopes, and tool results are envelopes of their own.
-BLOCK_TYPES: frozenset[BlockName] = frozenset(
+BLOCK_TYPES: frozenset[str] = frozenset(
     {"memory", "briefing", "history", "message", "task", "tool"}
 )
 # The cache boundary each of these blocks ends.
@@ -185,7 +181,7 @@ def scope_block(scope: RunScope) -> BlockTrace:
     return _trusted_block("scope", text, f"host scope: {scope.surface.value}")
 
 
-def absent_block(name: BlockName, source: str) -> BlockTrace:
+def absent_block(name: str, source: str) -> BlockTrace:
     return BlockTrace(
         block=name,
         source=source,
@@ -247,7 +243,7 @@ def request_block(scope: RunScope, text: str, sender: str, meta: RunMeta, limit:
 
 
 def input_block(
-    name: BlockName, source: str, fitted: Fitted, limit: int, sha256: str | None = None
+    name: str, source: str, fitted: Fitted, limit: int, sha256: str | None = None
 ) -> BlockTrace:
     """*fitted*, block *name* of the input part, as traced; *sha256* is its
     content's, if already known."""

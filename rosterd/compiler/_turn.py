@@ -34,6 +34,10 @@ from ._trace import (
 
 __all__ = ("Compilation", "compile_run", "compile_turn")
 
+# The stored budget names the advisory blocks it always has; every block's
+# size is also its own trace's ``rendered_chars``, which readers show.
+_BUDGET_FIELDS = frozenset(BudgetTrace.__struct_fields__)
+
 
 class Compilation(msgspec.Struct, frozen=True):
     """One successful compilation: the model input and its trace record."""
@@ -116,7 +120,7 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
             request=request.rendered_chars,
             advisory=advisory,
             used=used,
-            **{name: block.chars for name, block in fitted.items()},
+            **{name: block.chars for name, block in fitted.items() if name in _BUDGET_FIELDS},
         ),
         tools=tools_block(system.tools) if kind == "run" else None,
     )

@@ -30,7 +30,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._errors import RosterError
-from ..compiler import iso_time
+from ..compiler import ADVISORY_ORDER, iso_time
 from ..protocol import context_json_items
 from ..stores import RunReader
 from ._views import (
@@ -218,6 +218,8 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["shown"] = shown
+    # The input part's advisory blocks, in the order it shows them.
+    env.globals["advisory"] = ADVISORY_ORDER
     env.filters["when"] = lambda at: iso_time(at) if at else "-"
     env.filters["usd"] = lambda usd: "unknown" if usd is None else f"${usd:.6f}"
     env.filters["pct"] = lambda share: f"{share:.0%}"
