@@ -31,7 +31,7 @@ DAEMON_SIDE = (
     "rosterd.inspect",
     "rosterd.engines",
     "rosterd.observe",
-    "rosterd.sessions",
+    "rosterd.runtime",
     "rosterd.stores",
 )
 
@@ -146,4 +146,4 @@ def test_reading_runs_loads_neither_engines_nor_sessions_nor_their_libraries(
         {"aiofiles"} if command == "list" else set()
     )
     assert heavy & {m.split(".")[0] for m in modules} == set()
-    assert not {m for m in modules if m.startswith(("rosterd.sessions", "rosterd.engines"))}
+    assert not {m for m in modules if m.startswith(("rosterd.runtime", "rosterd.engines"))}

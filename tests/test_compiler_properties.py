@@ -61,7 +61,7 @@ from rosterd.org import (
     WorkerConfig,
 )
 from rosterd.org._config import HttpMethod
-from rosterd.sessions import ShownLedger
+from rosterd.runtime import ShownLedger
 
 # Each property draws hundreds of examples: seconds per test.
 pytestmark = pytest.mark.long

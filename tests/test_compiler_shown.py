@@ -23,7 +23,7 @@ from rosterd.compiler import (
     compile_turn,
 )
 from rosterd.org import Org, Surface, load_org
-from rosterd.sessions import ShownLedger
+from rosterd.runtime import ShownLedger
 
 ORG_TOML = """
 [engine]

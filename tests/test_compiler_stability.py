@@ -19,7 +19,7 @@ from rosterd.compiler import (
 )
 from rosterd.org import Org, Surface, load_org
 from rosterd.protocol import Usage, Verdict
-from rosterd.sessions import judge_cache
+from rosterd.runtime import judge_cache
 
 META = RunMeta(run="r-1", turn=0, now=0.0)
 

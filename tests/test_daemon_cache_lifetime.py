@@ -16,7 +16,7 @@ from rosterd import ConfigError
 from rosterd.cli import main
 from rosterd.org import EngineConfig, load_org
 from rosterd.protocol import TranscriptEntry
-from rosterd.sessions import plan_cache
+from rosterd.runtime import plan_cache
 
 pytestmark = pytest.mark.anyio
 

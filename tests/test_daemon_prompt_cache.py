@@ -18,7 +18,7 @@ from rosterd import ConfigError
 from rosterd.org import EngineConfig, PriceConfig, load_org
 from rosterd.pricing import bill, price_for
 from rosterd.protocol import TranscriptEntry
-from rosterd.sessions import plan_cache
+from rosterd.runtime import plan_cache
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,7 @@ MODULES = [
     "rosterd.stores.postgres",
     "rosterd.compiler",
     "rosterd.engines",
-    "rosterd.sessions",
+    "rosterd.runtime",
     "rosterd.protocol",
     "rosterd.daemon",
     "rosterd.client",

@@ -30,7 +30,7 @@ from .._errors import ConfigError, RosterError
 from ..observe import open_telemetry
 from ..org import OrgSource
 from ..protocol import StateLocation, default_socket_path
-from ..sessions import Host, SessionManager, TaskRunner
+from ..runtime import Host, SessionManager, TaskRunner
 from ..stores import RunReader, open_state
 from ._methods import Methods
 from ._server import RpcServer

@@ -51,7 +51,7 @@ from ..protocol import (
     WaitReason,
     context_page,
 )
-from ..sessions import Host, SessionManager, TaskRunner, TurnOutcome, direct_run, settled
+from ..runtime import Host, SessionManager, TaskRunner, TurnOutcome, direct_run, settled
 from ._watch import OrgWatcher
 
 __all__ = ("HANDLED", "Methods", "Notify")

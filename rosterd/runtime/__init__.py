@@ -1,4 +1,8 @@
-"""Sessions and runs: the one path from compiled input to engine and back."""
+"""The runtime: warm sessions, queued tasks and direct runs, and the one
+path every one of their turns takes from compiled input to engine and back.
+
+Its loggers keep the names operators filter on: ``rosterd.sessions`` for
+sessions, leases and turns, ``rosterd.tasks`` and ``rosterd.tools``."""
 
 from ._cache import judge_cache
 from ._host import Host, TurnOutcome
