@@ -206,19 +206,6 @@ async def wait_task(client: RosterClient, task: str, *statuses: str) -> dict[str
     return builtins
 
 
-def make_org(root: Path, channels: int, *, engine: str = 'kind = "echo"') -> Path:
-    """An org with one worker, ``ada``, member of channels c0 .. c<n-1>."""
-    (root / "workers" / "ada").mkdir(parents=True)
-    (root / "workers" / "ada" / "identity.md").write_text("You are Ada, a careful engineer.\n")
-    lines = [f"[engine]\n{engine}\n", "[workers.ada]\n"]
-    for n in range(channels):
-        lines.append(f'[channels.c{n}]\nworkers = ["ada"]\n')
-        (root / "channels" / f"c{n}").mkdir(parents=True)
-        (root / "channels" / f"c{n}" / "purpose.md").write_text(f"Channel {n}.\n")
-    (root / "org.toml").write_text("\n".join(lines))
-    return root
-
-
 class ManualClock:
     """A wall clock that moves only when the test says so.
 

@@ -18,7 +18,8 @@ import anyio
 import anyio.to_thread
 import msgspec
 import pytest
-from harness import DaemonProcess, copy_org, make_org, set_engine
+from harness import DaemonProcess, copy_org, set_engine
+from orgs import write_org
 from psycopg_pool import AsyncConnectionPool
 from simulator import Simulator
 
@@ -349,9 +350,8 @@ def test_show_explains_a_block_shrunk_under_budget(
 async def test_every_turn_context_is_paged_and_the_cli_prints_the_pages_as_one(
     tmp_path: Path, cli: _Cli
 ) -> None:
-    org = make_org(tmp_path / "org", channels=1)
-    with (org / "org.toml").open("a") as toml:
-        toml.write("\n[context]\ntotal = 300000\ntask = 250000\nsession_chars = 2000000\n")
+    context = "[context]\ntotal = 300000\ntask = 250000\nsession_chars = 2000000"
+    org = write_org(tmp_path / "org", workers=["ada"], sections=context)
     daemon = DaemonProcess(org, tmp_path / "state").start()
     try:
         async with await daemon.client() as client:

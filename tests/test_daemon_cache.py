@@ -9,15 +9,12 @@ import anyio.to_thread
 import msgspec
 import pytest
 from harness import DaemonProcess, copy_org, set_engine
-from simulator import Simulator, write_org
+from orgs import simulated_engine, write_org
+from simulator import Simulator
 
 from rosterd.cli import main
 from rosterd.client import RosterClient
 from rosterd.protocol import CacheCheck, RunShown
-
-
-def anthropic(simulator: Simulator) -> str:
-    return f'kind = "anthropic"\nmodel = "sim-1"\nbase_url = "{simulator.anthropic_url}"'
 
 
 async def chat(client: RosterClient, channel: str, turns: int, worker: str = "w0") -> str:
@@ -55,7 +52,7 @@ def verdicts(run: RunShown) -> list[str]:
 async def test_a_stable_session_has_no_prefix_misses(
     tmp_path: Path, simulator: Simulator, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write_org(tmp_path / "org", workers=1, channels=1, engine=anthropic(simulator))
+    write_org(tmp_path / "org", engine=simulated_engine(simulator, "anthropic"))
     process = DaemonProcess(tmp_path / "org", tmp_path / "state").start()
     try:
         async with await process.client() as client:
@@ -81,7 +78,7 @@ async def test_an_identity_edit_between_sessions_is_attributed_to_identity(
     tmp_path: Path, simulator: Simulator, capsys: pytest.CaptureFixture[str]
 ) -> None:
     org = tmp_path / "org"
-    write_org(org, workers=1, channels=1, engine=anthropic(simulator))
+    write_org(org, engine=simulated_engine(simulator, "anthropic"))
     process = DaemonProcess(org, tmp_path / "state").start()
     try:
         async with await process.client() as client:
@@ -121,7 +118,7 @@ async def test_an_identity_edit_between_sessions_is_attributed_to_identity(
 async def test_a_provider_side_expiry_is_blamed_on_the_provider(
     tmp_path: Path, simulator: Simulator
 ) -> None:
-    write_org(tmp_path / "org", workers=1, channels=1, engine=anthropic(simulator))
+    write_org(tmp_path / "org", engine=simulated_engine(simulator, "anthropic"))
     process = DaemonProcess(tmp_path / "org", tmp_path / "state").start()
     try:
         async with await process.client() as client:
@@ -141,7 +138,7 @@ async def test_a_provider_side_expiry_is_blamed_on_the_provider(
 @pytest.mark.anyio
 async def test_a_prompt_below_the_minimum_is_labelled(tmp_path: Path, simulator: Simulator) -> None:
     org = copy_org(tmp_path / "org")
-    set_engine(org, anthropic(simulator))
+    set_engine(org, simulated_engine(simulator, "anthropic"))
     # Without the memory tools, the example's prompt is under the minimum.
     toml = org / "org.toml"
     toml.write_text(

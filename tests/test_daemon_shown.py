@@ -12,19 +12,13 @@ import anyio.to_thread
 import msgspec
 import pytest
 from harness import DaemonProcess, InProcessDaemon
-from simulator import Simulator, Status, filler, write_org
+from orgs import filler, simulated_engine, write_org
+from simulator import Simulator, Status
 
 from rosterd.cli import main
 from rosterd.client import RosterClient, RpcError
 
 QUESTION = "how is the pager doing?"
-
-
-def anthropic(simulator: Simulator) -> str:
-    return (
-        f'kind = "anthropic"\nmodel = "sim-1"\nbase_url = "{simulator.anthropic_url}"\n'
-        "max_retries = 0"
-    )
 
 
 def user_inputs(body: bytes) -> list[str]:
@@ -92,7 +86,7 @@ async def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 async def test_thirty_turns_send_each_note_and_gate_once(
     tmp_path: Path, simulator: Simulator, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write_org(tmp_path / "org", workers=1, channels=1, engine=anthropic(simulator))
+    write_org(tmp_path / "org", engine=simulated_engine(simulator, "anthropic", "max_retries = 0"))
     process = DaemonProcess(tmp_path / "org", tmp_path / "state").start()
     try:
         async with await process.client() as client:
@@ -141,7 +135,7 @@ async def test_thirty_turns_send_each_note_and_gate_once(
 async def test_a_note_or_a_resolution_between_turns_is_in_the_next_turn(
     tmp_path: Path, simulator: Simulator
 ) -> None:
-    write_org(tmp_path / "org", workers=1, channels=1, engine=anthropic(simulator))
+    write_org(tmp_path / "org", engine=simulated_engine(simulator, "anthropic", "max_retries = 0"))
     process = DaemonProcess(tmp_path / "org", tmp_path / "state").start()
     try:
         async with await process.client() as client:
@@ -186,7 +180,7 @@ async def test_a_note_or_a_resolution_between_turns_is_in_the_next_turn(
 async def test_what_was_shown_survives_a_restart_and_a_failed_engine_call(
     tmp_path: Path, simulator: Simulator
 ) -> None:
-    write_org(tmp_path / "org", workers=1, channels=1, engine=anthropic(simulator))
+    write_org(tmp_path / "org", engine=simulated_engine(simulator, "anthropic", "max_retries = 0"))
     state = tmp_path / "state"
     process = DaemonProcess(tmp_path / "org", state).start()
     async with await process.client() as client:

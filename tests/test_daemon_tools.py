@@ -20,7 +20,8 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 from harness import daemon_in_process as daemon
 from harness import wait_task
-from simulator import Calls, Reply, Simulator, prompt_bytes, tool_messages, write_org
+from orgs import simulated_engine, write_org
+from simulator import Calls, Reply, Simulator, prompt_bytes, tool_messages
 
 from rosterd.cli import main
 from rosterd.client import RosterClient
@@ -79,16 +80,10 @@ async def gateway(path: Path, answer: Answer, state: Path) -> AsyncIterator[Fake
         tg.cancel_scope.cancel()
 
 
-def engine_line(sim: Simulator, api: str) -> str:
-    url = sim.openai_url if api == "openai" else sim.anthropic_url
-    return f'kind = "{api}"\nmodel = "sim-1"\nbase_url = "{url}"'
-
-
 def make_org(root: Path, sim: Simulator, api: str, gateway_toml: str) -> Path:
-    write_org(root, workers=1, channels=1, engine=engine_line(sim, api))
-    with (root / "org.toml").open("a") as toml:
-        toml.write(f"\n[gateway]\n{gateway_toml}\n")
-    return root
+    """Worker w0 in c0 on *sim*'s *api*, with the ``[gateway]`` keys *gateway_toml*."""
+    engine = simulated_engine(sim, api)
+    return write_org(root, engine=engine, sections=f"[gateway]\n{gateway_toml}")
 
 
 def records(state: Path, run: str) -> list[dict[str, Any]]:

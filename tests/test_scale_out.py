@@ -21,7 +21,8 @@ from typing import TypeVar
 import anyio
 import anyio.to_thread
 import pytest
-from harness import DaemonProcess, make_org
+from harness import DaemonProcess
+from orgs import write_org
 from postgres import PostgresServer
 from simulator import Delay, Simulator, Stall
 
@@ -53,10 +54,8 @@ LEASE_S = 1.0
 
 
 def _org(root: Path, engine: str = 'kind = "echo"') -> Path:
-    org = make_org(root, channels=4, engine=engine)
-    with (org / "org.toml").open("a") as toml:
-        toml.write(f"\n[daemon]\nlease_s = {LEASE_S}\ntask_workers = 2\n")
-    return org
+    daemon = f"[daemon]\nlease_s = {LEASE_S}\ntask_workers = 2"
+    return write_org(root, workers=["ada"], channels=4, engine=engine, sections=daemon)
 
 
 @pytest.fixture
