@@ -17,15 +17,13 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import anyio
-import msgspec
 
 from rosterd import SYSTEM_CLOCK, Clock
 from rosterd.client import RosterClient
 from rosterd.daemon import run_daemon
-from rosterd.protocol import TaskGet
+from rosterd.protocol import TaskGet, TaskState
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_ORG = REPO / "examples" / "org"
@@ -197,13 +195,12 @@ class DaemonProcess:
         return await RosterClient.connect(self.socket)
 
 
-async def wait_task(client: RosterClient, task: str, *statuses: str) -> dict[str, Any]:
-    """*task* once the daemon says it settled (done, failed or paused), as
-    plain JSON values; its status must be one of *statuses*."""
+async def wait_task(client: RosterClient, task: str, *statuses: str) -> TaskState:
+    """*task* once the daemon says it settled (done, failed or paused); its
+    status must be one of *statuses*."""
     state = await client.request(TaskGet(task, wait=30))
     assert state.status in statuses, state
-    builtins: dict[str, Any] = msgspec.to_builtins(state)
-    return builtins
+    return state
 
 
 class ManualClock:

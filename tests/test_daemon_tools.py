@@ -326,11 +326,11 @@ async def test_a_task_that_files_a_gate_pauses_and_continues_with_the_outcome(
             gates = await client.gate_list("w0")
             (gate,) = gates
             assert gate.summary == "May I deploy on Friday?"
-            assert gate.run == paused["runs"][0] and gate.channel == "c0"
+            assert gate.run == paused.runs[0] and gate.channel == "c0"
             await client.gate_resolve(gate.id, "approved")
             done = await wait_task(client, task.id, "done")
-    assert paused["reply"] == "Waiting for a decision on the deploy."
-    assert done["reply"] == "Deploying as approved."
+    assert paused.reply == "Waiting for a decision on the deploy."
+    assert done.reply == "Deploying as approved."
     (envelope,) = tool_messages(sim.requests[1].body)
     assert envelope["status"] == "ok" and gate.id in envelope["text"]
     continuation = json.loads(sim.requests[2].body)["messages"][-1]["content"]

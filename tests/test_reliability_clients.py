@@ -91,14 +91,11 @@ async def _never_reading_client(daemon: DaemonProcess) -> None:
     await deaf.send(b"".join(request(n, "memory.list", worker="ada") for n in range(8)))
     served = 0
     async with await daemon.client() as good:
-        # As plain values: the paced loop below reads opened["session"].
-        opened = msgspec.to_builtins(await good.session_open("grace", "general"))
+        opened = await good.session_open("grace", "general")
         with anyio.fail_after(40):
             while "it stopped reading" not in daemon.log():
-                result = await good.call(
-                    "session.send", {"session": opened["session"], "text": f"turn {served}"}
-                )
-                assert result["text"].endswith(f"You said: turn {served}")
+                result = await good.session_send(opened.session, f"turn {served}")
+                assert result.text.endswith(f"You said: turn {served}")
                 served += 1
                 await anyio.sleep(0.05)  # pacing, not waiting: a steady, light load
         # The drop closed the connection: what was buffered, then end of stream.

@@ -51,7 +51,7 @@ async def test_frozen_prompts_do_not_move_and_new_sessions_get_the_last_good_fil
     async with await served.client() as client:
         before = await turn(client, "ada", "general", "before the edit")
         breakage(org_dir)
-        await status_after_edit(client, lambda s: s["config_error"] is not None)
+        await status_after_edit(client, lambda s: s.config_error is not None)
         after = await turn(client, "ada", "general", "after the edit")
         fresh_ada = await turn(client, "ada", "releases", "new session, same worker")
         fresh_general = await turn(client, "grace", "general", "new session, same channel")

@@ -348,8 +348,7 @@ async def test_drain_that_runs_out_answers_in_flight_turns_with_1010_and_records
             errors[name] = caught.value
 
     async with await process.client() as client:
-        # As plain values: the polling loop below reads task["id"].
-        task = msgspec.to_builtins(await client.task_submit("ada", "c0", "t"))
+        task = await client.task_submit("ada", "c0", "t")
     async with anyio.create_task_group() as tg:
         tg.start_soon(turn, "c0", "first")
         tg.start_soon(turn, "c1", "other")
@@ -384,7 +383,7 @@ async def test_drain_that_runs_out_answers_in_flight_turns_with_1010_and_records
             result = await client.session_send(sessions["c0"], "again")
             assert result.turn == 2
             # The task queued again by the stop runs after the restart.
-            assert (await client.request(TaskGet(task["id"], wait=20))).status == "done"
+            assert (await client.request(TaskGet(task.id, wait=20))).status == "done"
     finally:
         assert process.stop() == 0
     assert _roles(process.state, sessions["c0"]) == ["user", "error", "user", "assistant"]
