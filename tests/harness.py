@@ -191,6 +191,13 @@ class DaemonProcess:
     def kill9(self) -> None:
         self.stop(signal.SIGKILL)
 
+    def __enter__(self) -> DaemonProcess:
+        """``with DaemonProcess(...).start() as process:`` stops it at the end."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     async def client(self) -> RosterClient:
         return await RosterClient.connect(self.socket)
 

@@ -286,11 +286,8 @@ async def test_the_bridge_comes_back_after_the_irc_server_restarts(
 @asynccontextmanager
 async def process_daemon(root: Path, sim: Simulator) -> AsyncIterator[DaemonProcess]:
     """A daemon in a process of its own, to stop and kill; stopped at the end."""
-    daemon = DaemonProcess(_org(root / "org", sim), root / "state").start()
-    try:
+    with DaemonProcess(_org(root / "org", sim), root / "state").start() as daemon:
         yield daemon
-    finally:
-        daemon.stop()
 
 
 async def test_a_turn_cut_off_by_kill_9_is_answered_once_the_daemon_is_back(

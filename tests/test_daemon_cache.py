@@ -53,13 +53,10 @@ async def test_a_stable_session_has_no_prefix_misses(
     tmp_path: Path, simulator: Simulator, capsys: pytest.CaptureFixture[str]
 ) -> None:
     write_org(tmp_path / "org", engine=simulated_engine(simulator, "anthropic"))
-    process = DaemonProcess(tmp_path / "org", tmp_path / "state").start()
-    try:
+    with DaemonProcess(tmp_path / "org", tmp_path / "state").start() as process:
         async with await process.client() as client:
             session = await chat(client, "c0", 20)
             run = await shown(client, session)
-    finally:
-        process.stop()
     assert verdicts(run) == ["cold"] + ["hit"] * 19
     turns = [r for r in run.records if r.kind == "turn"]
     assert all(c.status == "stable" for r in turns[1:] for c in r.cache)
@@ -79,8 +76,7 @@ async def test_an_identity_edit_between_sessions_is_attributed_to_identity(
 ) -> None:
     org = tmp_path / "org"
     write_org(org, engine=simulated_engine(simulator, "anthropic"))
-    process = DaemonProcess(org, tmp_path / "state").start()
-    try:
+    with DaemonProcess(org, tmp_path / "state").start() as process:
         async with await process.client() as client:
             first = await chat(client, "c0", 2)
             await client.session_close(first)
@@ -88,8 +84,6 @@ async def test_an_identity_edit_between_sessions_is_attributed_to_identity(
             identity.write_text(identity.read_text() + "\nA new rule.\n")
             second = await chat(client, "c0", 1)
             run = await shown(client, second)
-    finally:
-        process.stop()
     (turn,) = [r for r in run.records if r.kind == "turn"]
     assert [(c.name, c.status, c.block, c.cause) for c in turn.cache] == [
         ("connections", "changed", "identity", "identity edited"),
@@ -119,8 +113,7 @@ async def test_a_provider_side_expiry_is_blamed_on_the_provider(
     tmp_path: Path, simulator: Simulator
 ) -> None:
     write_org(tmp_path / "org", engine=simulated_engine(simulator, "anthropic"))
-    process = DaemonProcess(tmp_path / "org", tmp_path / "state").start()
-    try:
+    with DaemonProcess(tmp_path / "org", tmp_path / "state").start() as process:
         async with await process.client() as client:
             opened = await client.session_open("w0", "c0")
             for n in range(3):
@@ -128,8 +121,6 @@ async def test_a_provider_side_expiry_is_blamed_on_the_provider(
             simulator.clear_cache()  # as a TTL expiry or eviction would
             await client.session_send(opened.session, "q3")
             run = await shown(client, opened.session)
-    finally:
-        process.stop()
     assert verdicts(run) == ["cold", "hit", "hit", "provider-miss"]
     last = [r for r in run.records if r.kind == "turn"][-1]
     assert all(c.status == "stable" for c in last.cache)
@@ -144,13 +135,10 @@ async def test_a_prompt_below_the_minimum_is_labelled(tmp_path: Path, simulator:
     toml.write_text(
         toml.read_text().replace("[workers.grace]", '[workers.grace]\nmemory_scope = "off"')
     )
-    process = DaemonProcess(org, tmp_path / "state").start()
-    try:
+    with DaemonProcess(org, tmp_path / "state").start() as process:
         async with await process.client() as client:
             session = await chat(client, "general", 2, worker="grace")
             run = await shown(client, session)
-    finally:
-        process.stop()
     assert verdicts(run) == ["cold", "below-minimum"]
     check = checks(run)[-1]
     assert check.cause is not None and "below the minimum of 1024" in check.cause

@@ -119,8 +119,7 @@ def identity_of(records: list[ContextRecord]) -> str:
 @pytest.mark.anyio
 async def test_one_scope_over_budget_at_start_never_blocks_other_edits(tmp_path: Path) -> None:
     org = bigfoot_org(tmp_path / "org")
-    process = DaemonProcess(org, tmp_path / "state").start()
-    try:
+    with DaemonProcess(org, tmp_path / "state").start() as process:
         async with await process.client() as client:
             status = await client.daemon_status()
             assert status.config_error is None
@@ -147,8 +146,6 @@ async def test_one_scope_over_budget_at_start_never_blocks_other_edits(tmp_path:
             with pytest.raises(RpcError) as failure:
                 await client.session_open("bigfoot", "ops")
             later = await client.daemon_status()
-    finally:
-        process.stop()
     assert "You are Kestrel, v2." in identity_of(shown.records)
     assert failure.value.code == 1001
     assert failure.value.data["block"] == "identity"

@@ -85,15 +85,12 @@ async def test_kill_9_mid_stream_keeps_every_acknowledged_turn(
     assert_kept(transcript(state, session), acknowledged)
 
     tear_last_line(state / "runs" / session / "transcript.jsonl")
-    process = DaemonProcess(org_dir, state).start()
-    try:
+    with DaemonProcess(org_dir, state).start() as process:
         async with await process.client() as client:
             opened = await client.session_open("ada", "general")
             assert opened.session == session
             assert opened.turns >= len(acknowledged)
             result = await client.session_send(session, "after restart")
-    finally:
-        process.stop()
     assert result.turn == opened.turns + 1
     assert "dropped a torn last line" in process.log()
     assert all(e.turn != 999 for e in transcript(state, session))
@@ -136,14 +133,11 @@ async def test_kill_9_mid_stream_on_a_database_keeps_every_acknowledged_turn(
         session = opened.session
         acknowledged = await turns_until_killed(client, session, process, kill_point(3))
 
-    process = DaemonProcess(org_dir, tmp_path / "b", database=postgres_url).start()
-    try:
+    with DaemonProcess(org_dir, tmp_path / "b", database=postgres_url).start() as process:
         async with await process.client() as client:
             reopened = await client.session_open("ada", "general")
             assert reopened.session == session
             entries = (await client.runs_show(session)).transcript
             after = await client.session_send(session, "after")
-    finally:
-        process.stop()
     assert_kept(entries, acknowledged)
     assert after.turn == reopened.turns + 1

@@ -153,8 +153,7 @@ async def test_a_provider_length_refusal_rolls_over_exactly_once_per_turn(
 ) -> None:
     org = openai_org(tmp_path / "org", simulator)
     state = tmp_path / "state"
-    process = DaemonProcess(org, state).start()
-    try:
+    with DaemonProcess(org, state).start() as process:
         async with await process.client() as client:
             opened = await client.session_open("ada", "c0")
             first = opened.session
@@ -170,8 +169,6 @@ async def test_a_provider_length_refusal_rolls_over_exactly_once_per_turn(
             with pytest.raises(RpcError) as failure:
                 await client.session_send(second, "four")
             refused = len(simulator.requests)
-    finally:
-        process.stop()
 
     assert rolled.rolled_from == first and second != first and rolled.turn == 1
     assert after.run == second and after.turn == 2

@@ -125,13 +125,10 @@ async def test_queued_tasks_survive_a_restart(org_dir: Path, tmp_path: Path) -> 
         "status": "running",
     }
     (state / "tasks.jsonl").write_bytes(msgspec.json.encode(task) + b"\n" + b'{"id":"task-2","wor')
-    process = DaemonProcess(org_dir, state).start()
-    try:
+    with DaemonProcess(org_dir, state).start() as process:
         async with await process.client() as client:
             done = await wait_task(client, "task-1", "done")
             listed = await client.task_list()
-    finally:
-        process.stop()
     assert "You said: left over" in (done.reply or "")
     assert [t.id for t in listed] == ["task-1"]
     assert "dropped a torn last line" in process.log()

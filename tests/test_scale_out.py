@@ -67,15 +67,12 @@ def hosts(tmp_path: Path, postgres_url: str) -> Iterator[tuple[DaemonProcess, Da
 
 @contextmanager
 def _started(org: Path, root: Path, database: str) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
-    first = DaemonProcess(org, root / "a", database=database).start()
-    try:
+    with DaemonProcess(org, root / "a", database=database).start() as first:
         second = DaemonProcess(org, root / "b", database=database).start()
         try:
             yield first, second
         finally:
             second.stop()
-    finally:
-        first.stop()
 
 
 async def _request(host: DaemonProcess, params: Call[T]) -> T:
@@ -203,8 +200,7 @@ async def test_a_task_whose_host_died_is_finished_by_the_other(
     tmp_path: Path, postgres_url: str, simulator: Simulator
 ) -> None:
     org = _org(tmp_path / "org", _simulated(simulator))
-    first = DaemonProcess(org, tmp_path / "a", database=postgres_url).start()
-    try:
+    with DaemonProcess(org, tmp_path / "a", database=postgres_url).start() as first:
         simulator.script(Stall())
         task = await _request(first, TaskSubmit("ada", "c3", "x"))
         with anyio.fail_after(10):
@@ -220,8 +216,6 @@ async def test_a_task_whose_host_died_is_finished_by_the_other(
             assert cut.info.status == "interrupted"
         finally:
             second.stop()
-    finally:
-        first.stop()
 
 
 @pytest.mark.anyio
