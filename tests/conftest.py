@@ -1,4 +1,5 @@
-"""Shared fixtures: the anyio backend, paths to the example org, daemons, PostgreSQL."""
+"""Shared fixtures: the anyio backend, paths to the example org, daemons,
+the provider simulator and each engine kind it speaks, PostgreSQL."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from engines_org import PROVIDERS
 from harness import DaemonProcess, InProcessDaemon, copy_org, daemon_in_process
 from postgres import PostgresServer
 from simulator import Simulator
 
+from rosterd.org import EngineKind
 from rosterd.stores import State
 from rosterd.stores.files import FileState
 from rosterd.stores.postgres import PostgresState
@@ -75,6 +78,14 @@ async def simulator() -> AsyncIterator[Simulator]:
     """The provider simulator on a loopback port, with default caching rules."""
     async with Simulator() as simulator:
         yield simulator
+
+
+@pytest.fixture(params=PROVIDERS)
+def kind(request: pytest.FixtureRequest) -> EngineKind:
+    """Each engine kind the simulator speaks, in turn (``engines_org.engine_for``
+    opens one on it)."""
+    value: EngineKind = request.param
+    return value
 
 
 @pytest.fixture(scope="session")

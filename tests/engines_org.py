@@ -1,24 +1,58 @@
-"""Orgs and sessions the engine tests and benchmarks share: a worker on a
-named engine with a fallback, and a session paced on a shared clock."""
+"""Engines, orgs and sessions the engine tests and benchmarks share: an
+engine of each provider kind on the simulator, a worker on a named engine
+with a fallback, and a session paced on a shared clock."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from harness import ManualClock, daemon_in_process
-from simulator import Recorded, Simulator, write_org
+from orgs import write_org
+from simulator import Recorded, Simulator
 
+from rosterd.engines import AnthropicEngine, Backoff, Engine, OpenAIEngine
+from rosterd.org import EngineConfig, EngineKind
 from rosterd.protocol import TranscriptEntry, TurnResult, Wait
 
 __all__ = (
+    "FAST",
     "PRICES",
+    "PROVIDERS",
     "anthropic_engine",
+    "engine_for",
     "fallback_org",
     "one_turn",
     "openai_engine",
     "paced_session",
 )
+
+# The engine kinds the simulator speaks: tests that hold for every provider
+# run once per kind (the ``kind`` fixture).
+PROVIDERS: tuple[EngineKind, ...] = ("openai", "anthropic")
+FAST = Backoff(base_s=0.001, cap_s=0.01)
+_HTTP_ENGINES: dict[str, type[OpenAIEngine] | type[AnthropicEngine]] = {
+    "openai": OpenAIEngine,
+    "anthropic": AnthropicEngine,
+}
+
+
+def engine_for(
+    kind: EngineKind,
+    sim: Simulator,
+    *,
+    api_key: str | None = None,
+    backoff: Backoff = FAST,
+    model: str = "sim",
+    **config: Any,
+) -> Engine:
+    """An engine of *kind* on *sim*'s API of that kind, backing off by
+    *backoff* between retries, *config* the rest of its ``EngineConfig``;
+    the caller closes it."""
+    base = sim.anthropic_url if kind == "anthropic" else sim.openai_url
+    settings = EngineConfig(kind=kind, model=model, base_url=base, **config)
+    return _HTTP_ENGINES[kind](settings, api_key=api_key, backoff=backoff)
 
 
 def fallback_org(
@@ -33,19 +67,19 @@ def fallback_org(
     """Worker w0 on engine ``claude`` (the Anthropic API at *primary_url*, with
     *settings*), falling back to ``local`` (the OpenAI API at *fallback_url*)
     when there is one; channels c0, c1, …"""
-    write_org(root, workers=1, channels=channels, identity_chars=300, purpose_chars=100)
     claude = f'kind = "anthropic"\nmodel = "sim-claude"\nbase_url = "{primary_url}"\n{settings}'
-    tables = [f"[engines.claude]\n{claude}"]
+    tables = ['[workers.w0.engine]\nuse = "claude"\n', f"[engines.claude]\n{claude}"]
     if fallback_url is not None:
-        tables[0] += 'fallback = ["local"]\n'
+        tables[1] += 'fallback = ["local"]\n'
         local = f'kind = "openai"\nmodel = "sim-local"\nbase_url = "{fallback_url}"\n'
         tables.append(f"[engines.local]\n{local}max_retries = 0\n")
-    toml = root / "org.toml"
-    text = toml.read_text().replace(
-        "[workers.w0]", '[workers.w0.engine]\nuse = "claude"\n\n[workers.w0]', 1
+    return write_org(
+        root,
+        channels=channels,
+        identity_chars=300,
+        purpose_chars=100,
+        sections="\n".join(tables) + extra,
     )
-    toml.write_text(text + "\n" + "\n".join(tables) + extra)
-    return root
 
 
 async def one_turn(org: Path, state: Path, text: str = "hello") -> tuple[TurnResult, list[Wait]]:
@@ -99,9 +133,11 @@ async def paced_session(
     clock = ManualClock()
     async with Simulator(ttl_s=300, clock=clock) as sim:
         url = sim.anthropic_url if 'kind = "anthropic"' in engine else sim.openai_url
-        write_org(root / "org", workers=1, channels=1, engine=f'{engine}\nbase_url = "{url}"')
-        with (root / "org" / "org.toml").open("a") as toml:
-            toml.write(f"\n[daemon]\nsession_idle_s = 86400\n{PRICES}")
+        write_org(
+            root / "org",
+            engine=f'{engine}\nbase_url = "{url}"',
+            sections=f"[daemon]\nsession_idle_s = 86400\n{PRICES}",
+        )
         async with (
             daemon_in_process(root / "org", root / "state", clock=clock) as daemon,
             await daemon.client() as client,

@@ -17,15 +17,13 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import anyio
-import msgspec
 
 from rosterd import SYSTEM_CLOCK, Clock
 from rosterd.client import RosterClient
 from rosterd.daemon import run_daemon
-from rosterd.protocol import TaskGet
+from rosterd.protocol import TaskGet, TaskState
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_ORG = REPO / "examples" / "org"
@@ -193,30 +191,23 @@ class DaemonProcess:
     def kill9(self) -> None:
         self.stop(signal.SIGKILL)
 
+    def __enter__(self) -> DaemonProcess:
+        """``with DaemonProcess(...).start() as process:`` stops it at the end."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     async def client(self) -> RosterClient:
         return await RosterClient.connect(self.socket)
 
 
-async def wait_task(client: RosterClient, task: str, *statuses: str) -> dict[str, Any]:
-    """*task* once the daemon says it settled (done, failed or paused), as
-    plain JSON values; its status must be one of *statuses*."""
+async def wait_task(client: RosterClient, task: str, *statuses: str) -> TaskState:
+    """*task* once the daemon says it settled (done, failed or paused); its
+    status must be one of *statuses*."""
     state = await client.request(TaskGet(task, wait=30))
     assert state.status in statuses, state
-    builtins: dict[str, Any] = msgspec.to_builtins(state)
-    return builtins
-
-
-def make_org(root: Path, channels: int, *, engine: str = 'kind = "echo"') -> Path:
-    """An org with one worker, ``ada``, member of channels c0 .. c<n-1>."""
-    (root / "workers" / "ada").mkdir(parents=True)
-    (root / "workers" / "ada" / "identity.md").write_text("You are Ada, a careful engineer.\n")
-    lines = [f"[engine]\n{engine}\n", "[workers.ada]\n"]
-    for n in range(channels):
-        lines.append(f'[channels.c{n}]\nworkers = ["ada"]\n')
-        (root / "channels" / f"c{n}").mkdir(parents=True)
-        (root / "channels" / f"c{n}" / "purpose.md").write_text(f"Channel {n}.\n")
-    (root / "org.toml").write_text("\n".join(lines))
-    return root
+    return state
 
 
 class ManualClock:

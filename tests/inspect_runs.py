@@ -9,7 +9,8 @@ from pathlib import Path
 
 from engines_org import PRICES
 from harness import daemon_in_process
-from simulator import Calls, Reply, Simulator, write_org
+from orgs import simulated_engine, write_org
+from simulator import Calls, Reply, Simulator
 
 from rosterd.client import RpcError
 
@@ -43,10 +44,7 @@ async def make_runs(root: Path) -> Made:
     later session after identity.md changed; a direct run over budget)."""
     made = Made(root / "state")
     async with Simulator() as sim:
-        engine = f'kind = "anthropic"\nmodel = "sim-1"\nbase_url = "{sim.anthropic_url}"\n'
-        write_org(root / "org", workers=1, channels=1, engine=engine)
-        with (root / "org" / "org.toml").open("a") as toml:
-            toml.write(PRICES)
+        write_org(root / "org", engine=simulated_engine(sim, "anthropic"), sections=PRICES)
         async with (
             daemon_in_process(root / "org", made.state) as daemon,
             await daemon.client() as client,

@@ -53,7 +53,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from contextlib import AsyncExitStack
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -61,6 +60,9 @@ import anyio
 import anyio.abc
 import msgspec
 from anyio.streams.buffered import BufferedByteReceiveStream
+
+# The benchmarks import the org builder from here, beside the simulator.
+from orgs import filler, write_org
 
 from rosterd.compiler import (
     ChannelMessage,
@@ -72,7 +74,7 @@ from rosterd.compiler import (
     compile_turn,
 )
 from rosterd.engines import CACHE_DIAGNOSIS_BETA, Engine, EngineReply, EngineRequest
-from rosterd.org import Org, Surface, load_org
+from rosterd.org import Org, Surface
 from rosterd.protocol import ChatMessage, Usage
 
 __all__ = (
@@ -1211,82 +1213,6 @@ def _head(status: int, headers: dict[str, str]) -> bytes:
     lines = [f"HTTP/1.1 {status} {_STATUS_TEXT.get(status, 'Status')}"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
-# A realistic org to converse with ---------------------------------------------
-
-_WORDS = [
-    "release",
-    "review",
-    "schedule",
-    "customer",
-    "backlog",
-    "design",
-    "metric",
-    "incident",
-    "rollout",
-    "budget",
-    "contract",
-    "roadmap",
-    "quality",
-    "feedback",
-    "support",
-    "migration",
-    "audit",
-    "deploy",
-]
-
-
-def filler(seed: str, chars: int) -> str:
-    """Deterministic prose of about *chars* characters, different per *seed*."""
-    digest = hashlib.sha256(seed.encode()).digest()
-    sentences: list[str] = []
-    size = 0
-    i = 0
-    while size < chars:
-        pick = [_WORDS[(digest[(i + k) % len(digest)] + i * k) % len(_WORDS)] for k in range(9)]
-        sentence = f"{pick[0].capitalize()} {' '.join(pick[1:])}, always with care."
-        sentences.append(sentence)
-        size += len(sentence) + 1
-        i += 1
-    return "\n".join(sentences) + "\n"
-
-
-def write_org(
-    root: Path,
-    *,
-    workers: int,
-    channels: int,
-    identity_chars: int = 6000,
-    purpose_chars: int = 1500,
-    engine: str = 'kind = "echo"',
-) -> Org:
-    """Write and load an org: workers w0.., channels c0.. that all of them join.
-
-    Worker w0 has a connection, so both the "connections present" and the
-    "connections absent" (coinciding boundaries) shapes are exercised.
-    """
-    names = [f"w{i}" for i in range(workers)]
-    lines = ["[engine]", engine, ""]
-    for i, name in enumerate(names):
-        lines += [f"[workers.{name}]", 'connections = ["github"]' if i == 0 else "", ""]
-        identity = root / "workers" / name / "identity.md"
-        identity.parent.mkdir(parents=True, exist_ok=True)
-        identity.write_text(f"# {name}\n" + filler(f"identity {name}", identity_chars))
-    for c in range(channels):
-        channel = f"c{c}"
-        lines += [f"[channels.{channel}]", f"workers = {json.dumps(names)}", ""]
-        purpose = root / "channels" / channel / "purpose.md"
-        purpose.parent.mkdir(parents=True, exist_ok=True)
-        purpose.write_text(f"# {channel}\n" + filler(f"purpose {channel}", purpose_chars))
-    lines += [
-        "[connections.github]",
-        'hosts = ["api.github.com"]',
-        'methods = ["GET", "POST"]',
-        'env = "GITHUB_TOKEN"',
-    ]
-    (root / "org.toml").write_text("\n".join(lines) + "\n")
-    return load_org(root)
 
 
 class Conversation:

@@ -18,7 +18,8 @@ import pytest
 import trustme
 from harness import DaemonProcess, InProcessDaemon, daemon_in_process
 from ircd import IrcServer, heard, lines_from, user
-from simulator import Reply, Simulator, Stall, write_org
+from orgs import simulated_engine, write_org
+from simulator import Reply, Simulator, Stall
 
 from rosterd.bridge import BridgeConfig, IrcBridge, IrcLink, IrcMessage, reply_lines
 from rosterd.client import RosterClient
@@ -39,9 +40,9 @@ def ircd() -> Iterator[IrcServer]:
 
 
 def _org(root: Path, sim: Simulator) -> Path:
-    engine = f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{sim.openai_url}"\nmax_retries = 0'
-    write_org(root, workers=1, channels=1, identity_chars=300, purpose_chars=100, engine=engine)
-    return root
+    """Worker w0 in c0, answering from *sim* without retries."""
+    engine = simulated_engine(sim, settings="max_retries = 0")
+    return write_org(root, identity_chars=300, purpose_chars=100, engine=engine)
 
 
 def _config(socket: Path, port: int, **settings: object) -> BridgeConfig:
@@ -285,11 +286,8 @@ async def test_the_bridge_comes_back_after_the_irc_server_restarts(
 @asynccontextmanager
 async def process_daemon(root: Path, sim: Simulator) -> AsyncIterator[DaemonProcess]:
     """A daemon in a process of its own, to stop and kill; stopped at the end."""
-    daemon = DaemonProcess(_org(root / "org", sim), root / "state").start()
-    try:
+    with DaemonProcess(_org(root / "org", sim), root / "state").start() as daemon:
         yield daemon
-    finally:
-        daemon.stop()
 
 
 async def test_a_turn_cut_off_by_kill_9_is_answered_once_the_daemon_is_back(

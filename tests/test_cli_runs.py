@@ -18,7 +18,8 @@ import anyio
 import anyio.to_thread
 import msgspec
 import pytest
-from harness import DaemonProcess, copy_org, make_org, set_engine
+from harness import DaemonProcess, copy_org, set_engine
+from orgs import write_org
 from psycopg_pool import AsyncConnectionPool
 from simulator import Simulator
 
@@ -176,16 +177,13 @@ def test_failed_compilation_names_block_size_and_limit(
     identity = "# Grace\n" + "g" * 13000 + "\n"
     (org / "workers/grace/identity.md").write_text(identity)
     size = len(f"<identity>\n{identity}</identity>\n")
-    daemon = DaemonProcess(org, tmp_path / "state").start()
-    try:
+    with DaemonProcess(org, tmp_path / "state").start() as daemon:
         socket = str(daemon.socket)
         monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
         code, out, err = cli(
             "chat", "--socket", socket, "--worker", "grace", "--channel", "general"
         )
         code_direct, _, err_direct = cli("run", "--socket", socket, "--worker", "grace", "hi")
-    finally:
-        daemon.stop()
     assert (code, out) == (1, b"")
     match = re.fullmatch(
         rf"roster: block 'identity' is {size} characters, over its limit of 12000: "
@@ -349,11 +347,9 @@ def test_show_explains_a_block_shrunk_under_budget(
 async def test_every_turn_context_is_paged_and_the_cli_prints_the_pages_as_one(
     tmp_path: Path, cli: _Cli
 ) -> None:
-    org = make_org(tmp_path / "org", channels=1)
-    with (org / "org.toml").open("a") as toml:
-        toml.write("\n[context]\ntotal = 300000\ntask = 250000\nsession_chars = 2000000\n")
-    daemon = DaemonProcess(org, tmp_path / "state").start()
-    try:
+    context = "[context]\ntotal = 300000\ntask = 250000\nsession_chars = 2000000"
+    org = write_org(tmp_path / "org", workers=["ada"], sections=context)
+    with DaemonProcess(org, tmp_path / "state").start() as daemon:
         async with await daemon.client() as client:
             opened = await client.session_open("ada", "c0")
             session = opened.session
@@ -372,8 +368,6 @@ async def test_every_turn_context_is_paged_and_the_cli_prints_the_pages_as_one(
             latest = await client.runs_context(session)
             with pytest.raises(RpcError) as caught:
                 await client.runs_context(session, after=3)
-    finally:
-        daemon.stop()
 
     assert caught.value.code == -32602
     assert [t.turn for t in limited.turns] == [1, 2] and limited.next == 2
@@ -474,16 +468,13 @@ def test_database_mistakes_name_the_database_without_its_password(
 
 def test_runs_show_says_why_each_memory_note_was_in_the_block(tmp_path: Path, cli: _Cli) -> None:
     org = copy_org(tmp_path / "org")
-    daemon = DaemonProcess(org, tmp_path / "state").start()
-    try:
+    with DaemonProcess(org, tmp_path / "state").start() as daemon:
         socket = str(daemon.socket)
         for text in ("deploys are on fridays", "the staging deploy broke", "tea at four"):
             cli.text("memory", "add", "--socket", socket, "--worker", "grace", text)
         run = json.loads(
             cli.text("run", "--socket", socket, "--worker", "grace", "deploy staging?", "--json")
         )["run"]
-    finally:
-        daemon.stop()
     shown = cli.text("server", "runs", "show", run, "--state", str(daemon.state))
     assert "  memory notes, best first (score: the message's words it holds; +borrowed)" in shown
     assert re.search(r"^    m-2  \d+\.\d{3}  deploy, staging; beside m-1$", shown, re.M)

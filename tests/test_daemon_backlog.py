@@ -49,8 +49,7 @@ async def test_posts_between_turns_reach_the_next_turn_once_before_the_message(
     org_dir: Path, tmp_path: Path, simulator: Simulator
 ) -> None:
     use_openai(org_dir, simulator)
-    process = DaemonProcess(org_dir, tmp_path / "state").start()
-    try:
+    with DaemonProcess(org_dir, tmp_path / "state").start() as process:
         async with await process.client() as client, await process.client() as other:
             ada = (await client.session_open("ada", "general")).session
             grace = (await other.session_open("grace", "general")).session
@@ -61,8 +60,6 @@ async def test_posts_between_turns_reach_the_next_turn_once_before_the_message(
             await send(client, ada, "second", "alice")
             await send(client, ada, "third", "alice")
             shown = await client.runs_show(ada)
-    finally:
-        process.stop()
 
     first, _, second, third = simulator.bodies()
     assert said(last_input(first)) == [("alice", "first")]
@@ -109,8 +106,7 @@ async def test_a_long_backlog_keeps_the_newest_that_fit_and_counts_the_rest(
 ) -> None:
     use_openai(org_dir, simulator, context)
     state = tmp_path / "state"
-    process = DaemonProcess(org_dir, state).start()
-    try:
+    with DaemonProcess(org_dir, state).start() as process:
         async with await process.client() as client:
             ada = (await client.session_open("ada", "releases")).session
             await send(client, ada, "before", "alice")
@@ -118,8 +114,6 @@ async def test_a_long_backlog_keeps_the_newest_that_fit_and_counts_the_rest(
                 await client.channel_post("releases", "bob", f"post {n:02d} " + "x" * 20)
             await send(client, ada, "after", "alice")
             shown = await client.runs_show(ada)
-    finally:
-        process.stop()
 
     envelopes = [e for e in last_input(simulator.bodies()[-1]) if e["block"] == "message"]
     note, *posts, message = envelopes
@@ -162,11 +156,8 @@ async def test_a_resumed_session_continues_the_backlog_where_it_stopped(
         await send(client, ada, "first", "alice")
         await client.channel_post("general", "bob", "ping")
     assert process.stop() == 0
-    process = DaemonProcess(org_dir, state).start()
-    try:
+    with DaemonProcess(org_dir, state).start() as process:
         async with await process.client() as client:
             assert (await client.session_open("ada", "general")).session == ada
             await send(client, ada, "second", "alice")
-    finally:
-        process.stop()
     assert said(last_input(simulator.bodies()[-1])) == [("bob", "ping"), ("alice", "second")]

@@ -9,15 +9,12 @@ import anyio.to_thread
 import msgspec
 import pytest
 from harness import DaemonProcess, copy_org, set_engine
-from simulator import Simulator, write_org
+from orgs import simulated_engine, write_org
+from simulator import Simulator
 
 from rosterd.cli import main
 from rosterd.client import RosterClient
 from rosterd.protocol import CacheCheck, RunShown
-
-
-def anthropic(simulator: Simulator) -> str:
-    return f'kind = "anthropic"\nmodel = "sim-1"\nbase_url = "{simulator.anthropic_url}"'
 
 
 async def chat(client: RosterClient, channel: str, turns: int, worker: str = "w0") -> str:
@@ -55,14 +52,11 @@ def verdicts(run: RunShown) -> list[str]:
 async def test_a_stable_session_has_no_prefix_misses(
     tmp_path: Path, simulator: Simulator, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write_org(tmp_path / "org", workers=1, channels=1, engine=anthropic(simulator))
-    process = DaemonProcess(tmp_path / "org", tmp_path / "state").start()
-    try:
+    write_org(tmp_path / "org", engine=simulated_engine(simulator, "anthropic"))
+    with DaemonProcess(tmp_path / "org", tmp_path / "state").start() as process:
         async with await process.client() as client:
             session = await chat(client, "c0", 20)
             run = await shown(client, session)
-    finally:
-        process.stop()
     assert verdicts(run) == ["cold"] + ["hit"] * 19
     turns = [r for r in run.records if r.kind == "turn"]
     assert all(c.status == "stable" for r in turns[1:] for c in r.cache)
@@ -81,9 +75,8 @@ async def test_an_identity_edit_between_sessions_is_attributed_to_identity(
     tmp_path: Path, simulator: Simulator, capsys: pytest.CaptureFixture[str]
 ) -> None:
     org = tmp_path / "org"
-    write_org(org, workers=1, channels=1, engine=anthropic(simulator))
-    process = DaemonProcess(org, tmp_path / "state").start()
-    try:
+    write_org(org, engine=simulated_engine(simulator, "anthropic"))
+    with DaemonProcess(org, tmp_path / "state").start() as process:
         async with await process.client() as client:
             first = await chat(client, "c0", 2)
             await client.session_close(first)
@@ -91,8 +84,6 @@ async def test_an_identity_edit_between_sessions_is_attributed_to_identity(
             identity.write_text(identity.read_text() + "\nA new rule.\n")
             second = await chat(client, "c0", 1)
             run = await shown(client, second)
-    finally:
-        process.stop()
     (turn,) = [r for r in run.records if r.kind == "turn"]
     assert [(c.name, c.status, c.block, c.cause) for c in turn.cache] == [
         ("connections", "changed", "identity", "identity edited"),
@@ -121,9 +112,8 @@ async def test_an_identity_edit_between_sessions_is_attributed_to_identity(
 async def test_a_provider_side_expiry_is_blamed_on_the_provider(
     tmp_path: Path, simulator: Simulator
 ) -> None:
-    write_org(tmp_path / "org", workers=1, channels=1, engine=anthropic(simulator))
-    process = DaemonProcess(tmp_path / "org", tmp_path / "state").start()
-    try:
+    write_org(tmp_path / "org", engine=simulated_engine(simulator, "anthropic"))
+    with DaemonProcess(tmp_path / "org", tmp_path / "state").start() as process:
         async with await process.client() as client:
             opened = await client.session_open("w0", "c0")
             for n in range(3):
@@ -131,8 +121,6 @@ async def test_a_provider_side_expiry_is_blamed_on_the_provider(
             simulator.clear_cache()  # as a TTL expiry or eviction would
             await client.session_send(opened.session, "q3")
             run = await shown(client, opened.session)
-    finally:
-        process.stop()
     assert verdicts(run) == ["cold", "hit", "hit", "provider-miss"]
     last = [r for r in run.records if r.kind == "turn"][-1]
     assert all(c.status == "stable" for c in last.cache)
@@ -141,19 +129,16 @@ async def test_a_provider_side_expiry_is_blamed_on_the_provider(
 @pytest.mark.anyio
 async def test_a_prompt_below_the_minimum_is_labelled(tmp_path: Path, simulator: Simulator) -> None:
     org = copy_org(tmp_path / "org")
-    set_engine(org, anthropic(simulator))
+    set_engine(org, simulated_engine(simulator, "anthropic"))
     # Without the memory tools, the example's prompt is under the minimum.
     toml = org / "org.toml"
     toml.write_text(
         toml.read_text().replace("[workers.grace]", '[workers.grace]\nmemory_scope = "off"')
     )
-    process = DaemonProcess(org, tmp_path / "state").start()
-    try:
+    with DaemonProcess(org, tmp_path / "state").start() as process:
         async with await process.client() as client:
             session = await chat(client, "general", 2, worker="grace")
             run = await shown(client, session)
-    finally:
-        process.stop()
     assert verdicts(run) == ["cold", "below-minimum"]
     check = checks(run)[-1]
     assert check.cause is not None and "below the minimum of 1024" in check.cause

@@ -10,8 +10,9 @@ import anyio.to_thread
 import msgspec
 import pytest
 from harness import daemon_in_process
+from orgs import simulated_engine, write_org
 from provider_schemas import anthropic_errors
-from simulator import Diagnose, Simulator, write_org
+from simulator import Diagnose, Simulator
 
 from rosterd.cli import main
 from rosterd.engines import CACHE_DIAGNOSIS_BETA
@@ -20,12 +21,9 @@ from rosterd.protocol import CacheDiagnosis, TranscriptEntry
 pytestmark = pytest.mark.anyio
 
 
-def _org(root: Path, url: str, diagnose: bool) -> Path:
-    engine = f'kind = "anthropic"\nmodel = "sim-1"\nbase_url = "{url}"\n'
-    write_org(
-        root, workers=1, channels=1, engine=engine + f"diagnose_cache = {str(diagnose).lower()}"
-    )
-    return root
+def _org(root: Path, sim: Simulator, diagnose: bool) -> Path:
+    settings = f"diagnose_cache = {str(diagnose).lower()}"
+    return write_org(root, engine=simulated_engine(sim, "anthropic", settings))
 
 
 async def _session(org: Path, state: Path, turns: int, session: str | None = None) -> str:
@@ -54,7 +52,7 @@ async def test_each_request_names_the_previous_reply_even_across_a_restart(
     tmp_path: Path,
 ) -> None:
     async with Simulator() as sim:
-        org = _org(tmp_path / "org", sim.anthropic_url, diagnose=True)
+        org = _org(tmp_path / "org", sim, diagnose=True)
         run = await _session(org, tmp_path / "state", 2)
         await _session(org, tmp_path / "state", 1, session=run)
     assert all(anthropic_errors(r.body) == [] for r in sim.requests)
@@ -74,7 +72,7 @@ async def test_each_request_names_the_previous_reply_even_across_a_restart(
 
 async def test_off_by_default_nothing_is_asked(tmp_path: Path) -> None:
     async with Simulator() as sim:
-        org = _org(tmp_path / "org", sim.anthropic_url, diagnose=False)
+        org = _org(tmp_path / "org", sim, diagnose=False)
         run = await _session(org, tmp_path / "state", 2)
     assert all("diagnostics" not in json.loads(r.body) for r in sim.requests)
     assert all("anthropic-beta" not in r.headers for r in sim.requests)
@@ -86,7 +84,7 @@ async def test_a_reason_is_recorded_and_a_contradiction_counted(
 ) -> None:
     state = tmp_path / "state"
     async with Simulator() as sim:
-        org = _org(tmp_path / "org", sim.anthropic_url, diagnose=True)
+        org = _org(tmp_path / "org", sim, diagnose=True)
         # Turn 2: the provider says the system changed, though rosterd's hashes
         # say it held and the cache was read. Turn 3: its diagnosis is pending.
         # Turn 4: its previous reply is gone: no finding either way.
@@ -131,7 +129,7 @@ async def test_a_reason_is_recorded_and_a_contradiction_counted(
 
 async def test_an_unknown_reason_is_kept_as_unavailable_and_reported(tmp_path: Path) -> None:
     async with Simulator() as sim:
-        org = _org(tmp_path / "org", sim.anthropic_url, diagnose=True)
+        org = _org(tmp_path / "org", sim, diagnose=True)
         sim.script(Diagnose("cosmic_rays"))
         async with (
             daemon_in_process(org, tmp_path / "state") as daemon,

@@ -10,7 +10,8 @@ import anyio.to_thread
 import pytest
 from engines_org import anthropic_engine, paced_session
 from harness import daemon_in_process
-from simulator import Simulator, Status, write_org
+from orgs import simulated_engine, write_org
+from simulator import Simulator, Status
 
 from rosterd import ConfigError
 from rosterd.cli import main
@@ -114,11 +115,7 @@ def test_a_cache_lifetime_only_an_anthropic_engine_takes(
     tmp_path: Path, engine: str, extra: str, key: str
 ) -> None:
     with pytest.raises(ConfigError) as refused:
-        # write_org loads the org it writes; the overlay is added after.
-        write_org(tmp_path, workers=1, channels=1, identity_chars=100, engine=engine)
-        with (tmp_path / "org.toml").open("a") as toml:
-            toml.write(f"\n{extra}")
-        load_org(tmp_path)
+        load_org(write_org(tmp_path, identity_chars=100, engine=engine, sections=extra))
     assert refused.value.key == key
 
 
@@ -126,8 +123,7 @@ async def test_a_server_that_refuses_a_lifetime_gets_one_retry_without_it(tmp_pa
     async with Simulator() as sim:
         refused = Status(400, "system.0.cache_control.ttl: Extra inputs are not permitted")
         sim.script(refused)
-        engine = f'kind = "anthropic"\nmodel = "sim-1"\nbase_url = "{sim.anthropic_url}"\n'
-        write_org(tmp_path / "org", workers=1, channels=1, engine=engine + 'cache_ttl = "1h"')
+        write_org(tmp_path / "org", engine=simulated_engine(sim, "anthropic", 'cache_ttl = "1h"'))
         async with (
             daemon_in_process(tmp_path / "org", tmp_path / "state") as daemon,
             await daemon.client() as client,

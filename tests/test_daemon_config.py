@@ -5,24 +5,22 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import msgspec
 import pytest
 from harness import DaemonProcess, InProcessDaemon
 
 from rosterd.cli import main
 from rosterd.client import RosterClient, RpcError
 from rosterd.compiler import ContextRecord
-from rosterd.protocol import DaemonStatus
+from rosterd.protocol import StatusResult
 
 
 async def status_after_edit(
-    client: RosterClient, check: Callable[[dict[str, Any]], bool]
-) -> dict[str, Any]:
-    """``daemon.status``, which reflects every edit saved before the call, as
-    plain JSON values; *check* must hold for it."""
-    status: dict[str, Any] = msgspec.to_builtins(await client.request(DaemonStatus()))
+    client: RosterClient, check: Callable[[StatusResult], bool]
+) -> StatusResult:
+    """``daemon.status``, which reflects every edit saved before the call;
+    *check* must hold for it."""
+    status = await client.daemon_status()
     assert check(status), status
     return status
 
@@ -63,8 +61,8 @@ async def test_a_broken_edit_is_reported_and_the_last_good_org_stays(
         warm = (await client.session_open("ada", "general")).session
         await client.session_send(warm, "before the edit")
         breakage(org_dir)
-        status = await status_after_edit(client, lambda s: s["config_error"] is not None)
-        assert reported in status["config_error"]
+        status = await status_after_edit(client, lambda s: s.config_error is not None)
+        assert reported in (status.config_error or "")
         # The running session keeps its frozen prompt and still works.
         result = await client.session_send(warm, "after the edit")
         assert result.turn == 2
@@ -82,11 +80,11 @@ async def test_a_fixed_edit_clears_the_error(served: InProcessDaemon, org_dir: P
     async with await served.client() as client:
         before = await client.daemon_status()
         toml.write_text(good.replace("memory = 4000", "memroy = 4000"))
-        broken = await status_after_edit(client, lambda s: s["config_error"] is not None)
-        assert "memroy" in broken["config_error"]
+        broken = await status_after_edit(client, lambda s: s.config_error is not None)
+        assert "memroy" in (broken.config_error or "")
         toml.write_text(good.replace("memory = 4000", "memory = 3000"))
-        fixed = await status_after_edit(client, lambda s: s["config_error"] is None)
-    assert fixed["config_generation"] > before.config_generation
+        fixed = await status_after_edit(client, lambda s: s.config_error is None)
+    assert fixed.config_generation > before.config_generation
 
 
 @pytest.mark.anyio
@@ -121,8 +119,7 @@ def identity_of(records: list[ContextRecord]) -> str:
 @pytest.mark.anyio
 async def test_one_scope_over_budget_at_start_never_blocks_other_edits(tmp_path: Path) -> None:
     org = bigfoot_org(tmp_path / "org")
-    process = DaemonProcess(org, tmp_path / "state").start()
-    try:
+    with DaemonProcess(org, tmp_path / "state").start() as process:
         async with await process.client() as client:
             status = await client.daemon_status()
             assert status.config_error is None
@@ -141,7 +138,7 @@ async def test_one_scope_over_budget_at_start_never_blocks_other_edits(tmp_path:
 
             (org / "workers" / "kestrel" / "identity.md").write_text("You are Kestrel, v2.\n")
             await status_after_edit(
-                client, lambda s: s["config_generation"] > status.config_generation
+                client, lambda s: s.config_generation > status.config_generation
             )
             second = await client.session_open("kestrel", "ops")
             await client.session_send(second.session, "hi")
@@ -149,8 +146,6 @@ async def test_one_scope_over_budget_at_start_never_blocks_other_edits(tmp_path:
             with pytest.raises(RpcError) as failure:
                 await client.session_open("bigfoot", "ops")
             later = await client.daemon_status()
-    finally:
-        process.stop()
     assert "You are Kestrel, v2." in identity_of(shown.records)
     assert failure.value.code == 1001
     assert failure.value.data["block"] == "identity"
@@ -180,12 +175,12 @@ async def test_an_edit_over_budget_is_accepted_and_fails_only_its_scope(
 ) -> None:
     async with await served.client() as client:
         huge_purpose(org_dir)
-        status = await status_after_edit(client, lambda s: bool(s["over_budget"]))
+        status = await status_after_edit(client, lambda s: bool(s.over_budget))
         with pytest.raises(RpcError) as failure:
             await client.session_open("ada", "general")
         elsewhere = await client.session_open("ada", "releases")
         await client.session_send(elsewhere.session, "fine")
-    assert status["config_error"] is None
-    assert {(p["channel"], p["block"]) for p in status["over_budget"]} == {("general", "purpose")}
+    assert status.config_error is None
+    assert {(p.channel, p.block) for p in status.over_budget} == {("general", "purpose")}
     assert failure.value.code == 1001
     assert failure.value.data["block"] == "purpose"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -11,12 +12,13 @@ from harness import DaemonProcess
 
 from rosterd import RosterError
 from rosterd.client import RosterClient
-from rosterd.protocol import Delta
+from rosterd.protocol import Delta, TranscriptEntry
 
 
-def transcript(state: Path, session: str) -> list[dict[str, object]]:
+def transcript(state: Path, session: str) -> list[TranscriptEntry]:
     path = state / "runs" / session / "transcript.jsonl"
-    return [msgspec.json.decode(line) for line in path.read_bytes().splitlines() if line]
+    lines = path.read_bytes().splitlines()
+    return [msgspec.json.decode(line, type=TranscriptEntry) for line in lines if line]
 
 
 def tear_last_line(path: Path) -> None:
@@ -61,13 +63,13 @@ def kill_point(seed: int) -> tuple[int, int]:
     return rng.randint(5, 40), rng.randint(1, 3)
 
 
-def assert_kept(entries: list[dict[str, object]], acknowledged: list[tuple[int, str]]) -> None:
+def assert_kept(entries: Sequence[TranscriptEntry], acknowledged: list[tuple[int, str]]) -> None:
     """Each acknowledged turn has its one user entry and its one reply."""
     for turn, text in acknowledged:
-        user = [e for e in entries if e["turn"] == turn and e["role"] == "user"]
-        reply = [e for e in entries if e["turn"] == turn and e["role"] == "assistant"]
-        assert len(user) == 1 and text in str(user[0]["content"])
-        assert len(reply) == 1 and text in str(reply[0]["content"])
+        user = [e for e in entries if e.turn == turn and e.role == "user"]
+        reply = [e for e in entries if e.turn == turn and e.role == "assistant"]
+        assert len(user) == 1 and text in user[0].content
+        assert len(reply) == 1 and text in reply[0].content
 
 
 @pytest.mark.anyio
@@ -83,18 +85,15 @@ async def test_kill_9_mid_stream_keeps_every_acknowledged_turn(
     assert_kept(transcript(state, session), acknowledged)
 
     tear_last_line(state / "runs" / session / "transcript.jsonl")
-    process = DaemonProcess(org_dir, state).start()
-    try:
+    with DaemonProcess(org_dir, state).start() as process:
         async with await process.client() as client:
             opened = await client.session_open("ada", "general")
             assert opened.session == session
             assert opened.turns >= len(acknowledged)
             result = await client.session_send(session, "after restart")
-    finally:
-        process.stop()
     assert result.turn == opened.turns + 1
     assert "dropped a torn last line" in process.log()
-    assert all(e["turn"] != 999 for e in transcript(state, session))
+    assert all(e.turn != 999 for e in transcript(state, session))
 
 
 @pytest.mark.anyio
@@ -134,15 +133,11 @@ async def test_kill_9_mid_stream_on_a_database_keeps_every_acknowledged_turn(
         session = opened.session
         acknowledged = await turns_until_killed(client, session, process, kill_point(3))
 
-    process = DaemonProcess(org_dir, tmp_path / "b", database=postgres_url).start()
-    try:
+    with DaemonProcess(org_dir, tmp_path / "b", database=postgres_url).start() as process:
         async with await process.client() as client:
             reopened = await client.session_open("ada", "general")
             assert reopened.session == session
-            # As plain values, the shape assert_kept reads from the transcript file.
-            entries = msgspec.to_builtins((await client.runs_show(session)).transcript)
+            entries = (await client.runs_show(session)).transcript
             after = await client.session_send(session, "after")
-    finally:
-        process.stop()
     assert_kept(entries, acknowledged)
     assert after.turn == reopened.turns + 1

@@ -30,8 +30,7 @@ async def test_every_request_extends_the_previous_one_byte_for_byte(
     org_dir: Path, tmp_path: Path, simulator: Simulator
 ) -> None:
     use_openai(org_dir, simulator)
-    process = DaemonProcess(org_dir, tmp_path / "state").start()
-    try:
+    with DaemonProcess(org_dir, tmp_path / "state").start() as process:
         async with await process.client() as client:
             # History is snapshotted when the session wakes, so post first.
             await client.channel_post("general", "bo", "hi all")
@@ -42,8 +41,6 @@ async def test_every_request_extends_the_previous_one_byte_for_byte(
                     await client.memory_add("ada", "prefers short answers")
                 result = await client.session_send(opened.session, f"question {n}")
                 replies.append(result.text)
-    finally:
-        process.stop()
     bodies = simulator.bodies()
     assert len(bodies) == 20
     requests = [chat_messages(body) for body in bodies]
@@ -70,15 +67,12 @@ async def test_oversized_identity_never_reaches_the_engine(
 ) -> None:
     use_openai(org_dir, simulator)
     (org_dir / "workers" / "ada" / "identity.md").write_text("y" * 20000)
-    process = DaemonProcess(org_dir, tmp_path / "state").start()
-    try:
+    with DaemonProcess(org_dir, tmp_path / "state").start() as process:
         async with await process.client() as client:
             with pytest.raises(RpcError) as failure:
                 await client.session_open("ada", "general")
             with pytest.raises(RpcError) as task_failure:
                 await client.run_direct("ada", "anything")
-    finally:
-        process.stop()
     assert failure.value.code == task_failure.value.code == 1001
     assert simulator.requests == []
 
@@ -88,8 +82,7 @@ async def test_a_provider_500_is_a_clear_error_and_the_user_turn_is_kept(
     org_dir: Path, tmp_path: Path, simulator: Simulator
 ) -> None:
     use_openai(org_dir, simulator)
-    process = DaemonProcess(org_dir, tmp_path / "state").start()
-    try:
+    with DaemonProcess(org_dir, tmp_path / "state").start() as process:
         async with await process.client() as client:
             opened = await client.session_open("ada", "general")
             session = opened.session
@@ -98,8 +91,6 @@ async def test_a_provider_500_is_a_clear_error_and_the_user_turn_is_kept(
             with pytest.raises(RpcError) as failure:
                 await client.session_send(session, "two")
             result = await client.session_send(session, "three")
-    finally:
-        process.stop()
     assert failure.value.code == 1002
     assert failure.value.data["provider"] == "openai"
     assert failure.value.data["status"] == 500
@@ -122,8 +113,7 @@ async def test_a_missing_api_key_fails_the_turn_before_anything_is_recorded(
         f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"\n'
         'api_key_env = "ROSTERD_TEST_UNSET_KEY"',
     )
-    process = DaemonProcess(org_dir, tmp_path / "state").start()
-    try:
+    with DaemonProcess(org_dir, tmp_path / "state").start() as process:
         async with await process.client() as client:
             opened = await client.session_open("ada", "general")
             for _ in range(2):
@@ -131,8 +121,6 @@ async def test_a_missing_api_key_fails_the_turn_before_anything_is_recorded(
                     await client.session_send(opened.session, "hi")
                 assert failure.value.code == 1005
                 assert "ROSTERD_TEST_UNSET_KEY" in str(failure.value)
-    finally:
-        process.stop()
     assert simulator.requests == []
     run = process.state / "runs" / opened.session
     transcript = run / "transcript.jsonl"

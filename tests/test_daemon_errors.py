@@ -76,13 +76,10 @@ async def test_a_prompt_over_the_context_window_says_so_on_the_wire(
 ) -> None:
     async with Simulator(context_tokens=100, server="llama.cpp") as sim:
         set_engine(org_dir, f'kind = "openai"\nmodel = "m"\nbase_url = "{sim.openai_url}"')
-        process = DaemonProcess(org_dir, tmp_path / "state").start()
-        try:
+        with DaemonProcess(org_dir, tmp_path / "state").start() as process:
             async with await process.client() as client:
                 with pytest.raises(RpcError) as failure:
                     await client.run_direct("ada", "hi")
-        finally:
-            process.stop()
     assert failure.value.code == 1002
     assert failure.value.data["context_exceeded"] is True
     assert failure.value.data["status"] == 400

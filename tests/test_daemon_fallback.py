@@ -13,7 +13,8 @@ import anyio.to_thread
 import pytest
 from engines_org import fallback_org, one_turn
 from harness import daemon_in_process
-from simulator import Delay, Drop, Hangup, Reply, Simulator, Status, write_org
+from orgs import write_org
+from simulator import Delay, Drop, Hangup, Reply, Simulator, Status
 
 from rosterd import ConfigError
 from rosterd.cli import main
@@ -130,9 +131,7 @@ async def test_a_request_too_long_is_no_reason_to_fall_back(tmp_path: Path) -> N
 def test_an_engine_name_that_is_no_engine_is_a_config_error(
     tmp_path: Path, extra: str, key: str
 ) -> None:
-    write_org(tmp_path, workers=2, channels=1, identity_chars=100, purpose_chars=10)
-    toml = tmp_path / "org.toml"
-    toml.write_text(toml.read_text() + extra)
+    write_org(tmp_path, workers=2, identity_chars=100, purpose_chars=10, sections=extra)
     with pytest.raises(ConfigError) as refused:
         load_org(tmp_path)
     assert refused.value.key == key
@@ -279,9 +278,8 @@ async def test_a_call_past_max_inflight_waits_its_turn_and_hears_it(tmp_path: Pa
 
 
 def test_a_named_engine_may_not_take_the_unnamed_engine_s_name(tmp_path: Path) -> None:
-    write_org(tmp_path, workers=1, channels=1, identity_chars=100, purpose_chars=10)
-    toml = tmp_path / "org.toml"
-    toml.write_text(toml.read_text() + '\n[engines.engine]\nkind = "echo"\n')
+    named = '[engines.engine]\nkind = "echo"'
+    write_org(tmp_path, identity_chars=100, purpose_chars=10, sections=named)
     with pytest.raises(ConfigError) as refused:
         load_org(tmp_path)
     assert refused.value.key == "engines.engine"

@@ -6,13 +6,14 @@ from pathlib import Path
 
 import anyio
 import pytest
-from harness import DaemonProcess, make_org
+from harness import DaemonProcess
+from orgs import write_org
 
 
 @pytest.mark.long
 @pytest.mark.anyio
 async def test_200_concurrent_clients_all_get_correct_replies(tmp_path: Path) -> None:
-    org = make_org(tmp_path / "org", channels=200)
+    org = write_org(tmp_path / "org", workers=["ada"], channels=200)
     process = DaemonProcess(org, tmp_path / "state").start()
     replies: dict[int, list[str]] = {}
     try:

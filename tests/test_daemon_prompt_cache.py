@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 from engines_org import PRICES, openai_engine, paced_session
+from orgs import write_org
 from provider_schemas import openai_errors
-from simulator import Recorded, write_org
+from simulator import Recorded
 
 from rosterd import ConfigError
 from rosterd.org import EngineConfig, PriceConfig, load_org
@@ -75,8 +76,7 @@ def test_a_fixed_choice_is_kept_whatever_the_pace(setting: str, choice: str) -> 
 )
 def test_a_caching_key_only_its_provider_takes(tmp_path: Path, engine: str, key: str) -> None:
     with pytest.raises(ConfigError) as refused:
-        write_org(tmp_path, workers=1, channels=1, identity_chars=100, engine=engine)
-        load_org(tmp_path)
+        load_org(write_org(tmp_path, identity_chars=100, engine=engine))
     assert refused.value.key == key or key.split(".")[-1] in str(refused.value)
 
 

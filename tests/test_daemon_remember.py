@@ -16,7 +16,8 @@ from typing import Any
 import anyio.to_thread
 import pytest
 from harness import daemon_in_process
-from simulator import Calls, Reply, Simulator, default_reply, tool_messages, write_org
+from orgs import simulated_engine, write_org
+from simulator import Calls, Reply, Simulator, default_reply, tool_messages
 
 from rosterd.cli import main
 from rosterd.client import RosterClient
@@ -32,20 +33,14 @@ HOSTILE = (
 
 def make_org(root: Path, sim: Simulator, api: str = "openai", scope: str | None = None) -> Path:
     """Worker w0 in channels c0 and c1, on the simulator, with *scope* as its memory_scope."""
-    url = sim.openai_url if api == "openai" else sim.anthropic_url
-    write_org(
+    return write_org(
         root,
-        workers=1,
         channels=2,
         identity_chars=600,
         purpose_chars=200,
-        engine=f'kind = "{api}"\nmodel = "sim-1"\nbase_url = "{url}"',
+        engine=simulated_engine(sim, api),
+        worker="" if scope is None else f'memory_scope = "{scope}"',
     )
-    if scope is not None:
-        toml = root / "org.toml"
-        setting = f'[workers.w0]\nmemory_scope = "{scope}"'
-        toml.write_text(toml.read_text().replace("[workers.w0]", setting))
-    return root
 
 
 def remember(text: str, scope: str | None = None) -> tuple[str, str]:

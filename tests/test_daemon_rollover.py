@@ -12,7 +12,8 @@ from typing import Any
 import anyio.to_thread
 import msgspec
 import pytest
-from harness import DaemonProcess, daemon_in_process, make_org
+from harness import DaemonProcess, daemon_in_process
+from orgs import simulated_engine, write_org
 from simulator import Simulator, Status
 
 from rosterd.cli import main
@@ -30,14 +31,11 @@ TOO_LONG = Status(
 
 
 def openai_org(root: Path, simulator: Simulator, context: str = "") -> Path:
-    engine = (
-        f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"\nmax_retries = 0'
-    )
-    make_org(root, 1, engine=engine)
-    if context:
-        toml = root / "org.toml"
-        toml.write_text(toml.read_text() + f"\n[context]\n{context}\n")
-    return root
+    """Worker ada in c0 on *simulator*'s OpenAI API without retries, with
+    the ``[context]`` keys *context* (written again over an org written before)."""
+    engine = simulated_engine(simulator, settings="max_retries = 0")
+    sections = f"[context]\n{context}" if context else ""
+    return write_org(root, workers=["ada"], engine=engine, sections=sections)
 
 
 def system_chars(org: Path) -> int:
@@ -70,11 +68,8 @@ async def test_a_session_past_session_chars_rolls_over_and_the_call_succeeds(
 ) -> None:
     org = openai_org(tmp_path / "org", simulator)
     limit = system_chars(org) + 900
-    toml = org / "org.toml"
     # A short history, so the new session's first turn leaves room for more.
-    toml.write_text(
-        toml.read_text() + f"\n[context]\nsession_chars = {limit}\nhistory_messages = 2\n"
-    )
+    openai_org(org, simulator, f"session_chars = {limit}\nhistory_messages = 2")
     state = tmp_path / "state"
     process = DaemonProcess(org, state).start()
     results: list[TurnResult] = []
@@ -158,8 +153,7 @@ async def test_a_provider_length_refusal_rolls_over_exactly_once_per_turn(
 ) -> None:
     org = openai_org(tmp_path / "org", simulator)
     state = tmp_path / "state"
-    process = DaemonProcess(org, state).start()
-    try:
+    with DaemonProcess(org, state).start() as process:
         async with await process.client() as client:
             opened = await client.session_open("ada", "c0")
             first = opened.session
@@ -175,8 +169,6 @@ async def test_a_provider_length_refusal_rolls_over_exactly_once_per_turn(
             with pytest.raises(RpcError) as failure:
                 await client.session_send(second, "four")
             refused = len(simulator.requests)
-    finally:
-        process.stop()
 
     assert rolled.rolled_from == first and second != first and rolled.turn == 1
     assert after.run == second and after.turn == 2
@@ -208,9 +200,8 @@ async def test_turns_queued_behind_a_rollover_are_answered_by_the_new_session(
     tmp_path: Path, simulator: Simulator
 ) -> None:
     org = openai_org(tmp_path / "org", simulator)
-    toml = org / "org.toml"
     limit = system_chars(org) + 700
-    toml.write_text(toml.read_text() + f"\n[context]\nsession_chars = {limit}\n")
+    openai_org(org, simulator, f"session_chars = {limit}")
     process = DaemonProcess(org, tmp_path / "state").start()
     results: dict[int, TurnResult] = {}
     try:
@@ -250,10 +241,7 @@ async def test_the_first_request_after_a_rollover_reads_the_old_system_part_from
 async def _rollover_reads_the_cache(tmp_path: Path, simulator: Simulator) -> None:
     org = openai_org(tmp_path / "org", simulator)
     system = system_chars(org)
-    toml = org / "org.toml"
-    toml.write_text(
-        toml.read_text() + f"\n[context]\nsession_chars = {system + 900}\nhistory_messages = 2\n"
-    )
+    openai_org(org, simulator, f"session_chars = {system + 900}\nhistory_messages = 2")
     async with (
         daemon_in_process(org, tmp_path / "state") as daemon,
         await daemon.client() as client,

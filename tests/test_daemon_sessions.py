@@ -140,13 +140,10 @@ async def test_oversized_identity_fails_open_with_1001_and_a_failed_trace(
     org_dir: Path, tmp_path: Path
 ) -> None:
     (org_dir / "workers" / "ada" / "identity.md").write_text("x" * 12001)
-    process = DaemonProcess(org_dir, tmp_path / "state").start()
-    try:
+    with DaemonProcess(org_dir, tmp_path / "state").start() as process:
         async with await process.client() as client:
             with pytest.raises(RpcError) as failure:
                 await open_session(client)
-    finally:
-        process.stop()
     error = failure.value
     assert error.code == 1001
     assert error.data["block"] == "identity"
@@ -192,15 +189,12 @@ async def test_restart_resumes_the_same_session_with_the_same_bytes(
         await client.session_send(session, "remember me")
     system_before = (state / "runs" / session / "system.json").read_bytes()
     assert process.stop() == 0
-    process = DaemonProcess(org_dir, state).start()
-    try:
+    with DaemonProcess(org_dir, state).start() as process:
         async with await process.client() as client:
             opened = await client.session_open("ada", "general")
             assert opened.session == session
             assert opened.turns == 1
             result = await client.session_send(session, "again")
-    finally:
-        process.stop()
     assert result.turn == 2
     assert "transcript 3 messages" in result.text
     assert (state / "runs" / session / "system.json").read_bytes() == system_before
@@ -279,13 +273,10 @@ async def test_a_failed_last_turn_keeps_its_number_across_a_restart(
         with pytest.raises(RpcError):
             await client.session_send(session, "x" * 24001)
     assert process.stop() == 0
-    process = DaemonProcess(org_dir, state).start()
-    try:
+    with DaemonProcess(org_dir, state).start() as process:
         async with await process.client() as client:
             await open_session(client)
             result = await client.session_send(session, "again")
-    finally:
-        process.stop()
     assert result.turn == 3
     turns = [r["turn"] for r in context_records(state, session) if r["kind"] == "turn"]
     assert turns == [1, 2, 3]

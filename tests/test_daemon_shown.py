@@ -12,19 +12,13 @@ import anyio.to_thread
 import msgspec
 import pytest
 from harness import DaemonProcess, InProcessDaemon
-from simulator import Simulator, Status, filler, write_org
+from orgs import filler, simulated_engine, write_org
+from simulator import Simulator, Status
 
 from rosterd.cli import main
 from rosterd.client import RosterClient, RpcError
 
 QUESTION = "how is the pager doing?"
-
-
-def anthropic(simulator: Simulator) -> str:
-    return (
-        f'kind = "anthropic"\nmodel = "sim-1"\nbase_url = "{simulator.anthropic_url}"\n'
-        "max_retries = 0"
-    )
 
 
 def user_inputs(body: bytes) -> list[str]:
@@ -92,16 +86,13 @@ async def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 async def test_thirty_turns_send_each_note_and_gate_once(
     tmp_path: Path, simulator: Simulator, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write_org(tmp_path / "org", workers=1, channels=1, engine=anthropic(simulator))
-    process = DaemonProcess(tmp_path / "org", tmp_path / "state").start()
-    try:
+    write_org(tmp_path / "org", engine=simulated_engine(simulator, "anthropic", "max_retries = 0"))
+    with DaemonProcess(tmp_path / "org", tmp_path / "state").start() as process:
         async with await process.client() as client:
             gates = await seed(client, notes=20, gates=3)
             opened = await client.session_open("w0", "c0")
             session = opened.session
             await send(client, session, 30)
-    finally:
-        process.stop()
 
     assert len(simulator.requests) == 30
     inputs = user_inputs(simulator.requests[-1].body)
@@ -141,9 +132,8 @@ async def test_thirty_turns_send_each_note_and_gate_once(
 async def test_a_note_or_a_resolution_between_turns_is_in_the_next_turn(
     tmp_path: Path, simulator: Simulator
 ) -> None:
-    write_org(tmp_path / "org", workers=1, channels=1, engine=anthropic(simulator))
-    process = DaemonProcess(tmp_path / "org", tmp_path / "state").start()
-    try:
+    write_org(tmp_path / "org", engine=simulated_engine(simulator, "anthropic", "max_retries = 0"))
+    with DaemonProcess(tmp_path / "org", tmp_path / "state").start() as process:
         async with await process.client() as client:
             gates = await seed(client, notes=5, gates=2)
             opened = await client.session_open("w0", "c0")
@@ -153,8 +143,6 @@ async def test_a_note_or_a_resolution_between_turns_is_in_the_next_turn(
             await send(client, session, 1)
             await client.gate_resolve(gates[1], "approved")
             await send(client, session, 2)
-    finally:
-        process.stop()
 
     inputs = user_inputs(simulator.requests[-1].body)
     first = sorted(m["id"] for m in envelopes(inputs[0], "memory"))
@@ -186,7 +174,7 @@ async def test_a_note_or_a_resolution_between_turns_is_in_the_next_turn(
 async def test_what_was_shown_survives_a_restart_and_a_failed_engine_call(
     tmp_path: Path, simulator: Simulator
 ) -> None:
-    write_org(tmp_path / "org", workers=1, channels=1, engine=anthropic(simulator))
+    write_org(tmp_path / "org", engine=simulated_engine(simulator, "anthropic", "max_retries = 0"))
     state = tmp_path / "state"
     process = DaemonProcess(tmp_path / "org", state).start()
     async with await process.client() as client:
@@ -199,16 +187,13 @@ async def test_what_was_shown_survives_a_restart_and_a_failed_engine_call(
         with pytest.raises(RpcError):
             await send(client, session, 1)
     assert process.stop() == 0
-    process = DaemonProcess(tmp_path / "org", state).start()
-    try:
+    with DaemonProcess(tmp_path / "org", state).start() as process:
         async with await process.client() as client:
             reopened = await client.session_open("w0", "c0")
             assert reopened.session == session
             await send(client, session, 1)
             await client.gate_resolve(gates[0], "no")
             await send(client, session, 1)
-    finally:
-        process.stop()
 
     first, failed, resumed, resolved = (user_inputs(r.body) for r in simulator.requests)
     # The failed turn's input stays in the transcript and goes out with the

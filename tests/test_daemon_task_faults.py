@@ -46,12 +46,12 @@ async def test_a_task_whose_run_directory_cannot_be_made_fails_alone(
         mend_runs(served.state)
         after = await client.task_submit("ada", "releases", "next one")
         done = await wait_task(client, after.id, "done", "failed")
-    assert failed["status"] == "failed"
-    assert str(runs) in failed["error"]
-    assert "Not a directory" in failed["error"]
+    assert failed.status == "failed"
+    assert str(runs) in (failed.error or "")
+    assert "Not a directory" in (failed.error or "")
     assert status.pid > 0
-    assert done["status"] == "done"
-    assert "You said: next one" in done["reply"]
+    assert done.status == "done"
+    assert "You said: next one" in (done.reply or "")
     log = served.log()
     assert re.search(rf"task {task.id} run t-\S+ failed: .*Not a directory", log)
 

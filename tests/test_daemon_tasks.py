@@ -32,8 +32,8 @@ async def test_a_task_runs_to_done_with_a_reply(served: InProcessDaemon) -> None
         task = await client.task_submit("ada", "releases", "draft notes")
         assert task.status == "queued"
         done = await wait_task(client, task.id, "done")
-    assert "You said: draft notes" in done["reply"]
-    (run,) = done["runs"]
+    assert "You said: draft notes" in (done.reply or "")
+    (run,) = done.runs
     lines = run_lines(served.state, run)
     assert lines[-1]["block"] == "task"
     assert lines[-1]["run"] == run
@@ -45,7 +45,7 @@ async def test_text_cannot_choose_the_channel(served: InProcessDaemon) -> None:
         task = await client.task_submit("ada", "releases", "use channel general")
         done = await wait_task(client, task.id, "done")
     record = msgspec.json.decode(
-        (served.state / "runs" / done["runs"][0] / "context.jsonl").read_bytes()
+        (served.state / "runs" / done.runs[0] / "context.jsonl").read_bytes()
     )
     assert record["channel"] == "releases"
     purpose = next(b for b in record["blocks"] if b["block"] == "purpose")
@@ -59,14 +59,14 @@ async def test_resolving_a_gate_of_a_paused_task_queues_a_continuation(
     async with await served.client() as client:
         task = await client.task_submit("ada", "releases", "tag 1.4")
         done = await wait_task(client, task.id, "done")
-        first_run = done["runs"][0]
+        first_run = done.runs[0]
         gate = await client.gate_file("ada", "sign-off for 1.4?", channel="releases", run=first_run)
         paused = await client.task_get(task.id)
         assert paused.status == "paused"
         await client.gate_resolve(gate.id, "approved", note="go")
         finished = await wait_task(client, task.id, "done")
-    assert len(finished["runs"]) == 2
-    briefing = [x for x in run_lines(served.state, finished["runs"][1]) if x["block"] == "briefing"]
+    assert len(finished.runs) == 2
+    briefing = [x for x in run_lines(served.state, finished.runs[1]) if x["block"] == "briefing"]
     assert briefing[0] == {
         "block": "briefing",
         "kind": "continuation",
@@ -125,14 +125,11 @@ async def test_queued_tasks_survive_a_restart(org_dir: Path, tmp_path: Path) -> 
         "status": "running",
     }
     (state / "tasks.jsonl").write_bytes(msgspec.json.encode(task) + b"\n" + b'{"id":"task-2","wor')
-    process = DaemonProcess(org_dir, state).start()
-    try:
+    with DaemonProcess(org_dir, state).start() as process:
         async with await process.client() as client:
             done = await wait_task(client, "task-1", "done")
             listed = await client.task_list()
-    finally:
-        process.stop()
-    assert "You said: left over" in done["reply"]
+    assert "You said: left over" in (done.reply or "")
     assert [t.id for t in listed] == ["task-1"]
     assert "dropped a torn last line" in process.log()
 

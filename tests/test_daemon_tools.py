@@ -20,7 +20,8 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 from harness import daemon_in_process as daemon
 from harness import wait_task
-from simulator import Calls, Reply, Simulator, prompt_bytes, tool_messages, write_org
+from orgs import simulated_engine, write_org
+from simulator import Calls, Reply, Simulator, prompt_bytes, tool_messages
 
 from rosterd.cli import main
 from rosterd.client import RosterClient
@@ -79,16 +80,10 @@ async def gateway(path: Path, answer: Answer, state: Path) -> AsyncIterator[Fake
         tg.cancel_scope.cancel()
 
 
-def engine_line(sim: Simulator, api: str) -> str:
-    url = sim.openai_url if api == "openai" else sim.anthropic_url
-    return f'kind = "{api}"\nmodel = "sim-1"\nbase_url = "{url}"'
-
-
 def make_org(root: Path, sim: Simulator, api: str, gateway_toml: str) -> Path:
-    write_org(root, workers=1, channels=1, engine=engine_line(sim, api))
-    with (root / "org.toml").open("a") as toml:
-        toml.write(f"\n[gateway]\n{gateway_toml}\n")
-    return root
+    """Worker w0 in c0 on *sim*'s *api*, with the ``[gateway]`` keys *gateway_toml*."""
+    engine = simulated_engine(sim, api)
+    return write_org(root, engine=engine, sections=f"[gateway]\n{gateway_toml}")
 
 
 def records(state: Path, run: str) -> list[dict[str, Any]]:
@@ -331,11 +326,11 @@ async def test_a_task_that_files_a_gate_pauses_and_continues_with_the_outcome(
             gates = await client.gate_list("w0")
             (gate,) = gates
             assert gate.summary == "May I deploy on Friday?"
-            assert gate.run == paused["runs"][0] and gate.channel == "c0"
+            assert gate.run == paused.runs[0] and gate.channel == "c0"
             await client.gate_resolve(gate.id, "approved")
             done = await wait_task(client, task.id, "done")
-    assert paused["reply"] == "Waiting for a decision on the deploy."
-    assert done["reply"] == "Deploying as approved."
+    assert paused.reply == "Waiting for a decision on the deploy."
+    assert done.reply == "Deploying as approved."
     (envelope,) = tool_messages(sim.requests[1].body)
     assert envelope["status"] == "ok" and gate.id in envelope["text"]
     continuation = json.loads(sim.requests[2].body)["messages"][-1]["content"]

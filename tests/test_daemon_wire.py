@@ -54,16 +54,13 @@ async def test_a_reply_split_byte_by_byte_is_kept_byte_exact(
     async with Simulator(framing=framing, delta_chars=3) as sim:
         sim.script(Reply(TEXT))
         use(kind, org_dir, sim)
-        process = DaemonProcess(org_dir, tmp_path / "state").start()
-        try:
+        with DaemonProcess(org_dir, tmp_path / "state").start() as process:
             async with await process.client() as client:
                 opened = await client.session_open("ada", "general")
                 session = opened.session
                 first = await client.session_send(session, "one")
                 await client.session_send(session, "two")
                 (context,) = (await client.runs_context(session)).turns
-        finally:
-            process.stop()
         bodies = sim.bodies()
     assert first.text == TEXT
     entries = transcript(tmp_path / "state", session)
@@ -79,15 +76,12 @@ async def test_a_turn_without_reported_usage_is_unmeasured_never_zero(
     async with Simulator(min_cacheable_tokens=64, openai_min_tokens=64) as sim:
         sim.script(Omit("usage" if kind == "openai" else "message_start", text="unreported"))
         use(kind, org_dir, sim)
-        process = DaemonProcess(org_dir, tmp_path / "state").start()
-        try:
+        with DaemonProcess(org_dir, tmp_path / "state").start() as process:
             async with await process.client() as client:
                 opened = await client.session_open("ada", "general")
                 session = opened.session
                 first = await client.session_send(session, "one")
                 second = await client.session_send(session, "two")
-        finally:
-            process.stop()
         log = process.log_path.read_text()
     assert first.text == "unreported"
     assert first.usage is None

@@ -5,14 +5,14 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from simulator import Conversation, Reply, Simulator, prompt_bytes, reported, write_org
+from orgs import write_org
+from simulator import Conversation, Simulator, prompt_bytes, reported
 
 from rosterd.compiler import Boundary, SystemPrompt, TurnInput
 from rosterd.engines import ANTHROPIC_VERSION, MAX_BREAKPOINTS, AnthropicEngine, EngineRequest
@@ -27,18 +27,12 @@ EXAMPLE_ORG = Path(__file__).resolve().parent.parent / "examples" / "org"
 
 
 @pytest.fixture
-async def sim() -> AsyncIterator[Simulator]:
-    async with Simulator(api_key=KEY, delta_chars=5) as simulator:
-        yield simulator
-
-
-@pytest.fixture
 def org(tmp_path: Path) -> Org:
-    return write_org(tmp_path, workers=2, channels=2)
+    return load_org(write_org(tmp_path, workers=2, channels=2))
 
 
-def engine_for(sim: Simulator) -> AnthropicEngine:
-    config = EngineConfig(kind="anthropic", model="claude-sim", base_url=sim.anthropic_url)
+def engine_for(simulator: Simulator) -> AnthropicEngine:
+    config = EngineConfig(kind="anthropic", model="claude-sim", base_url=simulator.anthropic_url)
     return AnthropicEngine(config, api_key=KEY)
 
 
@@ -46,26 +40,15 @@ def marked(blocks: list[dict[str, object]]) -> list[bool]:
     return ["cache_control" in block for block in blocks]
 
 
-async def test_deltas_stream_in_order_and_join_to_the_reply(sim: Simulator, org: Org) -> None:
-    text = "Caching is a promise about prefixes, kept byte for byte."
-    sim.script(Reply(text))
-    engine = engine_for(sim)
-    conversation = Conversation(org, "w0", "c0")
-    reply = await conversation.say(engine, "hello")
-    await engine.aclose()
-    assert reply.text == text
-    assert conversation.deltas[0] == [text[i : i + 5] for i in range(0, len(text), 5)]
-
-
-async def test_system_is_cut_at_each_boundary_and_marked(sim: Simulator, org: Org) -> None:
-    engine = engine_for(sim)
+async def test_system_is_cut_at_each_boundary_and_marked(simulator: Simulator, org: Org) -> None:
+    engine = engine_for(simulator)
     conversation = Conversation(org, "w0", "c0")
     await conversation.say(engine, "first")
     request = conversation.request(TurnInput(text="second"))
     await engine.complete(request, _ignore)
     await engine.aclose()
 
-    recorded = sim.requests[-1]
+    recorded = simulator.requests[-1]
     assert recorded.path == "/v1/messages"
     assert recorded.headers["x-api-key"] == KEY
     assert recorded.headers["anthropic-version"] == ANTHROPIC_VERSION
@@ -86,26 +69,26 @@ async def test_system_is_cut_at_each_boundary_and_marked(sim: Simulator, org: Or
 
 
 async def test_coinciding_boundaries_merge_into_one_breakpoint(
-    sim: Simulator, tmp_path: Path
+    simulator: Simulator, tmp_path: Path
 ) -> None:
     # w1 has no connections and a direct run has no purpose: all three
     # boundaries but the end of system coincide.
-    org = write_org(tmp_path, workers=2, channels=1)
-    engine = engine_for(sim)
+    org = load_org(write_org(tmp_path, workers=2, channels=1))
+    engine = engine_for(simulator)
     conversation = Conversation(org, "w1", None)
     await conversation.say(engine, "hello")
     await engine.aclose()
     offsets = {b.offset for b in conversation.system.boundaries}
     assert len(offsets) == 2
-    body = json.loads(sim.requests[0].body)
+    body = json.loads(simulator.requests[0].body)
     assert "".join(b["text"] for b in body["system"]) == conversation.system.text
     assert all(b["text"] for b in body["system"])
     assert marked(body["system"]) == [True, True]
     assert marked(body["messages"][-1]["content"]) == [True]
 
 
-async def test_usage_counts_cached_tokens_inside_input(sim: Simulator, org: Org) -> None:
-    engine = engine_for(sim)
+async def test_usage_counts_cached_tokens_inside_input(simulator: Simulator, org: Org) -> None:
+    engine = engine_for(simulator)
     conversation = Conversation(org, "w1", "c1")
     first = reported(await conversation.say(engine, "hello"))
     second = reported(await conversation.say(engine, "and again"))
@@ -120,9 +103,9 @@ async def test_usage_counts_cached_tokens_inside_input(sim: Simulator, org: Org)
 
 
 async def test_cached_tokens_grow_across_an_append_only_conversation(
-    sim: Simulator, org: Org
+    simulator: Simulator, org: Org
 ) -> None:
-    engine = engine_for(sim)
+    engine = engine_for(simulator)
     conversation = Conversation(org, "w0", "c1")
     usages = [reported(await conversation.say(engine, f"step {i}")) for i in range(6)]
     await engine.aclose()
@@ -134,8 +117,8 @@ async def test_cached_tokens_grow_across_an_append_only_conversation(
         assert after.cached_input_tokens == before.input_tokens
 
 
-async def test_another_channel_reads_the_worker_prefix(sim: Simulator, org: Org) -> None:
-    engine = engine_for(sim)
+async def test_another_channel_reads_the_worker_prefix(simulator: Simulator, org: Org) -> None:
+    engine = engine_for(simulator)
     first = Conversation(org, "w0", "c0")
     await first.say(engine, "hello")
     other = Conversation(org, "w0", "c1")
@@ -145,16 +128,16 @@ async def test_another_channel_reads_the_worker_prefix(sim: Simulator, org: Org)
     assert shared == first.system.boundaries[0].offset
     # Tool definitions come first in cache order: the shared prefix holds them.
     prefix = other.system.text[:shared].encode()
-    prompt = prompt_bytes(sim.requests[-1])
+    prompt = prompt_bytes(simulator.requests[-1])
     assert prompt.index(prefix) > 0
     assert usage.cached_input_tokens == (prompt.index(prefix) + len(prefix)) // 4
 
 
-async def test_nothing_is_read_after_the_cache_is_cleared(sim: Simulator, org: Org) -> None:
-    engine = engine_for(sim)
+async def test_nothing_is_read_after_the_cache_is_cleared(simulator: Simulator, org: Org) -> None:
+    engine = engine_for(simulator)
     conversation = Conversation(org, "w1", "c0")
     await conversation.say(engine, "hello")
-    sim.clear_cache()
+    simulator.clear_cache()
     usage = reported(await conversation.say(engine, "again"))
     await engine.aclose()
     assert usage.cached_input_tokens == 0
@@ -163,8 +146,8 @@ async def test_nothing_is_read_after_the_cache_is_cleared(sim: Simulator, org: O
 
 async def test_entries_expire_after_the_ttl(org: Org) -> None:
     now = [0.0]
-    async with Simulator(ttl_s=300, clock=lambda: now[0]) as sim:
-        engine = engine_for(sim)
+    async with Simulator(ttl_s=300, clock=lambda: now[0]) as simulator:
+        engine = engine_for(simulator)
         conversation = Conversation(org, "w1", "c0")
         await conversation.say(engine, "hello")
         now[0] = 200.0
@@ -177,8 +160,8 @@ async def test_entries_expire_after_the_ttl(org: Org) -> None:
 
 
 async def test_prompts_under_the_minimum_are_not_cached(org: Org) -> None:
-    async with Simulator(min_cacheable_tokens=100_000) as sim:
-        engine = engine_for(sim)
+    async with Simulator(min_cacheable_tokens=100_000) as simulator:
+        engine = engine_for(simulator)
         conversation = Conversation(org, "w1", "c0")
         usages = [reported(await conversation.say(engine, t)) for t in ["a", "b"]]
         await engine.aclose()

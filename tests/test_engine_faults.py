@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import anyio
 import pytest
+from engines_org import engine_for
+from orgs import write_org
 from simulator import (
     Conversation,
     Cut,
@@ -17,23 +20,15 @@ from simulator import (
     Simulator,
     Stall,
     Status,
-    write_org,
 )
 
 from rosterd import EngineError
-from rosterd.engines import AnthropicEngine, Backoff, Engine, OpenAIEngine
-from rosterd.org import EngineConfig, EngineKind, Org
+from rosterd.engines import Backoff, Engine
+from rosterd.org import EngineKind, Org, load_org
 
 pytestmark = pytest.mark.anyio
 
 KEY = "sk-fault-test-secret-0123456789"
-FAST = Backoff(base_s=0.001, cap_s=0.01)
-
-
-@pytest.fixture(params=["openai", "anthropic"])
-def kind(request: pytest.FixtureRequest) -> EngineKind:
-    value: EngineKind = request.param
-    return value
 
 
 @pytest.fixture
@@ -44,28 +39,11 @@ async def sim() -> AsyncIterator[Simulator]:
 
 @pytest.fixture
 def org(tmp_path: Path) -> Org:
-    return write_org(tmp_path, workers=1, channels=1, identity_chars=800, purpose_chars=200)
+    return load_org(write_org(tmp_path, identity_chars=800, purpose_chars=200))
 
 
-def make_engine(
-    kind: EngineKind,
-    base: str,
-    *,
-    key: str = KEY,
-    retries: int = 2,
-    timeout_s: float = 10.0,
-    backoff: Backoff = FAST,
-) -> Engine:
-    config = EngineConfig(
-        kind=kind, model="sim", base_url=base, max_retries=retries, timeout_s=timeout_s
-    )
-    if kind == "openai":
-        return OpenAIEngine(config, api_key=key, backoff=backoff)
-    return AnthropicEngine(config, api_key=key, backoff=backoff)
-
-
-def url(sim: Simulator, kind: EngineKind) -> str:
-    return sim.openai_url if kind == "openai" else sim.anthropic_url
+# Two retries at once, and a stall noticed within seconds, unless a test says otherwise.
+make_engine = partial(engine_for, api_key=KEY, max_retries=2, timeout_s=10.0)
 
 
 async def fail(engine: Engine, conversation: Conversation) -> EngineError:
@@ -78,7 +56,7 @@ async def fail(engine: Engine, conversation: Conversation) -> EngineError:
 
 async def test_a_429_then_success_is_retried(sim: Simulator, org: Org, kind: EngineKind) -> None:
     sim.script(Status(429, "slow down", retry_after=0))
-    engine = make_engine(kind, url(sim, kind))
+    engine = make_engine(kind, sim)
     conversation = Conversation(org, "w0", "c0")
     reply = await conversation.say(engine, "hello")
     await engine.aclose()
@@ -93,7 +71,7 @@ async def test_a_hangup_before_any_response_is_retried(
     sim: Simulator, org: Org, kind: EngineKind
 ) -> None:
     sim.script(Hangup())
-    engine = make_engine(kind, url(sim, kind))
+    engine = make_engine(kind, sim)
     reply = await Conversation(org, "w0", "c0").say(engine, "hello")
     await engine.aclose()
     assert reply.text
@@ -104,7 +82,7 @@ async def test_retry_after_overrides_a_long_backoff(
     sim: Simulator, org: Org, kind: EngineKind
 ) -> None:
     sim.script(Status(503, retry_after=0), Status(429, retry_after=0))
-    engine = make_engine(kind, url(sim, kind), backoff=Backoff(base_s=600, cap_s=600))
+    engine = make_engine(kind, sim, backoff=Backoff(base_s=600, cap_s=600))
     with anyio.fail_after(60):
         reply = await Conversation(org, "w0", "c0").say(engine, "hello")
     await engine.aclose()
@@ -116,7 +94,7 @@ async def test_three_500s_fail_naming_provider_and_status(
     sim: Simulator, org: Org, kind: EngineKind
 ) -> None:
     sim.script(*[Status(500, "the backend fell over")] * 3)
-    error = await fail(make_engine(kind, url(sim, kind), retries=2), Conversation(org, "w0", "c0"))
+    error = await fail(make_engine(kind, sim, max_retries=2), Conversation(org, "w0", "c0"))
     assert error.provider == kind
     assert error.status == 500
     assert error.retryable
@@ -128,7 +106,7 @@ async def test_three_500s_fail_naming_provider_and_status(
 
 async def test_a_client_error_is_not_retried(sim: Simulator, org: Org, kind: EngineKind) -> None:
     sim.script(Status(400, "prompt is too long"))
-    error = await fail(make_engine(kind, url(sim, kind)), Conversation(org, "w0", "c0"))
+    error = await fail(make_engine(kind, sim), Conversation(org, "w0", "c0"))
     assert (error.status, error.retryable) == (400, False)
     assert "prompt is too long" in str(error)
     assert len(sim.requests) == 1
@@ -136,7 +114,7 @@ async def test_a_client_error_is_not_retried(sim: Simulator, org: Org, kind: Eng
 
 async def test_a_stalled_provider_times_out(sim: Simulator, org: Org, kind: EngineKind) -> None:
     sim.script(Stall())
-    engine = make_engine(kind, url(sim, kind), timeout_s=0.2)
+    engine = make_engine(kind, sim, timeout_s=0.2)
     error = await fail(engine, Conversation(org, "w0", "c0"))
     assert error.provider == kind
     assert error.status is None
@@ -147,7 +125,7 @@ async def test_a_stalled_provider_times_out(sim: Simulator, org: Org, kind: Engi
 async def test_a_malformed_body_is_an_error(sim: Simulator, org: Org, kind: EngineKind) -> None:
     sim.script(Malformed())
     conversation = Conversation(org, "w0", "c0")
-    error = await fail(make_engine(kind, url(sim, kind)), conversation)
+    error = await fail(make_engine(kind, sim), conversation)
     assert "malformed" in str(error)
     assert conversation.deltas[0] == []
     assert len(sim.requests) == 1
@@ -161,7 +139,7 @@ async def test_a_broken_stream_is_an_error_not_a_partial_reply(
 ) -> None:
     sim.script(fault)
     conversation = Conversation(org, "w0", "c0")
-    error = await fail(make_engine(kind, url(sim, kind)), conversation)
+    error = await fail(make_engine(kind, sim), conversation)
     # What had arrived was streamed as it arrived; nothing was replayed.
     assert len(conversation.deltas[0]) == 2
     assert len(sim.requests) == 1
@@ -177,8 +155,8 @@ async def test_a_broken_stream_is_an_error_not_a_partial_reply(
 
 async def test_a_refused_connection_is_retried_then_reported(org: Org, kind: EngineKind) -> None:
     async with Simulator() as closed:
-        base = url(closed, kind)
-    error = await fail(make_engine(kind, base, retries=1), Conversation(org, "w0", "c0"))
+        pass  # its port, where nothing listens once it closed
+    error = await fail(make_engine(kind, closed, max_retries=1), Conversation(org, "w0", "c0"))
     assert error.status is None
     assert "cannot connect" in str(error)
     assert "2 attempts" in str(error)
@@ -187,7 +165,7 @@ async def test_a_refused_connection_is_retried_then_reported(org: Org, kind: Eng
 async def test_a_rejected_key_is_never_shown(org: Org, kind: EngineKind) -> None:
     wrong = "sk-wrong-key-9876543210-secret"
     async with Simulator(api_key=KEY) as sim:
-        engine = make_engine(kind, url(sim, kind), key=wrong)
+        engine = make_engine(kind, sim, api_key=wrong)
         with pytest.raises(EngineError) as caught:
             await Conversation(org, "w0", "c0").say(engine, "hello")
         assert wrong not in repr(engine)
@@ -212,9 +190,9 @@ async def test_a_refusal_for_length_is_flagged_and_not_retried(
         else Status(400, "prompt is too long: 210000 tokens > 200000 maximum")
     )
     sim.script(too_long, Status(400, "max_tokens: must be positive"))
-    engine = make_engine(kind, url(sim, kind))
+    engine = make_engine(kind, sim)
     refused = await fail(engine, Conversation(org, "w0", "c0"))
-    other = await fail(make_engine(kind, url(sim, kind)), Conversation(org, "w0", "c0"))
+    other = await fail(make_engine(kind, sim), Conversation(org, "w0", "c0"))
     assert (refused.status, refused.context_exceeded, refused.retryable) == (400, True, False)
     assert (other.status, other.context_exceeded) == (400, False)
     assert len(sim.requests) == 2

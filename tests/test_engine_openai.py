@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from simulator import Conversation, Reply, Simulator, reported, write_org
+from orgs import write_org
+from simulator import Conversation, Simulator, reported
 
 from rosterd.compiler import TurnInput
 from rosterd.engines import OpenAIEngine
-from rosterd.org import EngineConfig, Org
+from rosterd.org import EngineConfig, Org, load_org
 
 pytestmark = pytest.mark.anyio
 
@@ -20,18 +20,14 @@ KEY = "sk-test-openai-0123456789"
 
 
 @pytest.fixture
-async def sim() -> AsyncIterator[Simulator]:
-    async with Simulator(api_key=KEY, delta_chars=7) as simulator:
-        yield simulator
-
-
-@pytest.fixture
 def org(tmp_path: Path) -> Org:
-    return write_org(tmp_path, workers=2, channels=2)
+    return load_org(write_org(tmp_path, workers=2, channels=2))
 
 
-def engine_for(sim: Simulator) -> OpenAIEngine:
-    config = EngineConfig(kind="openai", model="gpt-sim", base_url=sim.openai_url, max_tokens=321)
+def engine_for(simulator: Simulator) -> OpenAIEngine:
+    config = EngineConfig(
+        kind="openai", model="gpt-sim", base_url=simulator.openai_url, max_tokens=321
+    )
     return OpenAIEngine(config, api_key=KEY)
 
 
@@ -39,28 +35,17 @@ async def _ignore(piece: str) -> None:
     pass
 
 
-async def test_deltas_stream_in_order_and_join_to_the_reply(sim: Simulator, org: Org) -> None:
-    text = "The quick brown fox jumps over the lazy dog, twice over."
-    sim.script(Reply(text))
-    engine = engine_for(sim)
-    conversation = Conversation(org, "w0", "c0")
-    reply = await conversation.say(engine, "hello")
-    await engine.aclose()
-    assert reply.text == text
-    assert conversation.deltas[0] == [text[i : i + 7] for i in range(0, len(text), 7)]
-
-
 async def test_request_body_carries_system_verbatim_and_the_route_key(
-    sim: Simulator, org: Org
+    simulator: Simulator, org: Org
 ) -> None:
-    engine = engine_for(sim)
+    engine = engine_for(simulator)
     conversation = Conversation(org, "w1", "c1")
     await conversation.say(engine, "first")
     request = conversation.request(TurnInput(text="second"))
     await engine.complete(request, _ignore)
     await engine.aclose()
 
-    recorded = sim.requests[-1]
+    recorded = simulator.requests[-1]
     assert recorded.path == "/v1/chat/completions"
     assert recorded.headers["authorization"] == f"Bearer {KEY}"
     assert recorded.body == engine.body(request)
@@ -78,20 +63,20 @@ async def test_request_body_carries_system_verbatim_and_the_route_key(
     ]
 
 
-async def test_each_turn_extends_the_previous_request(sim: Simulator, org: Org) -> None:
-    engine = engine_for(sim)
+async def test_each_turn_extends_the_previous_request(simulator: Simulator, org: Org) -> None:
+    engine = engine_for(simulator)
     conversation = Conversation(org, "w0", "c1")
     for text in ["one", "two", "three"]:
         await conversation.say(engine, text)
     await engine.aclose()
-    prompts = [json.loads(r.body)["messages"] for r in sim.requests]
+    prompts = [json.loads(r.body)["messages"] for r in simulator.requests]
     for earlier, later in itertools.pairwise(prompts):
         assert later[: len(earlier)] == earlier
         assert len(later) == len(earlier) + 2
 
 
-async def test_usage_maps_prompt_and_cached_tokens(sim: Simulator, org: Org) -> None:
-    engine = engine_for(sim)
+async def test_usage_maps_prompt_and_cached_tokens(simulator: Simulator, org: Org) -> None:
+    engine = engine_for(simulator)
     conversation = Conversation(org, "w0", "c0")
     usages = [reported(await conversation.say(engine, f"turn {i} " * 40)) for i in range(8)]
     await engine.aclose()
@@ -109,9 +94,9 @@ async def test_usage_maps_prompt_and_cached_tokens(sim: Simulator, org: Org) -> 
 
 
 async def test_another_channel_of_the_worker_reuses_the_shared_prefix(
-    sim: Simulator, org: Org
+    simulator: Simulator, org: Org
 ) -> None:
-    engine = engine_for(sim)
+    engine = engine_for(simulator)
     await Conversation(org, "w0", "c0").say(engine, "hello")
     other = Conversation(org, "w0", "c1")
     reply = await other.say(engine, "hello")
@@ -121,12 +106,12 @@ async def test_another_channel_of_the_worker_reuses_the_shared_prefix(
 
 
 async def test_no_authorization_header_without_a_key(org: Org) -> None:
-    async with Simulator() as sim:
-        config = EngineConfig(kind="openai", model="llama", base_url=sim.openai_url)
+    async with Simulator() as simulator:
+        config = EngineConfig(kind="openai", model="llama", base_url=simulator.openai_url)
         engine = OpenAIEngine(config, api_key=None)
         await Conversation(org, "w1", "c0").say(engine, "hello")
         await engine.aclose()
-    assert "authorization" not in sim.requests[0].headers
+    assert "authorization" not in simulator.requests[0].headers
 
 
 async def test_openai_itself_gets_max_completion_tokens(org: Org) -> None:

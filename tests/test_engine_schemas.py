@@ -10,12 +10,13 @@ from typing import get_args
 
 import msgspec
 import pytest
+from orgs import write_org
 from provider_schemas import anthropic_errors, openai_errors
-from simulator import Conversation, write_org
+from simulator import Conversation
 
 from rosterd.compiler import ToolCall, TurnInput
 from rosterd.engines import MAX_BREAKPOINTS, AnthropicEngine, EngineRequest, OpenAIEngine
-from rosterd.org import EngineConfig
+from rosterd.org import EngineConfig, load_org
 from rosterd.protocol import CacheLifetime, ChatMessage
 
 CHOICES: tuple[CacheLifetime | None, ...] = (None, *get_args(CacheLifetime))
@@ -24,7 +25,9 @@ CHOICES: tuple[CacheLifetime | None, ...] = (None, *get_args(CacheLifetime))
 def _transcripts(tmp_path: Path) -> list[Conversation]:
     """Sessions of w0 (with a connection) and of w1 (without), one turn
     in, and a second turn whose reply called tools and got results."""
-    org = write_org(tmp_path, workers=2, channels=1, identity_chars=800, purpose_chars=200)
+    org = load_org(
+        write_org(tmp_path, workers=2, channels=1, identity_chars=800, purpose_chars=200)
+    )
     found = []
     for worker in ("w0", "w1"):
         talk = Conversation(org, worker, "c0")

@@ -7,11 +7,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from simulator import Calls, Conversation, Reply, Simulator, prompt_bytes, write_org
+from engines_org import engine_for
+from orgs import write_org
+from simulator import Calls, Conversation, Reply, Simulator, prompt_bytes
 
 from rosterd.compiler import ToolCall, TurnInput
-from rosterd.engines import AnthropicEngine, Engine, EngineRequest, OpenAIEngine
-from rosterd.org import EngineConfig, Org
+from rosterd.engines import EngineRequest
+from rosterd.org import EngineKind, Org, load_org
 from rosterd.protocol import ChatMessage
 
 pytestmark = pytest.mark.anyio
@@ -30,29 +32,17 @@ async def sim() -> AsyncIterator[Simulator]:
 
 @pytest.fixture
 def org(tmp_path: Path) -> Org:
-    return write_org(tmp_path, workers=1, channels=1)
-
-
-def engine_for(sim: Simulator, api: str) -> Engine:
-    if api == "openai":
-        return OpenAIEngine(
-            EngineConfig(kind="openai", model="gpt-sim", base_url=sim.openai_url), api_key=None
-        )
-    return AnthropicEngine(
-        EngineConfig(kind="anthropic", model="claude-sim", base_url=sim.anthropic_url),
-        api_key=None,
-    )
+    return load_org(write_org(tmp_path))
 
 
 async def discard(_: str) -> None:
     pass
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
 async def test_streamed_calls_are_read_whole_and_results_extend_the_request(
-    sim: Simulator, org: Org, api: str
+    sim: Simulator, org: Org, kind: EngineKind
 ) -> None:
-    engine = engine_for(sim, api)
+    engine = engine_for(kind, sim)
     conversation = Conversation(org, "w0", "c0")
     messages = list(conversation.request(TurnInput(text="list the issues")).messages)
     sim.script(Calls((("github", ARGS), ("file_gate", '{"summary":"ship?"}')), text="Looking."))
@@ -74,10 +64,10 @@ async def test_streamed_calls_are_read_whole_and_results_extend_the_request(
     first, second = (prompt_bytes(r) for r in sim.requests)
     assert second.startswith(first)
     body = json.loads(sim.requests[0].body)
-    names = [t["function"]["name"] if api == "openai" else t["name"] for t in body["tools"]]
+    names = [t["function"]["name"] if kind == "openai" else t["name"] for t in body["tools"]]
     assert names == ["github", "file_gate", "remember", "forget"]
-    schema = body["tools"][0]["function"]["parameters"] if api == "openai" else None
-    if api == "anthropic":
+    schema = body["tools"][0]["function"]["parameters"] if kind == "openai" else None
+    if kind == "anthropic":
         schema = body["tools"][0]["input_schema"]
     assert schema is not None and schema["properties"]["host"]["enum"] == ["api.github.com"]
 
@@ -85,7 +75,7 @@ async def test_streamed_calls_are_read_whole_and_results_extend_the_request(
 async def test_anthropic_tools_come_before_the_first_breakpoint_and_marks_stay_within_four(
     sim: Simulator, org: Org
 ) -> None:
-    engine = engine_for(sim, "anthropic")
+    engine = engine_for("anthropic", sim)
     conversation = Conversation(org, "w0", "c0")
     messages = list(conversation.request(TurnInput(text="go")).messages)
     call = ToolCall("toolu_x", "github", ARGS)
@@ -110,7 +100,7 @@ async def test_anthropic_tools_come_before_the_first_breakpoint_and_marks_stay_w
 async def test_malformed_streamed_arguments_are_passed_on_unjudged(
     sim: Simulator, org: Org
 ) -> None:
-    engine = engine_for(sim, "openai")
+    engine = engine_for("openai", sim)
     conversation = Conversation(org, "w0", "c0")
     request = conversation.request(TurnInput(text="go"))
     sim.script(Calls((("github", '{"method": "GET", "host"'),)))

@@ -6,8 +6,10 @@ import logging
 from pathlib import Path
 
 import pytest
+from engines_org import engine_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from orgs import write_org
 from simulator import (
     Conversation,
     Framing,
@@ -17,12 +19,10 @@ from simulator import (
     Simulator,
     Status,
     prompt_bytes,
-    write_org,
 )
 
 from rosterd import EngineError
-from rosterd.engines import AnthropicEngine, Backoff, Engine, OpenAIEngine
-from rosterd.org import EngineConfig, EngineKind, Org
+from rosterd.org import EngineKind, Org, load_org
 
 pytestmark = pytest.mark.anyio
 
@@ -44,24 +44,21 @@ _PIECES = st.one_of(
 TEXTS = st.tuples(_PIECES, st.sampled_from(LINE_BREAKERS), _PIECES).map("".join)
 
 
-@pytest.fixture(params=["openai", "anthropic"])
-def kind(request: pytest.FixtureRequest) -> EngineKind:
-    value: EngineKind = request.param
-    return value
-
-
 @pytest.fixture
 def org(tmp_path: Path) -> Org:
-    return write_org(tmp_path, workers=1, channels=1, identity_chars=800, purpose_chars=200)
+    return load_org(write_org(tmp_path, identity_chars=800, purpose_chars=200))
 
 
-def make_engine(kind: EngineKind, sim: Simulator) -> Engine:
-    base = sim.openai_url if kind == "openai" else sim.anthropic_url
-    config = EngineConfig(kind=kind, model="sim", base_url=base, max_retries=2)
-    fast = Backoff(base_s=0.001, cap_s=0.01)
-    if kind == "openai":
-        return OpenAIEngine(config, api_key=None, backoff=fast)
-    return AnthropicEngine(config, api_key=None, backoff=fast)
+async def test_deltas_stream_in_order_and_join_to_the_reply(org: Org, kind: EngineKind) -> None:
+    text = "Caching is a promise about prefixes, kept byte for byte."
+    async with Simulator(delta_chars=5) as sim:
+        sim.script(Reply(text))
+        engine = engine_for(kind, sim)
+        conversation = Conversation(org, "w0", "c0")
+        reply = await conversation.say(engine, "hello")
+        await engine.aclose()
+    assert reply.text == text
+    assert conversation.deltas[0] == [text[i : i + 5] for i in range(0, len(text), 5)]
 
 
 @pytest.mark.long
@@ -76,7 +73,7 @@ async def test_every_character_arrives_byte_exact(
 ) -> None:
     async with Simulator(framing=framing, delta_chars=delta_chars) as sim:
         sim.script(Reply(text))
-        engine = make_engine(kind, sim)
+        engine = engine_for(kind, sim, max_retries=2)
         conversation = Conversation(org, "w0", "c0")
         try:
             reply = await conversation.say(engine, "hello")
@@ -95,7 +92,7 @@ async def test_line_separators_split_one_byte_at_a_time(org: Org, kind: EngineKi
     framing = Framing(newline="\r\n", raw=True, chunk_bytes=1)
     async with Simulator(framing=framing, delta_chars=3) as sim:
         sim.script(Reply(text))
-        engine = make_engine(kind, sim)
+        engine = engine_for(kind, sim, max_retries=2)
         conversation = Conversation(org, "w0", "c0")
         try:
             reply = await conversation.say(engine, "hello")
@@ -110,7 +107,7 @@ async def test_a_messages_stream_without_message_start_is_answered_with_unknown_
 ) -> None:
     async with Simulator() as sim:
         sim.script(Omit("message_start", text="no start"), Omit("message_start"))
-        engine = make_engine("anthropic", sim)
+        engine = engine_for("anthropic", sim, max_retries=2)
         conversation = Conversation(org, "w0", "c0")
         with caplog.at_level(logging.WARNING, logger="rosterd.engines"):
             try:
@@ -131,7 +128,7 @@ async def test_a_messages_stream_without_message_start_is_answered_with_unknown_
 async def test_a_messages_stream_without_message_stop_still_fails(org: Org) -> None:
     async with Simulator() as sim:
         sim.script(Omit("message_stop"))
-        engine = make_engine("anthropic", sim)
+        engine = engine_for("anthropic", sim, max_retries=2)
         try:
             with pytest.raises(EngineError, match="ended before message_stop") as caught:
                 await Conversation(org, "w0", "c0").say(engine, "hello")
@@ -143,7 +140,7 @@ async def test_a_messages_stream_without_message_stop_still_fails(org: Org) -> N
 async def test_an_openai_stream_without_usage_is_answered_with_unknown_usage(org: Org) -> None:
     async with Simulator() as sim:
         sim.script(Omit("usage", text="like ollama"))
-        engine = make_engine("openai", sim)
+        engine = engine_for("openai", sim, max_retries=2)
         try:
             reply = await Conversation(org, "w0", "c0").say(engine, "hello")
         finally:
@@ -156,7 +153,7 @@ async def test_usage_in_only_the_last_chunk_is_measured(org: Org) -> None:
     # The simulator sends "usage": null in every chunk but the last, as
     # OpenAI does with include_usage.
     async with Simulator(openai_min_tokens=128) as sim:
-        engine = make_engine("openai", sim)
+        engine = engine_for("openai", sim, max_retries=2)
         conversation = Conversation(org, "w0", "c0")
         try:
             first = await conversation.say(engine, "hello")
@@ -178,7 +175,7 @@ async def test_a_prompt_over_the_context_window_is_flagged(
     org: Org, kind: EngineKind, server: Server
 ) -> None:
     async with Simulator(context_tokens=50, server=server) as sim:
-        engine = make_engine(kind, sim)
+        engine = engine_for(kind, sim, max_retries=2)
         try:
             with pytest.raises(EngineError) as caught:
                 await Conversation(org, "w0", "c0").say(engine, "hello")
@@ -195,7 +192,7 @@ async def test_a_prompt_over_the_context_window_is_flagged(
 async def test_other_client_errors_are_not_context_exceeded(org: Org, kind: EngineKind) -> None:
     async with Simulator() as sim:
         sim.script(Status(400, "messages: roles must alternate"))
-        engine = make_engine(kind, sim)
+        engine = engine_for(kind, sim, max_retries=2)
         try:
             with pytest.raises(EngineError) as caught:
                 await Conversation(org, "w0", "c0").say(engine, "hello")
@@ -207,7 +204,7 @@ async def test_other_client_errors_are_not_context_exceeded(org: Org, kind: Engi
 
 async def test_a_prompt_within_the_context_window_is_answered(org: Org, kind: EngineKind) -> None:
     async with Simulator(context_tokens=1_000_000) as sim:
-        engine = make_engine(kind, sim)
+        engine = engine_for(kind, sim, max_retries=2)
         try:
             reply = await Conversation(org, "w0", "c0").say(engine, "hello")
         finally:

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from harness import daemon_in_process
 from inspect_runs import Made, make_runs
-from simulator import write_org
+from orgs import write_org
 
 from rosterd import ConfigError
 from rosterd.inspect import COOKIE, create_app
@@ -271,7 +271,7 @@ async def test_with_a_token_every_request_carries_it(made: Made) -> None:
 
 
 async def test_a_long_run_is_paged(tmp_path: Path) -> None:
-    write_org(tmp_path / "org", workers=1, channels=1, identity_chars=200, purpose_chars=100)
+    write_org(tmp_path / "org", identity_chars=200, purpose_chars=100)
     async with (
         daemon_in_process(tmp_path / "org", tmp_path / "state") as daemon,
         await daemon.client() as client,
@@ -327,10 +327,9 @@ def test_off_loopback_the_inspector_needs_a_token(made: Made, tmp_path: Path) ->
 
 
 async def test_the_daemon_serves_the_inspector_where_its_org_asks(tmp_path: Path) -> None:
-    write_org(tmp_path / "org", workers=1, channels=1, identity_chars=200, purpose_chars=100)
+    inspect = '[inspect]\nlisten = "127.0.0.1:0"\ntoken_file = "inspect.token"'
+    write_org(tmp_path / "org", identity_chars=200, purpose_chars=100, sections=inspect)
     (tmp_path / "org" / "inspect.token").write_text(TOKEN + "\n")
-    with (tmp_path / "org" / "org.toml").open("a") as toml:
-        toml.write('\n[inspect]\nlisten = "127.0.0.1:0"\ntoken_file = "inspect.token"\n')
     async with (
         daemon_in_process(tmp_path / "org", tmp_path / "state") as daemon,
         await daemon.client() as client,
@@ -347,9 +346,8 @@ async def test_the_daemon_serves_the_inspector_where_its_org_asks(tmp_path: Path
 
 
 def test_an_inspector_off_loopback_without_a_token_is_a_config_error(tmp_path: Path) -> None:
-    write_org(tmp_path, workers=1, channels=1, identity_chars=200, purpose_chars=100)
-    with (tmp_path / "org.toml").open("a") as toml:
-        toml.write('\n[inspect]\nlisten = "0.0.0.0:8377"\n')
+    inspect = '[inspect]\nlisten = "0.0.0.0:8377"'
+    write_org(tmp_path, identity_chars=200, purpose_chars=100, sections=inspect)
     with pytest.raises(ConfigError) as refused:
         load_org(tmp_path)
     assert "token_file" in str(refused.value)
@@ -358,7 +356,7 @@ def test_an_inspector_off_loopback_without_a_token_is_a_config_error(tmp_path: P
 async def test_the_inspector_reads_a_postgresql_state_with_the_daemon_down(
     tmp_path: Path, postgres_url: str
 ) -> None:
-    write_org(tmp_path / "org", workers=1, channels=1, identity_chars=200, purpose_chars=100)
+    write_org(tmp_path / "org", identity_chars=200, purpose_chars=100)
     async with (
         daemon_in_process(tmp_path / "org", tmp_path / "sock", database=postgres_url) as daemon,
         await daemon.client() as client,

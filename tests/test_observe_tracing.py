@@ -12,9 +12,10 @@ import anyio.abc
 import httpx
 import pytest
 from harness import daemon_in_process
+from orgs import simulated_engine, write_org
 from otlp import Collector, attributes, collector
 from prometheus import free_port
-from simulator import Calls, Reply, Simulator, write_org
+from simulator import Calls, Reply, Simulator
 
 from rosterd.protocol import RunShown
 
@@ -23,25 +24,17 @@ pytestmark = pytest.mark.anyio
 SECRET = "releases go out on Tuesdays"
 
 
-def make_org(root: Path, sim: Simulator, telemetry: str) -> Path:
-    write_org(
-        root,
-        workers=1,
-        channels=1,
-        identity_chars=400,
-        purpose_chars=100,
-        engine=f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{sim.openai_url}"',
-    )
-    with (root / "org.toml").open("a") as toml:
-        toml.write(f"\n[telemetry]\n{telemetry}\n")
-    return root
-
-
 async def traced(tmp_path: Path, capture: bool) -> tuple[Collector, RunShown]:
     """One session turn that calls ``remember``, traced to an in-process collector."""
     async with Simulator() as sim, collector() as otlp:
         settings = f'otlp_endpoint = "{otlp.url}"\ncapture_content = {str(capture).lower()}'
-        org = make_org(tmp_path / "org", sim, settings)
+        org = write_org(
+            tmp_path / "org",
+            identity_chars=400,
+            purpose_chars=100,
+            engine=simulated_engine(sim),
+            sections=f"[telemetry]\n{settings}",
+        )
         sim.script(Calls((("remember", json.dumps({"text": SECRET})),)), Reply("Noted."))
         async with (
             daemon_in_process(org, tmp_path / "state") as daemon,

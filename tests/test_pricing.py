@@ -10,7 +10,8 @@ import anyio.to_thread
 import pytest
 from harness import daemon_in_process
 from httpx_sse import ServerSentEvent
-from simulator import Reply, Simulator, write_org
+from orgs import simulated_engine, write_org
+from simulator import Reply, Simulator
 
 from rosterd import ConfigError
 from rosterd.cli import main
@@ -97,26 +98,24 @@ def test_a_bill_is_the_price_table_applied_to_the_raw_usage() -> None:
     ],
 )
 def test_a_bad_price_is_refused_naming_its_key(tmp_path: Path, row: str, key: str) -> None:
-    write_org(tmp_path, workers=1, channels=1, identity_chars=100, purpose_chars=10)
-    with (tmp_path / "org.toml").open("a") as toml:
-        toml.write(f'\n[prices."sim-1"]\n{row}\n')
+    prices = f'[prices."sim-1"]\n{row}'
+    write_org(tmp_path, identity_chars=100, purpose_chars=10, sections=prices)
     with pytest.raises(ConfigError) as refused:
         load_org(tmp_path)
     assert refused.value.key == key
 
 
 def org_on(root: Path, sim: Simulator, prices: str = "") -> Path:
-    write_org(
+    engine = simulated_engine(sim, "anthropic")
+    return write_org(
         root,
         workers=2,
         channels=2,
         identity_chars=300,
         purpose_chars=100,
-        engine=f'kind = "anthropic"\nmodel = "sim-1"\nbase_url = "{sim.anthropic_url}"',
+        engine=engine,
+        sections=prices,
     )
-    with (root / "org.toml").open("a") as toml:
-        toml.write(prices)
-    return root
 
 
 async def test_every_call_carries_its_cost_and_operators_read_it(

@@ -73,11 +73,8 @@ async def test_a_client_that_never_reads_is_dropped_and_others_carry_on(
 ) -> None:
     toml = org_dir / "org.toml"
     toml.write_text(toml.read_text().replace("session_idle_s = 900", "send_timeout_s = 2"))
-    daemon = DaemonProcess(org_dir, tmp_path / "state").start()
-    try:
+    with DaemonProcess(org_dir, tmp_path / "state").start() as daemon:
         await _never_reading_client(daemon)
-    finally:
-        daemon.stop()
 
 
 async def _never_reading_client(daemon: DaemonProcess) -> None:
@@ -91,14 +88,11 @@ async def _never_reading_client(daemon: DaemonProcess) -> None:
     await deaf.send(b"".join(request(n, "memory.list", worker="ada") for n in range(8)))
     served = 0
     async with await daemon.client() as good:
-        # As plain values: the paced loop below reads opened["session"].
-        opened = msgspec.to_builtins(await good.session_open("grace", "general"))
+        opened = await good.session_open("grace", "general")
         with anyio.fail_after(40):
             while "it stopped reading" not in daemon.log():
-                result = await good.call(
-                    "session.send", {"session": opened["session"], "text": f"turn {served}"}
-                )
-                assert result["text"].endswith(f"You said: turn {served}")
+                result = await good.session_send(opened.session, f"turn {served}")
+                assert result.text.endswith(f"You said: turn {served}")
                 served += 1
                 await anyio.sleep(0.05)  # pacing, not waiting: a steady, light load
         # The drop closed the connection: what was buffered, then end of stream.
@@ -206,8 +200,7 @@ async def test_connections_over_max_connections_get_an_error_and_are_closed(
 ) -> None:
     toml = org_dir / "org.toml"
     toml.write_text(toml.read_text().replace("[daemon]\n", "[daemon]\nmax_connections = 3\n"))
-    process = DaemonProcess(org_dir, tmp_path / "state").start()
-    try:
+    with DaemonProcess(org_dir, tmp_path / "state").start() as process:
         # The daemon's own uid may take 8 reserved slots beyond max_connections.
         clients = [await process.client() for _ in range(3 + 8 - 1)]
         freed = await anyio.connect_unix(process.socket)  # the slot given back below
@@ -228,8 +221,6 @@ async def test_connections_over_max_connections_get_an_error_and_are_closed(
         for client in clients:
             assert (await client.daemon_status()).pid == pid_of(process)
             await client.aclose()
-    finally:
-        process.stop()
     assert refusal["id"] is None
     assert refusal["error"]["code"] == 1007  # type: ignore[index]
     assert "too many connections" in refusal["error"]["message"]  # type: ignore[index]
@@ -307,13 +298,10 @@ async def test_idle_connections_cannot_lock_out_status(org_dir: Path, tmp_path: 
 async def test_a_connection_that_sends_no_line_is_closed(org_dir: Path, tmp_path: Path) -> None:
     toml = org_dir / "org.toml"
     toml.write_text(toml.read_text().replace("session_idle_s = 900", "idle_timeout_s = 1"))
-    daemon = DaemonProcess(org_dir, tmp_path / "state").start()
-    try:
+    with DaemonProcess(org_dir, tmp_path / "state").start() as daemon:
         idle = await anyio.connect_unix(daemon.socket)
         await idle.send(b'{"jsonrpc":"2.0"')  # never finished
         with anyio.fail_after(10), pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
             await idle.receive()
         await idle.aclose()
         assert "idle" in daemon.log()
-    finally:
-        daemon.stop()

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TypeVar
 
 import anyio
-import msgspec
 import pytest
 from harness import DaemonProcess
 
@@ -94,15 +93,12 @@ async def test_racing_tasks_of_one_channel_each_get_their_own_id_and_all_run(
     # Four task workers run tasks of one (worker, channel) at once, which also
     # races their writes of the same state document.
     submitted = succeeded(await race(daemon, lambda n: TaskSubmit("ada", "general", f"{n}")))
-    # As plain values: the polling loop below reads t["id"].
-    tasks = [msgspec.to_builtins(t) for t in submitted]
     async with await daemon.client() as client:
         # Each answers once done.
-        settled = [await client.request(TaskGet(t["id"], wait=30)) for t in tasks]
-        states = [msgspec.to_builtins(s) for s in settled]
-    assert [s["status"] for s in states] == ["done"] * CLIENTS
-    assert len({t["id"] for t in tasks}) == CLIENTS
-    assert sorted(s["text"] for s in states) == sorted(str(n) for n in range(CLIENTS))
+        states = [await client.request(TaskGet(t.id, wait=30)) for t in submitted]
+    assert [s.status for s in states] == ["done"] * CLIENTS
+    assert len({t.id for t in submitted}) == CLIENTS
+    assert sorted(s.text for s in states) == sorted(str(n) for n in range(CLIENTS))
     assert "Traceback" not in daemon.log()
 
 

@@ -51,7 +51,7 @@ async def test_frozen_prompts_do_not_move_and_new_sessions_get_the_last_good_fil
     async with await served.client() as client:
         before = await turn(client, "ada", "general", "before the edit")
         breakage(org_dir)
-        await status_after_edit(client, lambda s: s["config_error"] is not None)
+        await status_after_edit(client, lambda s: s.config_error is not None)
         after = await turn(client, "ada", "general", "after the edit")
         fresh_ada = await turn(client, "ada", "releases", "new session, same worker")
         fresh_general = await turn(client, "grace", "general", "new session, same channel")
@@ -95,14 +95,11 @@ async def test_a_daemon_started_with_an_oversized_purpose_fails_only_that_channe
 ) -> None:
     # Budgets are a compile-time matter: the org loads, the one channel fails clearly.
     huge_purpose(org_dir)
-    process = DaemonProcess(org_dir, tmp_path / "state").start()
-    try:
+    with DaemonProcess(org_dir, tmp_path / "state").start() as process:
         async with await process.client() as client:
             with pytest.raises(RpcError) as failure:
                 await client.session_open("ada", "general")
             elsewhere = await turn(client, "ada", "releases", "other channels work")
-    finally:
-        process.stop()
     assert failure.value.code == 1001
     assert failure.value.data["block"] == "purpose"
     assert failure.value.data["size"] > failure.value.data["limit"]

@@ -18,7 +18,8 @@ import anyio
 import anyio.to_thread
 import msgspec
 import pytest
-from harness import DaemonProcess, make_org
+from harness import DaemonProcess
+from orgs import simulated_engine, write_org
 from simulator import Delay, Simulator, Stall
 
 from rosterd import RosterError
@@ -280,8 +281,9 @@ async def test_kill_9_across_two_hosts_on_one_database_loses_no_acknowledged_wri
 
 @pytest.mark.anyio
 async def test_sigterm_drains_50_in_flight_turns(tmp_path: Path, simulator: Simulator) -> None:
-    engine = f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"'
-    org = make_org(tmp_path / "org", channels=50, engine=engine)
+    org = write_org(
+        tmp_path / "org", workers=["ada"], channels=50, engine=simulated_engine(simulator)
+    )
     process = DaemonProcess(org, tmp_path / "state").start()
     simulator.script(*[Delay(1.5)] * 50)
     results: dict[int, TurnResult] = {}
@@ -325,10 +327,9 @@ def _roles(state: Path, run: str) -> list[str]:
 async def test_drain_that_runs_out_answers_in_flight_turns_with_1010_and_records_them(
     tmp_path: Path, simulator: Simulator
 ) -> None:
-    engine = f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"'
-    org = make_org(tmp_path / "org", channels=2, engine=engine)
-    with (org / "org.toml").open("a") as toml:
-        toml.write("\n[daemon]\ndrain_s = 0.5\n")
+    engine = simulated_engine(simulator)
+    drain = "[daemon]\ndrain_s = 0.5"
+    org = write_org(tmp_path / "org", workers=["ada"], channels=2, engine=engine, sections=drain)
     process = DaemonProcess(org, tmp_path / "state").start()
     simulator.script(*[Stall()] * 4)  # a provider that never answers
     errors: dict[str, RpcError] = {}
@@ -347,8 +348,7 @@ async def test_drain_that_runs_out_answers_in_flight_turns_with_1010_and_records
             errors[name] = caught.value
 
     async with await process.client() as client:
-        # As plain values: the polling loop below reads task["id"].
-        task = msgspec.to_builtins(await client.task_submit("ada", "c0", "t"))
+        task = await client.task_submit("ada", "c0", "t")
     async with anyio.create_task_group() as tg:
         tg.start_soon(turn, "c0", "first")
         tg.start_soon(turn, "c1", "other")
@@ -383,7 +383,7 @@ async def test_drain_that_runs_out_answers_in_flight_turns_with_1010_and_records
             result = await client.session_send(sessions["c0"], "again")
             assert result.turn == 2
             # The task queued again by the stop runs after the restart.
-            assert (await client.request(TaskGet(task["id"], wait=20))).status == "done"
+            assert (await client.request(TaskGet(task.id, wait=20))).status == "done"
     finally:
         assert process.stop() == 0
     assert _roles(process.state, sessions["c0"]) == ["user", "error", "user", "assistant"]
@@ -398,10 +398,10 @@ async def test_drain_that_runs_out_answers_in_flight_turns_with_1010_and_records
 async def test_a_second_sigterm_stops_at_once_without_waiting_for_the_drain(
     tmp_path: Path, simulator: Simulator
 ) -> None:
-    engine = f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"'
-    org = make_org(tmp_path / "org", channels=1, engine=engine)
-    with (org / "org.toml").open("a") as toml:
-        toml.write("\n[daemon]\ndrain_s = 60\n")
+    engine = simulated_engine(simulator)
+    org = write_org(
+        tmp_path / "org", workers=["ada"], engine=engine, sections="[daemon]\ndrain_s = 60"
+    )
     process = DaemonProcess(org, tmp_path / "state").start()
     simulator.script(Stall())
     daemon = process.process

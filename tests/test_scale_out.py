@@ -21,7 +21,8 @@ from typing import TypeVar
 import anyio
 import anyio.to_thread
 import pytest
-from harness import DaemonProcess, make_org
+from harness import DaemonProcess
+from orgs import write_org
 from postgres import PostgresServer
 from simulator import Delay, Simulator, Stall
 
@@ -53,10 +54,8 @@ LEASE_S = 1.0
 
 
 def _org(root: Path, engine: str = 'kind = "echo"') -> Path:
-    org = make_org(root, channels=4, engine=engine)
-    with (org / "org.toml").open("a") as toml:
-        toml.write(f"\n[daemon]\nlease_s = {LEASE_S}\ntask_workers = 2\n")
-    return org
+    daemon = f"[daemon]\nlease_s = {LEASE_S}\ntask_workers = 2"
+    return write_org(root, workers=["ada"], channels=4, engine=engine, sections=daemon)
 
 
 @pytest.fixture
@@ -68,15 +67,12 @@ def hosts(tmp_path: Path, postgres_url: str) -> Iterator[tuple[DaemonProcess, Da
 
 @contextmanager
 def _started(org: Path, root: Path, database: str) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
-    first = DaemonProcess(org, root / "a", database=database).start()
-    try:
+    with DaemonProcess(org, root / "a", database=database).start() as first:
         second = DaemonProcess(org, root / "b", database=database).start()
         try:
             yield first, second
         finally:
             second.stop()
-    finally:
-        first.stop()
 
 
 async def _request(host: DaemonProcess, params: Call[T]) -> T:
@@ -204,8 +200,7 @@ async def test_a_task_whose_host_died_is_finished_by_the_other(
     tmp_path: Path, postgres_url: str, simulator: Simulator
 ) -> None:
     org = _org(tmp_path / "org", _simulated(simulator))
-    first = DaemonProcess(org, tmp_path / "a", database=postgres_url).start()
-    try:
+    with DaemonProcess(org, tmp_path / "a", database=postgres_url).start() as first:
         simulator.script(Stall())
         task = await _request(first, TaskSubmit("ada", "c3", "x"))
         with anyio.fail_after(10):
@@ -221,8 +216,6 @@ async def test_a_task_whose_host_died_is_finished_by_the_other(
             assert cut.info.status == "interrupted"
         finally:
             second.stop()
-    finally:
-        first.stop()
 
 
 @pytest.mark.anyio
