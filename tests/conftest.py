@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from engines_org import PROVIDERS
-from harness import DaemonProcess, InProcessDaemon, copy_org, daemon_in_process
+from harness import Cli, DaemonProcess, InProcessDaemon, copy_org, daemon_in_process
 from postgres import PostgresServer
 from simulator import Simulator
 
@@ -59,6 +59,14 @@ async def served(org_dir: Path, tmp_path: Path) -> AsyncIterator[InProcessDaemon
     """The daemon in the test's event loop on a copy of the example org (echo engine)."""
     async with daemon_in_process(org_dir, tmp_path / "state") as daemon:
         yield daemon
+
+
+@pytest.fixture
+def cli(capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """``roster`` in process, finding no state or socket from the environment."""
+    for name in ("ROSTER_STATE", "ROSTER_SOCKET", "RUNTIME_DIRECTORY"):
+        monkeypatch.delenv(name, raising=False)
+    return Cli(capsysbinary)
 
 
 @pytest.fixture(params=["files", "postgres"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import select
@@ -17,10 +18,14 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
+import anyio.to_thread
+import pytest
 
 from rosterd import SYSTEM_CLOCK, Clock
+from rosterd.cli import main
 from rosterd.client import RosterClient
 from rosterd.daemon import run_daemon
 from rosterd.protocol import TaskGet, TaskState
@@ -202,6 +207,18 @@ class DaemonProcess:
         return await RosterClient.connect(self.socket)
 
 
+@asynccontextmanager
+async def process_client(
+    org: Path, state: Path, **options: Any
+) -> AsyncIterator[tuple[DaemonProcess, RosterClient]]:
+    """``roster serve`` on *org* as a child process (*options* as
+    ``DaemonProcess`` takes them) and a client connected to it; at the end of
+    the block the client closes and the daemon stops."""
+    with DaemonProcess(org, state, **options).start() as process:
+        async with await process.client() as client:
+            yield process, client
+
+
 async def wait_task(client: RosterClient, task: str, *statuses: str) -> TaskState:
     """*task* once the daemon says it settled (done, failed or paused); its
     status must be one of *statuses*."""
@@ -341,6 +358,56 @@ async def daemon_in_process(
     finally:
         logger.removeHandler(lines)
         logger.setLevel(level)
+
+
+@asynccontextmanager
+async def in_process_client(
+    org: Path, state: Path, *, clock: Clock = SYSTEM_CLOCK, database: str | None = None
+) -> AsyncIterator[tuple[InProcessDaemon, RosterClient]]:
+    """``daemon_in_process`` and a client connected to it, until the block ends."""
+    async with (
+        daemon_in_process(org, state, clock=clock, database=database) as daemon,
+        await daemon.client() as client,
+    ):
+        yield daemon, client
+
+
+class Cli:
+    """``roster`` in process through ``main(argv)``, what it writes captured
+    as bytes (the ``cli`` fixture)."""
+
+    def __init__(self, capture: pytest.CaptureFixture[bytes]) -> None:
+        self._capture = capture
+
+    def __repr__(self) -> str:
+        return "Cli()"
+
+    def raw(self, *argv: str) -> tuple[int, bytes, str]:
+        """The exit code, stdout as written and stderr."""
+        self._capture.readouterr()
+        code = main(list(argv))
+        out, err = self._capture.readouterr()
+        return code, out, err.decode()
+
+    def __call__(self, *argv: str) -> tuple[int, str, str]:
+        code, out, err = self.raw(*argv)
+        return code, out.decode(), err
+
+    def text(self, *argv: str) -> str:
+        """Stdout, once the command exited 0 and wrote nothing to stderr."""
+        code, out, err = self(*argv)
+        assert (code, err) == (0, ""), err
+        return out
+
+    def json(self, *argv: str) -> Any:
+        return json.loads(self.text(*argv, "--json"))
+
+    async def in_thread(self, *argv: str) -> str:
+        """Stdout, once the command exited 0, run in a thread of its own: the
+        CLI runs its own event loop, and an async test's is running."""
+        code, out, err = await anyio.to_thread.run_sync(self, *argv)
+        assert code == 0, err
+        return out
 
 
 _SYSTEMD_VARIABLES = ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "WATCHDOG_USEC", "WATCHDOG_PID")

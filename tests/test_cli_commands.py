@@ -8,17 +8,13 @@ where the process boundary matters (exit status, no traceback), run as real
 from __future__ import annotations
 
 import io
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-from harness import DaemonProcess
-
-from rosterd.cli import main
+from harness import Cli, DaemonProcess
 
 
 def _cli(*argv: str, stdin: str = "", env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -33,30 +29,11 @@ def _cli(*argv: str, stdin: str = "", env: dict[str, str] | None = None) -> tupl
     return done.returncode, done.stdout, done.stderr
 
 
-class _InProcess:
-    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
-        self._capsys = capsys
-
-    def __call__(self, *argv: str) -> tuple[int, str, str]:
-        code = main(list(argv))
-        out, err = self._capsys.readouterr()
-        return code, out, err
-
-    def json(self, *argv: str) -> Any:
-        code, out, err = self(*argv, "--json")
-        assert (code, err) == (0, ""), err
-        return json.loads(out)
-
-
 @pytest.fixture
-def roster(
-    daemon: DaemonProcess, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> _InProcess:
+def roster(daemon: DaemonProcess, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> Cli:
     """``roster`` in-process, finding the daemon's socket through ROSTER_STATE."""
-    monkeypatch.delenv("ROSTER_SOCKET", raising=False)
-    monkeypatch.delenv("RUNTIME_DIRECTORY", raising=False)
     monkeypatch.setenv("ROSTER_STATE", str(daemon.state))
-    return _InProcess(capsys)
+    return cli
 
 
 def test_chat_streams_replies_and_summarises_each_turn(daemon: DaemonProcess) -> None:
@@ -113,7 +90,7 @@ def test_chat_reports_a_scope_mistake_in_one_line(daemon: DaemonProcess) -> None
     )
 
 
-def test_run_streams_the_reply_and_prints_a_summary(roster: _InProcess) -> None:
+def test_run_streams_the_reply_and_prints_a_summary(roster: Cli) -> None:
     code, out, err = roster("run", "--worker", "grace", "--from", "bob", "hi", "there")
     assert code == 0, err
     assert out.startswith("[echo] turn 1: ") and out.endswith("You said: hi there\n")
@@ -127,7 +104,7 @@ def test_run_streams_the_reply_and_prints_a_summary(roster: _InProcess) -> None:
     assert {b["block"] for b in result["blocks"]} >= {"identity", "policy", "scope", "message"}
 
 
-def test_task_submit_get_list(roster: _InProcess) -> None:
+def test_task_submit_get_list(roster: Cli) -> None:
     code, out, err = roster(
         "task", "submit", "--worker", "ada", "--channel", "general", "ship", "it"
     )
@@ -159,7 +136,7 @@ def test_task_submit_get_list(roster: _InProcess) -> None:
 
 
 def test_memory_gate_and_channel_commands_reach_the_next_compilation(
-    roster: _InProcess, monkeypatch: pytest.MonkeyPatch
+    roster: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     code, out, _ = roster("memory", "add", "--worker", "ada", "prefers", "small", "PRs")
     assert (code, out) == (0, "memory m-1 added for ada (all channels)\n")
@@ -221,7 +198,7 @@ def test_memory_gate_and_channel_commands_reach_the_next_compilation(
     assert (code, err) == (1, "roster: unknown gate 'g-9'\n")
 
 
-def test_status(roster: _InProcess, daemon: DaemonProcess) -> None:
+def test_status(roster: Cli, daemon: DaemonProcess) -> None:
     assert daemon.process is not None
     code, out, err = roster("status")
     assert (code, err) == (0, "")
@@ -235,7 +212,7 @@ def test_status(roster: _InProcess, daemon: DaemonProcess) -> None:
     assert status["config_generation"] == 1
 
 
-def test_usage_errors_exit_2_in_one_line(roster: _InProcess) -> None:
+def test_usage_errors_exit_2_in_one_line(roster: Cli) -> None:
     cases = [
         (["task"], "roster: task: the following arguments are required: ACTION"),
         (["run", "hello"], "roster: run: the following arguments are required: --worker"),

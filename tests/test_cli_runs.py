@@ -12,18 +12,16 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.to_thread
 import msgspec
 import pytest
-from harness import DaemonProcess, copy_org, set_engine
+from harness import Cli, DaemonProcess, copy_org, set_engine
 from orgs import write_org
 from psycopg_pool import AsyncConnectionPool
 from simulator import Simulator
 
-from rosterd.cli import main
 from rosterd.cli._runs import render_context
 from rosterd.client import RpcError
 from rosterd.protocol import CONTEXT_PAGE_CHARS, ContextPage
@@ -31,31 +29,6 @@ from rosterd.stores.files import FileRuns
 from rosterd.stores.postgres import migrate
 from rosterd.stores.postgres._db import Database
 from rosterd.stores.postgres._runs import PostgresRuns
-
-
-class _Cli:
-    def __init__(self, capsys: pytest.CaptureFixture[bytes]) -> None:
-        self._capsys = capsys
-
-    def __call__(self, *argv: str) -> tuple[int, bytes, str]:
-        code = main(list(argv))
-        out, err = self._capsys.readouterr()
-        return code, out, err.decode()
-
-    def text(self, *argv: str) -> str:
-        code, out, err = self(*argv)
-        assert (code, err) == (0, ""), err
-        return out.decode()
-
-    def json(self, *argv: str) -> Any:
-        return json.loads(self.text(*argv, "--json"))
-
-
-@pytest.fixture
-def cli(capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch) -> _Cli:
-    for name in ("ROSTER_STATE", "ROSTER_SOCKET", "RUNTIME_DIRECTORY"):
-        monkeypatch.delenv(name, raising=False)
-    return _Cli(capsysbinary)
 
 
 def parse_context(data: bytes) -> list[tuple[str, bytes]]:
@@ -77,7 +50,7 @@ def parse_context(data: bytes) -> list[tuple[str, bytes]]:
     return parts
 
 
-def _chat(cli: _Cli, monkeypatch: pytest.MonkeyPatch, socket: Path, *lines: str) -> str:
+def _chat(cli: Cli, monkeypatch: pytest.MonkeyPatch, socket: Path, *lines: str) -> str:
     """Chat in-process; returns the session id from the opening line."""
     monkeypatch.setattr(sys, "stdin", io.StringIO("".join(f"{line}\n" for line in lines)))
     code, _, err = cli("chat", "--socket", str(socket), "--worker", "ada", "--channel", "general")
@@ -86,7 +59,7 @@ def _chat(cli: _Cli, monkeypatch: pytest.MonkeyPatch, socket: Path, *lines: str)
 
 
 def test_list_show_context_work_after_the_daemon_stopped(
-    daemon: DaemonProcess, cli: _Cli, monkeypatch: pytest.MonkeyPatch
+    daemon: DaemonProcess, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     session = _chat(cli, monkeypatch, daemon.socket, "first", "second")
     run = json.loads(
@@ -136,7 +109,7 @@ def test_list_show_context_work_after_the_daemon_stopped(
     assert [m["role"] for m in second] == ["user", "assistant", "user"]
     assert '"text":"second"' in second[2]["content"]
 
-    code, out, err = cli("server", "runs", "context", session, "--all", "--state", state)
+    code, out, err = cli.raw("server", "runs", "context", session, "--all", "--state", state)
     assert (code, err) == (0, "")
     parts = parse_context(out)
     assert parts[0] == ("turn 1 tools", every[0]["tools"].encode())
@@ -153,17 +126,17 @@ def test_list_show_context_work_after_the_daemon_stopped(
     ]
     assert [content for _, content in parts[5:]] == [m["content"].encode() for m in second]
 
-    code, out, err = cli("server", "runs", "show", "nope", "--state", state)
+    code, out, err = cli.raw("server", "runs", "show", "nope", "--state", state)
     assert (code, out, err) == (1, b"", "roster: unknown run 'nope'\n")
 
 
-def test_state_directory_mistakes(cli: _Cli, tmp_path: Path) -> None:
-    code, out, err = cli("server", "runs", "list")
+def test_state_directory_mistakes(cli: Cli, tmp_path: Path) -> None:
+    code, out, err = cli.raw("server", "runs", "list")
     assert (code, out) == (2, b"")
     assert err == "roster: no state: pass --state DIR|URL or set ROSTER_STATE\n"
-    code, _, err = cli("server", "runs", "list", "--state", str(tmp_path / "none"))
+    code, _, err = cli.raw("server", "runs", "list", "--state", str(tmp_path / "none"))
     assert (code, err) == (1, f"roster: {tmp_path / 'none'}: no such state directory\n")
-    code, _, err = cli("server", "runs", "show", "../etc", "--state", str(tmp_path))
+    code, _, err = cli.raw("server", "runs", "show", "../etc", "--state", str(tmp_path))
     assert code == 2 and err.startswith("roster: invalid run id '../etc'")
     assert (
         cli.text("server", "runs", "list", "--state", str(tmp_path)) == f"no runs in {tmp_path}\n"
@@ -171,7 +144,7 @@ def test_state_directory_mistakes(cli: _Cli, tmp_path: Path) -> None:
 
 
 def test_failed_compilation_names_block_size_and_limit(
-    tmp_path: Path, cli: _Cli, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     org = copy_org(tmp_path / "org")
     identity = "# Grace\n" + "g" * 13000 + "\n"
@@ -180,7 +153,7 @@ def test_failed_compilation_names_block_size_and_limit(
     with DaemonProcess(org, tmp_path / "state").start() as daemon:
         socket = str(daemon.socket)
         monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
-        code, out, err = cli(
+        code, out, err = cli.raw(
             "chat", "--socket", socket, "--worker", "grace", "--channel", "general"
         )
         code_direct, _, err_direct = cli("run", "--socket", socket, "--worker", "grace", "hi")
@@ -211,7 +184,7 @@ def test_failed_compilation_names_block_size_and_limit(
     error = cli.json("server", "runs", "show", session, "--state", state)["records"][0]["error"]
     assert (error["block"], error["size"], error["limit"]) == ("identity", size, 12000)
 
-    code, out, err = cli("server", "runs", "context", session, "--state", state)
+    code, out, err = cli.raw("server", "runs", "context", session, "--state", state)
     assert (code, out) == (1, b"")
     assert err == (
         f"roster: run '{session}' sent nothing to the engine: its compilation failed "
@@ -312,7 +285,7 @@ async def test_runs_context_is_exactly_what_the_engine_received(tmp_path: Path) 
 
 
 def test_show_explains_a_block_shrunk_under_budget(
-    daemon: DaemonProcess, cli: _Cli, monkeypatch: pytest.MonkeyPatch
+    daemon: DaemonProcess, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     socket = str(daemon.socket)
     for number in range(10):
@@ -345,7 +318,7 @@ def test_show_explains_a_block_shrunk_under_budget(
 
 @pytest.mark.anyio
 async def test_every_turn_context_is_paged_and_the_cli_prints_the_pages_as_one(
-    tmp_path: Path, cli: _Cli
+    tmp_path: Path, cli: Cli
 ) -> None:
     context = "[context]\ntotal = 300000\ntask = 250000\nsession_chars = 2000000"
     org = write_org(tmp_path / "org", workers=["ada"], sections=context)
@@ -383,10 +356,10 @@ async def test_every_turn_context_is_paged_and_the_cli_prints_the_pages_as_one(
 
     state = str(daemon.state)
     every = ("server", "runs", "context", session, "--all", "--state", state)
-    code, out, err = await anyio.to_thread.run_sync(cli, *every)
+    code, out, err = await anyio.to_thread.run_sync(cli.raw, *every)
     assert (code, err) == (0, "")
     assert out == render_context(turns)
-    code, out, err = await anyio.to_thread.run_sync(cli, *every, "--json")
+    code, out, err = await anyio.to_thread.run_sync(cli.raw, *every, "--json")
     assert (code, err) == (0, "")
     assert out == msgspec.json.format(msgspec.json.encode(turns), indent=2) + b"\n"
 
@@ -414,7 +387,7 @@ async def _copy_into_database(state: Path, url: str) -> list[str]:
 
 def test_every_reading_command_prints_the_same_bytes_from_a_database(
     daemon: DaemonProcess,
-    cli: _Cli,
+    cli: Cli,
     monkeypatch: pytest.MonkeyPatch,
     postgres_url: str,
 ) -> None:
@@ -429,32 +402,32 @@ def test_every_reading_command_prints_the_same_bytes_from_a_database(
     for run in runs:
         commands += [("runs", "show", run), ("runs", "context", run)]
         commands += [("runs", "context", run, "--all")]
-        exported = cli("server", "runs", "export", run, "--state", postgres_url)
+        exported = cli.raw("server", "runs", "export", run, "--state", postgres_url)
         assert exported == (0, (daemon.state / "runs" / run / "context.jsonl").read_bytes(), "")
-        assert cli("server", "runs", "export", run, "--state", state) == exported
+        assert cli.raw("server", "runs", "export", run, "--state", state) == exported
     for command in commands:
         for extra in ((), ("--json",)):
-            from_files = cli("server", *command, *extra, "--state", state)
+            from_files = cli.raw("server", *command, *extra, "--state", state)
             assert from_files[0] == 0 and from_files[1], (command, from_files[2])
-            assert cli("server", *command, *extra, "--state", postgres_url) == from_files
+            assert cli.raw("server", *command, *extra, "--state", postgres_url) == from_files
     monkeypatch.setenv("ROSTER_STATE", postgres_url)
-    assert cli("server", "runs", "context", session, "--all") == cli(
+    assert cli.raw("server", "runs", "context", session, "--all") == cli.raw(
         "server", "runs", "context", session, "--all", "--state", state
     )
-    code, out, err = cli("server", "runs", "show", "nope")
+    code, out, err = cli.raw("server", "runs", "show", "nope")
     assert (code, out, err) == (1, b"", "roster: unknown run 'nope'\n")
 
 
 def test_database_mistakes_name_the_database_without_its_password(
-    cli: _Cli, postgres_url: str
+    cli: Cli, postgres_url: str
 ) -> None:
     refused = "postgresql://rosterd:hunter2@127.0.0.1:1/state"
-    code, out, err = cli("server", "runs", "list", "--state", refused)
+    code, out, err = cli.raw("server", "runs", "list", "--state", refused)
     assert (code, out) == (1, b"")
     assert err.startswith("roster: postgresql://rosterd:***@127.0.0.1:1/state: connect failed: ")
     assert "hunter2" not in err
     # A database the daemon never started on: nothing is created from here.
-    code, out, err = cli("server", "stats", "cache", "--state", postgres_url)
+    code, out, err = cli.raw("server", "stats", "cache", "--state", postgres_url)
     assert (code, out) == (1, b"")
     assert err == (
         f"roster: {postgres_url}: holds no rosterd state (no schema); "
@@ -466,7 +439,7 @@ def test_database_mistakes_name_the_database_without_its_password(
     )
 
 
-def test_runs_show_says_why_each_memory_note_was_in_the_block(tmp_path: Path, cli: _Cli) -> None:
+def test_runs_show_says_why_each_memory_note_was_in_the_block(tmp_path: Path, cli: Cli) -> None:
     org = copy_org(tmp_path / "org")
     with DaemonProcess(org, tmp_path / "state").start() as daemon:
         socket = str(daemon.socket)
@@ -489,18 +462,18 @@ def test_runs_show_says_why_each_memory_note_was_in_the_block(tmp_path: Path, cl
 
 
 def test_the_state_is_a_directory_a_file_url_or_a_known_database_scheme(
-    tmp_path: Path, cli: _Cli
+    tmp_path: Path, cli: Cli
 ) -> None:
     (tmp_path / "runs").mkdir()
     assert cli.text("server", "runs", "list", "--state", f"file://{tmp_path}") == (
         f"no runs in {tmp_path}\n"
     )
-    code, out, err = cli("server", "runs", "list", "--state", "redis://localhost/0")
+    code, out, err = cli.raw("server", "runs", "list", "--state", "redis://localhost/0")
     assert (code, out) == (1, b"")
     assert err == (
         "roster: no state backend for redis:// (known: file://, postgresql://, postgres://)\n"
     )
-    code, _, err = cli(
+    code, _, err = cli.raw(
         "serve",
         "--org",
         str(copy_org(tmp_path / "org")),

@@ -9,25 +9,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import anyio.to_thread
 import msgspec
 import pytest
-from harness import DaemonProcess, set_engine
+from harness import Cli, DaemonProcess, process_client, set_engine
+from orgs import simulated_engine
 from simulator import Simulator
 
-from rosterd.cli import main
 from rosterd.client import RosterClient
 from rosterd.protocol import TurnResult
 
 
-def use_openai(org_dir: Path, simulator: Simulator, context: str = "") -> None:
-    set_engine(
-        org_dir,
-        f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"\nmax_retries = 0',
-    )
-    if context:
-        toml = org_dir / "org.toml"
-        toml.write_text(toml.read_text().replace("[context]\n", f"[context]\n{context}\n"))
+@pytest.fixture
+def org(org_dir: Path, simulator: Simulator) -> Path:
+    """The example org on *simulator*'s OpenAI API, without retries."""
+    set_engine(org_dir, simulated_engine(simulator, settings="max_retries = 0"))
+    return org_dir
 
 
 def last_input(body: bytes) -> list[dict[str, Any]]:
@@ -46,20 +42,21 @@ async def send(client: RosterClient, session: str, text: str, sender: str) -> Tu
 
 @pytest.mark.anyio
 async def test_posts_between_turns_reach_the_next_turn_once_before_the_message(
-    org_dir: Path, tmp_path: Path, simulator: Simulator
+    org: Path, tmp_path: Path, simulator: Simulator
 ) -> None:
-    use_openai(org_dir, simulator)
-    with DaemonProcess(org_dir, tmp_path / "state").start() as process:
-        async with await process.client() as client, await process.client() as other:
-            ada = (await client.session_open("ada", "general")).session
-            grace = (await other.session_open("grace", "general")).session
-            await send(client, ada, "first", "alice")
-            posted = await other.channel_post("general", "bob", "deploy is red")
-            # Another worker's exchange, from another frontend.
-            grace_reply = (await send(other, grace, "grace, look at CI", "carol")).text
-            await send(client, ada, "second", "alice")
-            await send(client, ada, "third", "alice")
-            shown = await client.runs_show(ada)
+    async with (
+        process_client(org, tmp_path / "state") as (process, client),
+        await process.client() as other,
+    ):
+        ada = (await client.session_open("ada", "general")).session
+        grace = (await other.session_open("grace", "general")).session
+        await send(client, ada, "first", "alice")
+        posted = await other.channel_post("general", "bob", "deploy is red")
+        # Another worker's exchange, from another frontend.
+        grace_reply = (await send(other, grace, "grace, look at CI", "carol")).text
+        await send(client, ada, "second", "alice")
+        await send(client, ada, "third", "alice")
+        shown = await client.runs_show(ada)
 
     first, _, second, third = simulator.bodies()
     assert said(last_input(first)) == [("alice", "first")]
@@ -97,23 +94,18 @@ async def test_posts_between_turns_reach_the_next_turn_once_before_the_message(
     [("backlog = 1000", None), ("backlog_messages = 5", 5)],
 )
 async def test_a_long_backlog_keeps_the_newest_that_fit_and_counts_the_rest(
-    org_dir: Path,
-    tmp_path: Path,
-    simulator: Simulator,
-    capsys: pytest.CaptureFixture[str],
-    context: str,
-    kept: int | None,
+    org: Path, tmp_path: Path, simulator: Simulator, cli: Cli, context: str, kept: int | None
 ) -> None:
-    use_openai(org_dir, simulator, context)
+    toml = org / "org.toml"
+    toml.write_text(toml.read_text().replace("[context]\n", f"[context]\n{context}\n"))
     state = tmp_path / "state"
-    with DaemonProcess(org_dir, state).start() as process:
-        async with await process.client() as client:
-            ada = (await client.session_open("ada", "releases")).session
-            await send(client, ada, "before", "alice")
-            for n in range(1, 41):
-                await client.channel_post("releases", "bob", f"post {n:02d} " + "x" * 20)
-            await send(client, ada, "after", "alice")
-            shown = await client.runs_show(ada)
+    async with process_client(org, state) as (_, client):
+        ada = (await client.session_open("ada", "releases")).session
+        await send(client, ada, "before", "alice")
+        for n in range(1, 41):
+            await client.channel_post("releases", "bob", f"post {n:02d} " + "x" * 20)
+        await send(client, ada, "after", "alice")
+        shown = await client.runs_show(ada)
 
     envelopes = [e for e in last_input(simulator.bodies()[-1]) if e["block"] == "message"]
     note, *posts, message = envelopes
@@ -135,29 +127,23 @@ async def test_a_long_backlog_keeps_the_newest_that_fit_and_counts_the_rest(
         assert block.rendered_chars + len(msgspec.json.encode(posts[0])) + 1 > 1000
         assert 5 < len(texts) < 40
 
-    assert (
-        await anyio.to_thread.run_sync(main, ["server", "runs", "show", ada, "--state", str(state)])
-        == 0
-    )
-    out = capsys.readouterr().out
+    out = await cli.in_thread("server", "runs", "show", ada, "--state", str(state))
     assert f"kept {len(texts)} of 40: oldest messages dropped to fit" in out
     assert f"backlog {block.rendered_chars}/{block.limit}" in out
 
 
 @pytest.mark.anyio
 async def test_a_resumed_session_continues_the_backlog_where_it_stopped(
-    org_dir: Path, tmp_path: Path, simulator: Simulator
+    org: Path, tmp_path: Path, simulator: Simulator
 ) -> None:
-    use_openai(org_dir, simulator)
     state = tmp_path / "state"
-    process = DaemonProcess(org_dir, state).start()
+    process = DaemonProcess(org, state).start()
     async with await process.client() as client:
         ada = (await client.session_open("ada", "general")).session
         await send(client, ada, "first", "alice")
         await client.channel_post("general", "bob", "ping")
     assert process.stop() == 0
-    with DaemonProcess(org_dir, state).start() as process:
-        async with await process.client() as client:
-            assert (await client.session_open("ada", "general")).session == ada
-            await send(client, ada, "second", "alice")
+    async with process_client(org, state) as (_, client):
+        assert (await client.session_open("ada", "general")).session == ada
+        await send(client, ada, "second", "alice")
     assert said(last_input(simulator.bodies()[-1])) == [("bob", "ping"), ("alice", "second")]

@@ -7,17 +7,18 @@ from typing import Any
 
 import msgspec
 import pytest
-from harness import DaemonProcess, set_engine
+from harness import process_client, set_engine
+from orgs import simulated_engine
 from simulator import Simulator, Status
 
 from rosterd.client import RpcError
 
 
-def use_openai(org_dir: Path, simulator: Simulator) -> None:
-    set_engine(
-        org_dir,
-        f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"\nmax_retries = 1',
-    )
+@pytest.fixture
+def org(org_dir: Path, simulator: Simulator) -> Path:
+    """The example org on *simulator*'s OpenAI API, retrying once."""
+    set_engine(org_dir, simulated_engine(simulator, settings="max_retries = 1"))
+    return org_dir
 
 
 def chat_messages(body: bytes) -> list[dict[str, Any]]:
@@ -27,20 +28,18 @@ def chat_messages(body: bytes) -> list[dict[str, Any]]:
 
 @pytest.mark.anyio
 async def test_every_request_extends_the_previous_one_byte_for_byte(
-    org_dir: Path, tmp_path: Path, simulator: Simulator
+    org: Path, tmp_path: Path, simulator: Simulator
 ) -> None:
-    use_openai(org_dir, simulator)
-    with DaemonProcess(org_dir, tmp_path / "state").start() as process:
-        async with await process.client() as client:
-            # History is snapshotted when the session wakes, so post first.
-            await client.channel_post("general", "bo", "hi all")
-            opened = await client.session_open("ada", "general")
-            replies = []
-            for n in range(20):
-                if n == 5:
-                    await client.memory_add("ada", "prefers short answers")
-                result = await client.session_send(opened.session, f"question {n}")
-                replies.append(result.text)
+    async with process_client(org, tmp_path / "state") as (_, client):
+        # History is snapshotted when the session wakes, so post first.
+        await client.channel_post("general", "bo", "hi all")
+        opened = await client.session_open("ada", "general")
+        replies = []
+        for n in range(20):
+            if n == 5:
+                await client.memory_add("ada", "prefers short answers")
+            result = await client.session_send(opened.session, f"question {n}")
+            replies.append(result.text)
     bodies = simulator.bodies()
     assert len(bodies) == 20
     requests = [chat_messages(body) for body in bodies]
@@ -63,34 +62,30 @@ async def test_every_request_extends_the_previous_one_byte_for_byte(
 
 @pytest.mark.anyio
 async def test_oversized_identity_never_reaches_the_engine(
-    org_dir: Path, tmp_path: Path, simulator: Simulator
+    org: Path, tmp_path: Path, simulator: Simulator
 ) -> None:
-    use_openai(org_dir, simulator)
-    (org_dir / "workers" / "ada" / "identity.md").write_text("y" * 20000)
-    with DaemonProcess(org_dir, tmp_path / "state").start() as process:
-        async with await process.client() as client:
-            with pytest.raises(RpcError) as failure:
-                await client.session_open("ada", "general")
-            with pytest.raises(RpcError) as task_failure:
-                await client.run_direct("ada", "anything")
+    (org / "workers" / "ada" / "identity.md").write_text("y" * 20000)
+    async with process_client(org, tmp_path / "state") as (_, client):
+        with pytest.raises(RpcError) as failure:
+            await client.session_open("ada", "general")
+        with pytest.raises(RpcError) as task_failure:
+            await client.run_direct("ada", "anything")
     assert failure.value.code == task_failure.value.code == 1001
     assert simulator.requests == []
 
 
 @pytest.mark.anyio
 async def test_a_provider_500_is_a_clear_error_and_the_user_turn_is_kept(
-    org_dir: Path, tmp_path: Path, simulator: Simulator
+    org: Path, tmp_path: Path, simulator: Simulator
 ) -> None:
-    use_openai(org_dir, simulator)
-    with DaemonProcess(org_dir, tmp_path / "state").start() as process:
-        async with await process.client() as client:
-            opened = await client.session_open("ada", "general")
-            session = opened.session
-            await client.session_send(session, "one")
-            simulator.script(Status(500, "upstream exploded"), Status(500, "upstream exploded"))
-            with pytest.raises(RpcError) as failure:
-                await client.session_send(session, "two")
-            result = await client.session_send(session, "three")
+    async with process_client(org, tmp_path / "state") as (process, client):
+        opened = await client.session_open("ada", "general")
+        session = opened.session
+        await client.session_send(session, "one")
+        simulator.script(Status(500, "upstream exploded"), Status(500, "upstream exploded"))
+        with pytest.raises(RpcError) as failure:
+            await client.session_send(session, "two")
+        result = await client.session_send(session, "three")
     assert failure.value.code == 1002
     assert failure.value.data["provider"] == "openai"
     assert failure.value.data["status"] == 500
@@ -109,18 +104,15 @@ async def test_a_missing_api_key_fails_the_turn_before_anything_is_recorded(
     org_dir: Path, tmp_path: Path, simulator: Simulator
 ) -> None:
     set_engine(
-        org_dir,
-        f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"\n'
-        'api_key_env = "ROSTERD_TEST_UNSET_KEY"',
+        org_dir, simulated_engine(simulator, settings='api_key_env = "ROSTERD_TEST_UNSET_KEY"')
     )
-    with DaemonProcess(org_dir, tmp_path / "state").start() as process:
-        async with await process.client() as client:
-            opened = await client.session_open("ada", "general")
-            for _ in range(2):
-                with pytest.raises(RpcError) as failure:
-                    await client.session_send(opened.session, "hi")
-                assert failure.value.code == 1005
-                assert "ROSTERD_TEST_UNSET_KEY" in str(failure.value)
+    async with process_client(org_dir, tmp_path / "state") as (process, client):
+        opened = await client.session_open("ada", "general")
+        for _ in range(2):
+            with pytest.raises(RpcError) as failure:
+                await client.session_send(opened.session, "hi")
+            assert failure.value.code == 1005
+            assert "ROSTERD_TEST_UNSET_KEY" in str(failure.value)
     assert simulator.requests == []
     run = process.state / "runs" / opened.session
     transcript = run / "transcript.jsonl"

@@ -9,14 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import anyio.to_thread
+import anyio
 import msgspec
 import pytest
-from harness import DaemonProcess, daemon_in_process
+from harness import Cli, in_process_client, process_client
 from orgs import simulated_engine, write_org
 from simulator import Simulator, Status
 
-from rosterd.cli import main
 from rosterd.client import RpcError
 from rosterd.compiler import RunMeta, compile_system
 from rosterd.org import Surface, load_org
@@ -64,30 +63,26 @@ def run_info(state: Path, run: str) -> dict[str, Any]:
 
 @pytest.mark.anyio
 async def test_a_session_past_session_chars_rolls_over_and_the_call_succeeds(
-    tmp_path: Path, simulator: Simulator, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, simulator: Simulator, cli: Cli
 ) -> None:
     org = openai_org(tmp_path / "org", simulator)
     limit = system_chars(org) + 900
     # A short history, so the new session's first turn leaves room for more.
     openai_org(org, simulator, f"session_chars = {limit}\nhistory_messages = 2")
     state = tmp_path / "state"
-    process = DaemonProcess(org, state).start()
     results: list[TurnResult] = []
-    try:
-        async with await process.client() as client:
-            opened = await client.session_open("ada", "c0")
-            old = opened.session
-            (org / "workers" / "ada" / "identity.md").write_text("You are Ada, now terse.\n")
-            for n in range(12):
-                result = await client.session_send(old, f"q{n}")
-                results.append(result)
-                if result.rolled_from is not None:
-                    break
-            # The old id keeps working: it names the session that took over.
-            after = await client.session_send(old, "and now?")
-            status = await client.daemon_status()
-    finally:
-        process.stop()
+    async with process_client(org, state) as (_, client):
+        opened = await client.session_open("ada", "c0")
+        old = opened.session
+        (org / "workers" / "ada" / "identity.md").write_text("You are Ada, now terse.\n")
+        for n in range(12):
+            result = await client.session_send(old, f"q{n}")
+            results.append(result)
+            if result.rolled_from is not None:
+                break
+        # The old id keeps working: it names the session that took over.
+        after = await client.session_send(old, "and now?")
+        status = await client.daemon_status()
 
     rolled = results[-1]
     new = rolled.run
@@ -133,16 +128,9 @@ async def test_a_session_past_session_chars_rolls_over_and_the_call_succeeds(
     assert record["rollover"]["previous"] == old
 
     # The CLI reads the state directory with the daemon down, in its own loop.
-    assert (
-        await anyio.to_thread.run_sync(main, ["server", "runs", "show", old, "--state", str(state)])
-        == 0
-    )
-    assert f"rolled over to {new}" in capsys.readouterr().out
-    assert (
-        await anyio.to_thread.run_sync(main, ["server", "runs", "show", new, "--state", str(state)])
-        == 0
-    )
-    shown = capsys.readouterr().out
+    shown_old = await cli.in_thread("server", "runs", "show", old, "--state", str(state))
+    assert f"rolled over to {new}" in shown_old
+    shown = await cli.in_thread("server", "runs", "show", new, "--state", str(state))
     assert f"rolled over from {old}" in shown
     assert f"continues session {old}" in shown
 
@@ -153,22 +141,21 @@ async def test_a_provider_length_refusal_rolls_over_exactly_once_per_turn(
 ) -> None:
     org = openai_org(tmp_path / "org", simulator)
     state = tmp_path / "state"
-    with DaemonProcess(org, state).start() as process:
-        async with await process.client() as client:
-            opened = await client.session_open("ada", "c0")
-            first = opened.session
-            await client.session_send(first, "one")
-            simulator.script(TOO_LONG)
-            rolled = await client.session_send(first, "two")
-            second = rolled.run
-            sent_before = len(simulator.requests)
-            after = await client.session_send(second, "three")
-            # Refused again, and the fresh session refused too: one rollover,
-            # then a clear error; the daemon does not loop.
-            simulator.script(TOO_LONG, TOO_LONG)
-            with pytest.raises(RpcError) as failure:
-                await client.session_send(second, "four")
-            refused = len(simulator.requests)
+    async with process_client(org, state) as (_, client):
+        opened = await client.session_open("ada", "c0")
+        first = opened.session
+        await client.session_send(first, "one")
+        simulator.script(TOO_LONG)
+        rolled = await client.session_send(first, "two")
+        second = rolled.run
+        sent_before = len(simulator.requests)
+        after = await client.session_send(second, "three")
+        # Refused again, and the fresh session refused too: one rollover,
+        # then a clear error; the daemon does not loop.
+        simulator.script(TOO_LONG, TOO_LONG)
+        with pytest.raises(RpcError) as failure:
+            await client.session_send(second, "four")
+        refused = len(simulator.requests)
 
     assert rolled.rolled_from == first and second != first and rolled.turn == 1
     assert after.run == second and after.turn == 2
@@ -202,21 +189,17 @@ async def test_turns_queued_behind_a_rollover_are_answered_by_the_new_session(
     org = openai_org(tmp_path / "org", simulator)
     limit = system_chars(org) + 700
     openai_org(org, simulator, f"session_chars = {limit}")
-    process = DaemonProcess(org, tmp_path / "state").start()
     results: dict[int, TurnResult] = {}
-    try:
-        async with await process.client() as opener:
-            old = (await opener.session_open("ada", "c0")).session
+    async with process_client(org, tmp_path / "state") as (process, opener):
+        old = (await opener.session_open("ada", "c0")).session
 
-            async def frontend(n: int) -> None:
-                async with await process.client() as client:
-                    results[n] = await client.session_send(old, f"from frontend {n}")
+        async def frontend(n: int) -> None:
+            async with await process.client() as client:
+                results[n] = await client.session_send(old, f"from frontend {n}")
 
-            async with anyio.create_task_group() as tg:
-                for n in range(8):
-                    tg.start_soon(frontend, n)
-    finally:
-        process.stop()
+        async with anyio.create_task_group() as tg:
+            for n in range(8):
+                tg.start_soon(frontend, n)
     rolled = [r for r in results.values() if r.rolled_from is not None]
     assert len(rolled) >= 1 and all(r.rolled_from != r.run for r in rolled)
     # Each session numbers its turns 1, 2, ... with none lost or repeated.
@@ -242,10 +225,7 @@ async def _rollover_reads_the_cache(tmp_path: Path, simulator: Simulator) -> Non
     org = openai_org(tmp_path / "org", simulator)
     system = system_chars(org)
     openai_org(org, simulator, f"session_chars = {system + 900}\nhistory_messages = 2")
-    async with (
-        daemon_in_process(org, tmp_path / "state") as daemon,
-        await daemon.client() as client,
-    ):
+    async with in_process_client(org, tmp_path / "state") as (_, client):
         old = (await client.session_open("ada", "c0")).session
         for n in range(12):
             result = await client.session_send(old, f"q{n}")

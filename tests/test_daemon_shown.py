@@ -7,15 +7,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import anyio
-import anyio.to_thread
 import msgspec
 import pytest
-from harness import DaemonProcess, InProcessDaemon
+from harness import Cli, DaemonProcess, InProcessDaemon, process_client
 from orgs import filler, simulated_engine, write_org
 from simulator import Simulator, Status
 
-from rosterd.cli import main
 from rosterd.client import RosterClient, RpcError
 
 QUESTION = "how is the pager doing?"
@@ -60,7 +57,18 @@ def block(record: dict[str, Any], name: str) -> dict[str, Any]:
     return next(b for b in record["blocks"] if b["block"] == name)
 
 
-async def seed(client: RosterClient, notes: int, gates: int) -> list[str]:
+@pytest.fixture
+def org(tmp_path: Path, simulator: Simulator) -> Path:
+    """Worker w0 in c0 on *simulator*'s Messages API, without retries."""
+    engine = simulated_engine(simulator, "anthropic", "max_retries = 0")
+    return write_org(tmp_path / "org", engine=engine)
+
+
+async def seeded_session(
+    client: RosterClient, notes: int, gates: int, turns: int
+) -> tuple[list[str], str]:
+    """*notes* notes and *gates* gates of w0 in c0, then a session of w0 in
+    c0 with *turns* turns: the gate ids, and the session."""
     for n in range(notes):
         text = filler(f"pager note {n}", 200).replace("\n", " ").strip()
         await client.memory_add("w0", text)
@@ -68,7 +76,9 @@ async def seed(client: RosterClient, notes: int, gates: int) -> list[str]:
     for n in range(gates):
         gate = await client.gate_file("w0", f"approve pager change {n}?", channel="c0")
         ids.append(gate.id)
-    return ids
+    opened = await client.session_open("w0", "c0")
+    await send(client, opened.session, turns)
+    return ids, opened.session
 
 
 async def send(client: RosterClient, session: str, turns: int) -> None:
@@ -76,23 +86,12 @@ async def send(client: RosterClient, session: str, turns: int) -> None:
         await client.session_send(session, QUESTION)
 
 
-async def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    # The CLI runs its own event loop, so it gets a thread of its own.
-    assert await anyio.to_thread.run_sync(main, list(argv)) == 0
-    return capsys.readouterr().out
-
-
 @pytest.mark.anyio
 async def test_thirty_turns_send_each_note_and_gate_once(
-    tmp_path: Path, simulator: Simulator, capsys: pytest.CaptureFixture[str]
+    org: Path, tmp_path: Path, simulator: Simulator, cli: Cli
 ) -> None:
-    write_org(tmp_path / "org", engine=simulated_engine(simulator, "anthropic", "max_retries = 0"))
-    with DaemonProcess(tmp_path / "org", tmp_path / "state").start() as process:
-        async with await process.client() as client:
-            gates = await seed(client, notes=20, gates=3)
-            opened = await client.session_open("w0", "c0")
-            session = opened.session
-            await send(client, session, 30)
+    async with process_client(org, tmp_path / "state") as (process, client):
+        gates, session = await seeded_session(client, notes=20, gates=3, turns=30)
 
     assert len(simulator.requests) == 30
     inputs = user_inputs(simulator.requests[-1].body)
@@ -123,26 +122,21 @@ async def test_thirty_turns_send_each_note_and_gate_once(
     assert briefing["already_shown"] == [{"id": g, "since": 1} for g in gates]
     assert last["budget"]["memory"] == last["budget"]["briefing"] == 0
 
-    shown = await cli(capsys, "server", "runs", "show", session, "--state", str(process.state))
+    shown = await cli.in_thread("server", "runs", "show", session, "--state", str(process.state))
     assert "already in the conversation, left out: memory 20 (since turn 1) · briefing 3" in shown
     assert "nothing new: all in the conversation already" in shown
 
 
 @pytest.mark.anyio
 async def test_a_note_or_a_resolution_between_turns_is_in_the_next_turn(
-    tmp_path: Path, simulator: Simulator
+    org: Path, tmp_path: Path, simulator: Simulator
 ) -> None:
-    write_org(tmp_path / "org", engine=simulated_engine(simulator, "anthropic", "max_retries = 0"))
-    with DaemonProcess(tmp_path / "org", tmp_path / "state").start() as process:
-        async with await process.client() as client:
-            gates = await seed(client, notes=5, gates=2)
-            opened = await client.session_open("w0", "c0")
-            session = opened.session
-            await send(client, session, 10)
-            note = await client.memory_add("w0", "pager moved to v2")
-            await send(client, session, 1)
-            await client.gate_resolve(gates[1], "approved")
-            await send(client, session, 2)
+    async with process_client(org, tmp_path / "state") as (process, client):
+        gates, session = await seeded_session(client, notes=5, gates=2, turns=10)
+        note = await client.memory_add("w0", "pager moved to v2")
+        await send(client, session, 1)
+        await client.gate_resolve(gates[1], "approved")
+        await send(client, session, 2)
 
     inputs = user_inputs(simulator.requests[-1].body)
     first = sorted(m["id"] for m in envelopes(inputs[0], "memory"))
@@ -172,28 +166,23 @@ async def test_a_note_or_a_resolution_between_turns_is_in_the_next_turn(
 
 @pytest.mark.anyio
 async def test_what_was_shown_survives_a_restart_and_a_failed_engine_call(
-    tmp_path: Path, simulator: Simulator
+    org: Path, tmp_path: Path, simulator: Simulator
 ) -> None:
-    write_org(tmp_path / "org", engine=simulated_engine(simulator, "anthropic", "max_retries = 0"))
     state = tmp_path / "state"
-    process = DaemonProcess(tmp_path / "org", state).start()
+    process = DaemonProcess(org, state).start()
     async with await process.client() as client:
-        gates = await seed(client, notes=3, gates=1)
-        opened = await client.session_open("w0", "c0")
-        session = opened.session
-        await send(client, session, 1)
+        gates, session = await seeded_session(client, notes=3, gates=1, turns=1)
         await client.memory_add("w0", "pager is flaky on Mondays")
         simulator.script(Status(400, "bad request"))
         with pytest.raises(RpcError):
             await send(client, session, 1)
     assert process.stop() == 0
-    with DaemonProcess(tmp_path / "org", state).start() as process:
-        async with await process.client() as client:
-            reopened = await client.session_open("w0", "c0")
-            assert reopened.session == session
-            await send(client, session, 1)
-            await client.gate_resolve(gates[0], "no")
-            await send(client, session, 1)
+    async with process_client(org, state) as (process, client):
+        reopened = await client.session_open("w0", "c0")
+        assert reopened.session == session
+        await send(client, session, 1)
+        await client.gate_resolve(gates[0], "no")
+        await send(client, session, 1)
 
     first, failed, resumed, resolved = (user_inputs(r.body) for r in simulator.requests)
     # The failed turn's input stays in the transcript and goes out with the
