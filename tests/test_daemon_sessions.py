@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-from harness import DaemonProcess, InProcessDaemon, ManualClock, daemon_in_process
+from harness import DaemonProcess, InProcessDaemon, ManualClock, in_process_client, process_client
 
 from rosterd.client import RosterClient, RpcError
 from rosterd.protocol import DaemonStatus, Delta, RunShown, RunsShow, Wait
@@ -29,6 +29,13 @@ def input_lines(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 async def open_session(client: RosterClient, worker: str = "ada", channel: str = "general") -> str:
     return (await client.session_open(worker, channel)).session
+
+
+async def session_after_hello(client: RosterClient) -> str:
+    """A session of ada in general that had one turn."""
+    session = await open_session(client)
+    await client.session_send(session, "hello")
+    return session
 
 
 @pytest.mark.anyio
@@ -140,10 +147,9 @@ async def test_oversized_identity_fails_open_with_1001_and_a_failed_trace(
     org_dir: Path, tmp_path: Path
 ) -> None:
     (org_dir / "workers" / "ada" / "identity.md").write_text("x" * 12001)
-    with DaemonProcess(org_dir, tmp_path / "state").start() as process:
-        async with await process.client() as client:
-            with pytest.raises(RpcError) as failure:
-                await open_session(client)
+    async with process_client(org_dir, tmp_path / "state") as (process, client):
+        with pytest.raises(RpcError) as failure:
+            await open_session(client)
     error = failure.value
     assert error.code == 1001
     assert error.data["block"] == "identity"
@@ -189,12 +195,11 @@ async def test_restart_resumes_the_same_session_with_the_same_bytes(
         await client.session_send(session, "remember me")
     system_before = (state / "runs" / session / "system.json").read_bytes()
     assert process.stop() == 0
-    with DaemonProcess(org_dir, state).start() as process:
-        async with await process.client() as client:
-            opened = await client.session_open("ada", "general")
-            assert opened.session == session
-            assert opened.turns == 1
-            result = await client.session_send(session, "again")
+    async with process_client(org_dir, state) as (_, client):
+        opened = await client.session_open("ada", "general")
+        assert opened.session == session
+        assert opened.turns == 1
+        result = await client.session_send(session, "again")
     assert result.turn == 2
     assert "transcript 3 messages" in result.text
     assert (state / "runs" / session / "system.json").read_bytes() == system_before
@@ -204,12 +209,8 @@ async def test_restart_resumes_the_same_session_with_the_same_bytes(
 async def test_idle_sessions_expire_at_their_limit_exactly(org_dir: Path, tmp_path: Path) -> None:
     clock = ManualClock()
     state = tmp_path / "state"
-    async with (
-        daemon_in_process(org_dir, state, clock=clock) as daemon,
-        await daemon.client() as client,
-    ):
-        session = await open_session(client)
-        await client.session_send(session, "hello")
+    async with in_process_client(org_dir, state, clock=clock) as (_, client):
+        session = await session_after_hello(client)
         clock.advance(899.9)
         kept = await client.session_send(session, "in time")
         clock.advance(900)
@@ -228,12 +229,8 @@ async def test_the_reaper_expires_sessions_no_one_touches(org_dir: Path, tmp_pat
     toml = org_dir / "org.toml"
     toml.write_text(toml.read_text().replace("session_idle_s = 900", "session_idle_s = 0.4"))
     clock = ManualClock()
-    async with (
-        daemon_in_process(org_dir, tmp_path / "state", clock=clock) as daemon,
-        await daemon.client() as client,
-    ):
-        session = await open_session(client)
-        await client.session_send(session, "hello")
+    async with in_process_client(org_dir, tmp_path / "state", clock=clock) as (_, client):
+        session = await session_after_hello(client)
         # The reaper sleeps on the daemon's clock: moving it wakes the reaper,
         # which expires the session and goes back to sleep.
         clock.advance(0.4)
@@ -248,12 +245,8 @@ async def test_the_reaper_expires_sessions_no_one_touches(org_dir: Path, tmp_pat
 @pytest.mark.anyio
 async def test_an_idle_session_is_not_reopened_but_replaced(org_dir: Path, tmp_path: Path) -> None:
     clock = ManualClock()
-    async with (
-        daemon_in_process(org_dir, tmp_path / "state", clock=clock) as daemon,
-        await daemon.client() as client,
-    ):
-        session = await open_session(client)
-        await client.session_send(session, "hello")
+    async with in_process_client(org_dir, tmp_path / "state", clock=clock) as (_, client):
+        session = await session_after_hello(client)
         clock.advance(900)
         fresh = await open_session(client)
         result = await client.session_send(fresh, "again")
@@ -273,10 +266,9 @@ async def test_a_failed_last_turn_keeps_its_number_across_a_restart(
         with pytest.raises(RpcError):
             await client.session_send(session, "x" * 24001)
     assert process.stop() == 0
-    with DaemonProcess(org_dir, state).start() as process:
-        async with await process.client() as client:
-            await open_session(client)
-            result = await client.session_send(session, "again")
+    async with process_client(org_dir, state) as (_, client):
+        await open_session(client)
+        result = await client.session_send(session, "again")
     assert result.turn == 3
     turns = [r["turn"] for r in context_records(state, session) if r["kind"] == "turn"]
     assert turns == [1, 2, 3]
@@ -289,17 +281,10 @@ async def test_a_session_that_expired_while_the_daemon_was_down_is_not_resumed(
     caplog.set_level(logging.INFO, logger="rosterd")
     clock = ManualClock()
     state = tmp_path / "state"
-    async with (
-        daemon_in_process(org_dir, state, clock=clock) as daemon,
-        await daemon.client() as client,
-    ):
-        session = await open_session(client)
-        await client.session_send(session, "hello")
+    async with in_process_client(org_dir, state, clock=clock) as (_, client):
+        session = await session_after_hello(client)
     clock.advance(900)
-    async with (
-        daemon_in_process(org_dir, state, clock=clock) as daemon,
-        await daemon.client() as client,
-    ):
+    async with in_process_client(org_dir, state, clock=clock) as (_, client):
         fresh = await open_session(client)
     assert fresh != session
     info = msgspec.json.decode((state / "runs" / session / "run.json").read_bytes())
