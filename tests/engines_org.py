@@ -4,14 +4,16 @@ with a fallback, and a session paced on a shared clock."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from harness import ManualClock, daemon_in_process
+from harness import ManualClock, daemon_in_process, in_process_client
 from orgs import write_org
 from simulator import Recorded, Simulator
 
+from rosterd.client import RosterClient
 from rosterd.engines import AnthropicEngine, Backoff, Engine, OpenAIEngine
 from rosterd.org import EngineConfig, EngineKind
 from rosterd.protocol import TranscriptEntry, TurnResult, Wait
@@ -26,6 +28,7 @@ __all__ = (
     "one_turn",
     "openai_engine",
     "paced_session",
+    "w0_session",
 )
 
 # The engine kinds the simulator speaks: tests that hold for every provider
@@ -82,6 +85,13 @@ def fallback_org(
     )
 
 
+@asynccontextmanager
+async def w0_session(org: Path, state: Path) -> AsyncIterator[tuple[RosterClient, str]]:
+    """A daemon of *org* in process, a client of it, and a session of w0 in c0."""
+    async with in_process_client(org, state) as (_, client):
+        yield client, (await client.session_open("w0", "c0")).session
+
+
 async def one_turn(org: Path, state: Path, text: str = "hello") -> tuple[TurnResult, list[Wait]]:
     """One session turn of w0 in c0 on a daemon of *org*: its result, and
     every ``turn.wait`` its client heard."""
@@ -90,9 +100,8 @@ async def one_turn(org: Path, state: Path, text: str = "hello") -> tuple[TurnRes
     async def heard(wait: Wait) -> None:
         waits.append(wait)
 
-    async with daemon_in_process(org, state) as daemon, await daemon.client() as client:
-        opened = await client.session_open("w0", "c0")
-        result = await client.session_send(opened.session, text, on_wait=heard)
+    async with w0_session(org, state) as (client, session):
+        result = await client.session_send(session, text, on_wait=heard)
     return result, waits
 
 

@@ -213,10 +213,12 @@ async def process_client(
 ) -> AsyncIterator[tuple[DaemonProcess, RosterClient]]:
     """``roster serve`` on *org* as a child process (*options* as
     ``DaemonProcess`` takes them) and a client connected to it; at the end of
-    the block the client closes and the daemon stops."""
+    the block the client closes and the daemon stops, draining, with exit
+    status 0 (a restart after it finds what a clean stop left)."""
     with DaemonProcess(org, state, **options).start() as process:
         async with await process.client() as client:
             yield process, client
+        assert process.stop() == 0, process.log()
 
 
 async def wait_task(client: RosterClient, task: str, *statuses: str) -> TaskState:

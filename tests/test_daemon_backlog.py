@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from harness import Cli, DaemonProcess, process_client, set_engine
+from harness import Cli, process_client, set_engine
 from orgs import simulated_engine
 from simulator import Simulator
 
@@ -137,12 +137,10 @@ async def test_a_resumed_session_continues_the_backlog_where_it_stopped(
     org: Path, tmp_path: Path, simulator: Simulator
 ) -> None:
     state = tmp_path / "state"
-    process = DaemonProcess(org, state).start()
-    async with await process.client() as client:
+    async with process_client(org, state) as (_, client):
         ada = (await client.session_open("ada", "general")).session
         await send(client, ada, "first", "alice")
         await client.channel_post("general", "bob", "ping")
-    assert process.stop() == 0
     async with process_client(org, state) as (_, client):
         assert (await client.session_open("ada", "general")).session == ada
         await send(client, ada, "second", "alice")

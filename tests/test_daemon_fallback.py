@@ -4,20 +4,18 @@ by the next engine, before any output reached the client, and only then."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from functools import partial
 from pathlib import Path
 
-import anyio.to_thread
+import anyio
 import pytest
-from engines_org import fallback_org, one_turn
-from harness import daemon_in_process
+from engines_org import fallback_org, one_turn, w0_session
+from harness import Cli, daemon_in_process
 from orgs import write_org
 from simulator import Delay, Drop, Hangup, Reply, Simulator, Status
 
 from rosterd import ConfigError
-from rosterd.cli import main
 from rosterd.client import RosterClient, RpcError
 from rosterd.org import load_org
 from rosterd.protocol import Delta, Wait
@@ -25,17 +23,12 @@ from rosterd.protocol import Delta, Wait
 pytestmark = pytest.mark.anyio
 
 
-@asynccontextmanager
-async def session(
+def session(
     tmp_path: Path, primary: Simulator, fallback: Simulator, extra: str = ""
-) -> AsyncIterator[tuple[RosterClient, str]]:
+) -> AbstractAsyncContextManager[tuple[RosterClient, str]]:
+    """A session of w0 in c0 on *primary*'s Messages API, falling back to *fallback*'s."""
     org = fallback_org(tmp_path / "org", primary.anthropic_url, fallback.openai_url, extra=extra)
-    async with (
-        daemon_in_process(org, tmp_path / "state") as daemon,
-        await daemon.client() as client,
-    ):
-        opened = await client.session_open("w0", "c0")
-        yield client, opened.session
+    return w0_session(org, tmp_path / "state")
 
 
 @pytest.mark.parametrize(
@@ -44,7 +37,7 @@ async def session(
     ids=["529", "429", "503", "401", "reset"],
 )
 async def test_the_fallback_answers_when_the_engine_cannot_and_the_next_turn_tries_it_again(
-    tmp_path: Path, failure: Status | Hangup, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, failure: Status | Hangup, cli: Cli
 ) -> None:
     async with Simulator() as primary, Simulator() as fallback:
         primary.script(failure, Reply("from claude"))
@@ -65,16 +58,9 @@ async def test_the_fallback_answers_when_the_engine_cannot_and_the_next_turn_tri
     assert verdicts[1] is not None and verdicts[1].verdict != "fallback"
     # Visible where operators look: runs show and stats cache.
     state = str(tmp_path / "state")
-    capsys.readouterr()
-    assert (
-        await anyio.to_thread.run_sync(
-            main, ["server", "runs", "show", session_id, "--state", state]
-        )
-        == 0
-    )
-    assert "answered by fallback engine local" in capsys.readouterr().out
-    assert await anyio.to_thread.run_sync(main, ["server", "stats", "cache", "--state", state]) == 0
-    assert "fallback" in capsys.readouterr().out
+    shown_text = await cli.in_thread("server", "runs", "show", session_id, "--state", state)
+    assert "answered by fallback engine local" in shown_text
+    assert "fallback" in await cli.in_thread("server", "stats", "cache", "--state", state)
 
 
 async def test_a_call_no_engine_answers_names_every_engine_tried(tmp_path: Path) -> None:
@@ -146,16 +132,12 @@ async def test_an_open_breaker_fails_a_call_at_once_without_asking_the_provider(
         # No fallback: an open breaker fails the call at once.
         breaker = "max_retries = 0\nbreaker_failures = 2\nbreaker_cooldown_s = 600\n"
         org = fallback_org(tmp_path / "org", primary.anthropic_url, None, settings=breaker)
-        async with (
-            daemon_in_process(org, tmp_path / "state") as daemon,
-            await daemon.client() as client,
-        ):
-            opened = await client.session_open("w0", "c0")
+        async with w0_session(org, tmp_path / "state") as (client, session_id):
             for _ in range(2):
                 with pytest.raises(RpcError):
-                    await client.session_send(opened.session, "are you there?")
+                    await client.session_send(session_id, "are you there?")
             with pytest.raises(RpcError) as paused:
-                await client.session_send(opened.session, "and now?")
+                await client.session_send(session_id, "and now?")
             status = await client.daemon_status()
     # Two calls failed; the third never reached the provider.
     assert len(primary.requests) == 2
@@ -234,13 +216,9 @@ async def test_without_a_fallback_a_call_fails_naming_its_engine_and_when_to_ret
     async with Simulator() as primary:
         primary.script(Status(429, "Slow down", retry_after=20))
         org = fallback_org(tmp_path / "org", primary.anthropic_url, None)
-        async with (
-            daemon_in_process(org, tmp_path / "state") as daemon,
-            await daemon.client() as client,
-        ):
-            opened = await client.session_open("w0", "c0")
+        async with w0_session(org, tmp_path / "state") as (client, session_id):
             with pytest.raises(RpcError) as failed:
-                await client.session_send(opened.session, "hello")
+                await client.session_send(session_id, "hello")
     assert failed.value.code == 1002
     assert failed.value.data is not None
     assert failed.value.data["retry_after"] == 20

@@ -8,14 +8,12 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-import anyio.to_thread
 import pytest
-from engines_org import fallback_org, one_turn
+from engines_org import fallback_org, one_turn, w0_session
 from faultproxy import Fault, fault_proxy
-from harness import daemon_in_process
+from harness import Cli, in_process_client
 from simulator import Simulator
 
-from rosterd.cli import main
 from rosterd.client import RpcError
 
 pytestmark = pytest.mark.anyio
@@ -55,15 +53,11 @@ async def test_a_fault_the_engine_cannot_retry_fails_the_turn_and_loses_nothing(
 ) -> None:
     async with Simulator() as sim, fault_proxy(("127.0.0.1", sim.port), _once(fault)) as proxy:
         org = make_org(tmp_path / "org", proxy.url, retries=1, fallback_url=None)
-        async with (
-            daemon_in_process(org, tmp_path / "state") as daemon,
-            await daemon.client() as client,
-        ):
-            opened = await client.session_open("w0", "c0")
+        async with w0_session(org, tmp_path / "state") as (client, session):
             with pytest.raises(RpcError) as failed:
-                await client.session_send(opened.session, "hello")
-            again = await client.session_send(opened.session, "hello again")
-            shown = await client.runs_show(opened.session)
+                await client.session_send(session, "hello")
+            again = await client.session_send(session, "hello again")
+            shown = await client.runs_show(session)
     assert failed.value.code == 1002
     assert again.turn == 2
     # Both messages went to the engine with the second turn's request.
@@ -79,17 +73,12 @@ async def test_a_fault_before_any_output_goes_to_the_fallback(tmp_path: Path, fa
         fault_proxy(("127.0.0.1", sim.port), _once(fault)) as proxy,
     ):
         org = make_org(tmp_path / "org", proxy.url, retries=0, fallback_url=local.openai_url)
-        async with (
-            daemon_in_process(org, tmp_path / "state") as daemon,
-            await daemon.client() as client,
-        ):
-            opened = await client.session_open("w0", "c0")
-            result = await client.session_send(opened.session, "hello")
+        result, _ = await one_turn(org, tmp_path / "state")
     assert result.text and len(local.requests) == 1
 
 
 async def test_two_hundred_turns_with_a_third_of_calls_refused_all_answered(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, cli: Cli
 ) -> None:
     rng = random.Random(29)
     refused = {n: rng.choice(("429", "529")) for n in range(1000) if rng.random() < 0.3}
@@ -105,7 +94,7 @@ async def test_two_hundred_turns_with_a_third_of_calls_refused_all_answered(
         fault_proxy(("127.0.0.1", sim.port), plan, retry_after=0.01) as proxy,
     ):
         org = make_org(tmp_path / "org", proxy.url, retries=0, fallback_url=local.openai_url)
-        async with daemon_in_process(org, state) as daemon, await daemon.client() as client:
+        async with in_process_client(org, state) as (_, client):
             for channel in range(10):
                 opened = await client.session_open("w0", f"c{channel}")
                 for turn in range(20):
@@ -118,12 +107,8 @@ async def test_two_hundred_turns_with_a_third_of_calls_refused_all_answered(
     # Every refused call went to the fallback, and so did the calls made
     # while a 429's retry-after ran.
     assert injected > 30 and len(local.requests) >= injected
-    capsys.readouterr()
-    assert (
-        await anyio.to_thread.run_sync(main, ["server", "stats", "cache", "--state", str(state)])
-        == 0
-    )
-    counted = re.search(r"fallback\D+(\d+)", capsys.readouterr().out)
+    stats = await cli.in_thread("server", "stats", "cache", "--state", str(state))
+    counted = re.search(r"fallback\D+(\d+)", stats)
     assert counted is not None and int(counted[1]) == len(local.requests)
 
 

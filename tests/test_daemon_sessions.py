@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-from harness import DaemonProcess, InProcessDaemon, ManualClock, in_process_client, process_client
+from harness import InProcessDaemon, ManualClock, in_process_client, process_client
 
 from rosterd.client import RosterClient, RpcError
 from rosterd.protocol import DaemonStatus, Delta, RunShown, RunsShow, Wait
@@ -189,12 +189,10 @@ async def test_restart_resumes_the_same_session_with_the_same_bytes(
     org_dir: Path, tmp_path: Path
 ) -> None:
     state = tmp_path / "state"
-    process = DaemonProcess(org_dir, state).start()
-    async with await process.client() as client:
+    async with process_client(org_dir, state) as (_, client):
         session = await open_session(client)
         await client.session_send(session, "remember me")
     system_before = (state / "runs" / session / "system.json").read_bytes()
-    assert process.stop() == 0
     async with process_client(org_dir, state) as (_, client):
         opened = await client.session_open("ada", "general")
         assert opened.session == session
@@ -259,13 +257,11 @@ async def test_a_failed_last_turn_keeps_its_number_across_a_restart(
     org_dir: Path, tmp_path: Path
 ) -> None:
     state = tmp_path / "state"
-    process = DaemonProcess(org_dir, state).start()
-    async with await process.client() as client:
+    async with process_client(org_dir, state) as (_, client):
         session = await open_session(client)
         await client.session_send(session, "fine")
         with pytest.raises(RpcError):
             await client.session_send(session, "x" * 24001)
-    assert process.stop() == 0
     async with process_client(org_dir, state) as (_, client):
         await open_session(client)
         result = await client.session_send(session, "again")

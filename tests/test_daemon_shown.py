@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from harness import Cli, DaemonProcess, InProcessDaemon, process_client
+from harness import Cli, InProcessDaemon, process_client
 from orgs import filler, simulated_engine, write_org
 from simulator import Simulator, Status
 
@@ -169,15 +169,13 @@ async def test_what_was_shown_survives_a_restart_and_a_failed_engine_call(
     org: Path, tmp_path: Path, simulator: Simulator
 ) -> None:
     state = tmp_path / "state"
-    process = DaemonProcess(org, state).start()
-    async with await process.client() as client:
+    async with process_client(org, state) as (_, client):
         gates, session = await seeded_session(client, notes=3, gates=1, turns=1)
         await client.memory_add("w0", "pager is flaky on Mondays")
         simulator.script(Status(400, "bad request"))
         with pytest.raises(RpcError):
             await send(client, session, 1)
-    assert process.stop() == 0
-    async with process_client(org, state) as (process, client):
+    async with process_client(org, state) as (_, client):
         reopened = await client.session_open("w0", "c0")
         assert reopened.session == session
         await send(client, session, 1)
