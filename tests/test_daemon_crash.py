@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from harness import DaemonProcess
+from harness import DaemonProcess, process_client
 
 from rosterd import RosterError
 from rosterd.client import RosterClient
@@ -25,6 +25,18 @@ def tear_last_line(path: Path) -> None:
     """Leave half a record at the end, as a crash in the middle of a write does."""
     with open(path, "ab") as torn:
         torn.write(b'{"turn": 999, "role": "user", "cont')
+
+
+async def killed_mid_stream(
+    process: DaemonProcess, kill_at: tuple[int, int]
+) -> tuple[str, list[tuple[int, str]]]:
+    """Start *process*, open ada's session in general and send it turns
+    until *process* is killed at *kill_at* (``turns_until_killed``): the
+    session and the turns acknowledged before."""
+    process.start()
+    async with await process.client() as client:
+        session = (await client.session_open("ada", "general")).session
+        return session, await turns_until_killed(client, session, process, kill_at)
 
 
 async def turns_until_killed(
@@ -78,19 +90,15 @@ async def test_kill_9_mid_stream_keeps_every_acknowledged_turn(
     org_dir: Path, tmp_path: Path, seed: int
 ) -> None:
     state = tmp_path / "state"
-    process = DaemonProcess(org_dir, state).start()
-    async with await process.client() as client:
-        session = (await client.session_open("ada", "general")).session
-        acknowledged = await turns_until_killed(client, session, process, kill_point(seed))
+    session, acknowledged = await killed_mid_stream(DaemonProcess(org_dir, state), kill_point(seed))
     assert_kept(transcript(state, session), acknowledged)
 
     tear_last_line(state / "runs" / session / "transcript.jsonl")
-    with DaemonProcess(org_dir, state).start() as process:
-        async with await process.client() as client:
-            opened = await client.session_open("ada", "general")
-            assert opened.session == session
-            assert opened.turns >= len(acknowledged)
-            result = await client.session_send(session, "after restart")
+    async with process_client(org_dir, state) as (process, client):
+        opened = await client.session_open("ada", "general")
+        assert opened.session == session
+        assert opened.turns >= len(acknowledged)
+        result = await client.session_send(session, "after restart")
     assert result.turn == opened.turns + 1
     assert "dropped a torn last line" in process.log()
     assert all(e.turn != 999 for e in transcript(state, session))
@@ -127,17 +135,13 @@ async def test_kill_9_mid_stream_on_a_database_keeps_every_acknowledged_turn(
 ) -> None:
     toml = org_dir / "org.toml"
     toml.write_text(toml.read_text().replace("[daemon]\n", "[daemon]\nlease_s = 1\n", 1))
-    process = DaemonProcess(org_dir, tmp_path / "a", database=postgres_url).start()
-    async with await process.client() as client:
-        opened = await client.session_open("ada", "general")
-        session = opened.session
-        acknowledged = await turns_until_killed(client, session, process, kill_point(3))
+    first = DaemonProcess(org_dir, tmp_path / "a", database=postgres_url)
+    session, acknowledged = await killed_mid_stream(first, kill_point(3))
 
-    with DaemonProcess(org_dir, tmp_path / "b", database=postgres_url).start() as process:
-        async with await process.client() as client:
-            reopened = await client.session_open("ada", "general")
-            assert reopened.session == session
-            entries = (await client.runs_show(session)).transcript
-            after = await client.session_send(session, "after")
+    async with process_client(org_dir, tmp_path / "b", database=postgres_url) as (_, client):
+        reopened = await client.session_open("ada", "general")
+        assert reopened.session == session
+        entries = (await client.runs_show(session)).transcript
+        after = await client.session_send(session, "after")
     assert_kept(entries, acknowledged)
     assert after.turn == reopened.turns + 1
