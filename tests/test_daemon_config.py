@@ -45,15 +45,16 @@ def symlink_outside(org: Path) -> None:
     os.symlink(outside, identity)
 
 
+# Each broken edit, and what the daemon reports of it.
+BREAKAGES: list[tuple[Callable[[Path], None], str]] = [
+    (break_toml, "invalid TOML"),
+    (delete_identity, "identity.md: file is missing"),
+    (symlink_outside, "outside the org directory"),
+]
+
+
 @pytest.mark.anyio
-@pytest.mark.parametrize(
-    ("breakage", "reported"),
-    [
-        (break_toml, "invalid TOML"),
-        (delete_identity, "identity.md: file is missing"),
-        (symlink_outside, "outside the org directory"),
-    ],
-)
+@pytest.mark.parametrize(("breakage", "reported"), BREAKAGES)
 async def test_a_broken_edit_is_reported_and_the_last_good_org_stays(
     served: InProcessDaemon, org_dir: Path, breakage: Callable[[Path], None], reported: str
 ) -> None:

@@ -16,18 +16,10 @@ import anyio
 import anyio.to_thread
 import pytest
 from harness import DaemonProcess, InProcessDaemon
-from test_daemon_config import (
-    break_toml,
-    delete_identity,
-    huge_purpose,
-    status_after_edit,
-    symlink_outside,
-)
+from test_daemon_config import BREAKAGES, huge_purpose, status_after_edit
 
 from rosterd.client import RosterClient, RpcError
 from rosterd.protocol import TurnRequest
-
-BREAKAGES = [break_toml, delete_identity, symlink_outside]
 
 
 async def last_request(client: RosterClient, run: str) -> TurnRequest:
@@ -42,7 +34,7 @@ async def turn(client: RosterClient, worker: str, channel: str, text: str) -> Tu
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("breakage", BREAKAGES)
+@pytest.mark.parametrize("breakage", [breakage for breakage, _ in BREAKAGES])
 async def test_frozen_prompts_do_not_move_and_new_sessions_get_the_last_good_files(
     served: InProcessDaemon, org_dir: Path, breakage: Callable[[Path], None]
 ) -> None:
@@ -64,14 +56,7 @@ async def test_frozen_prompts_do_not_move_and_new_sessions_get_the_last_good_fil
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(
-    ("breakage", "reported"),
-    [
-        (break_toml, "invalid TOML"),
-        (delete_identity, "identity.md: file is missing"),
-        (symlink_outside, "outside the org directory"),
-    ],
-)
+@pytest.mark.parametrize(("breakage", "reported"), BREAKAGES)
 async def test_a_daemon_started_on_a_broken_org_refuses_with_one_clear_line(
     org_dir: Path, tmp_path: Path, breakage: Callable[[Path], None], reported: str
 ) -> None:

@@ -67,7 +67,10 @@ def second_uid_available() -> str | None:
 
 @pytest.fixture
 def socket_dir() -> Iterator[Path]:
-    """A socket directory the second uid can traverse (pytest's tmp dirs are 0700)."""
+    """A socket directory the second uid can traverse (pytest's tmp dirs are
+    0700); the test is skipped where no client can run as a second uid."""
+    if reason := second_uid_available():
+        pytest.skip(reason)
     path = Path(tempfile.mkdtemp(prefix="rosterd-peer-"))
     path.chmod(0o755)
     yield path
@@ -105,8 +108,6 @@ async def memory_texts(process: DaemonProcess) -> list[str]:
 async def test_a_client_of_another_uid_is_refused_before_any_method_runs(
     org_dir: Path, tmp_path: Path, socket_dir: Path
 ) -> None:
-    if reason := second_uid_available():
-        pytest.skip(reason)
     process = start_shared(org_dir, tmp_path / "state", socket_dir, "")
     try:
         seen = await as_nobody(
@@ -130,8 +131,6 @@ async def test_a_client_of_another_uid_is_refused_before_any_method_runs(
 async def test_a_client_of_an_allowed_uid_or_gid_is_served(
     org_dir: Path, tmp_path: Path, socket_dir: Path, allow: str
 ) -> None:
-    if reason := second_uid_available():
-        pytest.skip(reason)
     process = start_shared(org_dir, tmp_path / "state", socket_dir, allow)
     try:
         seen = await as_nobody(
@@ -172,8 +171,6 @@ async def holding(socket: Path, uid: int, count: int) -> AsyncIterator[list[int]
 async def test_one_uid_holds_at_most_its_share_of_connections_and_others_still_get_in(
     org_dir: Path, tmp_path: Path, socket_dir: Path
 ) -> None:
-    if reason := second_uid_available():
-        pytest.skip(reason)
     other = NOBODY - 1
     allow = f"allow_uids = [0, {NOBODY}, {other}]\nmax_connections = 8\nidle_timeout_s = 600\n"
     process = start_shared(org_dir, tmp_path / "state", socket_dir, allow)
