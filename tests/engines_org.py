@@ -9,13 +9,15 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from harness import ManualClock, daemon_in_process, in_process_client
 from orgs import write_org
-from simulator import Recorded, Simulator
+from simulator import Conversation, Recorded, Simulator
 
+from rosterd import EngineError
 from rosterd.client import RosterClient
-from rosterd.engines import AnthropicEngine, Backoff, Engine, OpenAIEngine
-from rosterd.org import EngineConfig, EngineKind
+from rosterd.engines import AnthropicEngine, Backoff, Engine, EngineReply, OpenAIEngine
+from rosterd.org import EngineConfig, EngineKind, Org
 from rosterd.protocol import TranscriptEntry, TurnResult, Wait
 
 __all__ = (
@@ -25,6 +27,8 @@ __all__ = (
     "anthropic_engine",
     "engine_for",
     "fallback_org",
+    "hello",
+    "hello_refused",
     "one_turn",
     "openai_engine",
     "paced_session",
@@ -56,6 +60,31 @@ def engine_for(
     base = sim.anthropic_url if kind == "anthropic" else sim.openai_url
     settings = EngineConfig(kind=kind, model=model, base_url=base, **config)
     return _HTTP_ENGINES[kind](settings, api_key=api_key, backoff=backoff)
+
+
+async def hello(engine: Engine, org: Org) -> EngineReply:
+    """*engine*'s reply to "hello" from w0 in c0 of *org*; the engine is
+    closed after, whatever happened."""
+    try:
+        return await Conversation(org, "w0", "c0").say(engine, "hello")
+    finally:
+        await engine.aclose()
+
+
+async def hello_refused(
+    engine: Engine, conversation: Conversation | Org, match: str | None = None
+) -> EngineError:
+    """The ``EngineError`` (matching *match*) *engine* raises for "hello"
+    in *conversation* (given an org: a new one of w0 in c0); the engine is
+    closed after, whatever happened."""
+    if isinstance(conversation, Org):
+        conversation = Conversation(conversation, "w0", "c0")
+    try:
+        with pytest.raises(EngineError, match=match) as caught:
+            await conversation.say(engine, "hello")
+    finally:
+        await engine.aclose()
+    return caught.value
 
 
 def fallback_org(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from engines_org import engine_for
+from engines_org import engine_for, hello, hello_refused
 from orgs import write_org
 from simulator import (
     Conversation,
@@ -46,12 +46,10 @@ def org(tmp_path: Path) -> Org:
 make_engine = partial(engine_for, api_key=KEY, max_retries=2, timeout_s=10.0)
 
 
-async def fail(engine: Engine, conversation: Conversation) -> EngineError:
-    with pytest.raises(EngineError) as caught:
-        await conversation.say(engine, "hello")
-    await engine.aclose()
-    assert KEY not in str(caught.value)
-    return caught.value
+async def fail(engine: Engine, conversation: Conversation | Org) -> EngineError:
+    error = await hello_refused(engine, conversation)
+    assert KEY not in str(error)
+    return error
 
 
 async def test_a_429_then_success_is_retried(sim: Simulator, org: Org, kind: EngineKind) -> None:
@@ -71,9 +69,7 @@ async def test_a_hangup_before_any_response_is_retried(
     sim: Simulator, org: Org, kind: EngineKind
 ) -> None:
     sim.script(Hangup())
-    engine = make_engine(kind, sim)
-    reply = await Conversation(org, "w0", "c0").say(engine, "hello")
-    await engine.aclose()
+    reply = await hello(make_engine(kind, sim), org)
     assert reply.text
     assert len(sim.requests) == 2
 
@@ -84,8 +80,7 @@ async def test_retry_after_overrides_a_long_backoff(
     sim.script(Status(503, retry_after=0), Status(429, retry_after=0))
     engine = make_engine(kind, sim, backoff=Backoff(base_s=600, cap_s=600))
     with anyio.fail_after(60):
-        reply = await Conversation(org, "w0", "c0").say(engine, "hello")
-    await engine.aclose()
+        reply = await hello(engine, org)
     assert reply.text
     assert len(sim.requests) == 3
 
@@ -94,7 +89,7 @@ async def test_three_500s_fail_naming_provider_and_status(
     sim: Simulator, org: Org, kind: EngineKind
 ) -> None:
     sim.script(*[Status(500, "the backend fell over")] * 3)
-    error = await fail(make_engine(kind, sim, max_retries=2), Conversation(org, "w0", "c0"))
+    error = await fail(make_engine(kind, sim, max_retries=2), org)
     assert error.provider == kind
     assert error.status == 500
     assert error.retryable
@@ -106,7 +101,7 @@ async def test_three_500s_fail_naming_provider_and_status(
 
 async def test_a_client_error_is_not_retried(sim: Simulator, org: Org, kind: EngineKind) -> None:
     sim.script(Status(400, "prompt is too long"))
-    error = await fail(make_engine(kind, sim), Conversation(org, "w0", "c0"))
+    error = await fail(make_engine(kind, sim), org)
     assert (error.status, error.retryable) == (400, False)
     assert "prompt is too long" in str(error)
     assert len(sim.requests) == 1
@@ -115,7 +110,7 @@ async def test_a_client_error_is_not_retried(sim: Simulator, org: Org, kind: Eng
 async def test_a_stalled_provider_times_out(sim: Simulator, org: Org, kind: EngineKind) -> None:
     sim.script(Stall())
     engine = make_engine(kind, sim, timeout_s=0.2)
-    error = await fail(engine, Conversation(org, "w0", "c0"))
+    error = await fail(engine, org)
     assert error.provider == kind
     assert error.status is None
     assert error.retryable
@@ -156,7 +151,7 @@ async def test_a_broken_stream_is_an_error_not_a_partial_reply(
 async def test_a_refused_connection_is_retried_then_reported(org: Org, kind: EngineKind) -> None:
     async with Simulator() as closed:
         pass  # its port, where nothing listens once it closed
-    error = await fail(make_engine(kind, closed, max_retries=1), Conversation(org, "w0", "c0"))
+    error = await fail(make_engine(kind, closed, max_retries=1), org)
     assert error.status is None
     assert "cannot connect" in str(error)
     assert "2 attempts" in str(error)
@@ -191,8 +186,8 @@ async def test_a_refusal_for_length_is_flagged_and_not_retried(
     )
     sim.script(too_long, Status(400, "max_tokens: must be positive"))
     engine = make_engine(kind, sim)
-    refused = await fail(engine, Conversation(org, "w0", "c0"))
-    other = await fail(make_engine(kind, sim), Conversation(org, "w0", "c0"))
+    refused = await fail(engine, org)
+    other = await fail(make_engine(kind, sim), org)
     assert (refused.status, refused.context_exceeded, refused.retryable) == (400, True, False)
     assert (other.status, other.context_exceeded) == (400, False)
     assert len(sim.requests) == 2

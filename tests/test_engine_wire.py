@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from engines_org import engine_for
+from engines_org import engine_for, hello, hello_refused
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from orgs import write_org
@@ -21,7 +21,6 @@ from simulator import (
     prompt_bytes,
 )
 
-from rosterd import EngineError
 from rosterd.org import EngineKind, Org, load_org
 
 pytestmark = pytest.mark.anyio
@@ -129,22 +128,14 @@ async def test_a_messages_stream_without_message_stop_still_fails(org: Org) -> N
     async with Simulator() as sim:
         sim.script(Omit("message_stop"))
         engine = engine_for("anthropic", sim, max_retries=2)
-        try:
-            with pytest.raises(EngineError, match="ended before message_stop") as caught:
-                await Conversation(org, "w0", "c0").say(engine, "hello")
-        finally:
-            await engine.aclose()
-    assert caught.value.retryable
+        error = await hello_refused(engine, org, "ended before message_stop")
+    assert error.retryable
 
 
 async def test_an_openai_stream_without_usage_is_answered_with_unknown_usage(org: Org) -> None:
     async with Simulator() as sim:
         sim.script(Omit("usage", text="like ollama"))
-        engine = engine_for("openai", sim, max_retries=2)
-        try:
-            reply = await Conversation(org, "w0", "c0").say(engine, "hello")
-        finally:
-            await engine.aclose()
+        reply = await hello(engine_for("openai", sim, max_retries=2), org)
     assert reply.text == "like ollama"
     assert reply.usage is None
 
@@ -175,13 +166,7 @@ async def test_a_prompt_over_the_context_window_is_flagged(
     org: Org, kind: EngineKind, server: Server
 ) -> None:
     async with Simulator(context_tokens=50, server=server) as sim:
-        engine = engine_for(kind, sim, max_retries=2)
-        try:
-            with pytest.raises(EngineError) as caught:
-                await Conversation(org, "w0", "c0").say(engine, "hello")
-        finally:
-            await engine.aclose()
-    error = caught.value
+        error = await hello_refused(engine_for(kind, sim, max_retries=2), org)
     assert error.context_exceeded
     assert error.status == 400
     assert not error.retryable
@@ -192,21 +177,12 @@ async def test_a_prompt_over_the_context_window_is_flagged(
 async def test_other_client_errors_are_not_context_exceeded(org: Org, kind: EngineKind) -> None:
     async with Simulator() as sim:
         sim.script(Status(400, "messages: roles must alternate"))
-        engine = engine_for(kind, sim, max_retries=2)
-        try:
-            with pytest.raises(EngineError) as caught:
-                await Conversation(org, "w0", "c0").say(engine, "hello")
-        finally:
-            await engine.aclose()
-    assert caught.value.status == 400
-    assert not caught.value.context_exceeded
+        error = await hello_refused(engine_for(kind, sim, max_retries=2), org)
+    assert error.status == 400
+    assert not error.context_exceeded
 
 
 async def test_a_prompt_within_the_context_window_is_answered(org: Org, kind: EngineKind) -> None:
     async with Simulator(context_tokens=1_000_000) as sim:
-        engine = engine_for(kind, sim, max_retries=2)
-        try:
-            reply = await Conversation(org, "w0", "c0").say(engine, "hello")
-        finally:
-            await engine.aclose()
+        reply = await hello(engine_for(kind, sim, max_retries=2), org)
     assert reply.text
