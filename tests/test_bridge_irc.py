@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 import anyio
 import msgspec
@@ -71,6 +72,29 @@ async def simulated(root: Path) -> AsyncIterator[tuple[Simulator, InProcessDaemo
         yield sim, daemon
 
 
+class Scene(NamedTuple):
+    """The simulator, the daemon, the bridge on IRC and people in its channel."""
+
+    sim: Simulator
+    daemon: InProcessDaemon
+    bridge: IrcBridge
+    people: list[IrcLink]
+
+
+@asynccontextmanager
+async def on_irc(
+    root: Path, server: IrcServer, *nicks: str, **settings: object
+) -> AsyncIterator[Scene]:
+    """A :class:`Scene`: a daemon in this process on the simulator, the
+    bridge (with *settings*) on *server*, *nicks* in its channel."""
+    async with (
+        simulated(root) as (sim, daemon),
+        bridged(_config(daemon.socket, server.port, **settings)) as bridge,
+        people(server, *nicks) as links,
+    ):
+        yield Scene(sim, daemon, bridge, links)
+
+
 @asynccontextmanager
 async def bridged(config: BridgeConfig) -> AsyncIterator[IrcBridge]:
     bridge = IrcBridge(config)
@@ -110,11 +134,10 @@ async def test_it_listens_to_everyone_and_answers_who_addresses_it(
     tmp_path: Path, ircd: IrcServer
 ) -> None:
     async with (
-        simulated(tmp_path) as (sim, daemon),
-        bridged(_config(daemon.socket, ircd.port)),
-        people(ircd, "alice", "bob", "carol") as (alice, bob, carol),
-        await daemon.client() as client,
+        on_irc(tmp_path, ircd, "alice", "bob", "carol") as scene,
+        await scene.daemon.client() as client,
     ):
+        (alice, bob, carol) = scene.people
         alice.say(CHANNEL, "the build is green")
         bob.say(CHANNEL, "release is on friday")
         carol.say(CHANNEL, "ada: what did they say?")
@@ -127,47 +150,40 @@ async def test_it_listens_to_everyone_and_answers_who_addresses_it(
             assert said in request
         assert request.index("release is on") < request.index("what did they say?")
         # Unaddressed lines got no answer: one request reached the provider.
-        assert len(sim.requests) == 1
+        assert len(scene.sim.requests) == 1
 
 
 async def test_a_private_message_is_answered_privately(tmp_path: Path, ircd: IrcServer) -> None:
-    async with (
-        simulated(tmp_path) as (sim, daemon),
-        bridged(_config(daemon.socket, ircd.port)),
-        people(ircd, "alice") as (alice,),
-    ):
+    async with on_irc(tmp_path, ircd, "alice") as scene:
+        (alice,) = scene.people
         alice.say("ada", "a word in private")
         reply = await heard(alice, _from_ada)
         assert reply.private and reply.text.startswith("Reply ")
-        assert "a word in private" in sim.requests[0].body.decode()
+        assert "a word in private" in scene.sim.requests[0].body.decode()
 
 
 async def test_quick_lines_are_one_turn_and_reply_all_answers_every_line(
     tmp_path: Path, ircd: IrcServer
 ) -> None:
     async with (
-        simulated(tmp_path) as (sim, daemon),
-        bridged(_config(daemon.socket, ircd.port, debounce_s=1.0)),
-        people(ircd, "alice") as (alice,),
-        await daemon.client() as client,
+        on_irc(tmp_path, ircd, "alice", debounce_s=1.0) as scene,
+        await scene.daemon.client() as client,
     ):
+        (alice,) = scene.people
         alice.say(CHANNEL, "first, the logs")
         alice.say(CHANNEL, "then the metrics")
         alice.say(CHANNEL, "@ada which one broke?")
         await heard(alice, _from_ada)
         shown = await client.runs_show(await _session(client))
     turns = [e for e in shown.transcript if e.role == "user"]
-    assert len(turns) == 1 and len(sim.requests) == 1
+    assert len(turns) == 1 and len(scene.sim.requests) == 1
     for line in ("first, the logs", "then the metrics", "@ada which one broke?"):
         assert json.dumps(line)[1:-1] in turns[0].content
 
 
 async def test_reply_all_answers_a_line_that_names_nobody(tmp_path: Path, ircd: IrcServer) -> None:
-    async with (
-        simulated(tmp_path) as (_sim, daemon),
-        bridged(_config(daemon.socket, ircd.port, reply={CHANNEL: "all"})),
-        people(ircd, "alice") as (alice,),
-    ):
+    async with on_irc(tmp_path, ircd, "alice", reply={CHANNEL: "all"}) as scene:
+        (alice,) = scene.people
         alice.say(CHANNEL, "anyone around?")
         assert (await heard(alice, _from_ada)).text.startswith("alice: ")
 
@@ -182,15 +198,12 @@ async def test_a_long_reply_fits_irc_lines_comes_line_by_line_and_is_cut_with_a_
     tmp_path: Path, ircd: IrcServer
 ) -> None:
     assert len(LONG) > 3000
-    async with (
-        simulated(tmp_path) as (sim, daemon),
-        bridged(_config(daemon.socket, ircd.port, max_lines=40, line_interval_s=0.05)) as bridge,
-        people(ircd, "alice") as (alice,),
-    ):
-        sim.script(Reply(LONG))
+    async with on_irc(tmp_path, ircd, "alice", max_lines=40, line_interval_s=0.05) as scene:
+        (alice,) = scene.people
+        scene.sim.script(Reply(LONG))
         alice.say(CHANNEL, "ada: tell me everything")
-        assert bridge._link is not None
-        budget = bridge._link.line_budget(CHANNEL)
+        assert scene.bridge._link is not None
+        budget = scene.bridge._link.line_budget(CHANNEL)
         expected = reply_lines("alice: " + LONG, budget, 40, "")
         got = await lines_from(alice, "ada", len(expected))
         texts = [m.text for _, m in got]
@@ -205,12 +218,9 @@ async def test_lines_go_out_one_per_interval(tmp_path: Path, ircd: IrcServer) ->
     # An interval long beside the loopback's jitter: a line delayed on its
     # way in shortens the gap seen after it by that delay, never by more.
     interval = 0.3
-    async with (
-        simulated(tmp_path) as (sim, daemon),
-        bridged(_config(daemon.socket, ircd.port, line_interval_s=interval)),
-        people(ircd, "alice") as (alice,),
-    ):
-        sim.script(Reply("\n".join(f"line {n}" for n in range(6))))
+    async with on_irc(tmp_path, ircd, "alice", line_interval_s=interval) as scene:
+        (alice,) = scene.people
+        scene.sim.script(Reply("\n".join(f"line {n}" for n in range(6))))
         alice.say(CHANNEL, "ada: slowly, please")
         got = await lines_from(alice, "ada", 6)
     # Never faster than the flood limit.
@@ -221,12 +231,9 @@ async def test_lines_go_out_one_per_interval(tmp_path: Path, ircd: IrcServer) ->
 async def test_past_max_lines_the_last_line_says_where_the_rest_is(
     tmp_path: Path, ircd: IrcServer
 ) -> None:
-    async with (
-        simulated(tmp_path) as (sim, daemon),
-        bridged(_config(daemon.socket, ircd.port, max_lines=3)),
-        people(ircd, "bob") as (bob,),
-    ):
-        sim.script(Reply("\n".join(f"line {n}" for n in range(10))), Reply("one\ntwo\nthree"))
+    async with on_irc(tmp_path, ircd, "bob", max_lines=3) as scene:
+        (bob,) = scene.people
+        scene.sim.script(Reply("\n".join(f"line {n}" for n in range(10))), Reply("one\ntwo\nthree"))
         bob.say(CHANNEL, "ada: and now?")
         cut = [m.text for _, m in await lines_from(bob, "ada", 3)]
         assert cut[:2] == ["bob: line 0", "line 1"]
@@ -241,11 +248,10 @@ async def test_gates_are_listed_to_anyone_and_resolved_by_operators_only(
     tmp_path: Path, ircd: IrcServer
 ) -> None:
     async with (
-        simulated(tmp_path) as (sim, daemon),
-        bridged(_config(daemon.socket, ircd.port)),
-        people(ircd, "mallory", "op") as (mallory, op),
-        await daemon.client() as client,
+        on_irc(tmp_path, ircd, "mallory", "op") as scene,
+        await scene.daemon.client() as client,
     ):
+        (mallory, op) = scene.people
         gate = await client.gate_file("w0", "deploy 1.4 to production?", channel="c0")
         mallory.say(CHANNEL, "!gates")
         listed = await heard(mallory, _from_ada)
@@ -259,7 +265,7 @@ async def test_gates_are_listed_to_anyone_and_resolved_by_operators_only(
         (state,) = await client.gate_list("w0")
         assert (state.status, state.outcome, state.note) == ("resolved", "approved", "go ahead")
         # Commands are not channel talk: nothing was posted, no turn ran.
-        assert not sim.requests
+        assert not scene.sim.requests
 
 
 async def test_the_bridge_comes_back_after_the_irc_server_restarts(
@@ -443,12 +449,8 @@ async def test_over_tls_the_bridge_checks_the_server_certificate(
     monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
     server = IrcServer(pem).start()
     try:
-        async with (
-            Simulator() as sim,
-            daemon_in_process(_org(tmp_path / "org", sim), tmp_path / "state") as daemon,
-            bridged(_config(daemon.socket, server.port, tls=True)),
-            people(server, "alice") as (alice,),
-        ):
+        async with on_irc(tmp_path, server, "alice", tls=True) as scene:
+            (alice,) = scene.people
             alice.say(CHANNEL, "ada: over TLS?")
             assert (await heard(alice, _from_ada)).text.startswith("alice: Reply ")
     finally:
