@@ -48,6 +48,8 @@ from rosterd.protocol import (
     TurnRequest,
 )
 
+pytestmark = pytest.mark.anyio
+
 T = TypeVar("T")
 
 LEASE_S = 1.0
@@ -81,6 +83,14 @@ async def _request(host: DaemonProcess, params: Call[T]) -> T:
         return await client.request(params)
 
 
+async def _session(opener: DaemonProcess, channel: str, sender: DaemonProcess, text: str) -> str:
+    """ada's session in *channel*, opened on *opener*, its first turn *text*
+    sent through *sender*."""
+    session = (await _request(opener, SessionOpen("ada", channel))).session
+    await _request(sender, SessionSend(session, text))
+    return session
+
+
 async def _requests(host: DaemonProcess, run: str) -> list[TurnRequest]:
     """Every request the engine received in *run*, as ``runs.context`` pages them."""
     requests: list[TurnRequest] = []
@@ -93,7 +103,6 @@ async def _requests(host: DaemonProcess, run: str) -> list[TurnRequest]:
         after = page.next
 
 
-@pytest.mark.anyio
 async def test_a_session_alternating_between_hosts_extends_its_request_byte_for_byte(
     hosts: tuple[DaemonProcess, DaemonProcess],
 ) -> None:
@@ -118,13 +127,11 @@ async def test_a_session_alternating_between_hosts_extends_its_request_byte_for_
         assert len(later.messages) == len(earlier.messages) + 2
 
 
-@pytest.mark.anyio
 async def test_memory_and_gates_from_one_host_are_in_the_next_turn_on_the_other(
     hosts: tuple[DaemonProcess, DaemonProcess],
 ) -> None:
     first, second = hosts
-    session = (await _request(first, SessionOpen("ada", "c1"))).session
-    await _request(first, SessionSend(session, "hello"))
+    session = await _session(first, "c1", first, "hello")
     await _request(second, MemoryAdd("ada", "the deploy key rotates fridays"))
     gate = await _request(second, GateFile("ada", "approve the release"))
     await _request(first, SessionSend(session, "what rotates fridays?"))
@@ -136,7 +143,6 @@ async def test_memory_and_gates_from_one_host_are_in_the_next_turn_on_the_other(
     assert listed.status == "resolved"
 
 
-@pytest.mark.anyio
 async def test_forty_tasks_on_two_hosts_each_run_once_spread_over_both(
     hosts: tuple[DaemonProcess, DaemonProcess],
 ) -> None:
@@ -163,14 +169,12 @@ def _simulated(simulator: Simulator) -> str:
     return f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"'
 
 
-@pytest.mark.anyio
 async def test_a_host_killed_mid_turn_releases_the_session_within_its_lease(
     tmp_path: Path, postgres_url: str, simulator: Simulator
 ) -> None:
     org = _org(tmp_path / "org", _simulated(simulator))
     with _started(org, tmp_path, postgres_url) as (first, second):
-        session = (await _request(first, SessionOpen("ada", "c0"))).session
-        await _request(first, SessionSend(session, "one"))
+        session = await _session(first, "c0", first, "one")
         simulator.script(Stall())
         async with anyio.create_task_group() as tg:
             tg.start_soon(_send_ignoring_the_kill, first, session)
@@ -195,7 +199,6 @@ async def _send_ignoring_the_kill(host: DaemonProcess, session: str) -> None:
         return
 
 
-@pytest.mark.anyio
 async def test_a_task_whose_host_died_is_finished_by_the_other(
     tmp_path: Path, postgres_url: str, simulator: Simulator
 ) -> None:
@@ -218,13 +221,11 @@ async def test_a_task_whose_host_died_is_finished_by_the_other(
             second.stop()
 
 
-@pytest.mark.anyio
 async def test_a_client_of_either_host_reads_the_same_trace_bytes(
     hosts: tuple[DaemonProcess, DaemonProcess],
 ) -> None:
     first, second = hosts
-    session = (await _request(first, SessionOpen("ada", "c3"))).session
-    await _request(second, SessionSend(session, "odd \u2028 text \U0001f600"))
+    session = await _session(first, "c3", second, "odd \u2028 text \U0001f600")
     async with (
         await RosterClient.connect(first.socket) as a,
         await RosterClient.connect(second.socket) as b,
@@ -234,7 +235,6 @@ async def test_a_client_of_either_host_reads_the_same_trace_bytes(
     assert shown_a == shown_b
 
 
-@pytest.mark.anyio
 async def test_a_turn_on_one_host_waits_for_a_turn_held_past_its_lease_on_the_other(
     tmp_path: Path, postgres_url: str, simulator: Simulator
 ) -> None:
@@ -246,8 +246,7 @@ async def test_a_turn_on_one_host_waits_for_a_turn_held_past_its_lease_on_the_ot
         finished.append(name)
 
     with _started(org, tmp_path, postgres_url) as (first, second):
-        session = (await _request(first, SessionOpen("ada", "c0"))).session
-        await _request(first, SessionSend(session, "one"))
+        session = await _session(first, "c0", first, "one")
         # Longer than the lease: the first host must renew it to keep the turn.
         simulator.script(Delay(LEASE_S * 1.5))
         async with anyio.create_task_group() as tg:
@@ -275,7 +274,6 @@ def test_serving_a_database_without_a_socket_path_is_one_clear_line(tmp_path: Pa
     )
 
 
-@pytest.mark.anyio
 async def test_a_database_outage_fails_turns_clearly_and_the_daemon_serves_on_once_it_is_back(
     tmp_path: Path,
 ) -> None:
@@ -307,7 +305,6 @@ async def test_a_database_outage_fails_turns_clearly_and_the_daemon_serves_on_on
     assert "Traceback" not in host.log()
 
 
-@pytest.mark.anyio
 async def test_a_session_rolled_over_on_one_host_is_followed_by_the_other(
     tmp_path: Path, postgres_url: str
 ) -> None:
@@ -322,9 +319,8 @@ async def test_a_session_rolled_over_on_one_host_is_followed_by_the_other(
         "history_messages = 2\n"
     )
     with _started(org, tmp_path, postgres_url) as (first, second):
-        old = (await _request(first, SessionOpen("ada", "c0"))).session
         # Both hosts hold a warm copy of the session before it rolls over.
-        await _request(second, SessionSend(old, "warm on b"))
+        old = await _session(first, "c0", second, "warm on b")
         rolled = None
         for n in range(20):
             result = await _request(first, SessionSend(old, f"q{n} " * 20))
@@ -344,13 +340,11 @@ async def test_a_session_rolled_over_on_one_host_is_followed_by_the_other(
         assert (old_info.status, old_info.rolled_to) == ("rolled-over", new)
 
 
-@pytest.mark.anyio
 async def test_a_session_closed_on_one_host_is_closed_on_the_other(
     hosts: tuple[DaemonProcess, DaemonProcess],
 ) -> None:
     first, second = hosts
-    session = (await _request(first, SessionOpen("ada", "c1"))).session
-    await _request(second, SessionSend(session, "warm on b"))
+    session = await _session(first, "c1", second, "warm on b")
     await _request(first, SessionClose(session))
     with pytest.raises(RpcError) as closed:
         await _request(second, SessionSend(session, "too late"))
@@ -360,7 +354,6 @@ async def test_a_session_closed_on_one_host_is_closed_on_the_other(
     assert (await _request(first, RunsShow(session))).info.status == "closed"
 
 
-@pytest.mark.anyio
 async def test_a_direct_run_cut_off_by_a_dead_host_is_marked_by_the_live_one(
     tmp_path: Path, postgres_url: str, simulator: Simulator
 ) -> None:
