@@ -426,6 +426,8 @@ class MemoryRanking:
         scored = self._scored
         if scored is None or not shown:
             return [([], [], None) for _ in shown]
+        import numpy as np
+
         from ._scoring import lenders
 
         view = self._view
@@ -434,6 +436,13 @@ class MemoryRanking:
         borrowing = [(t, self.forms[t]) for t in self.query if self.query[t] != 1.0]
         borrowing += [(t, t) for t in sorted(scored.expansion)]
         ordinals = [r.ordinal for r in shown]
+        notes = np.asarray(ordinals, np.int64)
+        # Which of the shown notes hold each term: from the postings the
+        # scoring read, in one search.
+        terms = [*message, *borrowing]
+        rows = scored.holding([t for t, _ in terms], notes, view._size).tolist()
+        held = [(form, row) for (_, form), row in zip(terms, rows, strict=True)]
+        own_terms, more_terms = held[: len(message)], held[len(message) :]
         # Where its own terms account for its whole score, no neighbour lent any.
         lent = [r.score > 0.0 and r.own < r.score - 1e-6 for r in shown]
         besides = lenders(scored, view._columns, ordinals, lent)
@@ -442,10 +451,8 @@ class MemoryRanking:
             if not ranked.score:
                 found.append(([], [], None))
                 continue
-            # The note's own terms, as its postings were built from them.
-            held = held_terms(ranked.item.text)
-            own = [form for term, form in message if term in held]
-            more = [form for term, form in borrowing if term in held]
+            own = [form for form, held in own_terms if held[n]]
+            more = [form for form, held in more_terms if held[n]]
             beside = besides[n]
             found.append((own, more, None if beside < 0 else view.item(beside).id))
         return found

@@ -73,6 +73,8 @@ _SCALE = 1e6
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
+# Postings entries as NumPy reads them: ordinal << TF_BITS | tf.
+Packed = npt.NDArray[np.uint32]
 
 
 class Columns:
@@ -164,17 +166,44 @@ class Scored:
     """The candidates of one query: the notes holding one of its terms and
     the notes written beside those, ascending, with their final scores in
     millionths and their own BM25 score (before neighbours lent them any);
-    and the terms feedback added to the query."""
+    the terms feedback added to the query; and each query term's postings
+    as the scoring read them."""
 
-    __slots__ = ("expansion", "final", "ordinals", "own")
+    __slots__ = ("expansion", "final", "held", "ordinals", "own")
 
     def __init__(
-        self, ordinals: Ints, final: Ints, own: Floats, expansion: Mapping[str, float]
+        self,
+        ordinals: Ints,
+        final: Ints,
+        own: Floats,
+        expansion: Mapping[str, float],
+        held: Mapping[str, Packed],
     ) -> None:
         self.ordinals = ordinals
         self.final = final
         self.own = own
         self.expansion = expansion
+        self.held = held
+
+    def holding(self, terms: Sequence[str], notes: Ints, size: int) -> npt.NDArray[np.bool_]:
+        """Which of *notes* (ordinals below *size*) hold each of *terms*: a
+        row per term. One search over every term's postings laid end to
+        end, each term's shifted past the one before, whatever the count
+        of terms and notes."""
+        found = [
+            (t, packed)
+            for t, term in enumerate(terms)
+            if len(packed := self.held.get(term, _NO_POSTINGS))
+        ]
+        if not found or not len(notes):
+            return np.zeros((len(terms), len(notes)), np.bool_)
+        stride = size << TF_BITS
+        keys = np.concatenate([packed for _, packed in found]).astype(np.int64)
+        keys += np.repeat([t * stride for t, _ in found], [len(packed) for _, packed in found])
+        wanted = (np.arange(len(terms))[:, None] * stride + (notes << TF_BITS)).ravel()
+        at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+        hit: npt.NDArray[np.bool_] = (keys[at] >> TF_BITS) == (wanted >> TF_BITS)
+        return hit.reshape(len(terms), len(notes))
 
 
 def score(
@@ -186,20 +215,21 @@ def score(
 ) -> Scored:
     """The notes of *columns* whose scope code *admitted* admits, scored
     against *query* (term to weight); *feedback* gives a note's terms."""
-    own_ordinals, own = _bm25(columns, postings, query, admitted)
+    held: dict[str, Packed] = {}
+    own_ordinals, own = _bm25(columns, postings, query, admitted, held)
     ordinals, final = _with_neighbours(columns, own_ordinals, own)
     expansion = _expansion(columns, postings, query, ordinals, final, feedback)
     if expansion:
         # Scored again as one query: a note that holds only a lent term is
         # found, and no second merge of the two passes is needed.
         expanded = {**query, **expansion}
-        own_ordinals, own = _bm25(columns, postings, expanded, admitted)
+        own_ordinals, own = _bm25(columns, postings, expanded, admitted, held)
         ordinals, final = _with_neighbours(columns, own_ordinals, own)
     # Every note that holds a term is a candidate: its own score by candidate.
     own_by_candidate = np.zeros(len(ordinals))
     own_by_candidate[np.searchsorted(ordinals, own_ordinals)] = own
     final_scores = np.rint(final * _SCALE).astype(np.int64)
-    return Scored(ordinals, final_scores, own_by_candidate, expansion)
+    return Scored(ordinals, final_scores, own_by_candidate, expansion, held)
 
 
 def lenders(
@@ -241,7 +271,10 @@ def _bm25(
     postings: Mapping[str, array[int]],
     query: Mapping[str, float],
     admitted: npt.NDArray[np.bool_],
+    held: dict[str, Packed],
 ) -> tuple[Ints, Floats]:
+    """Each admitted note holding a term of *query*, with its BM25 score;
+    *held* gets each term's postings as read."""
     size = columns.size
     average = columns.total / size if size and columns.total else 1.0
     rare: list[tuple[float, npt.NDArray[np.uint32]]] = []
@@ -253,7 +286,7 @@ def _bm25(
             continue
         assert entries is not None
         # A copy: a view would pin the array, which the loop appends to.
-        packed = np.frombuffer(entries[:cut], dtype=np.uint32)
+        packed = held[term] = np.frombuffer(entries[:cut], dtype=np.uint32)
         # A term more than COMMON_SHARE of the notes hold only adds to the
         # score of notes a rarer term found: walking it for every note would
         # cost a turn what the whole memory holds, to tell them apart by little.
@@ -384,4 +417,5 @@ def _summed(ordinals: list[Ints], scores: list[Floats], size: int) -> tuple[Ints
 
 _DENSE = 16
 _NONE: Ints = np.zeros(0, np.int64)
+_NO_POSTINGS: Packed = np.zeros(0, np.uint32)
 _NO_SCORES: Floats = np.zeros(0)
