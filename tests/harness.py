@@ -221,6 +221,17 @@ async def process_client(
         assert process.stop() == 0, process.log()
 
 
+@asynccontextmanager
+async def opened_session(
+    daemon: DaemonProcess | InProcessDaemon, worker: str = "ada", channel: str = "general"
+) -> AsyncIterator[tuple[RosterClient, str]]:
+    """A client of *daemon* and a session it opened of *worker* in *channel*
+    (by default the example org's ada in general); the client closes at the
+    end of the block."""
+    async with await daemon.client() as client:
+        yield client, (await client.session_open(worker, channel)).session
+
+
 async def wait_task(client: RosterClient, task: str, *statuses: str) -> TaskState:
     """*task* once the daemon says it settled (done, failed or paused); its
     status must be one of *statuses*."""
