@@ -9,7 +9,14 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-from harness import InProcessDaemon, ManualClock, in_process_client, opened_session, process_client
+from harness import (
+    DaemonProcess,
+    InProcessDaemon,
+    ManualClock,
+    in_process_client,
+    opened_session,
+    process_client,
+)
 
 from rosterd.client import RosterClient, RpcError
 from rosterd.protocol import DaemonStatus, Delta, RunShown, RunsShow, Wait
@@ -175,21 +182,21 @@ async def test_oversized_message_fails_the_turn_and_loses_nothing(served: InProc
 
 
 async def test_restart_resumes_the_same_session_with_the_same_bytes(
-    org_dir: Path, tmp_path: Path
+    daemon: DaemonProcess,
 ) -> None:
-    state = tmp_path / "state"
-    async with process_client(org_dir, state) as (_, client):
-        session = await open_session(client)
+    async with opened_session(daemon) as (client, session):
         await client.session_send(session, "remember me")
-    system_before = (state / "runs" / session / "system.json").read_bytes()
-    async with process_client(org_dir, state) as (_, client):
+    system = daemon.state / "runs" / session / "system.json"
+    system_before = system.read_bytes()
+    daemon.restart()
+    async with await daemon.client() as client:
         opened = await client.session_open("ada", "general")
         assert opened.session == session
         assert opened.turns == 1
         result = await client.session_send(session, "again")
     assert result.turn == 2
     assert "transcript 3 messages" in result.text
-    assert (state / "runs" / session / "system.json").read_bytes() == system_before
+    assert system.read_bytes() == system_before
 
 
 async def test_idle_sessions_expire_at_their_limit_exactly(org_dir: Path, tmp_path: Path) -> None:
@@ -239,19 +246,18 @@ async def test_an_idle_session_is_not_reopened_but_replaced(org_dir: Path, tmp_p
 
 
 async def test_a_failed_last_turn_keeps_its_number_across_a_restart(
-    org_dir: Path, tmp_path: Path
+    daemon: DaemonProcess,
 ) -> None:
-    state = tmp_path / "state"
-    async with process_client(org_dir, state) as (_, client):
-        session = await open_session(client)
+    async with opened_session(daemon) as (client, session):
         await client.session_send(session, "fine")
         with pytest.raises(RpcError):
             await client.session_send(session, "x" * 24001)
-    async with process_client(org_dir, state) as (_, client):
-        await open_session(client)
+    daemon.restart()
+    async with opened_session(daemon) as (client, reopened):
+        assert reopened == session
         result = await client.session_send(session, "again")
     assert result.turn == 3
-    turns = [r["turn"] for r in context_records(state, session) if r["kind"] == "turn"]
+    turns = [r["turn"] for r in context_records(daemon.state, session) if r["kind"] == "turn"]
     assert turns == [1, 2, 3]
 
 
