@@ -94,6 +94,19 @@ def set_engine(org: Path, engine: str) -> None:
     toml.write_text(text.replace('kind = "echo"', engine))
 
 
+def set_daemon(org: Path, settings: str) -> None:
+    """Give the example org's ``[daemon]`` table *settings* (TOML lines),
+    each in place of the table's own line for that key where it has one."""
+    toml = org / "org.toml"
+    head, table, rest = toml.read_text().partition("[daemon]\n")
+    assert table, "set_daemon expects the example org's [daemon] table"
+    lines = settings.strip().splitlines()
+    keys = {line.partition("=")[0].strip() for line in lines}
+    body, tables, after = rest.partition("\n[")
+    kept = [line for line in body.split("\n") if line.partition("=")[0].strip() not in keys]
+    toml.write_text(head + table + "\n".join([*lines, *kept]) + tables + after)
+
+
 class DaemonProcess:
     """``roster serve`` as a child process with its log in a file."""
 

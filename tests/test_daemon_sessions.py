@@ -16,6 +16,7 @@ from harness import (
     in_process_client,
     opened_session,
     process_client,
+    set_daemon,
 )
 
 from rosterd.client import RosterClient, RpcError
@@ -218,8 +219,7 @@ async def test_idle_sessions_expire_at_their_limit_exactly(org_dir: Path, tmp_pa
 
 
 async def test_the_reaper_expires_sessions_no_one_touches(org_dir: Path, tmp_path: Path) -> None:
-    toml = org_dir / "org.toml"
-    toml.write_text(toml.read_text().replace("session_idle_s = 900", "session_idle_s = 0.4"))
+    set_daemon(org_dir, "session_idle_s = 0.4")
     clock = ManualClock()
     async with in_process_client(org_dir, tmp_path / "state", clock=clock) as (_, client):
         session = await session_after_hello(client)

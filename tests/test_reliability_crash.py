@@ -18,7 +18,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 import pytest
-from harness import DaemonProcess, opened_session
+from harness import DaemonProcess, opened_session, set_daemon
 from orgs import simulated_engine, write_org
 from simulator import Delay, Simulator, Stall
 
@@ -243,8 +243,7 @@ async def test_kill_9_across_two_hosts_on_one_database_loses_no_acknowledged_wri
 ) -> None:
     """The same workload sent to two daemons on one PostgreSQL database in
     turn; at each random point one of them is killed, the other serves on."""
-    toml = org_dir / "org.toml"
-    toml.write_text(toml.read_text().replace("[daemon]\n", "[daemon]\nlease_s = 1\n", 1))
+    set_daemon(org_dir, "lease_s = 1")
     rng = random.Random(SEED + 1)
     ledger = Ledger()
     hosts = [
