@@ -91,7 +91,7 @@ async def hello_refused(
 
 
 async def second_turn(
-    engine: Engine, conversation: Conversation, sim: Simulator
+    engine: OpenAIEngine | AnthropicEngine, conversation: Conversation, sim: Simulator
 ) -> tuple[Recorded, dict[str, Any]]:
     """What *sim* got of *conversation*'s second turn through *engine* (its
     reply not appended), after a first: the request, which must be the
