@@ -4,6 +4,7 @@ with a fallback, and a session paced on a shared clock."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ from simulator import Conversation, Recorded, Simulator
 
 from rosterd import EngineError
 from rosterd.client import RosterClient
+from rosterd.compiler import TurnInput
 from rosterd.engines import AnthropicEngine, Backoff, Engine, EngineReply, OpenAIEngine
 from rosterd.org import EngineConfig, EngineKind, Org
 from rosterd.protocol import TranscriptEntry, TurnResult, Wait
@@ -32,6 +34,7 @@ __all__ = (
     "one_turn",
     "openai_engine",
     "paced_session",
+    "second_turn",
     "w0_session",
 )
 
@@ -85,6 +88,29 @@ async def hello_refused(
     finally:
         await engine.aclose()
     return caught.value
+
+
+async def second_turn(
+    engine: OpenAIEngine | AnthropicEngine, conversation: Conversation, sim: Simulator
+) -> tuple[Recorded, dict[str, Any]]:
+    """What *sim* got of *conversation*'s second turn through *engine* (its
+    reply not appended), after a first: the request, which must be the
+    engine's own body for it, and that body decoded; the engine is closed
+    after, whatever happened."""
+    try:
+        await conversation.say(engine, "first")
+        request = conversation.request(TurnInput(text="second"))
+        await engine.complete(request, _ignore)
+    finally:
+        await engine.aclose()
+    recorded = sim.requests[-1]
+    assert recorded.body == engine.body(request)
+    body: dict[str, Any] = json.loads(recorded.body)
+    return recorded, body
+
+
+async def _ignore(piece: str) -> None:
+    pass
 
 
 def fallback_org(

@@ -94,6 +94,19 @@ def set_engine(org: Path, engine: str) -> None:
     toml.write_text(text.replace('kind = "echo"', engine))
 
 
+def set_daemon(org: Path, settings: str) -> None:
+    """Give the example org's ``[daemon]`` table *settings* (TOML lines),
+    each in place of the table's own line for that key where it has one."""
+    toml = org / "org.toml"
+    head, table, rest = toml.read_text().partition("[daemon]\n")
+    assert table, "set_daemon expects the example org's [daemon] table"
+    lines = settings.strip().splitlines()
+    keys = {line.partition("=")[0].strip() for line in lines}
+    body, tables, after = rest.partition("\n[")
+    kept = [line for line in body.split("\n") if line.partition("=")[0].strip() not in keys]
+    toml.write_text(head + table + "\n".join([*lines, *kept]) + tables + after)
+
+
 class DaemonProcess:
     """``roster serve`` as a child process with its log in a file."""
 
@@ -193,6 +206,12 @@ class DaemonProcess:
             self._notify.close()
             self._notify = None
 
+    def restart(self) -> DaemonProcess:
+        """Stop, draining, with exit status 0, and start again on the same
+        state: the new daemon finds what a clean stop left."""
+        assert self.stop() == 0, self.log()
+        return self.start()
+
     def kill9(self) -> None:
         self.stop(signal.SIGKILL)
 
@@ -219,6 +238,17 @@ async def process_client(
         async with await process.client() as client:
             yield process, client
         assert process.stop() == 0, process.log()
+
+
+@asynccontextmanager
+async def opened_session(
+    daemon: DaemonProcess | InProcessDaemon, worker: str = "ada", channel: str = "general"
+) -> AsyncIterator[tuple[RosterClient, str]]:
+    """A client of *daemon* and a session it opened of *worker* in *channel*
+    (by default the example org's ada in general); the client closes at the
+    end of the block."""
+    async with await daemon.client() as client:
+        yield client, (await client.session_open(worker, channel)).session
 
 
 async def wait_task(client: RosterClient, task: str, *statuses: str) -> TaskState:

@@ -289,53 +289,60 @@ async def test_the_bridge_comes_back_after_the_irc_server_restarts(
             assert reply.text.startswith("alice: ")
 
 
+class SceneApart(NamedTuple):
+    """A :class:`Scene` without the bridge, whose daemon is a process of its
+    own, to stop and kill (stopped at the end)."""
+
+    sim: Simulator
+    daemon: DaemonProcess
+    people: list[IrcLink]
+
+
 @asynccontextmanager
-async def process_daemon(root: Path, sim: Simulator) -> AsyncIterator[DaemonProcess]:
-    """A daemon in a process of its own, to stop and kill; stopped at the end."""
-    with DaemonProcess(_org(root / "org", sim), root / "state").start() as daemon:
-        yield daemon
+async def on_irc_apart(root: Path, server: IrcServer, *nicks: str) -> AsyncIterator[SceneApart]:
+    """A :class:`SceneApart`: as :func:`on_irc`, with the bridge's default
+    settings, but the daemon is a process of its own."""
+    async with Simulator() as sim:
+        with DaemonProcess(_org(root / "org", sim), root / "state").start() as daemon:
+            async with (
+                bridged(_config(daemon.socket, server.port)),
+                people(server, *nicks) as links,
+            ):
+                yield SceneApart(sim, daemon, links)
 
 
 async def test_a_turn_cut_off_by_kill_9_is_answered_once_the_daemon_is_back(
     tmp_path: Path, ircd: IrcServer
 ) -> None:
-    async with (
-        Simulator() as sim,
-        process_daemon(tmp_path, sim) as daemon,
-        bridged(_config(daemon.socket, ircd.port)),
-        people(ircd, "alice") as (alice,),
-    ):
-        sim.script(Stall())
+    async with on_irc_apart(tmp_path, ircd, "alice") as scene:
+        (alice,) = scene.people
+        scene.sim.script(Stall())
         alice.say(CHANNEL, "ada: a slow one")
         with anyio.fail_after(20):
-            await sim.wait_for_requests(1)
-        daemon.kill9()
-        daemon.start()
+            await scene.sim.wait_for_requests(1)
+        scene.daemon.kill9()
+        scene.daemon.start()
         # Nothing of the reply was said: the turn is sent once more.
         reply = await heard(alice, _from_ada, within=30)
         assert reply.text.startswith("alice: Reply ")
-    assert len(sim.requests) == 2
+    assert len(scene.sim.requests) == 2
 
 
 async def test_what_is_said_while_the_daemon_is_down_is_delivered_in_order(
     tmp_path: Path, ircd: IrcServer
 ) -> None:
-    async with (
-        Simulator() as sim,
-        process_daemon(tmp_path, sim) as daemon,
-        bridged(_config(daemon.socket, ircd.port)),
-        people(ircd, "alice", "bob", "carol") as (alice, bob, carol),
-    ):
+    async with on_irc_apart(tmp_path, ircd, "alice", "bob", "carol") as scene:
+        (alice, bob, carol) = scene.people
         carol.say(CHANNEL, "ada: are you there?")
         await heard(carol, _from_ada)
-        daemon.stop()
+        scene.daemon.stop()
         for n in range(50):
             line = f"while down {n}"
             (alice if n % 2 else bob).say(CHANNEL, line)
             # Each line reaches the server before the next is said.
             await heard(carol, partial(_says, line))
         carol.say(CHANNEL, "ada: what did we miss?")
-        daemon.start()
+        scene.daemon.start()
         reply = await heard(carol, _from_ada, within=30)
         assert reply.text.startswith("carol: ")
     log = tmp_path / "state" / "channels" / "c0.jsonl"

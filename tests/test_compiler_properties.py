@@ -418,6 +418,23 @@ def outcome(case: Case, rng: random.Random | None = None) -> tuple[str, str, byt
     return result.system.text, result.input_text, msgspec.json.encode(result.record)
 
 
+def of_compiled_cases(test: Callable[[Case, Compilation], None]) -> Callable[..., None]:
+    """*test*, a property of a drawn case and what it compiles to, as a
+    hypothesis test (``SETTINGS``); a case that fails to compile passes
+    (failures are ``test_mandatory_blocks_are_whole_or_the_compilation_fails``'s)."""
+
+    def property_of(case: Case) -> None:
+        try:
+            result = compile_case(case)
+        except CompileError:
+            return
+        test(case, result)
+
+    # Hypothesis keys its example database by the function's name.
+    property_of.__name__, property_of.__qualname__ = test.__name__, test.__qualname__
+    return SETTINGS(given(case=cases())(property_of))
+
+
 # --- properties -----------------------------------------------------------------
 
 
@@ -430,13 +447,8 @@ def test_equal_inputs_compile_to_identical_bytes(case: Case, rng: random.Random)
     assert outcome(case, rng) == first
 
 
-@SETTINGS
-@given(case=cases())
-def test_every_input_line_is_one_envelope(case: Case) -> None:
-    try:
-        result = compile_case(case)
-    except CompileError:
-        return
+@of_compiled_cases
+def test_every_input_line_is_one_envelope(case: Case, result: Compilation) -> None:
     text = result.input_text
     assert text.endswith("\n")
     lines = text[:-1].split("\n")
@@ -505,13 +517,8 @@ def test_every_input_line_is_one_envelope(case: Case) -> None:
         assert [o["text"] for o in history] == [repaired(m.text) for m in newest]
 
 
-@SETTINGS
-@given(case=cases())
-def test_rendered_sizes_stay_within_limits(case: Case) -> None:
-    try:
-        result = compile_case(case)
-    except CompileError:
-        return
+@of_compiled_cases
+def test_rendered_sizes_stay_within_limits(case: Case, result: Compilation) -> None:
     record = result.record
     budget = result.system.budget
     assert record.budget is not None
@@ -733,6 +740,15 @@ def ranking_of(view: MemoryView, message: str, channel: str | None) -> list[tupl
     return [(r.ordinal, r.score) for r in view.ranking(message, channel)]
 
 
+def built_index(notes: list[MemoryItem], bulk: int) -> MemoryIndex:
+    """An index of *notes*: the first *bulk* loaded at once (a restart), the
+    rest added one by one, in any time order."""
+    index = MemoryIndex(notes[:bulk])
+    for item in notes[bulk:]:
+        index.add(item)
+    return index
+
+
 def assert_total_order(ranked: list[Ranked], eligible: int) -> None:
     """Each eligible note once, by score, then newest, then id, then ordinal."""
     assert len({r.ordinal for r in ranked}) == len(ranked) == eligible
@@ -745,10 +761,7 @@ def assert_total_order(ranked: list[Ranked], eligible: int) -> None:
 def test_ranking_is_total_and_the_same_however_the_index_was_built(
     notes: list[MemoryItem], later: list[MemoryItem], bulk: int, message: str, channel: str | None
 ) -> None:
-    # Notes loaded at once (a restart) and added one by one, in any time order.
-    index = MemoryIndex(notes[:bulk])
-    for item in notes[bulk:]:
-        index.add(item)
+    index = built_index(notes, bulk)
     view = index.snapshot()
     for item in later:
         index.add(item)
@@ -781,9 +794,7 @@ def test_retired_notes_never_rank_again_in_views_after_them(
     notes: list[MemoryItem], bulk: int, retired: set[str], message: str, channel: str | None
 ) -> None:
     retirements = [Retirement(note=note, because="out of date", at=0.0) for note in retired]
-    index = MemoryIndex(notes[:bulk])
-    for item in notes[bulk:]:
-        index.add(item)
+    index = built_index(notes, bulk)
     before = index.snapshot()
     for retirement in retirements:
         index.retire(retirement)

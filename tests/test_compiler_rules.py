@@ -8,14 +8,13 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from compiled import META, lines, run, system, trace
 
 from rosterd.compiler import (
     POLICY_SHA256,
     POLICY_TEXT,
     POLICY_VERSION,
-    BlockTrace,
     ChannelMessage,
-    Compilation,
     CompileError,
     Continuation,
     Gate,
@@ -24,15 +23,12 @@ from rosterd.compiler import (
     RunMeta,
     SystemPrompt,
     TurnInput,
-    compile_run,
-    compile_system,
     compile_turn,
     iso_time,
     rank_memory,
 )
 from rosterd.org import Org, Surface, load_org
 
-META = RunMeta(run="run-4f1c2e", turn=1, now=1_700_000_000.0)
 NOW_TEXT = "2023-11-14T22:13:20Z"
 
 ORG_TOML = """
@@ -91,32 +87,6 @@ def write_org(
 @pytest.fixture
 def org(tmp_path: Path) -> Org:
     return write_org(tmp_path / "org")
-
-
-def system(
-    org: Org, surface: Surface, worker: str, channel: str | None, meta: RunMeta = META
-) -> SystemPrompt:
-    return compile_system(org, org.scope(surface, worker, channel), meta)
-
-
-def run(
-    org: Org,
-    surface: Surface,
-    worker: str,
-    channel: str | None,
-    turn: TurnInput,
-    meta: RunMeta = META,
-) -> Compilation:
-    return compile_run(org, org.scope(surface, worker, channel), turn, meta)
-
-
-def lines(compilation: Compilation, block: str) -> list[dict[str, object]]:
-    decoded = [msgspec.json.decode(line) for line in compilation.input_text.splitlines()]
-    return [obj for obj in decoded if obj["block"] == block]
-
-
-def trace(compilation: Compilation, name: str) -> BlockTrace:
-    return {b.block: b for b in compilation.record.blocks}[name]
 
 
 # --- cache order and boundaries ---------------------------------------------------

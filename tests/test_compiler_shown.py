@@ -5,21 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import msgspec
 import pytest
+from compiled import lines, run, system, trace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rosterd.compiler import (
-    BlockTrace,
     Compilation,
     Gate,
     MemoryItem,
     RunMeta,
-    SystemPrompt,
     TurnInput,
-    compile_run,
-    compile_system,
     compile_turn,
 )
 from rosterd.org import Org, Surface, load_org
@@ -61,8 +57,7 @@ class Chat:
     """A session's compilations, with the ledger a session keeps."""
 
     def __init__(self, org: Org) -> None:
-        scope = org.scope(Surface.SESSION, "ada", "ops")
-        self.system: SystemPrompt = compile_system(org, scope, RunMeta("s-1", 0, START))
+        self.system = system(org, Surface.SESSION, "ada", "ops", RunMeta("s-1", 0, START))
         self.ledger = ShownLedger()
         self.turn = 0
 
@@ -72,15 +67,6 @@ class Chat:
         compiled = compile_turn(self.system, fresh, RunMeta("s-1", self.turn, START + self.turn))
         self.ledger.note(self.turn, compiled.input_text)
         return compiled
-
-
-def lines(compiled: Compilation, block: str) -> list[dict[str, object]]:
-    decoded = [msgspec.json.decode(line) for line in compiled.input_text.splitlines()]
-    return [line for line in decoded if line["block"] == block]
-
-
-def trace(compiled: Compilation, name: str) -> BlockTrace:
-    return next(b for b in compiled.record.blocks if b.block == name)
 
 
 def held(compiled: Compilation, name: str) -> list[tuple[str, int]]:
@@ -137,9 +123,8 @@ def test_task_and_direct_runs_show_everything_every_time(tmp_path: Path) -> None
     org = make_org(tmp_path)
     fresh = TurnInput(text="status?", memory=(note(1), note(2)), gates=(gate(1),))
     for surface, channel in ((Surface.TASK, "ops"), (Surface.DIRECT, None)):
-        scope = org.scope(surface, "ada", channel)
         for turn in (1, 2):
-            compiled = compile_run(org, scope, fresh, RunMeta(f"r-{turn}", 1, START))
+            compiled = run(org, surface, "ada", channel, fresh, RunMeta(f"r-{turn}", 1, START))
             assert [line["id"] for line in lines(compiled, "memory")] == ["m-2", "m-1"]
             assert len(lines(compiled, "briefing")) == 1
             assert held(compiled, "memory") == []

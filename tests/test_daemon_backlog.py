@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from harness import Cli, process_client, set_engine
+from harness import Cli, DaemonProcess, opened_session, process_client, set_engine
 from orgs import simulated_engine
 from simulator import Simulator
 
@@ -136,12 +136,12 @@ async def test_a_long_backlog_keeps_the_newest_that_fit_and_counts_the_rest(
 async def test_a_resumed_session_continues_the_backlog_where_it_stopped(
     org: Path, tmp_path: Path, simulator: Simulator
 ) -> None:
-    state = tmp_path / "state"
-    async with process_client(org, state) as (_, client):
-        ada = (await client.session_open("ada", "general")).session
-        await send(client, ada, "first", "alice")
-        await client.channel_post("general", "bob", "ping")
-    async with process_client(org, state) as (_, client):
-        assert (await client.session_open("ada", "general")).session == ada
-        await send(client, ada, "second", "alice")
+    with DaemonProcess(org, tmp_path / "state").start() as daemon:
+        async with opened_session(daemon) as (client, ada):
+            await send(client, ada, "first", "alice")
+            await client.channel_post("general", "bob", "ping")
+        daemon.restart()
+        async with opened_session(daemon) as (client, reopened):
+            assert reopened == ada
+            await send(client, ada, "second", "alice")
     assert said(last_input(simulator.bodies()[-1])) == [("bob", "ping"), ("alice", "second")]

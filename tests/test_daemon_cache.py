@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import anyio
-import anyio.to_thread
 import msgspec
 import pytest
-from harness import DaemonProcess, copy_org, set_engine
+from harness import Cli, DaemonProcess, copy_org, set_engine
 from orgs import simulated_engine, write_org
 from simulator import Simulator
 
-from rosterd.cli import main
 from rosterd.client import RosterClient
 from rosterd.protocol import CacheCheck, RunShown
 
@@ -26,12 +23,6 @@ async def chat(client: RosterClient, channel: str, turns: int, worker: str = "w0
 
 async def shown(client: RosterClient, run: str) -> RunShown:
     return await client.runs_show(run)
-
-
-async def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    # The CLI runs its own event loop, so it gets a thread of its own.
-    assert await anyio.to_thread.run_sync(main, list(argv)) == 0
-    return capsys.readouterr().out
 
 
 def checks(run: RunShown) -> list[CacheCheck]:
@@ -50,7 +41,7 @@ def verdicts(run: RunShown) -> list[str]:
 
 @pytest.mark.anyio
 async def test_a_stable_session_has_no_prefix_misses(
-    tmp_path: Path, simulator: Simulator, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, simulator: Simulator, cli: Cli
 ) -> None:
     write_org(tmp_path / "org", engine=simulated_engine(simulator, "anthropic"))
     with DaemonProcess(tmp_path / "org", tmp_path / "state").start() as process:
@@ -63,7 +54,7 @@ async def test_a_stable_session_has_no_prefix_misses(
     hits = checks(run)[1:]
     assert all(h.reported_tokens >= h.expected_tokens - 128 for h in hits)
     stats = msgspec.json.decode(
-        await cli(capsys, "server", "stats", "cache", "--state", str(process.state), "--json")
+        await cli.in_thread("server", "stats", "cache", "--state", str(process.state), "--json")
     )
     assert stats["compiler_caused_misses"] == 0
     assert stats["verdicts"] == {"cold": 1, "hit": 19}
@@ -72,7 +63,7 @@ async def test_a_stable_session_has_no_prefix_misses(
 
 @pytest.mark.anyio
 async def test_an_identity_edit_between_sessions_is_attributed_to_identity(
-    tmp_path: Path, simulator: Simulator, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, simulator: Simulator, cli: Cli
 ) -> None:
     org = tmp_path / "org"
     write_org(org, engine=simulated_engine(simulator, "anthropic"))
@@ -95,16 +86,18 @@ async def test_an_identity_edit_between_sessions_is_attributed_to_identity(
     assert check.verdict == "prefix-changed"
     assert check.cause is not None and "identity edited" in check.cause
     state = str(process.state)
-    shown_text = await cli(capsys, "server", "runs", "show", second, "--state", state)
+    shown_text = await cli.in_thread("server", "runs", "show", second, "--state", state)
     assert "turn 1: prefix-changed: identity edited (block identity)" in shown_text
     assert f"prefix against run {first}: after connections changed" in shown_text
     stats = msgspec.json.decode(
-        await cli(capsys, "server", "stats", "cache", "--state", state, "--worker", "w0", "--json")
+        await cli.in_thread(
+            "server", "stats", "cache", "--state", state, "--worker", "w0", "--json"
+        )
     )
     assert stats["misses_by_cause"] == {"identity edited": 1}
     assert stats["compiler_caused_misses"] == 1
-    assert "compiler-caused misses (the prefix changed): 1" in await cli(
-        capsys, "server", "stats", "cache", "--state", state
+    assert "compiler-caused misses (the prefix changed): 1" in await cli.in_thread(
+        "server", "stats", "cache", "--state", state
     )
 
 

@@ -6,15 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import anyio.to_thread
 import msgspec
 import pytest
-from harness import daemon_in_process
+from harness import Cli, daemon_in_process
 from orgs import simulated_engine, write_org
 from provider_schemas import anthropic_errors
 from simulator import Diagnose, Simulator
 
-from rosterd.cli import main
 from rosterd.engines import CACHE_DIAGNOSIS_BETA
 from rosterd.protocol import CacheDiagnosis, TranscriptEntry
 
@@ -40,12 +38,6 @@ def _answers(state: Path, run: str) -> list[TranscriptEntry]:
     lines = (state / "runs" / run / "transcript.jsonl").read_bytes().splitlines()
     entries = [msgspec.json.decode(line, type=TranscriptEntry) for line in lines]
     return [e for e in entries if e.role == "assistant"]
-
-
-async def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    capsys.readouterr()
-    assert await anyio.to_thread.run_sync(main, list(argv)) == 0
-    return capsys.readouterr().out
 
 
 async def test_each_request_names_the_previous_reply_even_across_a_restart(
@@ -79,9 +71,7 @@ async def test_off_by_default_nothing_is_asked(tmp_path: Path) -> None:
     assert all(e.cache and e.cache.diagnosis is None for e in _answers(tmp_path / "state", run))
 
 
-async def test_a_reason_is_recorded_and_a_contradiction_counted(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+async def test_a_reason_is_recorded_and_a_contradiction_counted(tmp_path: Path, cli: Cli) -> None:
     state = tmp_path / "state"
     async with Simulator() as sim:
         org = _org(tmp_path / "org", sim, diagnose=True)
@@ -107,7 +97,7 @@ async def test_a_reason_is_recorded_and_a_contradiction_counted(
     assert [c.verdict for c in checks if c][1] == "hit"
     assert [c.disagrees for c in checks if c] == [False, True, False, False]
 
-    shown = await _cli(capsys, "server", "runs", "show", run, "--state", str(state))
+    shown = await cli.in_thread("server", "runs", "show", run, "--state", str(state))
     assert (
         "turn 2: the provider says system_changed (900 tokens missed); "
         "DISAGREES with rosterd's verdict hit"
@@ -115,7 +105,7 @@ async def test_a_reason_is_recorded_and_a_contradiction_counted(
     assert "turn 4: the provider says previous_message_not_found" in shown
     assert "provider cache diagnosis on 4 call(s), 2 without a reason" in shown
 
-    stats = await _cli(capsys, "server", "stats", "cache", "--state", str(state), "--json")
+    stats = await cli.in_thread("server", "stats", "cache", "--state", str(state), "--json")
     counted = json.loads(stats)
     assert counted["disagreements"] == 1
     assert counted["provider_reasons"] == {
@@ -123,7 +113,7 @@ async def test_a_reason_is_recorded_and_a_contradiction_counted(
         "previous_message_not_found": 1,
         "system_changed": 1,
     }
-    text = await _cli(capsys, "server", "stats", "cache", "--state", str(state))
+    text = await cli.in_thread("server", "stats", "cache", "--state", str(state))
     assert "provider and rosterd disagree: 1" in text
 
 

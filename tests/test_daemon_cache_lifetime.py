@@ -6,15 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import anyio.to_thread
 import pytest
 from engines_org import anthropic_engine, paced_session
-from harness import daemon_in_process
+from harness import Cli, daemon_in_process
 from orgs import simulated_engine, write_org
 from simulator import Simulator, Status
 
 from rosterd import ConfigError
-from rosterd.cli import main
 from rosterd.org import EngineConfig, load_org
 from rosterd.protocol import TranscriptEntry
 from rosterd.runtime import plan_cache
@@ -62,7 +60,7 @@ async def run_session(root: Path, choice: str, gap_s: float, turns: int) -> list
 
 
 async def test_at_human_pace_auto_keeps_the_prefix_an_hour_and_pays_far_less(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, cli: Cli
 ) -> None:
     auto = await run_session(tmp_path / "auto", "auto", gap_s=840, turns=10)
     five = await run_session(tmp_path / "five", "5m", gap_s=840, turns=10)
@@ -88,10 +86,9 @@ async def test_at_human_pace_auto_keeps_the_prefix_an_hour_and_pays_far_less(
     assert cost["auto"] < 0.5 * cost["5m"]
     # runs show says which lifetime the turns asked for, where it changed, and why.
     (run,) = (tmp_path / "auto" / "state" / "runs").iterdir()
-    capsys.readouterr()
-    show = ["server", "runs", "show", run.name, "--state", str(tmp_path / "auto" / "state")]
-    assert await anyio.to_thread.run_sync(main, show) == 0
-    out = capsys.readouterr().out
+    out = await cli.in_thread(
+        "server", "runs", "show", run.name, "--state", str(tmp_path / "auto" / "state")
+    )
     assert "turn 1: cache ttl 5m: no gap between turns seen yet" in out
     assert "turn 2: cache ttl 1h: median gap 14 min over 1 turn(s)" in out
     assert "turn 3: cache ttl" not in out

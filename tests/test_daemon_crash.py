@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from harness import DaemonProcess, process_client
+from harness import DaemonProcess, process_client, set_daemon
 
 from rosterd import RosterError
 from rosterd.client import RosterClient
@@ -133,8 +133,7 @@ async def test_bad_org_fails_start_with_one_clear_line(org_dir: Path, tmp_path: 
 async def test_kill_9_mid_stream_on_a_database_keeps_every_acknowledged_turn(
     org_dir: Path, tmp_path: Path, postgres_url: str
 ) -> None:
-    toml = org_dir / "org.toml"
-    toml.write_text(toml.read_text().replace("[daemon]\n", "[daemon]\nlease_s = 1\n", 1))
+    set_daemon(org_dir, "lease_s = 1")
     first = DaemonProcess(org_dir, tmp_path / "a", database=postgres_url)
     session, acknowledged = await killed_mid_stream(first, kill_point(3))
 

@@ -10,9 +10,11 @@ import anyio
 import msgspec
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
-from harness import InProcessDaemon
+from harness import InProcessDaemon, opened_session
 
 from rosterd.client import RosterClient, RpcError
+
+pytestmark = pytest.mark.anyio
 
 
 async def raw(client: RosterClient, data: bytes) -> dict[str, Any]:
@@ -20,12 +22,10 @@ async def raw(client: RosterClient, data: bytes) -> dict[str, Any]:
     return reply
 
 
-@pytest.mark.anyio
 async def test_socket_is_mode_0660(served: InProcessDaemon) -> None:
     assert stat.S_IMODE(os.stat(served.socket).st_mode) == 0o660
 
 
-@pytest.mark.anyio
 @pytest.mark.parametrize(
     ("line", "code"),
     [
@@ -65,7 +65,6 @@ async def test_bad_lines_get_errors_and_the_connection_keeps_working(
     assert status.sessions == 0
 
 
-@pytest.mark.anyio
 async def test_unknown_worker_and_channel_are_named(served: InProcessDaemon) -> None:
     async with await served.client() as client:
         with pytest.raises(RpcError) as unknown_worker:
@@ -80,7 +79,6 @@ async def test_unknown_worker_and_channel_are_named(served: InProcessDaemon) -> 
     assert "not a member of channel 'releases'" in str(not_member.value)
 
 
-@pytest.mark.anyio
 async def test_a_line_over_1_mib_is_refused_and_the_next_line_works(
     served: InProcessDaemon,
 ) -> None:
@@ -95,7 +93,6 @@ async def test_a_line_over_1_mib_is_refused_and_the_next_line_works(
     assert status.pid > 0
 
 
-@pytest.mark.anyio
 async def test_notifications_get_no_reply_but_take_effect(served: InProcessDaemon) -> None:
     async with await served.client() as client:
         note = {"jsonrpc": "2.0", "method": "memory.add", "params": {"worker": "ada", "text": "n1"}}
@@ -112,10 +109,8 @@ async def test_notifications_get_no_reply_but_take_effect(served: InProcessDaemo
     assert [item["text"] for item in reply["result"]] == ["n1"]
 
 
-@pytest.mark.anyio
 async def test_one_bad_client_does_not_disturb_another(served: InProcessDaemon) -> None:
-    async with await served.client() as good, await served.client() as bad:
-        session = (await good.session_open("ada", "general")).session
+    async with opened_session(served) as (good, session), await served.client() as bad:
         for junk in (b"][\n", b"\x00\x01\x02\n", b'{"jsonrpc":"2.0","id":[],"method":"x"}\n'):
             assert "error" in await raw(bad, junk)
         await bad.aclose()
@@ -123,31 +118,27 @@ async def test_one_bad_client_does_not_disturb_another(served: InProcessDaemon) 
     assert result.turn == 1
 
 
-@pytest.mark.anyio
 async def test_a_client_that_disconnects_mid_turn_does_not_lose_the_turn(
     served: InProcessDaemon,
 ) -> None:
-    async with await served.client() as client:
-        session = (await client.session_open("ada", "general")).session
-    stream = await anyio.connect_unix(served.socket)
-    request = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "session.send",
-        "params": {"session": session, "text": "bye"},
-    }
-    await stream.send(msgspec.json.encode(request) + b"\n")
-    # Its first delta says the turn is under way: hang up in the middle of it.
-    first = await BufferedByteReceiveStream(stream).receive_until(b"\n", 1 << 20)
-    assert msgspec.json.decode(first)["method"] == "turn.delta"
-    await stream.aclose()
-    async with await served.client() as client:
+    async with opened_session(served) as (client, session):
+        stream = await anyio.connect_unix(served.socket)
+        request = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "session.send",
+            "params": {"session": session, "text": "bye"},
+        }
+        await stream.send(msgspec.json.encode(request) + b"\n")
+        # Its first delta says the turn is under way: hang up in the middle of it.
+        first = await BufferedByteReceiveStream(stream).receive_until(b"\n", 1 << 20)
+        assert msgspec.json.decode(first)["method"] == "turn.delta"
+        await stream.aclose()
         # A session's turns go in order: this one waits for the cut-off one to commit.
         result = await client.session_send(session, "next")
     assert result.turn == 2
 
 
-@pytest.mark.anyio
 async def test_a_hand_damaged_state_file_is_a_clear_error(served: InProcessDaemon) -> None:
     async with await served.client() as client:
         run = (await client.run_direct("ada", "hi")).run

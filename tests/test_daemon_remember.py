@@ -13,13 +13,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio.to_thread
 import pytest
-from harness import daemon_in_process
+from harness import Cli, daemon_in_process
 from orgs import simulated_engine, write_org
 from simulator import Calls, Reply, Simulator, default_reply, tool_messages
 
-from rosterd.cli import main
 from rosterd.client import RosterClient
 from rosterd.compiler import ContextRecord
 
@@ -79,7 +77,7 @@ async def served(
 
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
 async def test_a_note_reaches_the_next_session_of_its_channel_only(
-    tmp_path: Path, api: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, api: str, cli: Cli
 ) -> None:
     async with Simulator() as sim:
         org = make_org(tmp_path / "org", sim, api)
@@ -118,10 +116,8 @@ async def test_a_note_reaches_the_next_session_of_its_channel_only(
     assert [(n.action, n.note, n.channel) for s in steps for n in s.notes] == [
         ("wrote", "m-1", "c0")
     ]
-    capsys.readouterr()
     show = ["server", "runs", "show", opened.session, "--state", str(tmp_path / "state")]
-    assert await anyio.to_thread.run_sync(main, show) == 0
-    assert "memory: wrote note m-1 (#c0)" in capsys.readouterr().out
+    assert "memory: wrote note m-1 (#c0)" in await cli.in_thread(*show)
 
 
 @pytest.mark.parametrize(("scope", "status"), [(None, "refused"), ("worker", "ok")])

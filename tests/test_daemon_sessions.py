@@ -9,10 +9,20 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-from harness import InProcessDaemon, ManualClock, in_process_client, process_client
+from harness import (
+    DaemonProcess,
+    InProcessDaemon,
+    ManualClock,
+    in_process_client,
+    opened_session,
+    process_client,
+    set_daemon,
+)
 
 from rosterd.client import RosterClient, RpcError
 from rosterd.protocol import DaemonStatus, Delta, RunShown, RunsShow, Wait
+
+pytestmark = pytest.mark.anyio
 
 
 def context_records(state: Path, run: str) -> list[dict[str, Any]]:
@@ -38,10 +48,8 @@ async def session_after_hello(client: RosterClient) -> str:
     return session
 
 
-@pytest.mark.anyio
 async def test_turns_stream_deltas_and_are_traced_before_the_reply(served: InProcessDaemon) -> None:
-    async with await served.client() as client:
-        session = await open_session(client)
+    async with opened_session(served) as (client, session):
         deltas: list[str] = []
         waits: list[Wait] = []
 
@@ -63,7 +71,6 @@ async def test_turns_stream_deltas_and_are_traced_before_the_reply(served: InPro
     assert records[1]["system_sha256"] == records[0]["system_sha256"]
 
 
-@pytest.mark.anyio
 async def test_two_frontends_share_one_session(served: InProcessDaemon) -> None:
     async with await served.client() as first, await served.client() as second:
         one = await open_session(first)
@@ -74,10 +81,8 @@ async def test_two_frontends_share_one_session(served: InProcessDaemon) -> None:
     assert result.turn == 2
 
 
-@pytest.mark.anyio
 async def test_memory_added_after_turn_3_appears_in_turn_4_only(served: InProcessDaemon) -> None:
-    async with await served.client() as client:
-        session = await open_session(client)
+    async with opened_session(served) as (client, session):
         for n in range(1, 4):
             await client.session_send(session, f"turn {n}")
         await client.memory_add("ada", "the deploy key rotates on Fridays")
@@ -88,12 +93,10 @@ async def test_memory_added_after_turn_3_appears_in_turn_4_only(served: InProces
     assert [m["text"] for m in memory[3]] == ["the deploy key rotates on Fridays"]
 
 
-@pytest.mark.anyio
 async def test_gates_filed_or_resolved_between_turns_are_in_the_next_briefing(
     served: InProcessDaemon,
 ) -> None:
-    async with await served.client() as client:
-        session = await open_session(client)
+    async with opened_session(served) as (client, session):
         await client.session_send(session, "before")
         gate = await client.gate_file("ada", "ship 1.4 today?", channel="general")
         await client.session_send(session, "after filing")
@@ -119,13 +122,11 @@ async def test_gates_filed_or_resolved_between_turns_are_in_the_next_briefing(
     assert briefings[3] == []
 
 
-@pytest.mark.anyio
 async def test_identity_edit_applies_to_the_next_session_only(
     served: InProcessDaemon, org_dir: Path
 ) -> None:
     identity = org_dir / "workers" / "ada" / "identity.md"
-    async with await served.client() as client:
-        session = await open_session(client)
+    async with opened_session(served) as (client, session):
         await client.session_send(session, "one")
         identity.write_text(identity.read_text() + "\nNew rule: answer in haiku.\n")
         again = await open_session(client)
@@ -142,7 +143,6 @@ async def test_identity_edit_applies_to_the_next_session_only(
     assert system["system_sha256"] != records[0]["system_sha256"]
 
 
-@pytest.mark.anyio
 async def test_oversized_identity_fails_open_with_1001_and_a_failed_trace(
     org_dir: Path, tmp_path: Path
 ) -> None:
@@ -163,10 +163,8 @@ async def test_oversized_identity_fails_open_with_1001_and_a_failed_trace(
     assert not transcript.exists() or transcript.read_bytes() == b""
 
 
-@pytest.mark.anyio
 async def test_oversized_message_fails_the_turn_and_loses_nothing(served: InProcessDaemon) -> None:
-    async with await served.client() as client:
-        session = await open_session(client)
+    async with opened_session(served) as (client, session):
         await client.session_send(session, "fine")
         with pytest.raises(RpcError) as failure:
             await client.session_send(session, "x" * 24001)
@@ -184,26 +182,24 @@ async def test_oversized_message_fails_the_turn_and_loses_nothing(served: InProc
     ]
 
 
-@pytest.mark.anyio
 async def test_restart_resumes_the_same_session_with_the_same_bytes(
-    org_dir: Path, tmp_path: Path
+    daemon: DaemonProcess,
 ) -> None:
-    state = tmp_path / "state"
-    async with process_client(org_dir, state) as (_, client):
-        session = await open_session(client)
+    async with opened_session(daemon) as (client, session):
         await client.session_send(session, "remember me")
-    system_before = (state / "runs" / session / "system.json").read_bytes()
-    async with process_client(org_dir, state) as (_, client):
+    system = daemon.state / "runs" / session / "system.json"
+    system_before = system.read_bytes()
+    daemon.restart()
+    async with await daemon.client() as client:
         opened = await client.session_open("ada", "general")
         assert opened.session == session
         assert opened.turns == 1
         result = await client.session_send(session, "again")
     assert result.turn == 2
     assert "transcript 3 messages" in result.text
-    assert (state / "runs" / session / "system.json").read_bytes() == system_before
+    assert system.read_bytes() == system_before
 
 
-@pytest.mark.anyio
 async def test_idle_sessions_expire_at_their_limit_exactly(org_dir: Path, tmp_path: Path) -> None:
     clock = ManualClock()
     state = tmp_path / "state"
@@ -222,10 +218,8 @@ async def test_idle_sessions_expire_at_their_limit_exactly(org_dir: Path, tmp_pa
     assert info["status"] == "expired"
 
 
-@pytest.mark.anyio
 async def test_the_reaper_expires_sessions_no_one_touches(org_dir: Path, tmp_path: Path) -> None:
-    toml = org_dir / "org.toml"
-    toml.write_text(toml.read_text().replace("session_idle_s = 900", "session_idle_s = 0.4"))
+    set_daemon(org_dir, "session_idle_s = 0.4")
     clock = ManualClock()
     async with in_process_client(org_dir, tmp_path / "state", clock=clock) as (_, client):
         session = await session_after_hello(client)
@@ -240,7 +234,6 @@ async def test_the_reaper_expires_sessions_no_one_touches(org_dir: Path, tmp_pat
     assert info["status"] == "expired"
 
 
-@pytest.mark.anyio
 async def test_an_idle_session_is_not_reopened_but_replaced(org_dir: Path, tmp_path: Path) -> None:
     clock = ManualClock()
     async with in_process_client(org_dir, tmp_path / "state", clock=clock) as (_, client):
@@ -252,25 +245,22 @@ async def test_an_idle_session_is_not_reopened_but_replaced(org_dir: Path, tmp_p
     assert result.turn == 1
 
 
-@pytest.mark.anyio
 async def test_a_failed_last_turn_keeps_its_number_across_a_restart(
-    org_dir: Path, tmp_path: Path
+    daemon: DaemonProcess,
 ) -> None:
-    state = tmp_path / "state"
-    async with process_client(org_dir, state) as (_, client):
-        session = await open_session(client)
+    async with opened_session(daemon) as (client, session):
         await client.session_send(session, "fine")
         with pytest.raises(RpcError):
             await client.session_send(session, "x" * 24001)
-    async with process_client(org_dir, state) as (_, client):
-        await open_session(client)
+    daemon.restart()
+    async with opened_session(daemon) as (client, reopened):
+        assert reopened == session
         result = await client.session_send(session, "again")
     assert result.turn == 3
-    turns = [r["turn"] for r in context_records(state, session) if r["kind"] == "turn"]
+    turns = [r["turn"] for r in context_records(daemon.state, session) if r["kind"] == "turn"]
     assert turns == [1, 2, 3]
 
 
-@pytest.mark.anyio
 async def test_a_session_that_expired_while_the_daemon_was_down_is_not_resumed(
     org_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -288,31 +278,27 @@ async def test_a_session_that_expired_while_the_daemon_was_down_is_not_resumed(
     assert "had expired while no host served it" in caplog.text
 
 
-@pytest.mark.anyio
 async def test_runs_show_with_wait_answers_once_the_run_ends(served: InProcessDaemon) -> None:
-    async with await served.client() as watcher, await served.client() as client:
-        opened = await client.session_open("ada", "general")
-        await client.session_send(opened.session, "hello")
+    async with await served.client() as watcher, opened_session(served) as (client, session):
+        await client.session_send(session, "hello")
         ended: list[RunShown] = []
 
         async def wait_for_the_end() -> None:
-            ended.append(await watcher.request(RunsShow(opened.session, wait=30)))
+            ended.append(await watcher.request(RunsShow(session, wait=30)))
 
         with anyio.fail_after(10):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(wait_for_the_end)
-                await client.session_close(opened.session)
+                await client.session_close(session)
     (shown,) = ended
     assert shown.info.status == "closed"
     assert [entry.role for entry in shown.transcript] == ["user", "assistant"]
 
 
-@pytest.mark.anyio
 async def test_a_wait_for_a_run_that_stays_open_ends_with_its_time(
     served: InProcessDaemon,
 ) -> None:
-    async with await served.client() as client:
-        opened = await client.session_open("ada", "general")
+    async with opened_session(served) as (client, session):
         with anyio.fail_after(10):
-            shown = await client.request(RunsShow(opened.session, wait=0.2))
+            shown = await client.request(RunsShow(session, wait=0.2))
     assert shown.info.status == "open"

@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from harness import Cli, InProcessDaemon, process_client
+from harness import Cli, DaemonProcess, InProcessDaemon, opened_session, process_client
 from orgs import filler, simulated_engine, write_org
 from simulator import Simulator, Status
 
@@ -168,19 +168,19 @@ async def test_a_note_or_a_resolution_between_turns_is_in_the_next_turn(
 async def test_what_was_shown_survives_a_restart_and_a_failed_engine_call(
     org: Path, tmp_path: Path, simulator: Simulator
 ) -> None:
-    state = tmp_path / "state"
-    async with process_client(org, state) as (_, client):
-        gates, session = await seeded_session(client, notes=3, gates=1, turns=1)
-        await client.memory_add("w0", "pager is flaky on Mondays")
-        simulator.script(Status(400, "bad request"))
-        with pytest.raises(RpcError):
+    with DaemonProcess(org, tmp_path / "state").start() as daemon:
+        async with await daemon.client() as client:
+            gates, session = await seeded_session(client, notes=3, gates=1, turns=1)
+            await client.memory_add("w0", "pager is flaky on Mondays")
+            simulator.script(Status(400, "bad request"))
+            with pytest.raises(RpcError):
+                await send(client, session, 1)
+        daemon.restart()
+        async with opened_session(daemon, "w0", "c0") as (client, reopened):
+            assert reopened == session
             await send(client, session, 1)
-    async with process_client(org, state) as (_, client):
-        reopened = await client.session_open("w0", "c0")
-        assert reopened.session == session
-        await send(client, session, 1)
-        await client.gate_resolve(gates[0], "no")
-        await send(client, session, 1)
+            await client.gate_resolve(gates[0], "no")
+            await send(client, session, 1)
 
     first, failed, resumed, resolved = (user_inputs(r.body) for r in simulator.requests)
     # The failed turn's input stays in the transcript and goes out with the

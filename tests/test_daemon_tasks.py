@@ -8,7 +8,14 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-from harness import DaemonProcess, InProcessDaemon, daemon_in_process, set_engine, wait_task
+from harness import (
+    DaemonProcess,
+    InProcessDaemon,
+    daemon_in_process,
+    set_daemon,
+    set_engine,
+    wait_task,
+)
 from simulator import Simulator, Stall
 
 from rosterd.client import RpcError
@@ -174,8 +181,7 @@ async def test_a_wait_for_a_task_that_does_not_settle_ends_with_its_time(
     org_dir: Path, tmp_path: Path, simulator: Simulator
 ) -> None:
     set_engine(org_dir, f'kind = "openai"\nmodel = "sim-1"\nbase_url = "{simulator.openai_url}"')
-    toml = org_dir / "org.toml"
-    toml.write_text(toml.read_text().replace("[daemon]\n", "[daemon]\ndrain_s = 1\n"))
+    set_daemon(org_dir, "drain_s = 1")
     simulator.script(Stall())
     async with (
         daemon_in_process(org_dir, tmp_path / "state") as daemon,

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from engines_org import second_turn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from orgs import write_org
 from simulator import Conversation, Simulator, prompt_bytes, reported
 
-from rosterd.compiler import Boundary, SystemPrompt, TurnInput
+from rosterd.compiler import Boundary, SystemPrompt
 from rosterd.engines import ANTHROPIC_VERSION, MAX_BREAKPOINTS, AnthropicEngine, EngineRequest
 from rosterd.org import EngineConfig, Org, load_org
 from rosterd.protocol import ChatMessage
@@ -41,19 +42,11 @@ def marked(blocks: list[dict[str, object]]) -> list[bool]:
 
 
 async def test_system_is_cut_at_each_boundary_and_marked(simulator: Simulator, org: Org) -> None:
-    engine = engine_for(simulator)
     conversation = Conversation(org, "w0", "c0")
-    await conversation.say(engine, "first")
-    request = conversation.request(TurnInput(text="second"))
-    await engine.complete(request, _ignore)
-    await engine.aclose()
-
-    recorded = simulator.requests[-1]
+    recorded, body = await second_turn(engine_for(simulator), conversation, simulator)
     assert recorded.path == "/v1/messages"
     assert recorded.headers["x-api-key"] == KEY
     assert recorded.headers["anthropic-version"] == ANTHROPIC_VERSION
-    assert recorded.body == engine.body(request)
-    body = json.loads(recorded.body)
     assert body["model"] == "claude-sim"
     assert body["stream"] is True
     system = body["system"]
@@ -210,7 +203,3 @@ async def test_breakpoints_follow_the_boundaries_whatever_they_are(
     message_marks = [marked(m["content"]) for m in body["messages"]]
     assert message_marks == [[False]] * (turns - 1) + [[True]] * (turns > 0)
     assert sum(marked(blocks)) + sum(sum(m) for m in message_marks) <= MAX_BREAKPOINTS
-
-
-async def _ignore(piece: str) -> None:
-    pass

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from engines_org import second_turn
 from orgs import write_org
 from simulator import Conversation, Simulator, reported
 
@@ -31,25 +32,13 @@ def engine_for(simulator: Simulator) -> OpenAIEngine:
     return OpenAIEngine(config, api_key=KEY)
 
 
-async def _ignore(piece: str) -> None:
-    pass
-
-
 async def test_request_body_carries_system_verbatim_and_the_route_key(
     simulator: Simulator, org: Org
 ) -> None:
-    engine = engine_for(simulator)
     conversation = Conversation(org, "w1", "c1")
-    await conversation.say(engine, "first")
-    request = conversation.request(TurnInput(text="second"))
-    await engine.complete(request, _ignore)
-    await engine.aclose()
-
-    recorded = simulator.requests[-1]
+    recorded, body = await second_turn(engine_for(simulator), conversation, simulator)
     assert recorded.path == "/v1/chat/completions"
     assert recorded.headers["authorization"] == f"Bearer {KEY}"
-    assert recorded.body == engine.body(request)
-    body = json.loads(recorded.body)
     assert body["model"] == "gpt-sim"
     assert body["stream"] is True
     assert body["stream_options"] == {"include_usage": True}

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import anyio.to_thread
 import pytest
-from harness import daemon_in_process
+from harness import Cli, daemon_in_process
 from httpx_sse import ServerSentEvent
 from orgs import simulated_engine, write_org
 from simulator import Reply, Simulator
 
 from rosterd import ConfigError
-from rosterd.cli import main
 from rosterd.engines import AnthropicEngine, OpenAIEngine
 from rosterd.org import EngineConfig, PriceConfig, load_org
 from rosterd.pricing import bill, price_for
@@ -118,9 +117,7 @@ def org_on(root: Path, sim: Simulator, prices: str = "") -> Path:
     )
 
 
-async def test_every_call_carries_its_cost_and_operators_read_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+async def test_every_call_carries_its_cost_and_operators_read_it(tmp_path: Path, cli: Cli) -> None:
     prices = '\n[prices."sim-1"]\ninput = 3\ncached_input = 0.3\noutput = 15\n'
     state = tmp_path / "state"
     async with Simulator() as sim:
@@ -146,24 +143,19 @@ async def test_every_call_carries_its_cost_and_operators_read_it(
                                           "1-hour cache write = 2x input (Anthropic)")  # fmt: skip
     total = sum(e.cost.usd for e in calls if e.cost is not None)
     # runs show, with the daemon down: each turn's cost, the run's, the row and its rules.
-    capsys.readouterr()
-    show = ["server", "runs", "show", opened.session, "--state", str(state)]
-    assert await anyio.to_thread.run_sync(main, show) == 0
-    out = capsys.readouterr().out
+    out = await cli.in_thread("server", "runs", "show", opened.session, "--state", str(state))
     assert f"${total:.6f}" in out and "5-minute cache write = 1.25x input" in out
     # stats cost, by worker and as JSON.
     by_worker = ["server", "stats", "cost", "--by", "worker", "--state", str(state), "--json"]
-    assert await anyio.to_thread.run_sync(main, by_worker) == 0
-    rows = {row["group"]: row for row in json.loads(capsys.readouterr().out)}
+    rows = {row["group"]: row for row in json.loads(await cli.in_thread(*by_worker))}
     assert set(rows) == {"w0", "w1"} and rows["w0"]["calls"] == 2
     assert rows["w0"]["cost_usd"] == pytest.approx(total) and rows["w0"]["unpriced_calls"] == 0
     later = ["server", "stats", "cost", "--since", "2999-01-01", "--state", str(state)]
-    assert await anyio.to_thread.run_sync(main, later) == 0
-    assert "no engine call reported usage" in capsys.readouterr().out
+    assert "no engine call reported usage" in await cli.in_thread(*later)
 
 
 async def test_an_unpriced_model_costs_unknown_never_0_and_check_warns(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, cli: Cli
 ) -> None:
     state = tmp_path / "state"
     async with Simulator() as sim:
@@ -171,16 +163,12 @@ async def test_an_unpriced_model_costs_unknown_never_0_and_check_warns(
         async with daemon_in_process(org, state) as daemon, await daemon.client() as client:
             opened = await client.session_open("w0", "c0")
             await client.session_send(opened.session, "hello")
-    capsys.readouterr()
-    show = ["server", "runs", "show", opened.session, "--state", str(state)]
-    assert await anyio.to_thread.run_sync(main, show) == 0
-    out = capsys.readouterr().out
+    out = await cli.in_thread("server", "runs", "show", opened.session, "--state", str(state))
     assert "unknown" in out and "$0.000000" not in out
     by_model = ["server", "stats", "cost", "--by", "model", "--state", str(state)]
-    assert await anyio.to_thread.run_sync(main, by_model) == 0
-    assert "0.000000 + unknown" in capsys.readouterr().out
-    assert await anyio.to_thread.run_sync(main, ["check", "--org", str(org)]) == 0
-    err = capsys.readouterr().err
+    assert "0.000000 + unknown" in await cli.in_thread(*by_model)
+    code, _, err = await anyio.to_thread.run_sync(cli, "check", "--org", str(org))
+    assert code == 0
     assert "warning: model 'sim-1' has no price" in err and '[prices."sim-1"]' in err
 
 

@@ -12,10 +12,17 @@ import msgspec
 import pytest
 from anyio.abc import SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
-from harness import DaemonProcess
+from harness import DaemonProcess, set_daemon
 
 from rosterd.client import RosterClient
 from rosterd.protocol import MemoryList
+
+
+def started(org: Path, state: Path, daemon: str) -> DaemonProcess:
+    """A daemon process of *org* (the example org's copy) on *state*, its
+    ``[daemon]`` table given *daemon* (TOML lines)."""
+    set_daemon(org, daemon)
+    return DaemonProcess(org, state).start()
 
 
 def rss_kib(pid: int) -> int:
@@ -71,9 +78,7 @@ async def chat(client: RosterClient, worker: str, channel: str, turns: int) -> l
 async def test_a_client_that_never_reads_is_dropped_and_others_carry_on(
     org_dir: Path, tmp_path: Path
 ) -> None:
-    toml = org_dir / "org.toml"
-    toml.write_text(toml.read_text().replace("session_idle_s = 900", "send_timeout_s = 2"))
-    with DaemonProcess(org_dir, tmp_path / "state").start() as daemon:
+    with started(org_dir, tmp_path / "state", "send_timeout_s = 2") as daemon:
         await _never_reading_client(daemon)
 
 
@@ -198,9 +203,7 @@ async def test_500_idle_connections_do_not_starve_a_working_client(
 async def test_connections_over_max_connections_get_an_error_and_are_closed(
     org_dir: Path, tmp_path: Path
 ) -> None:
-    toml = org_dir / "org.toml"
-    toml.write_text(toml.read_text().replace("[daemon]\n", "[daemon]\nmax_connections = 3\n"))
-    with DaemonProcess(org_dir, tmp_path / "state").start() as process:
+    with started(org_dir, tmp_path / "state", "max_connections = 3") as process:
         # The daemon's own uid may take 8 reserved slots beyond max_connections.
         clients = [await process.client() for _ in range(3 + 8 - 1)]
         freed = await anyio.connect_unix(process.socket)  # the slot given back below
@@ -267,9 +270,7 @@ class _LowFdLimitDaemon(DaemonProcess):
 
 @pytest.mark.anyio
 async def test_idle_connections_cannot_lock_out_status(org_dir: Path, tmp_path: Path) -> None:
-    toml = org_dir / "org.toml"
-    toml.write_text(toml.read_text().replace("session_idle_s = 900", "max_connections = 8"))
-    daemon = DaemonProcess(org_dir, tmp_path / "state").start()
+    daemon = started(org_dir, tmp_path / "state", "max_connections = 8")
     # Eight idle connections fill max_connections; the owner's reserved slots remain.
     hogs = [await anyio.connect_unix(daemon.socket) for _ in range(8)]
     try:
@@ -296,9 +297,7 @@ async def test_idle_connections_cannot_lock_out_status(org_dir: Path, tmp_path: 
 
 @pytest.mark.anyio
 async def test_a_connection_that_sends_no_line_is_closed(org_dir: Path, tmp_path: Path) -> None:
-    toml = org_dir / "org.toml"
-    toml.write_text(toml.read_text().replace("session_idle_s = 900", "idle_timeout_s = 1"))
-    with DaemonProcess(org_dir, tmp_path / "state").start() as daemon:
+    with started(org_dir, tmp_path / "state", "idle_timeout_s = 1") as daemon:
         idle = await anyio.connect_unix(daemon.socket)
         await idle.send(b'{"jsonrpc":"2.0"')  # never finished
         with anyio.fail_after(10), pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):

@@ -69,17 +69,12 @@ def succeeded(results: list[T | RpcError]) -> list[T]:
     return ok
 
 
-def restart(daemon: DaemonProcess) -> None:
-    daemon.stop()
-    daemon.start()
-
-
 @pytest.mark.anyio
 async def test_racing_gates_each_get_their_own_id_and_survive_a_restart(
     daemon: DaemonProcess,
 ) -> None:
     gates = succeeded(await race(daemon, lambda n: GateFile("ada", f"gate {n}")))
-    restart(daemon)
+    daemon.restart()
     async with await daemon.client() as client:
         listed = await client.gate_list()
     assert len({g.id for g in gates}) == CLIENTS
@@ -108,7 +103,7 @@ async def test_racing_resolves_of_one_gate_are_resolved_once(daemon: DaemonProce
         gate = await client.gate_file("ada", "ship it?")
     results = await race(daemon, lambda n: GateResolve(gate.id, f"answer {n}"))
     won = [r for r in results if not isinstance(r, RpcError)]
-    restart(daemon)
+    daemon.restart()
     async with await daemon.client() as client:
         (stored,) = await client.gate_list()
     assert len(won) == 1

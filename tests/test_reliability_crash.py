@@ -18,13 +18,15 @@ import anyio
 import anyio.to_thread
 import msgspec
 import pytest
-from harness import DaemonProcess
+from harness import DaemonProcess, opened_session, set_daemon
 from orgs import simulated_engine, write_org
 from simulator import Delay, Simulator, Stall
 
 from rosterd import RosterError
 from rosterd.client import RosterClient, RpcError
 from rosterd.protocol import Call, RunDirect, SessionSend, TaskGet, TurnResult
+
+pytestmark = pytest.mark.anyio
 
 SEED = 20261202
 TURNS = 300
@@ -194,7 +196,6 @@ async def workload(
 
 
 @pytest.mark.long
-@pytest.mark.anyio
 async def test_kill_9_at_random_points_loses_no_acknowledged_write(
     org_dir: Path, tmp_path: Path
 ) -> None:
@@ -237,14 +238,12 @@ async def test_kill_9_at_random_points_loses_no_acknowledged_write(
 
 
 @pytest.mark.long
-@pytest.mark.anyio
 async def test_kill_9_across_two_hosts_on_one_database_loses_no_acknowledged_write(
     org_dir: Path, tmp_path: Path, postgres_url: str
 ) -> None:
     """The same workload sent to two daemons on one PostgreSQL database in
     turn; at each random point one of them is killed, the other serves on."""
-    toml = org_dir / "org.toml"
-    toml.write_text(toml.read_text().replace("[daemon]\n", "[daemon]\nlease_s = 1\n", 1))
+    set_daemon(org_dir, "lease_s = 1")
     rng = random.Random(SEED + 1)
     ledger = Ledger()
     hosts = [
@@ -279,7 +278,6 @@ async def test_kill_9_across_two_hosts_on_one_database_loses_no_acknowledged_wri
     assert rounds >= 5
 
 
-@pytest.mark.anyio
 async def test_sigterm_drains_50_in_flight_turns(tmp_path: Path, simulator: Simulator) -> None:
     org = write_org(
         tmp_path / "org", workers=["ada"], channels=50, engine=simulated_engine(simulator)
@@ -323,7 +321,6 @@ def _roles(state: Path, run: str) -> list[str]:
     return [msgspec.json.decode(line)["role"] for line in lines]
 
 
-@pytest.mark.anyio
 async def test_drain_that_runs_out_answers_in_flight_turns_with_1010_and_records_them(
     tmp_path: Path, simulator: Simulator
 ) -> None:
@@ -394,7 +391,6 @@ async def test_drain_that_runs_out_answers_in_flight_turns_with_1010_and_records
     assert "first" in resumed[1]["content"]
 
 
-@pytest.mark.anyio
 async def test_a_second_sigterm_stops_at_once_without_waiting_for_the_drain(
     tmp_path: Path, simulator: Simulator
 ) -> None:
@@ -425,15 +421,13 @@ async def test_a_second_sigterm_stops_at_once_without_waiting_for_the_drain(
     assert "drain cut short" not in process.log()
 
 
-@pytest.mark.anyio
 async def test_recovery_marks_cut_off_runs_interrupted_trims_torn_tails_and_removes_tmp_files(
     daemon: DaemonProcess,
 ) -> None:
-    async with await daemon.client() as client:
+    async with opened_session(daemon) as (client, session):
         direct = (await client.run_direct("ada", "hi")).run
         finished = (await client.run_direct("ada", "bye")).run
-        opened = await client.session_open("ada", "general")
-        await client.session_send(opened.session, "hello")
+        await client.session_send(session, "hello")
     daemon.kill9()
     runs = daemon.state / "runs"
     # What kill -9 leaves: a run still `open`, a torn last line, an orphan temporary.
@@ -448,7 +442,7 @@ async def test_recovery_marks_cut_off_runs_interrupted_trims_torn_tails_and_remo
         listed = {r.id: r.status for r in await client.runs_list()}
     assert listed[direct] == "interrupted"
     assert listed[finished] == "done"
-    assert listed[opened.session] == "open"
+    assert listed[session] == "open"
     assert (runs / finished / "transcript.jsonl").read_bytes().endswith(b"\n")
     assert not orphan.exists()
     assert jsonl_problems(daemon.state, killed=False) == []

@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 import pytest
-from harness import DaemonProcess, copy_org
+from harness import DaemonProcess, copy_org, opened_session
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -289,9 +289,8 @@ def test_fuzzed_lines_get_json_rpc_replies_and_the_daemon_survives(
 async def test_a_well_behaved_client_is_served_after_the_fuzzing(
     fuzz_daemon: DaemonProcess,
 ) -> None:
-    async with await fuzz_daemon.client() as client:
-        opened = await client.session_open("ada", "general")
-        result = await client.session_send(opened.session, "ok?")
+    async with opened_session(fuzz_daemon) as (client, session):
+        result = await client.session_send(session, "ok?")
         with anyio.fail_after(5):
             status = await client.daemon_status()
     assert result.text.endswith("You said: ok?")

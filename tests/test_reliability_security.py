@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-from harness import HOLD_CONNECTIONS, DaemonProcess, set_engine
+from harness import HOLD_CONNECTIONS, DaemonProcess, set_daemon, set_engine
 from simulator import Simulator, Status
 
 from rosterd.client import RosterClient, RpcError
@@ -90,8 +90,7 @@ async def as_nobody(socket: Path, *lines: str) -> dict[str, Any]:
 
 
 def start_shared(org: Path, state: Path, socket_dir: Path, daemon_toml: str) -> DaemonProcess:
-    toml = org / "org.toml"
-    toml.write_text(toml.read_text().replace("[daemon]\n", f"[daemon]\n{daemon_toml}"))
+    set_daemon(org, daemon_toml)
     process = DaemonProcess(org, state, socket_path=socket_dir / "rosterd.sock").start()
     # The operator's shared group: nobody's gid may write the 0660 socket.
     os.chown(process.socket, 0, NOBODY)
