@@ -1,8 +1,7 @@
 """The advisory blocks of the input part, registered once each.
 
 An ``AdvisorySpec`` is everything about one block: its name (which is also
-its budget key in ``[context]`` and its field in the trace's budget), where
-its items come from, what it gives up first under pressure, the order it
+its budget key in ``[context]``), where its items come from, what it gives up first under pressure, the order it
 gets room in, and how it fits its items into the room it gets. The input
 part shows them in ``ADVISORY`` order, then the request; ``compile_turn``
 gives them room in ``ROOM_ORDER``, so the last to get room shrinks first.
@@ -76,7 +75,8 @@ Fit = Callable[[RunScope, TurnInput, int, ContextBudget], Fitted]
 
 class KeptWhole(Exception):
     """A part of a block that is never cut does not fit: the compilation
-    fails naming the block, as a mandatory one's would."""
+    fails naming the block, as a mandatory one's would. ``compile_turn``
+    turns it into that ``CompileError``; it never leaves the compiler."""
 
     def __init__(self, fitted: Fitted, limit: int, reason: str) -> None:
         self.fitted = fitted
