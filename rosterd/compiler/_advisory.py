@@ -3,9 +3,9 @@
 An ``AdvisorySpec`` is everything about one block: its name (which is also
 its budget key in ``[context]``), where its items come from, what it gives
 up first under pressure, the order it gets room in, and how it fits its
-items into the room it gets. The input
-part shows them in ``ADVISORY`` order, then the request; ``compile_turn``
-gives them room in ``ROOM_ORDER``, so the last to get room shrinks first.
+items into the room it gets. The input part shows them in ``ADVISORY``
+order, then the request; ``compile_turn`` gives them room in
+``ROOM_ORDER``, so the last to get room shrinks first.
 A block kind is added here, with its name in ``AdvisoryBlock`` and its
 lines' renderer (those of the first four are in ``_blocks``, which the
 shown ledger shares); its budget key goes in ``ContextBudget`` and its
