@@ -273,20 +273,22 @@ def _bm25(
     admitted: npt.NDArray[np.bool_],
     held: dict[str, Packed],
 ) -> tuple[Ints, Floats]:
-    """Each admitted note holding a term of *query*, with its BM25 score;
-    *held* gets each term's postings as read."""
+    """Each admitted note holding a term of *query*, with its BM25 score.
+    *held* keeps each term's postings as read, so a second pass (feedback's)
+    reads only the terms the first did not."""
     size = columns.size
     average = columns.total / size if size and columns.total else 1.0
     rare: list[tuple[float, npt.NDArray[np.uint32]]] = []
     common: list[tuple[float, npt.NDArray[np.uint32]]] = []
     for term, weight in query.items():
-        entries = postings.get(term)
-        cut = prefix(entries, size) if entries is not None else 0
-        if not cut:
-            continue
-        assert entries is not None
-        # A copy: a view would pin the array, which the loop appends to.
-        packed = held[term] = np.frombuffer(entries[:cut], dtype=np.uint32)
+        packed = held.get(term)
+        if packed is None:
+            entries = postings.get(term)
+            if entries is None or not (cut := prefix(entries, size)):
+                continue
+            # A copy: a view would pin the array, which the loop appends to.
+            packed = held[term] = np.frombuffer(entries[:cut], dtype=np.uint32)
+        cut = len(packed)
         # A term more than COMMON_SHARE of the notes hold only adds to the
         # score of notes a rarer term found: walking it for every note would
         # cost a turn what the whole memory holds, to tell them apart by little.

@@ -21,7 +21,7 @@ import unicodedata
 from collections.abc import Callable, Iterator
 from functools import cache, lru_cache
 
-__all__ = ("STOPWORDS", "term_forms", "terms")
+__all__ = ("STOPWORDS", "held_terms", "term_forms", "terms")
 
 _RUN = re.compile(r"[^\W_]+")
 # Scripts written without spaces between words: CJK ideographs, kana, Thai,
@@ -193,8 +193,9 @@ def terms(text: str) -> list[str]:
 
 @lru_cache(maxsize=4096)
 def held_terms(text: str) -> frozenset[str]:
-    """The distinct terms of a note's *text*; the notes a turn shows and
-    learns from are mostly the ones the turn before did, so they are kept."""
+    """The distinct terms of a note's *text*: what it lends feedback. The
+    best notes of a conversation's turns are often the same few, so they
+    are kept."""
     return frozenset(terms(text))
 
 

@@ -245,8 +245,10 @@ class Methods:
     async def _runs_show(self, params: RunsShow, notify: Notify) -> RunShown:
         host = self._host
         runs = host.runs
-        info = await runs.info(params.run)
-        if params.wait is not None and info.status == "open":
+        if params.wait is None:
+            info = await runs.info(params.run)
+        else:
+            # Its first look answers an unknown run (1003) at once.
             info = await settled(
                 lambda: runs.info(params.run),
                 lambda info: info.status != "open",

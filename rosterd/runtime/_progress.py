@@ -20,6 +20,9 @@ from ._lifetime import RECENT_GAPS
 
 __all__ = ("Progress",)
 
+# Send times kept: enough for the gaps a cache lifetime is chosen from.
+_TURN_TIMES = RECENT_GAPS + 1
+
 
 class Progress(msgspec.Struct, frozen=True):
     """A session's state between turns.
@@ -73,7 +76,7 @@ class Progress(msgspec.Struct, frozen=True):
                 (e.usage.input_tokens for e in reversed(entries) if e.usage is not None), None
             ),
             turn_times=tuple(e.at for e in entries if e.role == "user" and e.step == 1)[
-                -(RECENT_GAPS + 1) :
+                -_TURN_TIMES:
             ],
             last_ttl=next(
                 (e.cache.ttl for e in reversed(entries) if e.cache is not None and e.cache.ttl),
@@ -110,7 +113,7 @@ class Progress(msgspec.Struct, frozen=True):
             turns=turn,
             briefed_at=sent_at,
             last_activity=at,
-            turn_times=(*self.turn_times, sent_at)[-(RECENT_GAPS + 1) :],
+            turn_times=(*self.turn_times, sent_at)[-_TURN_TIMES:],
             last_ttl=ttl,
             last_reply_id=reply.message_id or self.last_reply_id,
             # Unreported usage keeps the last known size: a lower bound, as
