@@ -35,6 +35,9 @@ Prints, measured side by side in one run:
 - turn p50 of one session on a daemon with Prometheus metrics and
   OpenTelemetry tracing on (spans exported to a collector that takes them)
   against one with both off, their turns alternating (aim: at most 1.05x);
+- posts to one channel per second from 32 clients at once against one,
+  alternating rounds: racing posts share the channel log's fsync (group
+  commit), so the ratio is well above 1;
 - with ``--state postgresql://…``: turns/s and p99 of concurrent sessions on
   the file backend, on that database with one daemon, and with two daemons
   sharing it (half the sessions on each), side by side.
@@ -427,6 +430,39 @@ async def run_telemetry(quick: bool) -> None:
     print(f"ratio turn p50 telemetry on / off: {on / off:.2f} (aim: at most 1.05)")
 
 
+async def run_posts(quick: bool) -> None:
+    """Posts to one channel from one client, then from many at once, in
+    alternating rounds: racing posts share the channel log's writes and
+    fsyncs (group commit), so many posters get more posts through."""
+    posters, posts = 32, (10 if quick else 40)
+    rates: dict[int, list[float]] = {1: [], posters: []}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_org(root / "org", ("ada",), 1, identity_lines=1)
+        socket = root / "rosterd.sock"
+        async with serve(root / "org", root / "state", socket), AsyncExitStack() as stack:
+            clients = [
+                await stack.enter_async_context(await RosterClient.connect(socket))
+                for _ in range(posters)
+            ]
+
+            async def post(client: RosterClient, count: int) -> None:
+                for n in range(count):
+                    await client.channel_post("c0", "alice", f"post {n}")
+
+            for _ in range(3 if quick else 5):
+                for level in rates:
+                    start = time.perf_counter()
+                    async with anyio.create_task_group() as tg:
+                        for client in clients[:level]:
+                            # The same number of posts at each level.
+                            tg.start_soon(post, client, posters * posts // level)
+                    rates[level].append(posters * posts / (time.perf_counter() - start))
+    alone, racing = (statistics.median(rates[level]) for level in rates)
+    print(f"posts to one channel: {alone:.0f}/s from 1 client, {racing:.0f}/s from {posters}")
+    print(f"ratio posts/s {posters} posters / 1 poster: {racing / alone:.2f} (group commit)")
+
+
 async def run_backends(database: str, quick: bool) -> None:
     sessions, turns = (8, 5) if quick else (20, 20)
     print(f"state backends, {sessions} concurrent sessions of {turns} turns (closed loop):")
@@ -471,6 +507,7 @@ def main() -> None:
     anyio.run(run_profile, args.quick)
     anyio.run(run_accumulated, args.quick)
     anyio.run(run_telemetry, args.quick)
+    anyio.run(run_posts, args.quick)
     if args.state is not None:
         anyio.run(run_backends, args.state, args.quick)
 

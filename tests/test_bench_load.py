@@ -68,6 +68,8 @@ def test_bench_load_quick_reports_its_figures_and_a_database_beside_the_files(
     assert re.search(r"^\s+off\s+\d+\.\d\d$", out, re.M), out
     assert re.search(r"^\s+on\s+\d+\.\d\d$", out, re.M), out
     assert re.search(r"ratio turn p50 telemetry on / off: \d+\.\d\d", out), out
+    # Racing posts to one channel beside one poster's.
+    assert re.search(r"^ratio posts/s 32 posters / 1 poster: \d+\.\d\d", out, re.M), out
     backends = re.findall(
         r"^\s+(files|postgresql)\s+(\d)\s+(\d+\.\d)\s+\d+\.\d\d\s+\d+\.\d\d$", out, re.M
     )

@@ -6,12 +6,14 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
+import anyio
 import msgspec
 import pytest
 from harness import DaemonProcess, process_client, set_daemon
 
 from rosterd import RosterError
 from rosterd.client import RosterClient
+from rosterd.compiler import ChannelMessage
 from rosterd.protocol import Delta, TranscriptEntry
 
 
@@ -149,3 +151,47 @@ async def test_kill_9_mid_stream_on_a_database_keeps_every_acknowledged_turn(
         after = await client.session_send(session, "after")
     assert_kept(entries, acknowledged)
     assert after.turn == reopened.turns + 1
+
+
+@pytest.mark.anyio
+async def test_kill_9_among_posts_sharing_writes_keeps_every_acknowledged_one(
+    org_dir: Path, tmp_path: Path
+) -> None:
+    """Posts racing to one channel share the log's writes and fsyncs (group
+    commit); killed while some are in flight, the log holds every post that
+    was acknowledged, each whole and in seq order, and nothing of one
+    that was not."""
+    state = tmp_path / "state"
+    process = DaemonProcess(org_dir, state).start()
+    acknowledged: dict[int, str] = {}
+    sent: set[str] = set()
+    posters, kill_after = 8, 80
+
+    async def post(client: RosterClient, poster: int) -> None:
+        for n in range(10_000):
+            text = f"post {poster}.{n}"
+            sent.add(text)
+            try:
+                message = await client.channel_post("general", "alice", text)
+            except (RosterError, OSError):  # the daemon died under us: expected
+                return
+            acknowledged[message.seq] = text
+            if len(acknowledged) == kill_after:
+                process.kill9()
+
+    clients = [await process.client() for _ in range(posters)]
+    async with anyio.create_task_group() as tg:
+        for poster, client in enumerate(clients):
+            tg.start_soon(post, client, poster)
+    for client in clients:
+        await client.aclose()
+    assert len(acknowledged) >= kill_after
+
+    async with process_client(org_dir, state) as (_, client):
+        after = await client.channel_post("general", "alice", "after restart")
+    lines = (state / "channels" / "general.jsonl").read_bytes().splitlines()
+    kept = [msgspec.json.decode(line, type=ChannelMessage) for line in lines]
+    on_disk = {m.seq: m.text for m in kept}
+    assert {seq: on_disk.get(seq) for seq in acknowledged} == acknowledged
+    assert all(m.text in sent for m in kept[:-1]) and kept[-1].seq == after.seq
+    assert [m.seq for m in kept] == sorted(on_disk) and len(on_disk) == len(kept)

@@ -6,8 +6,6 @@ from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
-import anyio
-
 from ..._ids import check_id
 from ...compiler import ChannelMessage
 from ._jsonl import JsonlLog
@@ -27,9 +25,6 @@ class _Channel:
         self._chars = 0
         self.remember(messages)
         self.next_seq = max((m.seq for m in messages), default=0) + 1
-        # Numbering and appending happen under one lock, so the file is in
-        # seq order and racing posts never share a number.
-        self.lock = anyio.Lock()
 
     def remember(self, messages: Sequence[ChannelMessage]) -> None:
         for message in messages:
@@ -58,14 +53,15 @@ class FileChannels:
         """Append (sender, text, at) messages in order, with one fsync; *run*
         names the session whose turn they are."""
         state = await self._open(channel)
-        async with state.lock:
-            messages = [
-                ChannelMessage(seq=state.next_seq + n, sender=sender, text=text, at=at, run=run)
-                for n, (sender, text, at) in enumerate(posts)
-            ]
-            await state.log.extend(messages)
-            state.next_seq += len(messages)
-            state.remember(messages)
+        # Numbered and placed in the log with no await between, so the file
+        # is in seq order; racing posts share a write. A failed write leaves
+        # its numbers unused.
+        messages = [
+            ChannelMessage(seq=state.next_seq + n, sender=sender, text=text, at=at, run=run)
+            for n, (sender, text, at) in enumerate(posts)
+        ]
+        state.next_seq += len(messages)
+        await state.log.extend(messages, lambda: state.remember(messages))
         return messages
 
     async def recent(self, channel: str, limit: int) -> tuple[ChannelMessage, ...]:

@@ -2,7 +2,10 @@
 
 Every append is written and fsynced before it returns, so an acknowledged
 write survives kill -9. A crash can tear only the last line; recovery drops
-that line (with a log line), truncates it away and carries on.
+that line (with a log line), truncates it away and carries on. Appends that
+arrive while a log is being written share its next write and fsync (group
+commit): the file holds them in call order, and each returns only once its
+bytes are durable.
 
 A failed write or fsync (disk full, I/O error) is cut back to the last good
 offset before the lock is released, so the next append never lands glued
@@ -17,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -47,19 +50,35 @@ T = TypeVar("T")
 _encoder = msgspec.json.Encoder()
 
 
+class _Append:
+    """One append waiting for its write: its bytes, what to do once they
+    are durable, and the error if they cannot be."""
+
+    __slots__ = ("committed", "data", "error")
+
+    def __init__(self, data: bytes, committed: Callable[[], None] | None) -> None:
+        self.data = data
+        self.committed = committed
+        self.error: StorageError | None = None
+
+
 class JsonlLog(AsyncResource, Generic[T]):
     """An append-only JSONL file of one record type, one record per line.
 
     Open it with ``await JsonlLog.open(path, type)``, which returns the log
-    and the records already in it. Appends are serialised by a lock, so
-    concurrent writers never interleave bytes.
+    and the records already in it. One write at a time goes to the file;
+    the appends made meanwhile wait together and go in the next one, with
+    one fsync for them all.
     """
 
     def __init__(self, path: Path, fd: int, size: int) -> None:
         self.path = path
         self._fd = fd
         self._size = size  # end of the last acknowledged record
-        self._lock = anyio.Lock()
+        # Held by the task writing a batch; whoever gets it next writes the
+        # batch that filled meanwhile, if nobody has yet.
+        self._writing = anyio.Lock()
+        self._filling: list[_Append] = []
         self._closed = False
         self._broken: StorageError | None = None
 
@@ -72,25 +91,74 @@ class JsonlLog(AsyncResource, Generic[T]):
         fd, size = await anyio.to_thread.run_sync(_open_append, path)
         return cls(path, fd, size), records
 
-    async def append(self, record: T) -> None:
-        await self.extend((record,))
+    async def append(self, record: T, committed: Callable[[], None] | None = None) -> None:
+        await self.extend((record,), committed)
 
-    async def extend(self, records: Iterable[T]) -> None:
-        data = b"".join(_encoder.encode(record) + b"\n" for record in records)
-        async with self._lock:
-            if self._broken is not None:
-                raise self._broken
+    async def extend(
+        self, records: Iterable[T], committed: Callable[[], None] | None = None
+    ) -> None:
+        """Append *records* and return once they are durable.
+
+        They are placed before this coroutine first yields, so the file
+        holds appends in the order they were called. *committed* (which
+        must not raise) runs once they are durable, in that same order and
+        before any append written with them returns: what a caller keeps
+        in memory follows the file. If the write fails, nothing of it stays
+        in the file and *committed* never runs.
+        """
+        if self._broken is not None:
+            raise self._broken
+        append = _Append(b"".join(_encoder.encode(r) + b"\n" for r in records), committed)
+        batch = self._filling
+        batch.append(append)
+        try:
+            async with self._writing:
+                if batch is self._filling:
+                    self._filling = []
+                    # Shielded: the others in the batch wait on this write.
+                    with anyio.CancelScope(shield=True):
+                        await self._write(batch)
+        except anyio.get_cancelled_exc_class():
+            if batch is self._filling:  # cancelled before anyone wrote it
+                batch.remove(append)
+            raise
+        if append.error is not None:
+            raise append.error
+
+    async def _write(self, batch: list[_Append]) -> None:
+        if await self._written(batch) or len(batch) == 1:
+            return
+        # Together they did not go in (a full disk, say): each alone now,
+        # so only an append that cannot be written fails.
+        for append in batch:
+            await self._written([append])
+
+    async def _written(self, appends: list[_Append]) -> bool:
+        """Write *appends* with one fsync; whether they are durable."""
+        error = self._broken
+        if error is None:
+            data = b"".join(append.data for append in appends)
             try:
                 await anyio.to_thread.run_sync(_write_all, self._fd, data)
             except OSError as exc:
                 error = _storage_error(self.path, "append", exc)
-                try:
-                    await anyio.to_thread.run_sync(_cut_back, self._fd, self._size)
-                except OSError as cut:
-                    self._broken = _storage_error(self.path, "truncate after failed append", cut)
-                    log.error("%s: stopped taking appends: %s", self.path, self._broken)
-                raise error from None
-            self._size += len(data)
+                await self._cut_back()
+            else:
+                self._size += len(data)
+        for append in appends:
+            append.error = error
+            if error is None and append.committed is not None:
+                append.committed()
+        return error is None
+
+    async def _cut_back(self) -> None:
+        """Cut a failed write back to the last durable record, or stop
+        taking appends if even that fails."""
+        try:
+            await anyio.to_thread.run_sync(_cut_back, self._fd, self._size)
+        except OSError as cut:
+            self._broken = _storage_error(self.path, "truncate after failed append", cut)
+            log.error("%s: stopped taking appends: %s", self.path, self._broken)
 
     async def aclose(self) -> None:
         if not self._closed:

@@ -16,7 +16,7 @@ __all__ = ("FileMemory",)
 
 
 class _Notes:
-    """One worker's logs, its index, and the lock its writes take."""
+    """One worker's logs, its index, and how its writes are numbered."""
 
     def __init__(self, notes: JsonlLog[MemoryItem], retired: Path, index: MemoryIndex) -> None:
         self.notes = notes
@@ -24,8 +24,12 @@ class _Notes:
         # Opened by the first retirement: most workers never retire a note.
         self.retired_path = retired
         self.retired: JsonlLog[Retirement] | None = None
-        # Numbering and appending under one lock: racing adds get distinct ids.
-        self.lock = anyio.Lock()
+        # Numbers are taken as notes are placed in the log, before their
+        # write: racing adds get distinct ids and share the write.
+        self.numbered = len(index)
+        # A retirement checks the index and appends under it: two racing
+        # retirements of one note cannot both be taken.
+        self.retiring = anyio.Lock()
 
     async def retire(self, retirement: Retirement) -> None:
         if self.retired is None:
@@ -58,7 +62,7 @@ class FileMemory(IndexedMemory):
         self, worker: str, retirement: Retirement, channels: Collection[str | None] | None = None
     ) -> MemoryItem:
         notes = await self._load(worker)
-        async with notes.lock:
+        async with notes.retiring:
             item = retirable(notes.index, retirement, channels)
             await notes.retire(retirement)
             notes.index.retire(retirement)
@@ -66,10 +70,9 @@ class FileMemory(IndexedMemory):
 
     async def _append(self, worker: str, note: Callable[[int], MemoryItem]) -> MemoryItem:
         notes = await self._load(worker)
-        async with notes.lock:
-            item = note(len(notes.index) + 1)
-            await notes.notes.append(item)
-            notes.index.add(item)
+        notes.numbered += 1
+        item = note(notes.numbered)
+        await notes.notes.append(item, lambda: notes.index.add(item))
         return item
 
     async def _index(self, worker: str) -> MemoryIndex:
