@@ -154,18 +154,27 @@ async def test_kill_9_mid_stream_on_a_database_keeps_every_acknowledged_turn(
 
 
 @pytest.mark.anyio
-async def test_kill_9_among_posts_sharing_writes_keeps_every_acknowledged_one(
+async def test_kill_9_among_turns_and_posts_sharing_writes_keeps_every_acknowledged_one(
     org_dir: Path, tmp_path: Path
 ) -> None:
-    """Posts racing to one channel share the log's writes and fsyncs (group
-    commit); killed while some are in flight, the log holds every post that
-    was acknowledged, each whole and in seq order, and nothing of one
-    that was not."""
+    """Two workers' sessions and several posters race to one channel, whose
+    log they share, so their appends share writes and fsyncs (group
+    commit). Killed while some are in flight, the state holds every turn
+    and post that was acknowledged, each whole and the channel in seq
+    order, and nothing of a post that was not."""
     state = tmp_path / "state"
     process = DaemonProcess(org_dir, state).start()
-    acknowledged: dict[int, str] = {}
+    posted: dict[int, str] = {}
     sent: set[str] = set()
-    posters, kill_after = 8, 80
+    turns: dict[str, list[tuple[int, str]]] = {}
+    kill_after = 80
+
+    def kill_once_all_went_on() -> None:
+        """kill -9, right as a post is acknowledged, once there are enough
+        and each session answered some (again: a no-op once it is gone)."""
+        answered = [len(acknowledged) for acknowledged in turns.values()]
+        if len(posted) >= kill_after and len(answered) == 2 and min(answered) >= 3:
+            process.kill9()
 
     async def post(client: RosterClient, poster: int) -> None:
         for n in range(10_000):
@@ -175,23 +184,41 @@ async def test_kill_9_among_posts_sharing_writes_keeps_every_acknowledged_one(
                 message = await client.channel_post("general", "alice", text)
             except (RosterError, OSError):  # the daemon died under us: expected
                 return
-            acknowledged[message.seq] = text
-            if len(acknowledged) == kill_after:
-                process.kill9()
+            posted[message.seq] = text
+            kill_once_all_went_on()
 
-    clients = [await process.client() for _ in range(posters)]
+    async def talk(client: RosterClient, worker: str) -> None:
+        session = (await client.session_open(worker, "general")).session
+        acknowledged = turns[session] = []
+        for n in range(10_000):
+            text = f"{worker} turn {n}"
+            sent.add(text)
+            try:
+                result = await client.session_send(session, text)
+            except (RosterError, OSError):
+                return
+            acknowledged.append((result.turn, text))
+
+    clients = [await process.client() for _ in range(8)]
     async with anyio.create_task_group() as tg:
-        for poster, client in enumerate(clients):
+        for poster, client in enumerate(clients[:6]):
             tg.start_soon(post, client, poster)
+        tg.start_soon(talk, clients[6], "ada")
+        tg.start_soon(talk, clients[7], "grace")
     for client in clients:
         await client.aclose()
-    assert len(acknowledged) >= kill_after
+    assert len(posted) >= kill_after and all(turns.values())
 
     async with process_client(org_dir, state) as (_, client):
         after = await client.channel_post("general", "alice", "after restart")
     lines = (state / "channels" / "general.jsonl").read_bytes().splitlines()
     kept = [msgspec.json.decode(line, type=ChannelMessage) for line in lines]
     on_disk = {m.seq: m.text for m in kept}
-    assert {seq: on_disk.get(seq) for seq in acknowledged} == acknowledged
-    assert all(m.text in sent for m in kept[:-1]) and kept[-1].seq == after.seq
+    assert {seq: on_disk.get(seq) for seq in posted} == posted
+    for session, acknowledged in turns.items():
+        assert_kept(transcript(state, session), acknowledged)
+        assert {text for _, text in acknowledged} <= set(on_disk.values())
+    senders = {"alice", "operator", "ada", "grace"}
+    assert all(m.sender in senders for m in kept) and kept[-1].seq == after.seq
+    assert all(m.text in sent for m in kept if m.sender == "alice" and m is not kept[-1])
     assert [m.seq for m in kept] == sorted(on_disk) and len(on_disk) == len(kept)
