@@ -223,9 +223,12 @@ async def test_lines_go_out_one_per_interval(tmp_path: Path, ircd: IrcServer) ->
         scene.sim.script(Reply("\n".join(f"line {n}" for n in range(6))))
         alice.say(CHANNEL, "ada: slowly, please")
         got = await lines_from(alice, "ada", 6)
-    # Never faster than the flood limit.
+    # Never faster than the flood limit. On a busy machine a line can reach
+    # the reader a tenth of a second late, shortening the gap after it: no
+    # gap is a burst, and the lines as a whole keep the pace.
     gaps = [b - a for (a, _), (b, _) in itertools.pairwise(got)]
-    assert min(gaps) >= 0.8 * interval
+    assert min(gaps) >= 0.5 * interval
+    assert got[-1][0] - got[0][0] >= 0.8 * interval * len(gaps)
 
 
 async def test_past_max_lines_the_last_line_says_where_the_rest_is(
