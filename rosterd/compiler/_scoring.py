@@ -187,23 +187,29 @@ class Scored:
 
     def holding(self, terms: Sequence[str], notes: Ints, size: int) -> npt.NDArray[np.bool_]:
         """Which of *notes* (ordinals below *size*) hold each of *terms*: a
-        row per term. One search over every term's postings laid end to
-        end, each term's shifted past the one before, whatever the count
-        of terms and notes."""
-        found = [
-            (t, packed)
-            for t, term in enumerate(terms)
-            if len(packed := self.held.get(term, _NO_POSTINGS))
-        ]
+        row per term. One search over the terms' postings laid
+        end to end, each term's shifted past the one before, whatever the
+        count of terms and notes; a term that many notes hold is searched
+        where its postings lie."""
+        hit = np.zeros((len(terms), len(notes)), np.bool_)
+        found: list[tuple[int, Packed]] = []
+        for t, term in enumerate(terms):
+            packed = self.held.get(term, _NO_POSTINGS)
+            if len(packed) > _SEARCHED_ALONE:
+                # Laid end to end with the others, it would be copied whole.
+                hit[t] = _entries_of(packed, notes) >= 0
+            elif len(packed):
+                found.append((t, packed))
         if not found or not len(notes):
-            return np.zeros((len(terms), len(notes)), np.bool_)
+            return hit
         stride = size << TF_BITS
         keys = np.concatenate([packed for _, packed in found]).astype(np.int64)
         keys += np.repeat([t * stride for t, _ in found], [len(packed) for _, packed in found])
-        wanted = (np.arange(len(terms))[:, None] * stride + (notes << TF_BITS)).ravel()
+        rows = np.array([t for t, _ in found])
+        wanted = (rows[:, None] * stride + (notes << TF_BITS)).ravel()
         at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
-        hit: npt.NDArray[np.bool_] = (keys[at] >> TF_BITS) == (wanted >> TF_BITS)
-        return hit.reshape(len(terms), len(notes))
+        hit[rows] = ((keys[at] >> TF_BITS) == (wanted >> TF_BITS)).reshape(len(rows), len(notes))
+        return hit
 
 
 def score(
@@ -305,12 +311,22 @@ def _bm25(
     keep = admitted[columns.channel[ordinals]]
     ordinals, summed = ordinals[keep], summed[keep]
     for weight, packed in common:
-        wide = packed.astype(np.int64)
-        holders = wide >> TF_BITS
-        at = np.minimum(np.searchsorted(holders, ordinals), len(holders) - 1)
-        hit = holders[at] == ordinals
-        summed[hit] += _weighted(columns, average, weight, wide[at[hit]])
+        entries = _entries_of(packed, ordinals)
+        hit = entries >= 0
+        summed[hit] += _weighted(columns, average, weight, entries[hit])
     return ordinals, summed
+
+
+def _entries_of(packed: Packed, ordinals: Ints) -> Ints:
+    """The entry of each of *ordinals* in one term's postings,
+    ``-1`` where the note does not hold the term. Searched where the
+    postings lie, as they are: a term most notes hold is never converted
+    or copied whole."""
+    if not len(ordinals):
+        return ordinals
+    at = np.searchsorted(packed, (ordinals << TF_BITS).astype(np.uint32))
+    found = packed[np.minimum(at, len(packed) - 1)].astype(np.int64)
+    return np.where((found >> TF_BITS) == ordinals, found, -1)
 
 
 def _weighted(columns: Columns, average: float, weight: float | Floats, packed: Ints) -> Floats:
@@ -418,6 +434,8 @@ def _summed(ordinals: list[Ints], scores: list[Floats], size: int) -> tuple[Ints
 
 
 _DENSE = 16
+# Postings longer than this are searched on their own (see Scored.holding).
+_SEARCHED_ALONE = 4096
 _NONE: Ints = np.zeros(0, np.int64)
 _NO_POSTINGS: Packed = np.zeros(0, np.uint32)
 _NO_SCORES: Floats = np.zeros(0)
