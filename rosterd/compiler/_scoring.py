@@ -311,9 +311,9 @@ def _bm25(
     keep = admitted[columns.channel[ordinals]]
     ordinals, summed = ordinals[keep], summed[keep]
     for weight, packed in common:
-        entries = _entries_of(packed, ordinals)
-        hit = entries >= 0
-        summed[hit] += _weighted(columns, average, weight, entries[hit])
+        held_by = _entries_of(packed, ordinals)
+        hit = held_by >= 0
+        summed[hit] += _weighted(columns, average, weight, held_by[hit])
     return ordinals, summed
 
 
