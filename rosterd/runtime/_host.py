@@ -18,6 +18,7 @@ import secrets
 import socket
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Literal
 
 import anyio
@@ -620,39 +621,30 @@ class Host(AsyncResource):
             await engine.aclose()
 
 
+@dataclass(eq=False)
 class _Call:
     """What every engine call of one turn shares."""
 
-    def __init__(
-        self,
-        run: ActiveRun,
-        engines: Sequence[NamedEngine],
-        record: ContextRecord,
-        system: SystemPrompt,
-        checks: Sequence[BoundaryCheck],
-        transcript: list[ChatMessage],
-        on_delta: DeltaSink,
-        on_wait: WaitSink | None,
-        tools: TurnTools,
-        watch: TurnWatch,
-        cache_plan: CachePlan | None,
-    ) -> None:
-        self.run = run
-        self.engines = engines
-        self.record = record
-        self.system = system
-        self.checks = checks
-        self.transcript = transcript
-        self.on_delta = on_delta
-        self.on_wait = on_wait
-        self.tools = tools
-        self.cache_plan = cache_plan
-        # The provider's id of the last reply: each call's request names it.
-        self.previous_message = cache_plan.previous_message if cache_plan else None
-        self.watch = watch
-        # The transcript up to the last reply: what follows is what the
-        # next engine call adds to the request.
-        self.answered = len(transcript) - 1
+    run: ActiveRun
+    engines: Sequence[NamedEngine]
+    record: ContextRecord
+    system: SystemPrompt
+    checks: Sequence[BoundaryCheck]
+    transcript: list[ChatMessage]
+    on_delta: DeltaSink
+    on_wait: WaitSink | None
+    tools: TurnTools
+    watch: TurnWatch
+    cache_plan: CachePlan | None
+    # The provider's id of the last reply: each call's request names it.
+    previous_message: str | None = field(init=False)
+    # The transcript up to the last reply: what follows is what the next
+    # engine call adds to the request.
+    answered: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.previous_message = self.cache_plan.previous_message if self.cache_plan else None
+        self.answered = len(self.transcript) - 1
 
     def __repr__(self) -> str:
         return f"_Call({self.run.info.id!r}, turn {self.record.turn})"
