@@ -141,8 +141,7 @@ class Host(AsyncResource):
         for scope in self._calls:
             scope.cancel()
 
-    @asynccontextmanager
-    async def run(
+    def new_run(
         self,
         run_id: str,
         surface: Surface,
@@ -150,33 +149,9 @@ class Host(AsyncResource):
         channel: str | None,
         now: float,
         **details: str | None,
-    ) -> AsyncIterator[ActiveRun]:
-        """A task or direct run for the block: created, and leased by this
-        host while it goes on; ``done`` when the block ends, ``interrupted``
-        when the stop cut it short and ``failed`` on any other error, which
-        goes on up. A session's run outlives any one block: it is created
-        when the session opens and ended when it closes, expires or rolls
-        over, and each of its turns holds the lease."""
-        async with self.leases.run(run_id):
-            run = await self.create_run(run_id, surface, worker, channel, now, **details)
-            try:
-                yield run
-            except Exception as exc:
-                status: RunStatus = "interrupted" if isinstance(exc, ShutdownError) else "failed"
-                await run.finish(status, self.clock(), error=failure_text(exc))
-                raise
-            await run.finish("done", self.clock())
-
-    async def create_run(
-        self,
-        run_id: str,
-        surface: Surface,
-        worker: str,
-        channel: str | None,
-        now: float,
-        **details: str | None,
-    ) -> ActiveRun:
-        """A new run of *surface*, named as this daemon's (``RunInfo.host``)."""
+    ) -> RunInfo:
+        """The info of a new run of *surface*, named as this daemon's
+        (``RunInfo.host``): what ``run`` starts, or a session creates."""
         info = RunInfo(
             id=run_id,
             surface=surface.value,
@@ -185,7 +160,25 @@ class Host(AsyncResource):
             created_at=now,
             host=self.leases.holder,
         )
-        return await self.runs.create(msgspec.structs.replace(info, **details))
+        return msgspec.structs.replace(info, **details)
+
+    @asynccontextmanager
+    async def run(self, info: RunInfo) -> AsyncIterator[ActiveRun]:
+        """A task or direct run for the block: created, and leased by this
+        host while it goes on; ``done`` when the block ends, ``interrupted``
+        when the stop cut it short and ``failed`` on any other error, which
+        goes on up. A session's run outlives any one block: it is created
+        when the session opens and ended when it closes, expires or rolls
+        over, and each of its turns holds the lease."""
+        async with self.leases.run(info.id):
+            run = await self.runs.create(info)
+            try:
+                yield run
+            except Exception as exc:
+                status: RunStatus = "interrupted" if isinstance(exc, ShutdownError) else "failed"
+                await run.finish(status, self.clock(), error=failure_text(exc))
+                raise
+            await run.finish("done", self.clock())
 
     def engine(self, config: EngineConfig) -> Engine:
         engine = self._engines.get(config)

@@ -595,7 +595,7 @@ class SessionManager:
         now = host.clock()
         session_id = host.runs.new_id("s", now)
         meta = RunMeta(run=session_id, turn=0, now=now)
-        run = await host.create_run(
+        info = host.new_run(
             session_id,
             Surface.SESSION,
             worker,
@@ -604,6 +604,7 @@ class SessionManager:
             rolled_from=rolled_from.id if rolled_from is not None else None,
             rollover=reason or None,
         )
+        run = await host.runs.create(info)
         try:
             system = compile_system(org, scope, meta)
         except CompileError as exc:

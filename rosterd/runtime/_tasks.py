@@ -173,9 +173,8 @@ class TaskRunner:
         run_id = host.runs.new_id("t", now)
         task = await self._set(task, status="running", runs=(*task.runs, run_id))
         try:
-            async with host.run(
-                run_id, Surface.TASK, task.worker, task.channel, now, task=task.id
-            ) as run:
+            info = host.new_run(run_id, Surface.TASK, task.worker, task.channel, now, task=task.id)
+            async with host.run(info) as run:
                 outcome = await self._answer(task, run, now)
         except ConflictError:
             raise  # another host runs the task now: nothing of this run to record
@@ -244,7 +243,7 @@ async def direct_run(
     org = host.org
     scope = org.scope(Surface.DIRECT, worker, None)
     now = host.clock()
-    async with host.run(run_id, Surface.DIRECT, worker, None, now) as run:
+    async with host.run(host.new_run(run_id, Surface.DIRECT, worker, None, now)) as run:
         turn = await host.turn_input(worker, text, sender)
         meta = RunMeta(run=run_id, turn=1, now=now)
         return await host.run_turn(
