@@ -30,13 +30,10 @@ from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import ConfigError, EngineError, RosterError, ShutdownError
 from ..compiler import (
     BoundaryCheck,
-    ChannelMessage,
     Compilation,
     CompileError,
     ContextRecord,
-    Continuation,
     RunMeta,
-    ShownItems,
     SystemPrompt,
     TurnInput,
     check_prefix,
@@ -200,37 +197,18 @@ class Host(AsyncResource):
         return [self.admission(config).status(name) for name, config in named.items()]
 
     async def turn_input(
-        self,
-        worker: str,
-        text: str,
-        sender: str,
-        *,
-        resolved_since: float | None = None,
-        continuation: Continuation | None = None,
-        history: tuple[ChannelMessage, ...] | None = None,
-        backlog: tuple[ChannelMessage, ...] = (),
-        backlog_omitted: int = 0,
-        shown: ShownItems | None = None,
-        recent: tuple[str, ...] = (),
+        self, worker: str, fresh: TurnInput, resolved_since: float | None = None
     ) -> TurnInput:
-        """The fresh input of a turn of *worker*, for every surface alike.
-
-        Memory and the briefing's gates come from the stores as they are now
-        (gates resolved after *resolved_since* come with their outcome); a
-        session adds its own parts (history, backlog, what it already shows)
-        and a continuation run its gate's outcome.
+        """*fresh*, the input of a turn of *worker*, with the stores' memory
+        and briefing gates as they are now, for every surface alike (gates
+        resolved after *resolved_since* come with their outcome). A session
+        gives its own parts in *fresh* (history, backlog, what it already
+        shows), a continuation run its gate's outcome.
         """
-        return TurnInput(
-            text=text,
-            sender=sender,
+        return msgspec.structs.replace(
+            fresh,
             memory=await self.stores.memory.view(worker),
             gates=await self.stores.gates.briefing_for(worker, resolved_since),
-            continuation=continuation,
-            history=history,
-            backlog=backlog,
-            backlog_omitted=backlog_omitted,
-            shown=shown,
-            recent=recent,
         )
 
     async def run_turn(
