@@ -79,7 +79,7 @@ class ProbedTurn(msgspec.Struct, frozen=True):
 
 async def probe_turn(socket_path: Path, session: str, text: str) -> ProbedTurn:
     """Send one ``session.send`` and count every byte the daemon answers with."""
-    request = encode_request(1, SessionSend(session, text, "operator"))
+    request = encode_request(1, SessionSend(session, text=text, sender="operator"))
     received = bytearray()
     async with await anyio.connect_unix(socket_path) as stream:
         await stream.send(request)

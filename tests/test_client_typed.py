@@ -60,7 +60,7 @@ async def test_request_returns_each_method_s_declared_result(served: InProcessDa
         async def on_delta(delta: Delta) -> None:
             deltas.append(delta)
 
-        turn = await client.request(RunDirect("grace", "hello"), on_delta)
+        turn = await client.request(RunDirect("grace", text="hello"), on_delta)
         assert isinstance(turn, TurnResult) and "".join(d.text for d in deltas) == turn.text
 
 

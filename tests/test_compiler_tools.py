@@ -160,7 +160,12 @@ def test_a_call_inside_the_connection_is_validated(org: Org) -> None:
     }
     checked = check_call(system.tools, ToolCall("c1", "github", json.dumps(args)))
     assert checked == ToolRequest(
-        "github", "GET", "api.github.com", "/repos/x/issues", {"a": "1"}, None
+        connection="github",
+        method="GET",
+        host="api.github.com",
+        path="/repos/x/issues",
+        query={"a": "1"},
+        body=None,
     )
 
 

@@ -335,11 +335,11 @@ async def test_drain_that_runs_out_answers_in_flight_turns_with_1010_and_records
     async def turn(name: str, text: str) -> None:
         """A turn the stop cuts short: in a session on channel *name*, or direct."""
         async with await process.client() as client:
-            params: Call[TurnResult] = RunDirect("ada", text)
+            params: Call[TurnResult] = RunDirect("ada", text=text)
             if name != "direct":
                 opened = await client.session_open("ada", name)
                 sessions[name] = opened.session
-                params = SessionSend(opened.session, text)
+                params = SessionSend(opened.session, text=text)
             with pytest.raises(RpcError) as caught:
                 await client.request(params)
             errors[name] = caught.value

@@ -87,7 +87,7 @@ async def _session(opener: DaemonProcess, channel: str, sender: DaemonProcess, t
     """ada's session in *channel*, opened on *opener*, its first turn *text*
     sent through *sender*."""
     session = (await _request(opener, SessionOpen("ada", channel))).session
-    await _request(sender, SessionSend(session, text))
+    await _request(sender, SessionSend(session, text=text))
     return session
 
 
@@ -111,7 +111,7 @@ async def test_a_session_alternating_between_hosts_extends_its_request_byte_for_
     session = opened.session
     for n in range(12):
         host = hosts[n % 2]
-        result = await _request(host, SessionSend(session, f"turn {n}"))
+        result = await _request(host, SessionSend(session, text=f"turn {n}"))
         assert (result.run, result.turn) == (session, n + 1)
     again = await _request(second, SessionOpen("ada", "c0"))
     assert (again.session, again.turns) == (session, 12)
@@ -134,7 +134,7 @@ async def test_memory_and_gates_from_one_host_are_in_the_next_turn_on_the_other(
     session = await _session(first, "c1", first, "hello")
     await _request(second, MemoryAdd("ada", "the deploy key rotates fridays"))
     gate = await _request(second, GateFile("ada", "approve the release"))
-    await _request(first, SessionSend(session, "what rotates fridays?"))
+    await _request(first, SessionSend(session, text="what rotates fridays?"))
     sent = (await _requests(first, session))[-1].messages[-1].content
     assert "the deploy key rotates fridays" in sent
     assert "approve the release" in sent
@@ -183,7 +183,7 @@ async def test_a_host_killed_mid_turn_releases_the_session_within_its_lease(
             first.stop(9)
         killed_at = time.monotonic()
         with anyio.fail_after(LEASE_S + 10):
-            reply = await _request(second, SessionSend(session, "three"))
+            reply = await _request(second, SessionSend(session, text="three"))
         assert time.monotonic() - killed_at < LEASE_S + 5
         assert reply.turn == 3
         requests = await _requests(second, session)
@@ -194,7 +194,7 @@ async def test_a_host_killed_mid_turn_releases_the_session_within_its_lease(
 
 async def _send_ignoring_the_kill(host: DaemonProcess, session: str) -> None:
     try:
-        await _request(host, SessionSend(session, "two"))
+        await _request(host, SessionSend(session, text="two"))
     except Exception:  # the host is killed under this call
         return
 
@@ -242,7 +242,7 @@ async def test_a_turn_on_one_host_waits_for_a_turn_held_past_its_lease_on_the_ot
     finished: list[str] = []
 
     async def send(host: DaemonProcess, name: str, session: str) -> None:
-        await _request(host, SessionSend(session, name))
+        await _request(host, SessionSend(session, text=name))
         finished.append(name)
 
     with _started(org, tmp_path, postgres_url) as (first, second):
@@ -323,14 +323,14 @@ async def test_a_session_rolled_over_on_one_host_is_followed_by_the_other(
         old = await _session(first, "c0", second, "warm on b")
         rolled = None
         for n in range(20):
-            result = await _request(first, SessionSend(old, f"q{n} " * 20))
+            result = await _request(first, SessionSend(old, text=f"q{n} " * 20))
             if result.rolled_from is not None:
                 rolled = result
                 break
         assert rolled is not None and rolled.rolled_from == old
         new = rolled.run
         # The other host's copy is stale: its next turn goes to the successor.
-        on_b = await _request(second, SessionSend(old, "after on b"))
+        on_b = await _request(second, SessionSend(old, text="after on b"))
         assert (on_b.run, on_b.turn) == (new, 2)
         reopened = await _request(second, SessionOpen("ada", "c0"))
         assert reopened.session == new
@@ -347,7 +347,7 @@ async def test_a_session_closed_on_one_host_is_closed_on_the_other(
     session = await _session(first, "c1", second, "warm on b")
     await _request(first, SessionClose(session))
     with pytest.raises(RpcError) as closed:
-        await _request(second, SessionSend(session, "too late"))
+        await _request(second, SessionSend(session, text="too late"))
     assert closed.value.code == 1004
     fresh = await _request(second, SessionOpen("ada", "c1"))
     assert fresh.session != session
@@ -375,6 +375,6 @@ async def test_a_direct_run_cut_off_by_a_dead_host_is_marked_by_the_live_one(
 
 async def _direct_ignoring_the_kill(host: DaemonProcess) -> None:
     try:
-        await _request(host, RunDirect("ada", "hello"))
+        await _request(host, RunDirect("ada", text="hello"))
     except Exception:  # the host is killed under this call
         return

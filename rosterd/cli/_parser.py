@@ -109,6 +109,15 @@ def _sender(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _run(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", metavar="RUN", help="the run id (see 'runs list')")
+
+
+def _run_filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--worker", help="only runs of this worker")
+    parser.add_argument("--channel", help="only runs in this channel")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="roster",
@@ -345,7 +354,7 @@ def _server_commands(commands: _Subparsers, state: _Parser) -> _Subparsers:
         parents=[state],
         help="blocks, budget arithmetic, cache boundaries and usage of a run",
     )
-    show.add_argument("run", metavar="RUN", help="the run id (see 'runs list')")
+    _run(show)
     show.set_defaults(handler="runs show")
     context = runs.add_parser(
         "context",
@@ -356,7 +365,7 @@ def _server_commands(commands: _Subparsers, state: _Parser) -> _Subparsers:
         epilog=_CONTEXT_FORMAT,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    context.add_argument("run", metavar="RUN", help="the run id (see 'runs list')")
+    _run(context)
     context.add_argument("--all", action="store_true", help="every turn, not only the latest")
     context.set_defaults(handler="runs context")
     export = runs.add_parser(
@@ -364,7 +373,7 @@ def _server_commands(commands: _Subparsers, state: _Parser) -> _Subparsers:
         parents=[state],
         help="a run's trace as context.jsonl, byte for byte, from either backend",
     )
-    export.add_argument("run", metavar="RUN", help="the run id (see 'runs list')")
+    _run(export)
     export.set_defaults(handler="runs export")
     return areas
 
@@ -400,8 +409,7 @@ def _aggregate_commands(areas: _Subparsers, state: _Parser) -> None:
         description="Cache-read share of input tokens, per-turn verdicts and misses by cause, "
         "from the usage each provider reported.",
     )
-    cache.add_argument("--worker", help="only runs of this worker")
-    cache.add_argument("--channel", help="only runs in this channel")
+    _run_filters(cache)
     cache.set_defaults(handler="stats cache")
     cost = stats.add_parser(
         "cost",
@@ -411,8 +419,7 @@ def _aggregate_commands(areas: _Subparsers, state: _Parser) -> None:
         "its usage and the price row it was billed at. A call without a price counts as "
         "unpriced, never as 0.",
     )
-    cost.add_argument("--worker", help="only runs of this worker")
-    cost.add_argument("--channel", help="only runs in this channel")
+    _run_filters(cost)
     cost.add_argument("--since", metavar="ISO", help="only calls since this time (UTC if no zone)")
     cost.add_argument(
         "--by", choices=["day", "worker", "channel", "model"], help="one row per day, worker, …"

@@ -79,7 +79,9 @@ class RosterClient(AsyncResource):
     ) -> protocol.TurnResult:
         """One turn; the reply streams to *on_delta* before the result
         returns, and *on_wait* hears why the turn waits, when it does."""
-        return await self.request(protocol.SessionSend(session, text, sender), on_delta, on_wait)
+        return await self.request(
+            protocol.SessionSend(session, text=text, sender=sender), on_delta, on_wait
+        )
 
     async def session_close(self, session: str) -> protocol.Closed:
         return await self.request(protocol.SessionClose(session))
@@ -92,7 +94,9 @@ class RosterClient(AsyncResource):
         on_delta: OnDelta | None = None,
         on_wait: OnWait | None = None,
     ) -> protocol.TurnResult:
-        return await self.request(protocol.RunDirect(worker, text, sender), on_delta, on_wait)
+        return await self.request(
+            protocol.RunDirect(worker, text=text, sender=sender), on_delta, on_wait
+        )
 
     async def task_submit(self, worker: str, channel: str, text: str) -> protocol.TaskState:
         return await self.request(protocol.TaskSubmit(worker, channel, text))

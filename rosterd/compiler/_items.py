@@ -57,10 +57,12 @@ class Retirement(msgspec.Struct, frozen=True):
 
 
 class Gate(msgspec.Struct, frozen=True):
-    """A question a worker waits on, filed for a channel or worker-wide.
+    """A question a worker waits on, filed for a channel or worker-wide, as
+    the stores keep it (``protocol.GateState`` is this record on the wire).
 
     Open gates have no ``outcome``; a gate resolved since a session's last
     turn is passed with its outcome, so the next briefing shows it once.
+    The compiler reads neither ``status`` nor ``resolved_at``.
     """
 
     id: str
@@ -69,8 +71,10 @@ class Gate(msgspec.Struct, frozen=True):
     filed_at: float
     channel: str | None = None
     run: str | None = None
+    status: Literal["open", "resolved"] = "open"
     outcome: str | None = None
     note: str = ""
+    resolved_at: float | None = None
 
 
 class Continuation(msgspec.Struct, frozen=True):

@@ -87,8 +87,12 @@ class ToolCall(msgspec.Struct, frozen=True):
     arguments: str
 
 
-class ToolRequest(msgspec.Struct, frozen=True):
-    """A call that passed validation: what the gateway is asked to do."""
+class ToolRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """A call that passed validation: what the gateway is asked to do.
+
+    Keyword-only, so that a Struct extending it (the gateway's params, which
+    add the run and worker) keeps its own fields first.
+    """
 
     connection: str
     method: str

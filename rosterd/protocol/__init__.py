@@ -68,6 +68,7 @@ from ._params import (
     TaskGet,
     TaskList,
     TaskSubmit,
+    TurnCall,
 )
 from ._records import (
     CacheCheck,
@@ -181,6 +182,7 @@ __all__ = (
     "TaskStatus",
     "TaskSubmit",
     "TranscriptEntry",
+    "TurnCall",
     "TurnRequest",
     "TurnResult",
     "Usage",

@@ -46,6 +46,7 @@ __all__ = (
     "TaskGet",
     "TaskList",
     "TaskSubmit",
+    "TurnCall",
 )
 
 Id = Annotated[str, msgspec.Meta(pattern=r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")]
@@ -65,8 +66,6 @@ Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=REASON_MAX)]
 R = TypeVar("R")
 # Each method's params Struct, by method name; filled as ``Call`` is subclassed.
 METHODS: dict[str, type[Call[Any]]] = {}
-# The notifications a turn sends before its result.
-TURN_NOTIFICATIONS = ("turn.delta", "turn.wait")
 
 
 class Call(msgspec.Struct, Generic[R], forbid_unknown_fields=True, frozen=True, omit_defaults=True):
@@ -74,7 +73,8 @@ class Call(msgspec.Struct, Generic[R], forbid_unknown_fields=True, frozen=True, 
 
     A subclass names its ``method``, its ``result`` type and the
     ``notifications`` it sends before the result, and is entered in
-    ``METHODS`` as it is defined.
+    ``METHODS`` as it is defined; one that names no method (``TurnCall``)
+    is what several methods share.
     """
 
     method: ClassVar[str]
@@ -83,6 +83,8 @@ class Call(msgspec.Struct, Generic[R], forbid_unknown_fields=True, frozen=True, 
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if "method" not in vars(cls):
+            return
         if cls.method in METHODS:
             raise TypeError(f"method {cls.method!r} is declared twice")
         METHODS[cls.method] = cls
@@ -101,14 +103,22 @@ class SessionOpen(Call[SessionOpened], frozen=True):
     channel: Id
 
 
-class SessionSend(Call[TurnResult], frozen=True):
-    method = "session.send"
-    result = TurnResult
-    notifications = TURN_NOTIFICATIONS
+class TurnCall(Call[TurnResult], frozen=True, kw_only=True):
+    """The params every turn takes: its text and who sends it; the turn
+    streams ``turn.delta`` and ``turn.wait`` before its result. Keyword-only,
+    so that a method's own fields come first."""
 
-    session: Id
+    result = TurnResult
+    notifications = ("turn.delta", "turn.wait")
+
     text: MessageText
     sender: Sender = msgspec.field(default="operator", name="from")
+
+
+class SessionSend(TurnCall, frozen=True):
+    method = "session.send"
+
+    session: Id
 
 
 class SessionClose(Call[Closed], frozen=True):
@@ -118,14 +128,10 @@ class SessionClose(Call[Closed], frozen=True):
     session: Id
 
 
-class RunDirect(Call[TurnResult], frozen=True):
+class RunDirect(TurnCall, frozen=True):
     method = "run.direct"
-    result = TurnResult
-    notifications = TURN_NOTIFICATIONS
 
     worker: Id
-    text: MessageText
-    sender: Sender = msgspec.field(default="operator", name="from")
 
 
 class TaskSubmit(Call[TaskState], frozen=True):

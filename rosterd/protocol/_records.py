@@ -219,18 +219,6 @@ class TaskState(msgspec.Struct, frozen=True):
     updated_at: float = 0.0
 
 
-class GateState(msgspec.Struct, frozen=True):
-    id: str
-    worker: str
-    summary: str
-    filed_at: float
-    channel: str | None = None
-    run: str | None = None
-    status: Literal["open", "resolved"] = "open"
-    outcome: str | None = None
-    note: str = ""
-    resolved_at: float | None = None
-
-    def as_gate(self) -> Gate:
-        """What the compiler reads of this gate: the fields ``Gate`` has."""
-        return msgspec.convert(self, Gate, from_attributes=True)
+class GateState(Gate, frozen=True):
+    """A gate as ``gate.*`` send it and the stores keep it: the compiler's
+    ``Gate``, whose field order is the gates file's."""

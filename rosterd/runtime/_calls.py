@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from .._errors import NotFoundError
 from ..compiler import (
@@ -46,30 +47,21 @@ log = logging.getLogger("rosterd.tools")
 CALLS_PER_STEP = 16
 
 
+@dataclass(eq=False)
 class TurnTools:
     """Answers the tool calls of one turn of *run*, counting the notes it writes."""
 
-    def __init__(
-        self,
-        run: RunInfo,
-        turn: int,
-        notes_per_turn: int,
-        gateway: Callable[[], Gateway],
-        stores: State,
-        clock: Callable[[], float],
-        watch: TurnWatch,
-    ) -> None:
-        self._run = run
-        self._turn = turn
-        self._notes_per_turn = notes_per_turn
-        self._gateway = gateway
-        self._stores = stores
-        self._clock = clock
-        self._watch = watch
-        self._written = 0
+    run: RunInfo
+    turn: int
+    notes_per_turn: int
+    gateway: Callable[[], Gateway]
+    stores: State
+    clock: Callable[[], float]
+    watch: TurnWatch
+    written: int = field(default=0, init=False)
 
     def __repr__(self) -> str:
-        return f"TurnTools({self._run.id!r}, turn {self._turn}, {self._written} notes written)"
+        return f"TurnTools({self.run.id!r}, turn {self.turn}, {self.written} notes written)"
 
     async def answer(
         self, calls: Sequence[ToolCall], tools: Sequence[ToolSpec], *, stop: str | None = None
@@ -88,21 +80,21 @@ class TurnTools:
                 result, note = await self._answer(call, tools)
                 if note is not None:
                     notes.append(note)
-            self._watch.tool(call.name, call.id, result.status)
+            self.watch.tool(call.name, call.id, result.status)
             results.append(result)
         return results, notes
 
     async def _answer(
         self, call: ToolCall, tools: Sequence[ToolSpec]
     ) -> tuple[ToolResult, NoteTrace | None]:
-        run = self._run
+        run = self.run
         match check_call(tools, call):
             case Refusal(status=status, text=text):
                 log.info("run %s: %s call %s %s: %s", run.id, call.name, call.id, status, text)
                 return ToolResult(call.id, call.name, status, text), None
             case GateRequest(summary=summary):
-                gate = await self._stores.gates.file(
-                    run.worker, summary, self._clock(), run.channel, run.id
+                gate = await self.stores.gates.file(
+                    run.worker, summary, self.clock(), run.channel, run.id
                 )
                 text = f"gate {gate.id} filed; a person will resolve it"
                 if run.task is not None:
@@ -113,35 +105,35 @@ class TurnTools:
             case ForgetRequest() as request:
                 return await self._forget(call, request, tools)
             case ToolRequest() as request:
-                answered, reason = await self._gateway().call(run.id, run.worker, request)
-                self._watch.gateway(answered)
+                answered, reason = await self.gateway().call(run.id, run.worker, request)
+                self.watch.gateway(answered)
                 return ToolResult(call.id, call.name, answered, reason), None
         raise AssertionError("check_call answers one of the cases above")
 
     async def _remember(
         self, call: ToolCall, request: RememberRequest
     ) -> tuple[ToolResult, NoteTrace | None]:
-        run, limit = self._run, self._notes_per_turn
+        run, limit = self.run, self.notes_per_turn
         channel = run.channel if request.scope == "channel" else None
-        if self._written >= limit:
+        if self.written >= limit:
             reason = f"at most {limit} notes are written per turn (remember_per_turn)"
             return ToolResult(call.id, call.name, "refused", reason), None
         if request.scope == "channel" and channel is None:
             reason = "this run has no channel: a channel note needs one"
             return ToolResult(call.id, call.name, "refused", reason), None
-        note = await self._stores.memory.add(
-            run.worker, request.text, channel, self._clock(), run=run.id, turn=self._turn
+        note = await self.stores.memory.add(
+            run.worker, request.text, channel, self.clock(), run=run.id, turn=self.turn
         )
-        self._written += 1
+        self.written += 1
         where = f"channel {channel}" if channel is not None else "every channel"
-        log.info("run %s: turn %d wrote note %s for %s", run.id, self._turn, note.id, where)
+        log.info("run %s: turn %d wrote note %s for %s", run.id, self.turn, note.id, where)
         text = f"note {note.id} saved; later sessions of {where} may see it"
         return ToolResult(call.id, call.name, "ok", text), NoteTrace("wrote", note.id, channel)
 
     async def _forget(
         self, call: ToolCall, request: ForgetRequest, tools: Sequence[ToolSpec]
     ) -> tuple[ToolResult, NoteTrace | None]:
-        run = self._run
+        run = self.run
         # Notes of the run's channel, and worker-wide ones where the worker
         # may write them (as the definitions it was given say): what it
         # could have written, it may retire.
@@ -152,17 +144,17 @@ class TurnTools:
         retirement = Retirement(
             note=request.note,
             because=request.because,
-            at=self._clock(),
+            at=self.clock(),
             author="worker",
             run=run.id,
-            turn=self._turn,
+            turn=self.turn,
         )
         try:
-            note = await self._stores.memory.retire(run.worker, retirement, channels)
+            note = await self.stores.memory.retire(run.worker, retirement, channels)
         except NotFoundError:
             text = f"no note {request.note} in this worker's memory for this channel"
             return ToolResult(call.id, call.name, "error", text), None
-        log.info("run %s: turn %d retired note %s", run.id, self._turn, note.id)
+        log.info("run %s: turn %d retired note %s", run.id, self.turn, note.id)
         text = f"note {note.id} retired; it will not be shown again"
         return ToolResult(call.id, call.name, "ok", text), NoteTrace(
             "retired", note.id, note.channel

@@ -33,15 +33,11 @@ NO_GATEWAY = "no gateway: enforcement is external"
 _LINE_LIMIT = 1 << 20
 
 
-class _CallParams(msgspec.Struct, frozen=True):
+class _CallParams(ToolRequest, frozen=True):
+    """``tool.call``'s params: the run and worker, then the request."""
+
     run: str
     worker: str
-    connection: str
-    method: str
-    host: str
-    path: str
-    query: dict[str, str]
-    body: str | None
 
 
 class _Request(msgspec.Struct, frozen=True):
@@ -84,16 +80,7 @@ class Gateway:
         path = self._config.socket
         if path is None:
             return "refused", NO_GATEWAY
-        params = _CallParams(
-            run=run,
-            worker=worker,
-            connection=request.connection,
-            method=request.method,
-            host=request.host,
-            path=request.path,
-            query=request.query,
-            body=request.body,
-        )
+        params = _CallParams(run, worker, **msgspec.structs.asdict(request))
         line = _encode(_Request(jsonrpc="2.0", id=1, method="tool.call", params=params)) + b"\n"
         timeout = self._config.timeout_s
         with anyio.move_on_after(timeout):

@@ -18,6 +18,7 @@ import secrets
 import socket
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Literal
 
 import anyio
@@ -29,13 +30,10 @@ from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import ConfigError, EngineError, RosterError, ShutdownError
 from ..compiler import (
     BoundaryCheck,
-    ChannelMessage,
     Compilation,
     CompileError,
     ContextRecord,
-    Continuation,
     RunMeta,
-    ShownItems,
     SystemPrompt,
     TurnInput,
     check_prefix,
@@ -140,8 +138,7 @@ class Host(AsyncResource):
         for scope in self._calls:
             scope.cancel()
 
-    @asynccontextmanager
-    async def run(
+    def new_run(
         self,
         run_id: str,
         surface: Surface,
@@ -149,33 +146,9 @@ class Host(AsyncResource):
         channel: str | None,
         now: float,
         **details: str | None,
-    ) -> AsyncIterator[ActiveRun]:
-        """A task or direct run for the block: created, and leased by this
-        host while it goes on; ``done`` when the block ends, ``interrupted``
-        when the stop cut it short and ``failed`` on any other error, which
-        goes on up. A session's run outlives any one block: it is created
-        when the session opens and ended when it closes, expires or rolls
-        over, and each of its turns holds the lease."""
-        async with self.leases.run(run_id):
-            run = await self.create_run(run_id, surface, worker, channel, now, **details)
-            try:
-                yield run
-            except Exception as exc:
-                status: RunStatus = "interrupted" if isinstance(exc, ShutdownError) else "failed"
-                await run.finish(status, self.clock(), error=failure_text(exc))
-                raise
-            await run.finish("done", self.clock())
-
-    async def create_run(
-        self,
-        run_id: str,
-        surface: Surface,
-        worker: str,
-        channel: str | None,
-        now: float,
-        **details: str | None,
-    ) -> ActiveRun:
-        """A new run of *surface*, named as this daemon's (``RunInfo.host``)."""
+    ) -> RunInfo:
+        """The info of a new run of *surface*, named as this daemon's
+        (``RunInfo.host``): what ``run`` starts, or a session creates."""
         info = RunInfo(
             id=run_id,
             surface=surface.value,
@@ -184,7 +157,25 @@ class Host(AsyncResource):
             created_at=now,
             host=self.leases.holder,
         )
-        return await self.runs.create(msgspec.structs.replace(info, **details))
+        return msgspec.structs.replace(info, **details)
+
+    @asynccontextmanager
+    async def run(self, info: RunInfo) -> AsyncIterator[ActiveRun]:
+        """A task or direct run for the block: created, and leased by this
+        host while it goes on; ``done`` when the block ends, ``interrupted``
+        when the stop cut it short and ``failed`` on any other error, which
+        goes on up. A session's run outlives any one block: it is created
+        when the session opens and ended when it closes, expires or rolls
+        over, and each of its turns holds the lease."""
+        async with self.leases.run(info.id):
+            run = await self.runs.create(info)
+            try:
+                yield run
+            except Exception as exc:
+                status: RunStatus = "interrupted" if isinstance(exc, ShutdownError) else "failed"
+                await run.finish(status, self.clock(), error=failure_text(exc))
+                raise
+            await run.finish("done", self.clock())
 
     def engine(self, config: EngineConfig) -> Engine:
         engine = self._engines.get(config)
@@ -206,37 +197,18 @@ class Host(AsyncResource):
         return [self.admission(config).status(name) for name, config in named.items()]
 
     async def turn_input(
-        self,
-        worker: str,
-        text: str,
-        sender: str,
-        *,
-        resolved_since: float | None = None,
-        continuation: Continuation | None = None,
-        history: tuple[ChannelMessage, ...] | None = None,
-        backlog: tuple[ChannelMessage, ...] = (),
-        backlog_omitted: int = 0,
-        shown: ShownItems | None = None,
-        recent: tuple[str, ...] = (),
+        self, worker: str, fresh: TurnInput, resolved_since: float | None = None
     ) -> TurnInput:
-        """The fresh input of a turn of *worker*, for every surface alike.
-
-        Memory and the briefing's gates come from the stores as they are now
-        (gates resolved after *resolved_since* come with their outcome); a
-        session adds its own parts (history, backlog, what it already shows)
-        and a continuation run its gate's outcome.
+        """*fresh*, the input of a turn of *worker*, with the stores' memory
+        and briefing gates as they are now, for every surface alike (gates
+        resolved after *resolved_since* come with their outcome). A session
+        gives its own parts in *fresh* (history, backlog, what it already
+        shows), a continuation run its gate's outcome.
         """
-        return TurnInput(
-            text=text,
-            sender=sender,
+        return msgspec.structs.replace(
+            fresh,
             memory=await self.stores.memory.view(worker),
             gates=await self.stores.gates.briefing_for(worker, resolved_since),
-            continuation=continuation,
-            history=history,
-            backlog=backlog,
-            backlog_omitted=backlog_omitted,
-            shown=shown,
-            recent=recent,
         )
 
     async def run_turn(
@@ -620,39 +592,30 @@ class Host(AsyncResource):
             await engine.aclose()
 
 
+@dataclass(eq=False)
 class _Call:
     """What every engine call of one turn shares."""
 
-    def __init__(
-        self,
-        run: ActiveRun,
-        engines: Sequence[NamedEngine],
-        record: ContextRecord,
-        system: SystemPrompt,
-        checks: Sequence[BoundaryCheck],
-        transcript: list[ChatMessage],
-        on_delta: DeltaSink,
-        on_wait: WaitSink | None,
-        tools: TurnTools,
-        watch: TurnWatch,
-        cache_plan: CachePlan | None,
-    ) -> None:
-        self.run = run
-        self.engines = engines
-        self.record = record
-        self.system = system
-        self.checks = checks
-        self.transcript = transcript
-        self.on_delta = on_delta
-        self.on_wait = on_wait
-        self.tools = tools
-        self.cache_plan = cache_plan
-        # The provider's id of the last reply: each call's request names it.
-        self.previous_message = cache_plan.previous_message if cache_plan else None
-        self.watch = watch
-        # The transcript up to the last reply: what follows is what the
-        # next engine call adds to the request.
-        self.answered = len(transcript) - 1
+    run: ActiveRun
+    engines: Sequence[NamedEngine]
+    record: ContextRecord
+    system: SystemPrompt
+    checks: Sequence[BoundaryCheck]
+    transcript: list[ChatMessage]
+    on_delta: DeltaSink
+    on_wait: WaitSink | None
+    tools: TurnTools
+    watch: TurnWatch
+    cache_plan: CachePlan | None
+    # The provider's id of the last reply: each call's request names it.
+    previous_message: str | None = field(init=False)
+    # The transcript up to the last reply: what follows is what the next
+    # engine call adds to the request.
+    answered: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.previous_message = self.cache_plan.previous_message if self.cache_plan else None
+        self.answered = len(self.transcript) - 1
 
     def __repr__(self) -> str:
         return f"_Call({self.run.info.id!r}, turn {self.record.turn})"

@@ -231,17 +231,16 @@ class Session:
             exclude_run=self.id,
             limit=self._state.system.budget.backlog_messages,
         )
-        turn_input = await host.turn_input(
-            self.worker,
+        fresh = TurnInput(
             text,
             sender,
-            resolved_since=progress.briefed_at,
             history=self._history if turn == 1 else None,
             backlog=backlog,
             backlog_omitted=omitted,
             shown=self._shown.items(),
             recent=self._said_before(backlog, turn),
         )
+        turn_input = await host.turn_input(self.worker, fresh, progress.briefed_at)
         self._shown.note_written(memory_view(turn_input.memory).written_by(self.id))
         return turn_input, last_seq
 
@@ -595,7 +594,7 @@ class SessionManager:
         now = host.clock()
         session_id = host.runs.new_id("s", now)
         meta = RunMeta(run=session_id, turn=0, now=now)
-        run = await host.create_run(
+        info = host.new_run(
             session_id,
             Surface.SESSION,
             worker,
@@ -604,6 +603,7 @@ class SessionManager:
             rolled_from=rolled_from.id if rolled_from is not None else None,
             rollover=reason or None,
         )
+        run = await host.runs.create(info)
         try:
             system = compile_system(org, scope, meta)
         except CompileError as exc:

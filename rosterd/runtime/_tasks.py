@@ -17,7 +17,7 @@ import msgspec
 from anyio.abc import TaskStatus
 
 from .._errors import ConflictError, NotFoundError, RosterError, ShutdownError, StorageError
-from ..compiler import Continuation, RunMeta, compile_run
+from ..compiler import Continuation, RunMeta, TurnInput, compile_run
 from ..engines import DeltaSink, WaitSink
 from ..org import Surface
 from ..protocol import GateState, TaskState
@@ -173,9 +173,8 @@ class TaskRunner:
         run_id = host.runs.new_id("t", now)
         task = await self._set(task, status="running", runs=(*task.runs, run_id))
         try:
-            async with host.run(
-                run_id, Surface.TASK, task.worker, task.channel, now, task=task.id
-            ) as run:
+            info = host.new_run(run_id, Surface.TASK, task.worker, task.channel, now, task=task.id)
+            async with host.run(info) as run:
                 outcome = await self._answer(task, run, now)
         except ConflictError:
             raise  # another host runs the task now: nothing of this run to record
@@ -204,7 +203,8 @@ class TaskRunner:
         host = self._host
         org = host.org
         scope = org.scope(Surface.TASK, task.worker, task.channel)
-        turn = await host.turn_input(task.worker, task.text, "task", continuation=task.continuation)
+        fresh = TurnInput(task.text, "task", continuation=task.continuation)
+        turn = await host.turn_input(task.worker, fresh)
         meta = RunMeta(run=run.info.id, turn=1, now=now)
         return await host.run_turn(
             run,
@@ -244,8 +244,8 @@ async def direct_run(
     org = host.org
     scope = org.scope(Surface.DIRECT, worker, None)
     now = host.clock()
-    async with host.run(run_id, Surface.DIRECT, worker, None, now) as run:
-        turn = await host.turn_input(worker, text, sender)
+    async with host.run(host.new_run(run_id, Surface.DIRECT, worker, None, now)) as run:
+        turn = await host.turn_input(worker, TurnInput(text, sender))
         meta = RunMeta(run=run_id, turn=1, now=now)
         return await host.run_turn(
             run,

@@ -56,7 +56,7 @@ class GateBook:
                 if _resolved_at(gate) <= resolved_since:
                     break
                 if gate.worker == worker:
-                    recent.append(gate.as_gate())
+                    recent.append(gate)
         index = self._open.get(worker) or GateIndex(worker)
         return index.snapshot(reversed(recent))
 
@@ -74,6 +74,6 @@ class GateBook:
         index = self._open.get(gate.worker)
         if index is None:
             index = self._open[gate.worker] = GateIndex(gate.worker)
-        index.add(gate.as_gate())
+        index.add(gate)
         if gate.run is not None:
             self._waiting[gate.run] = self._waiting.get(gate.run, 0) + 1
