@@ -14,18 +14,16 @@ from array import array
 from bisect import bisect_left, insort
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
-from operator import itemgetter
 from typing import TypeVar
 
 from ._items import Gate
-from ._scoped import scoped_totals
+from ._scoped import ById, scoped_totals
 
 __all__ = ("GateIndex", "GateView", "gate_view")
 
 # Briefing order; the ordinal keeps equal (filed, id) pairs in arrival order.
 _Entry = tuple[float, str, int, Gate]
 _V = TypeVar("_V")
-_first = itemgetter(0)
 
 
 class GateIndex:
@@ -36,11 +34,8 @@ class GateIndex:
         self._open: dict[str | None, list[_Entry]] = {}
         self._totals: dict[str | None, tuple[int, int]] = {}
         self._entries: dict[str, _Entry] = {}
-        # Every gate ever added, by id, for sessions to find those they
-        # showed; only added to, so a view may read it from a thread. An id
-        # given twice (plain inputs can repeat one) keeps the others aside.
-        self._filed: dict[str, _Entry] = {}
-        self._more_filed: dict[str, list[_Entry]] = {}
+        # Every gate ever added, by id, for sessions to find those they showed.
+        self._filed: ById[_Entry] = ById()
         # Every entry by ordinal, and the ordinals removed, in order: what
         # changed between two snapshots, for a session's ledger to catch up.
         self._added: list[_Entry] = []
@@ -58,8 +53,7 @@ class GateIndex:
         entry = (gate.filed_at, gate.id, len(self._added), gate)
         self._added.append(entry)
         self._entries[gate.id] = entry
-        if self._filed.setdefault(gate.id, entry) is not entry:
-            self._more_filed.setdefault(gate.id, []).append(entry)
+        self._filed.add(gate.id, entry)
         entries = self._open.setdefault(gate.channel, [])
         if not entries or entries[-1] < entry:
             entries.append(entry)
@@ -130,19 +124,7 @@ class GateView:
         """The open gates a run in *channel* sees whose id is a key of *ids*,
         oldest first, each with its ordinal (``open`` takes it to leave the
         gate out) and the value of its id."""
-        index = self._index
-        first_entry = index._filed.get
-        more = index._more_filed
-        found: list[tuple[_Entry, _V]] = []
-        for gate_id, value in ids.items():
-            first = first_entry(gate_id)
-            if first is None:
-                continue
-            for entry in (first, *more[gate_id]) if gate_id in more else (first,):
-                if self.holds(entry, channel):
-                    found.append((entry, value))
-        # Entries are distinct (by ordinal): the sort never compares values.
-        found.sort(key=_first)
+        found = self._index._filed.having(ids, lambda entry: self.holds(entry, channel))
         return [(entry[2], entry[3], value) for entry, value in found]
 
     def open(
@@ -178,11 +160,7 @@ class GateView:
 
     def entries_with_id(self, gate_id: str) -> list[_Entry]:
         """Every entry ever added with *gate_id*, open in this view or not."""
-        index = self._index
-        first = index._filed.get(gate_id)
-        if first is None:
-            return []
-        return [first, *index._more_filed.get(gate_id, ())]
+        return self._index._filed.every(gate_id)
 
     def added_since(self, added: int) -> list[_Entry]:
         """The entries added after the first *added*, up to this view."""

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from ._items import MemoryItem, Retirement
 from ._postings import entry
-from ._scoped import scoped_totals
+from ._scoped import ById, scoped_totals
 from ._terms import held_terms, term_forms, terms
 
 if TYPE_CHECKING:
@@ -80,7 +80,6 @@ _HEAD = 256
 # Walk order of equally scored notes: newest first, then id, then age.
 _Key = tuple[float, str, int]
 _V = TypeVar("_V")
-_first = itemgetter(0)
 _score_and_time = itemgetter(1, 3)
 
 
@@ -110,10 +109,8 @@ class MemoryIndex:
         # shifted left by TF_BITS, with how often the note holds the term in
         # the low bits. Ordinal order makes a snapshot's postings a prefix.
         self._postings: dict[str, array[int]] = {}
-        # Sessions look up the notes they already showed by id; an id given
-        # twice (plain inputs can repeat one) keeps its later ordinals aside.
-        self._ids: dict[str, int] = {}
-        self._more_ids: dict[str, list[int]] = {}
+        # Sessions look up the notes they already showed by id.
+        self._ids: ById[int] = ById()
         # Per channel (None: worker-wide), ordinals in reverse walk order,
         # so the newest note, the usual addition, is an append; each
         # channel's code in the table, and its latest note.
@@ -150,7 +147,7 @@ class MemoryIndex:
 
     def live(self, item_id: str) -> MemoryItem | None:
         """The note *item_id*, unless there is none such or it is retired."""
-        ordinal = self._ids.get(item_id)
+        ordinal = self._ids.first(item_id)
         if ordinal is None or ordinal in self._retired:
             return None
         return self._items[ordinal]
@@ -165,7 +162,7 @@ class MemoryIndex:
         item = self.live(retirement.note)
         if item is None:
             return False
-        ordinals = [self._ids[item.id], *self._more_ids.get(item.id, ())]
+        ordinals = self._ids.every(item.id)
         self._retired = self._retired.union(ordinals)
         self._retirements[item.id] = retirement
         for ordinal in ordinals:
@@ -211,8 +208,7 @@ class MemoryIndex:
         ordinal = self._table.append(len(held), item.created_at, code, latest)
         self._items.append(item)
         self._latest[channel] = ordinal
-        if self._ids.setdefault(item.id, ordinal) != ordinal:
-            self._more_ids.setdefault(item.id, []).append(ordinal)
+        self._ids.add(item.id, ordinal)
         postings = self._postings
         for term, count in Counter(held).items():
             posting = entry(ordinal, count)
@@ -306,14 +302,8 @@ class MemoryView:
 
     def ordinals_with_id(self, item_id: str) -> list[int]:
         """The ordinals in this view of the notes with *item_id*."""
-        index = self._index
-        first = index._ids.get(item_id)
-        if first is None or first >= self._size:
-            return []
-        more = index._more_ids.get(item_id)
-        if more is None:  # the usual: an id given once
-            return [first]
-        return [first, *(o for o in more if o < self._size)]
+        size = self._size
+        return [o for o in self._index._ids.every(item_id) if o < size]
 
     def written_by(self, run: str) -> list[MemoryItem]:
         """The notes run *run* wrote, in the order it wrote them."""
@@ -327,23 +317,15 @@ class MemoryView:
         """The notes a run in *channel* may see whose id is a key of *ids*,
         oldest first, each with its ordinal (``ranked`` takes it to leave the
         note out) and the value of its id."""
-        index = self._index
-        first_ordinal = index._ids.get
-        more = index._more_ids
-        items = index._items
+        items = self._index._items
         size = self._size
         scope = (None, channel)
-        found: list[tuple[int, MemoryItem, _V]] = []
-        for item_id, value in ids.items():
-            first = first_ordinal(item_id)
-            if first is None:
-                continue
-            for ordinal in (first, *more[item_id]) if item_id in more else (first,):
-                if ordinal < size and (item := items[ordinal]).channel in scope:
-                    found.append((ordinal, item, value))
-        # Ordinals are distinct: the sort never compares further.
-        found.sort(key=_first)
-        return found
+
+        def seen_here(ordinal: int) -> bool:
+            return ordinal < size and items[ordinal].channel in scope
+
+        found = self._index._ids.having(ids, seen_here)
+        return [(ordinal, items[ordinal], value) for ordinal, value in found]
 
     def ranking(
         self,
