@@ -72,7 +72,7 @@ class FileMemory(IndexedMemory):
             notes.index.add(item)
         return item
 
-    async def _index(self, worker: str) -> MemoryIndex:
+    async def _index(self, worker: str, *, cached: bool = False) -> MemoryIndex:
         return (await self._load(worker)).index
 
     async def _load(self, worker: str) -> _Notes:
