@@ -38,9 +38,11 @@ Prints, measured side by side in one run:
 - posts to one channel per second from 32 clients at once against one,
   alternating rounds: racing posts share the channel log's fsync (group
   commit), so the ratio is well above 1;
-- with ``--state postgresql://…``: turns/s and p99 of concurrent sessions on
-  the file backend, on that database with one daemon, and with two daemons
-  sharing it (half the sessions on each), side by side.
+- with ``--state postgresql://…``: turns/s and p99 of 200 concurrent
+  sessions on the file backend, on that database with one daemon, and with
+  two daemons sharing it (half the sessions on each), side by side, and the
+  ratios of their turns/s (aims: PostgreSQL at least 0.7 times files, two
+  daemons at least 1.3 times one).
 
 Usage: python bench/load.py [--quick] [--state postgresql://…]
 """
@@ -464,7 +466,7 @@ async def run_posts(quick: bool) -> None:
 
 
 async def run_backends(database: str, quick: bool) -> None:
-    sessions, turns = (8, 5) if quick else (20, 20)
+    sessions, turns = (200, 3) if quick else (200, 10)
     print(f"state backends, {sessions} concurrent sessions of {turns} turns (closed loop):")
     print(f"{'backend':>22} {'daemons':>8} {'turns/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -477,6 +479,7 @@ async def run_backends(database: str, quick: bool) -> None:
             ("postgresql", [database]),
             ("postgresql", [database, database]),
         ]
+        rates: list[float] = []
         for n, (name, states) in enumerate(configurations):
             channels = [f"c{n * sessions + k}" for k in range(sessions)]
             sockets = [root / f"rosterd-{n}-{k}.sock" for k in range(len(states))]
@@ -485,10 +488,14 @@ async def run_backends(database: str, quick: bool) -> None:
                     await stack.enter_async_context(serve(root / "org", state, socket))
                 latencies, wall = await drive(sockets, channels, turns)
             p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
+            rates.append(len(latencies) / wall)
             print(
-                f"{name:>22} {len(states):>8} {len(latencies) / wall:>9.1f} "
+                f"{name:>22} {len(states):>8} {rates[-1]:>9.1f} "
                 f"{p50 * 1000:>8.2f} {p99 * 1000:>8.2f}"
             )
+    files, one, two = rates
+    print(f"ratio turns/s postgresql 1 daemon / files: {one / files:.2f} (aim: at least 0.7)")
+    print(f"ratio turns/s postgresql 2 daemons / 1: {two / one:.2f} (aim: at least 1.3)")
 
 
 def main() -> None:

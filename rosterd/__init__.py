@@ -11,6 +11,7 @@ from ._errors import (
     RosterError,
     SessionError,
     ShutdownError,
+    StaleError,
     StorageError,
 )
 from ._ids import check_id, is_id
@@ -29,6 +30,7 @@ __all__ = (
     "RosterError",
     "SessionError",
     "ShutdownError",
+    "StaleError",
     "StorageError",
     "SystemClock",
     "__version__",

@@ -21,6 +21,7 @@ __all__ = (
     "RpcError",
     "SessionError",
     "ShutdownError",
+    "StaleError",
     "StorageError",
 )
 
@@ -97,6 +98,12 @@ class StorageError(RosterError):
 class ConflictError(RosterError):
     """A well-formed request that the current state refuses: a gate already
     resolved, another worker's run, a run that sent nothing yet."""
+
+
+class StaleError(ConflictError):
+    """What this host held of a run, or of a turn's inputs, was out of date
+    when it wrote: another host wrote since, or holds the run's lease.
+    Nothing of the write was kept; the caller reads again and retries."""
 
 
 class SessionError(RosterError):

@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from rosterd.cli import main
 from rosterd.client import RosterClient
 from rosterd.daemon import run_daemon
 from rosterd.protocol import TaskGet, TaskState
+from rosterd.stores import State
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_ORG = REPO / "examples" / "org"
@@ -355,12 +356,18 @@ class _Lines(logging.Handler):
 
 @asynccontextmanager
 async def daemon_in_process(
-    org: Path, state: Path, *, clock: Clock = SYSTEM_CLOCK, database: str | None = None
+    org: Path,
+    state: Path,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    database: str | None = None,
+    stores: AbstractAsyncContextManager[State] | None = None,
 ) -> AsyncIterator[InProcessDaemon]:
     """Serve *org* until the block ends, then drain and stop as on SIGTERM.
 
     With *database* (a PostgreSQL URL) the state is there, and *state* is
-    only the directory that holds the socket."""
+    only the directory that holds the socket; *stores* opens it (a
+    ``PostgresState`` of the test's own making), instead of the daemon."""
     if database is not None:
         await anyio.Path(state).mkdir(parents=True, exist_ok=True)
     environ = {k: v for k, v in os.environ.items() if k not in _SYSTEMD_VARIABLES}
@@ -381,6 +388,7 @@ async def daemon_in_process(
                     environ,
                     clock=clock,
                     stop=stop,
+                    stores=stores,
                 )
             )
             try:
@@ -394,11 +402,16 @@ async def daemon_in_process(
 
 @asynccontextmanager
 async def in_process_client(
-    org: Path, state: Path, *, clock: Clock = SYSTEM_CLOCK, database: str | None = None
+    org: Path,
+    state: Path,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    database: str | None = None,
+    stores: AbstractAsyncContextManager[State] | None = None,
 ) -> AsyncIterator[tuple[InProcessDaemon, RosterClient]]:
     """``daemon_in_process`` and a client connected to it, until the block ends."""
     async with (
-        daemon_in_process(org, state, clock=clock, database=database) as daemon,
+        daemon_in_process(org, state, clock=clock, database=database, stores=stores) as daemon,
         await daemon.client() as client,
     ):
         yield daemon, client

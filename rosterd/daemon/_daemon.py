@@ -16,7 +16,7 @@ import resource
 import signal
 import socket
 from collections.abc import AsyncIterator, Callable, Coroutine, MutableMapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from ..observe import open_telemetry
 from ..org import OrgSource
 from ..protocol import StateLocation, default_socket_path
 from ..runtime import Host, SessionManager, TaskRunner
-from ..stores import RunReader, open_state
+from ..stores import RunReader, State, open_state
 from ._methods import Methods
 from ._server import RpcServer
 from ._systemd import Notifier, listen_fds, watchdog_interval
@@ -51,6 +51,7 @@ async def run_daemon(
     clock: Clock = SYSTEM_CLOCK,
     stop: anyio.Event | None = None,
     metrics_listen: str | None = None,
+    stores: AbstractAsyncContextManager[State] | None = None,
     task_status: TaskStatus[Path] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until SIGTERM, SIGINT or *stop*; raises ``RosterError`` if it cannot start.
@@ -60,7 +61,8 @@ async def run_daemon(
     control). ``task_status`` receives the socket path once it accepts.
     *state* is a directory (locked: one daemon each) or a PostgreSQL URL,
     which any number of daemons may share. *metrics_listen* overrides
-    ``[metrics] listen``.
+    ``[metrics] listen``. *stores*, when given, is the state *state* names,
+    opened the caller's way (a test counting a database's round trips).
     """
     notifier = Notifier.from_env(environ)
     inherited = listen_fds(environ)
@@ -75,9 +77,9 @@ async def run_daemon(
         open_telemetry(
             source.current(), source.root / "org.toml", environ, metrics_listen
         ) as telemetry,
-        open_state(state) as stores,
+        stores or open_state(state) as opened,
         notifier,
-        Host(source, stores, environ, clock, telemetry) as host,
+        Host(source, opened, environ, clock, telemetry) as host,
     ):
         await host.runs.recover(host.clock())
         watcher = OrgWatcher(source)

@@ -197,18 +197,25 @@ class Host(AsyncResource):
         return [self.admission(config).status(name) for name, config in named.items()]
 
     async def turn_input(
-        self, worker: str, fresh: TurnInput, resolved_since: float | None = None
+        self,
+        worker: str,
+        fresh: TurnInput,
+        resolved_since: float | None = None,
+        *,
+        cached: bool = False,
     ) -> TurnInput:
         """*fresh*, the input of a turn of *worker*, with the stores' memory
         and briefing gates as they are now, for every surface alike (gates
         resolved after *resolved_since* come with their outcome). A session
         gives its own parts in *fresh* (history, backlog, what it already
-        shows), a continuation run its gate's outcome.
+        shows), a continuation run its gate's outcome. A warm session's turn
+        reads them *cached*: its first write checks they were current.
         """
+        stores = self.stores
         return msgspec.structs.replace(
             fresh,
-            memory=await self.stores.memory.view(worker),
-            gates=await self.stores.gates.briefing_for(worker, resolved_since),
+            memory=await stores.memory.view(worker, cached=cached),
+            gates=await stores.gates.briefing_for(worker, resolved_since, cached=cached),
         )
 
     async def run_turn(
@@ -223,6 +230,7 @@ class Host(AsyncResource):
         previous_input_tokens: int | None = None,
         seen: int | None = None,
         cache_plan: CachePlan | None = None,
+        cached: bool = False,
     ) -> TurnOutcome:
         """Compile, trace, send and record one turn of *run*.
 
@@ -239,7 +247,9 @@ class Host(AsyncResource):
         fallbacks), each call starting from the first again. *on_wait*
         hears why a call waits: its engine's queue or limits, a provider's
         backoff, a fallback. *cache_plan* is how long the provider should
-        keep the prefix (a session's choice, see ``plan_cache``).
+        keep the prefix (a session's choice, see ``plan_cache``). A warm
+        session's turn reads its prefix state *cached*, and leaves its last
+        reply for the session's ``conclude`` (``ActiveRun.record_later``).
         """
         # A provider that cannot be set up (no key, no model) fails the turn
         # before anything is traced or recorded.
@@ -258,6 +268,7 @@ class Host(AsyncResource):
                 previous_input_tokens,
                 seen,
                 cache_plan,
+                cached,
             )
             outcome = "ok"
             return turned
@@ -285,11 +296,12 @@ class Host(AsyncResource):
         previous_input_tokens: int | None,
         seen: int | None,
         cache_plan: CachePlan | None,
+        cached: bool,
     ) -> TurnOutcome:
         compilation = await self._compiled(watch, run, compile_fn)
         system = compilation.system
         worker, channel = run.info.worker, run.info.channel
-        previous = await self.prefixes.get(worker, channel)
+        previous = await self.prefixes.get(worker, channel, cached=cached)
         own = prefix_state(system, run.info.id, self.clock())
         # A session's later turns reuse its own frozen system part, whatever
         # other runs of the channel did in between.
@@ -302,13 +314,17 @@ class Host(AsyncResource):
             at=self.clock(),
             seen=seen,
         )
-        # Both are fsynced before the engine sees a byte; in parallel, they
-        # cost one disk round trip instead of two.
+        # Both are durable before the engine sees a byte.
         with watch.phase("commit"):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run.trace, record)
-                tg.start_soon(run.record, user)
-                tg.start_soon(self.prefixes.put, worker, channel, own)
+            if cached:
+                # A warm turn's first write may find it stale (``StaleError``,
+                # nothing written), and its prefix is its own: written once.
+                await run.append(record, (user,))
+                await self.prefixes.put(worker, channel, own)
+            else:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(run.append, record, (user,))
+                    tg.start_soon(self.prefixes.put, worker, channel, own)
         transcript.append(ChatMessage(role="user", content=compilation.input_text))
         tools = TurnTools(
             run.info,
@@ -550,16 +566,20 @@ class Host(AsyncResource):
         cost = self.pricing.cost(engine, self.org.prices, reply.usage)
         call.watch.billed(cost)
         entry = call.entry(step, "assistant", reply.text, self.clock())
-        await call.run.record(
-            msgspec.structs.replace(
-                entry,
-                usage=reply.usage,
-                cache=cache,
-                calls=reply.calls,
-                cost=cost,
-                provider_id=reply.message_id,
-            )
+        entry = msgspec.structs.replace(
+            entry,
+            usage=reply.usage,
+            cache=cache,
+            calls=reply.calls,
+            cost=cost,
+            provider_id=reply.message_id,
         )
+        if reply.calls:
+            # Durable before any call is answered: the calls are its.
+            await call.run.record(entry)
+        else:
+            # The turn's last reply: written with the run's next write.
+            await call.run.record_later(entry)
         call.transcript.append(ChatMessage(role="assistant", content=reply.text, calls=reply.calls))
         call.answered = len(call.transcript)
 
@@ -576,11 +596,9 @@ class Host(AsyncResource):
             msgspec.structs.replace(call.entry(step, "tool", line, meta.now), call=result.call)
             for result, line in zip(results, lines, strict=True)
         ]
-        # Both are fsynced before the engine sees a byte of this step.
+        # Both are durable before the engine sees a byte of this step.
         with call.watch.phase("commit"):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run.trace, step_record)
-                tg.start_soon(run.record_many, entries)
+            await run.append(step_record, entries)
         call.transcript.extend(
             ChatMessage(role="tool", content=line, call=result.call)
             for result, line in zip(results, lines, strict=True)

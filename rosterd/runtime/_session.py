@@ -16,6 +16,13 @@ Where several hosts share the store, a turn holds the session's lease (see
 host has written to since reads it again before the turn: any host
 continues any session from the frozen system part and transcript, so its
 request extends the previous one byte for byte.
+
+A warm session's turn first goes on what this host holds (``LeaseKeeper.
+turn``, reads ``cached``): the turn's first write takes the lease and checks
+that nothing it read moved on. When something did, nothing was written:
+the turn starts again the careful way, waiting for the lease, reading the
+session again if another host wrote to it, and its inputs from the store.
+On a database that makes a warm turn two round trips (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from .._errors import (
     NotFoundError,
     SessionError,
     ShutdownError,
+    StaleError,
     StorageError,
 )
 from ..compiler import (
@@ -54,7 +62,7 @@ from ..compiler import (
 from ..engines import DeltaSink, WaitSink
 from ..org import Surface
 from ..protocol import TranscriptEntry, chat_messages
-from ..stores import ActiveRun, SessionState
+from ..stores import ActiveRun, Posts, SessionState
 from ._host import Host, TurnOutcome
 from ._lifetime import RECENT_GAPS, plan_cache
 from ._progress import Progress
@@ -174,8 +182,13 @@ class Session:
         arrived = time.perf_counter()
         async with self._lock:
             if self.successor is None and not self.closed:
+                try:
+                    async with self._host.leases.turn(self._run):
+                        self._host.telemetry.waited(time.perf_counter() - arrived)
+                        return await self._send(text, sender, on_delta, on_wait, warm=True)
+                except StaleError as stale:
+                    log.info("session %s: turn started again: %s", self.id, stale)
                 async with self._host.leases.run(self.id):
-                    self._host.telemetry.waited(time.perf_counter() - arrived)
                     await self._catch_up()
                     if self.successor is None and not self.closed:
                         return await self._send(text, sender, on_delta, on_wait)
@@ -202,16 +215,26 @@ class Session:
         self._load(run, entries, self._history, progress.seen, progress.briefed_at)
 
     async def _send(
-        self, text: str, sender: str, on_delta: DeltaSink, on_wait: WaitSink | None
+        self,
+        text: str,
+        sender: str,
+        on_delta: DeltaSink,
+        on_wait: WaitSink | None,
+        *,
+        warm: bool = False,
     ) -> TurnOutcome:
-        """One turn, with the lock and the lease held."""
+        """One turn, with the lock and the lease held (*warm*: to be taken
+        by the turn's first write)."""
         # Only a conversation can be dropped: a fresh session's first
         # request is as short as this pair's requests get.
         may_roll = bool(self._transcript)
         telemetry = self._host.telemetry
         try:
-            return await self._turn(text, sender, on_delta, on_wait, may_roll=may_roll)
+            return await self._turn(text, sender, on_delta, on_wait, may_roll=may_roll, warm=warm)
         except _SessionFull as full:
+            if warm:
+                # A rollover writes before the turn does: under the lease.
+                raise StaleError(f"a rollover first takes the lease of {self.id}") from None
             reason = full.reason
             telemetry.rolled_over("session_chars")
         except EngineError as exc:
@@ -221,7 +244,9 @@ class Session:
             telemetry.rolled_over("provider_too_long")
         return await self._roll_over(text, sender, on_delta, on_wait, reason)
 
-    async def _input(self, text: str, sender: str, turn: int) -> tuple[TurnInput, int]:
+    async def _input(
+        self, text: str, sender: str, turn: int, *, cached: bool
+    ) -> tuple[TurnInput, int]:
         """Turn *turn*'s fresh input, and the last channel seq it covers."""
         host = self._host
         progress = self._progress
@@ -230,6 +255,7 @@ class Session:
             progress.seen,
             exclude_run=self.id,
             limit=self._state.system.budget.backlog_messages,
+            cached=cached,
         )
         fresh = TurnInput(
             text,
@@ -240,7 +266,7 @@ class Session:
             shown=self._shown.items(),
             recent=self._said_before(backlog, turn),
         )
-        turn_input = await host.turn_input(self.worker, fresh, progress.briefed_at)
+        turn_input = await host.turn_input(self.worker, fresh, progress.briefed_at, cached=cached)
         self._shown.note_written(memory_view(turn_input.memory).written_by(self.id))
         return turn_input, last_seq
 
@@ -267,11 +293,12 @@ class Session:
         on_wait: WaitSink | None,
         *,
         may_roll: bool,
+        warm: bool = False,
     ) -> TurnOutcome:
         host = self._host
         before = self._progress
         turn = before.turns + 1
-        turn_input, last_seq = await self._input(text, sender, turn)
+        turn_input, last_seq = await self._input(text, sender, turn, cached=warm)
         meta = RunMeta(run=self.id, turn=turn, now=host.clock())
         plan = plan_cache(self._state.engine, self._gaps(meta.now), before.last_ttl)
         if plan is not None:
@@ -299,6 +326,7 @@ class Session:
                 previous_input_tokens=before.last_input_tokens,
                 seen=last_seq,
                 cache_plan=plan,
+                cached=warm,
             )
         except (CompileError, EngineError, ShutdownError) as exc:
             # The failure is traced under this turn number: the next turn
@@ -321,11 +349,9 @@ class Session:
         ttl = plan.ttl if plan is not None else None
         answered = before.answered(turn, meta.now, host.clock(), ttl, outcome.reply)
         self._commit(self._sent(answered, turn, last_seq))
-        await host.stores.channels.post_many(
-            self.channel,
-            [(sender, text, meta.now), (self.worker, outcome.reply.text, self.last_activity)],
-            run=self.id,
-        )
+        said = ((sender, text, meta.now), (self.worker, outcome.reply.text, self.last_activity))
+        # The reply and the posts durable together, before the client hears of them.
+        await self._run.conclude(Posts(self.channel, said, run=self.id))
         return outcome
 
     def _sent(self, progress: Progress, turn: int, last_seq: int) -> Progress:

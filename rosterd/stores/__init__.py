@@ -16,7 +16,7 @@ from ._interface import (
     State,
     TaskStore,
 )
-from ._records import SessionState, cut_off
+from ._records import Posts, SessionState, cut_off
 
 __all__ = (
     "BACKENDS",
@@ -25,6 +25,7 @@ __all__ = (
     "ChannelStore",
     "GateStore",
     "MemoryStore",
+    "Posts",
     "PrefixStore",
     "RunReader",
     "RunStore",

@@ -40,17 +40,18 @@ class IndexedMemory(ABC):
     async def retirements(self, worker: str) -> Mapping[str, Retirement]:
         return dict((await self._index(worker)).retirements())
 
-    async def view(self, worker: str) -> MemoryView:
+    async def view(self, worker: str, *, cached: bool = False) -> MemoryView:
         """A snapshot: later additions do not change a compilation under way."""
-        return (await self._index(worker)).snapshot()
+        return (await self._index(worker, cached=cached)).snapshot()
 
     @abstractmethod
     async def _append(self, worker: str, note: Callable[[int], MemoryItem]) -> MemoryItem:
         """Keep ``note(n)``, durably, where *n* is the worker's next number."""
 
     @abstractmethod
-    async def _index(self, worker: str) -> MemoryIndex:
-        """*worker*'s index, holding every note kept so far."""
+    async def _index(self, worker: str, *, cached: bool = False) -> MemoryIndex:
+        """*worker*'s index, holding every note kept so far (*cached*: as
+        this host holds it, if it does)."""
 
 
 async def index_notes(

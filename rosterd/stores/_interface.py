@@ -6,6 +6,14 @@ numbers come from the backend, never from a count the caller keeps.
 
 Every write returns once it is durable: a trace record or a user turn is
 on disk (or committed) before the engine sees a byte of its request.
+
+A warm session's turn reads with ``cached=True``: a backend may answer from
+what this host already holds, and the run's next write, which takes the
+lease ``ActiveRun.hold`` asked for, then checks that it was still current
+(``StaleError`` when not: nothing written, the caller reads again). On a
+database a warm turn is so two round trips: ``append`` (the lease, the
+check, the trace and the user turn) and ``conclude`` (the reply that
+``record_later`` kept, the channel posts, the lease given up).
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from ..compiler import (
     Retirement,
 )
 from ..protocol import GateState, RunInfo, RunStatus, TaskState, TranscriptEntry
-from ._records import SessionState
+from ._records import Posts, SessionState
 
 __all__ = (
     "ActiveRun",
@@ -57,7 +65,7 @@ class ChannelStore(Protocol):
         ...
 
     async def since(
-        self, channel: str, after: int, *, exclude_run: str, limit: int
+        self, channel: str, after: int, *, exclude_run: str, limit: int, cached: bool = False
     ) -> tuple[tuple[ChannelMessage, ...], int, int]:
         """What others posted after seq *after*: the newest *limit* messages not
         posted by *exclude_run*, oldest first; how many earlier ones are left
@@ -100,7 +108,7 @@ class MemoryStore(Protocol):
         """How each retired note of *worker* was retired, by note id."""
         ...
 
-    async def view(self, worker: str) -> MemoryView:
+    async def view(self, worker: str, *, cached: bool = False) -> MemoryView:
         """A snapshot that later additions do not change, indexed so that a
         turn ranks only the notes sharing its message's words."""
         ...
@@ -125,7 +133,9 @@ class GateStore(Protocol):
         """Every gate (of *worker*), in filing order."""
         ...
 
-    async def briefing_for(self, worker: str, resolved_since: float | None) -> GateView:
+    async def briefing_for(
+        self, worker: str, resolved_since: float | None, *, cached: bool = False
+    ) -> GateView:
         """Open gates of *worker*, and those resolved after *resolved_since*;
         independent of how many gates were ever filed."""
         ...
@@ -182,6 +192,38 @@ class ActiveRun(Protocol):
 
     async def record_many(self, entries: Sequence[TranscriptEntry]) -> None:
         """Append *entries* at once (one fsync or one commit)."""
+        ...
+
+    async def append(self, record: ContextRecord, entries: Sequence[TranscriptEntry]) -> None:
+        """A compilation's trace *record* and the transcript *entries* it
+        sends, both durable on return: before the engine sees a byte."""
+        ...
+
+    async def record_later(self, entry: TranscriptEntry) -> None:
+        """Append *entry* by the time the run's next write returns (on a
+        database, in that write's transaction): a turn's last reply, which
+        its ``conclude`` or the run's ``end`` makes durable."""
+        ...
+
+    async def conclude(self, posts: Posts) -> None:
+        """A session turn's end: what ``record_later`` kept and the turn's
+        channel *posts*, durable on return, and the lease ``hold`` asked for
+        given up with them."""
+        ...
+
+    async def hold(self, holder: str, now: float, until: float) -> None:
+        """Hold the run's lease for *holder* until *until* from the run's next
+        write on, which raises ``StaleError`` (and writes nothing) if another
+        host holds it, or wrote to the run or to a ``cached`` read's source
+        since this host read it."""
+        ...
+
+    async def renew(self, holder: str, until: float) -> bool:
+        """Extend the lease ``hold`` asked for, if taken; ``False`` if lost."""
+        ...
+
+    async def let_go(self, holder: str) -> None:
+        """Give up the lease ``hold`` asked for, unless ``conclude`` did."""
         ...
 
     async def finish(self, status: RunStatus, at: float, error: str | None = None) -> None: ...
@@ -268,7 +310,9 @@ class RunStore(RunReader, Protocol):
 class PrefixStore(Protocol):
     """The last compiled prefix of each (worker, channel), kept across restarts."""
 
-    async def get(self, worker: str, channel: str | None) -> PrefixState | None: ...
+    async def get(
+        self, worker: str, channel: str | None, *, cached: bool = False
+    ) -> PrefixState | None: ...
 
     async def put(self, worker: str, channel: str | None, state: PrefixState) -> None: ...
 

@@ -11,7 +11,7 @@ from ..compiler import SystemPrompt
 from ..org import DEFAULT_ENGINE, EngineConfig, NamedEngine
 from ..protocol import RunInfo, RunStatus
 
-__all__ = ("SessionState", "cut_off", "ended", "new_run_id")
+__all__ = ("Posts", "SessionState", "cut_off", "ended", "new_run_id")
 
 
 class SessionState(msgspec.Struct, frozen=True):
@@ -29,6 +29,15 @@ class SessionState(msgspec.Struct, frozen=True):
     def engines(self) -> tuple[NamedEngine, ...]:
         """The engines to try for a turn, the session's own first."""
         return (NamedEngine(self.engine_name, self.engine), *self.fallbacks)
+
+
+class Posts(msgspec.Struct, frozen=True):
+    """Messages a turn posts in *channel*, each (sender, text, at), in order;
+    *run* is the session whose turn they are."""
+
+    channel: str
+    messages: tuple[tuple[str, str, float], ...]
+    run: str | None = None
 
 
 def new_run_id(prefix: str, now: float) -> str:

@@ -77,7 +77,7 @@ class FileChannels:
         return state.next_seq - 1
 
     async def since(
-        self, channel: str, after: int, *, exclude_run: str, limit: int
+        self, channel: str, after: int, *, exclude_run: str, limit: int, cached: bool = False
     ) -> tuple[tuple[ChannelMessage, ...], int, int]:
         """What others posted after seq *after*: the newest *limit* messages not
         posted by *exclude_run*, oldest first; how many earlier ones are left
@@ -86,6 +86,8 @@ class FileChannels:
         Only messages after *after* are looked at, newest first, so the cost
         follows what is new, not how long the channel is. Ones older than
         the in-memory window are counted as left out, never read from disk.
+        The daemon holding the directory writes every post: what it holds
+        is always current, *cached* or not.
         """
         state = await self._open(channel)
         last = state.next_seq - 1

@@ -69,7 +69,10 @@ class FileGates:
     def _sorted(self) -> list[GateState]:
         return sorted(self._table.values(), key=lambda g: (g.filed_at, g.id))
 
-    async def briefing_for(self, worker: str, resolved_since: float | None) -> GateView:
+    async def briefing_for(
+        self, worker: str, resolved_since: float | None, *, cached: bool = False
+    ) -> GateView:
+        # Every gate is in memory, current: cached or not, the same answer.
         return self._book.briefing(worker, resolved_since)
 
     async def waiting_on(self, run: str) -> bool:

@@ -75,7 +75,7 @@ class FileMemory(IndexedMemory):
         await notes.notes.append(item, lambda: notes.index.add(item))
         return item
 
-    async def _index(self, worker: str) -> MemoryIndex:
+    async def _index(self, worker: str, *, cached: bool = False) -> MemoryIndex:
         return (await self._load(worker)).index
 
     async def _load(self, worker: str) -> _Notes:

@@ -21,7 +21,9 @@ class FilePrefixes:
     def __repr__(self) -> str:
         return f"FilePrefixes({str(self._root)!r})"
 
-    async def get(self, worker: str, channel: str | None) -> PrefixState | None:
+    async def get(
+        self, worker: str, channel: str | None, *, cached: bool = False
+    ) -> PrefixState | None:
         key = (worker, channel)
         if key not in self._states:
             self._states[key] = await read_document(self._path(worker, channel), PrefixState)

@@ -50,6 +50,7 @@ class FileState(AsyncResource):
         await anyio.to_thread.run_sync(remove_leftover_tmp, self.root)
         async with AsyncExitStack() as stack:
             self.channels = FileChannels(self.root / "channels")
+            self.runs.channels = self.channels
             stack.push_async_callback(self.channels.aclose)
             self.memory = FileMemory(self.root / "memory")
             stack.push_async_callback(self.memory.aclose)

@@ -2,30 +2,39 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import LiteralString
 
 import msgspec
 
 from ..._ids import check_id
 from ...compiler import ChannelMessage
-from ._db import Database, encode
+from ._db import Database, Row, encode
 
-__all__ = ("PostgresChannels",)
+__all__ = ("POST", "PostgresChannels")
 
 _message = msgspec.json.Decoder(ChannelMessage)
 
 # Posts take their seqs by moving the channel's row on: racing posts, from
 # any host, wait for each other's commit on that row, so seqs are distinct
-# and a channel's messages become visible in seq order.
-_TAKE_SEQS = (
-    "INSERT INTO channels (channel, last_seq) VALUES (%s, %s)"
+# and a channel's messages become visible in seq order. One statement, so
+# that it can go in a pipeline with a turn's other writes: each record is
+# the file backend's line, its seq (the first field) put in by the server.
+POST: LiteralString = (
+    "WITH taken AS ("
+    " INSERT INTO channels (channel, last_seq) VALUES (%(channel)s, %(count)s)"
     " ON CONFLICT (channel) DO UPDATE SET last_seq = channels.last_seq + excluded.last_seq"
-    " RETURNING last_seq"
+    " RETURNING last_seq - %(count)s AS before)"
+    " INSERT INTO channel_messages (channel, seq, run, record)"
+    " SELECT %(channel)s, taken.before + m.i, %(run)s,"
+    " '{\"seq\":' || (taken.before + m.i) || m.rest"
+    " FROM taken, unnest(%(rests)s::text[]) WITH ORDINALITY AS m (rest, i)"
+    " RETURNING seq"
 )
-_INSERT = (
-    "INSERT INTO channel_messages (channel, seq, run, record)"
-    " SELECT %s, m.seq, %s, m.record FROM unnest(%s::bigint[], %s::text[]) AS m (seq, record)"
-)
+_SEQ_HEAD = '{"seq":0'
+# Messages a channel's tail keeps on this host: a warm session's backlog
+# is what came since its last turn, far fewer.
+_TAIL = 1000
 # Each read below is one statement on the primary key (channel, seq), read
 # backwards from the newest: it costs what it returns, never the length of
 # the channel.
@@ -46,37 +55,97 @@ _SINCE = (
 )
 
 
+class _Tail:
+    """What this host holds of a channel: its last seq as far as it knows,
+    and every message after *base* up to there."""
+
+    def __init__(self, last: int) -> None:
+        self.last = last
+        self.base = last
+        self.messages: list[ChannelMessage] = []
+
+    def __repr__(self) -> str:
+        return f"_Tail({self.base}..{self.last})"
+
+    def since(
+        self, after: int, exclude_run: str, limit: int
+    ) -> tuple[tuple[ChannelMessage, ...], int, int]:
+        """``PostgresChannels.since`` from the tail, for *after* >= ``base``."""
+        others = [m for m in self.messages if m.seq > after and m.run != exclude_run]
+        kept = others[-limit:] if limit > 0 else []
+        return tuple(kept), len(others) - len(kept), self.last
+
+
 class PostgresChannels:
-    """Every channel's messages in table ``channel_messages``, by (channel, seq)."""
+    """Every channel's messages in table ``channel_messages``, by (channel, seq).
+
+    This host keeps each channel's tail: what it posted and read since it
+    last read the channel, so a warm session's backlog (``cached``) needs
+    no query. A post of another host is not in it; a warm turn's first
+    write checks the channel's last seq (``last_known``) and fails when it
+    moved on, and the session reads it again.
+    """
 
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._tails: dict[str, _Tail] = {}
 
     def __repr__(self) -> str:
-        return f"PostgresChannels({self._db.where!r})"
+        return f"PostgresChannels({self._db.where!r}, {len(self._tails)} tails)"
 
     async def post_many(
         self, channel: str, posts: Sequence[tuple[str, str, float]], *, run: str | None = None
     ) -> list[ChannelMessage]:
-        """Append (sender, text, at) messages in order, in one transaction;
+        """Append (sender, text, at) messages in order, in one statement;
         *run* names the session whose turn they are."""
-        check_id("channel", channel)
         if not posts:
+            check_id("channel", channel)
             return []
-        async with self._db.transaction("post to a channel") as conn:
-            cursor = await conn.execute(_TAKE_SEQS, (channel, len(posts)))
-            row = await cursor.fetchone()
-            assert row is not None  # RETURNING of an upsert always has its row
-            first = int(row[0]) - len(posts) + 1
-            messages = [
-                ChannelMessage(seq=first + n, sender=sender, text=body, at=at, run=run)
-                for n, (sender, body, at) in enumerate(posts)
-            ]
-            await conn.execute(
-                _INSERT,
-                (channel, run, [m.seq for m in messages], [encode(m) for m in messages]),
-            )
+        params = self.post_params(channel, posts, run)
+        rows = await self._db.fetchall("post to a channel", POST, params)
+        return self.posted(channel, posts, run, rows)
+
+    def post_params(
+        self, channel: str, posts: Sequence[tuple[str, str, float]], run: str | None
+    ) -> Mapping[str, object]:
+        """``POST``'s parameters for *posts*."""
+        check_id("channel", channel)
+        rests = []
+        for sender, body, at in posts:
+            line = encode(ChannelMessage(seq=0, sender=sender, text=body, at=at, run=run))
+            assert line.startswith(_SEQ_HEAD), line  # seq is the record's first field
+            rests.append(line[len(_SEQ_HEAD) :])
+        return {"channel": channel, "count": len(posts), "run": run, "rests": rests}
+
+    def posted(
+        self,
+        channel: str,
+        posts: Sequence[tuple[str, str, float]],
+        run: str | None,
+        rows: Sequence[Row],
+    ) -> list[ChannelMessage]:
+        """The messages ``POST`` stored (*rows*: its seqs), kept in the tail."""
+        first = min(int(row[0]) for row in rows)
+        messages = [
+            ChannelMessage(seq=first + n, sender=sender, text=body, at=at, run=run)
+            for n, (sender, body, at) in enumerate(posts)
+        ]
+        tail = self._tails.get(channel)
+        if tail is not None and first == tail.last + 1:
+            tail.messages += messages
+            tail.last = messages[-1].seq
+            if len(tail.messages) > _TAIL:
+                del tail.messages[:-_TAIL]
+                tail.base = tail.messages[0].seq - 1
+        elif tail is not None and messages[-1].seq > tail.last:
+            # Others posted in between: this host does not hold their messages.
+            self._tails[channel] = _Tail(messages[-1].seq)
         return messages
+
+    def last_known(self, channel: str) -> int | None:
+        """The channel's last seq as this host knows it; ``None`` if it does not."""
+        tail = self._tails.get(channel)
+        return None if tail is None else tail.last
 
     async def recent(self, channel: str, limit: int) -> tuple[ChannelMessage, ...]:
         """The newest *limit* messages, oldest first: a history snapshot."""
@@ -93,13 +162,16 @@ class PostgresChannels:
         return 0 if row is None else int(row[0])
 
     async def since(
-        self, channel: str, after: int, *, exclude_run: str, limit: int
+        self, channel: str, after: int, *, exclude_run: str, limit: int, cached: bool = False
     ) -> tuple[tuple[ChannelMessage, ...], int, int]:
         """What others posted after seq *after*: the newest *limit* messages not
         posted by *exclude_run*, oldest first; how many earlier ones are left
         out; and the channel's last seq. One statement over the messages
-        after *after* only."""
+        after *after* only, or (*cached*) none when the tail holds them."""
         check_id("channel", channel)
+        tail = self._tails.get(channel)
+        if cached and tail is not None and after >= tail.base:
+            return tail.since(after, exclude_run, limit)
         params = {
             "channel": channel,
             "after": after,
@@ -109,4 +181,6 @@ class PostgresChannels:
         rows = await self._db.fetchall("read a channel", _SINCE, params)
         kept = tuple(self._db.decode(_message, row[2]) for row in rows if row[2] is not None)
         last, others = int(rows[0][0]), int(rows[0][1])
+        if tail is None or last > tail.last:
+            self._tails[channel] = _Tail(last)
         return kept, others - len(kept), last

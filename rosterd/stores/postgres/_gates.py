@@ -107,11 +107,21 @@ class PostgresGates:
             (self._db.decode(_gate, row[0]) for row in rows), key=lambda g: (g.filed_at, g.id)
         )
 
-    async def briefing_for(self, worker: str, resolved_since: float | None) -> GateView:
+    async def briefing_for(
+        self, worker: str, resolved_since: float | None, *, cached: bool = False
+    ) -> GateView:
         """Open gates of *worker*, and those resolved after *resolved_since*;
-        the compiler narrows them to the run's channel."""
-        await self.catch_up()
+        the compiler narrows them to the run's channel. *cached*: from the
+        index as it is, the last change applied (``last``) checked by the
+        turn's first write."""
+        if not cached:
+            await self.catch_up()
         return self._book.briefing(worker, resolved_since)
+
+    @property
+    def last(self) -> int:
+        """The last change this host applied."""
+        return self._last
 
     async def waiting_on(self, run: str) -> bool:
         """Whether an open gate was filed against *run*."""

@@ -61,7 +61,9 @@ class PostgresMemory(IndexedMemory):
 
     The first read of a worker indexes all its notes (off the event loop);
     every later read first adds the notes and retirements other hosts added
-    since, in one query on the primary keys, so a turn costs what is new.
+    since, in one query on the primary keys, so a turn costs what is new. A
+    warm turn reads the index as it is (``cached``), and its first write
+    checks the worker's numbers (``known``) are still the last.
     """
 
     def __init__(self, db: Database) -> None:
@@ -112,8 +114,15 @@ class PostgresMemory(IndexedMemory):
                 notes.last_retired = n
         return item
 
-    async def _index(self, worker: str) -> MemoryIndex:
-        return (await self._current(worker)).index
+    async def _index(self, worker: str, *, cached: bool = False) -> MemoryIndex:
+        notes = self._notes.get(worker) if cached else None
+        return (notes or await self._current(worker)).index
+
+    def known(self, worker: str) -> tuple[int, int] | None:
+        """The last note and retirement numbers this host holds of *worker*;
+        ``None`` if it holds none."""
+        notes = self._notes.get(worker)
+        return None if notes is None else (notes.last, notes.last_retired)
 
     def _lock(self, worker: str) -> anyio.Lock:
         return self._locks.setdefault(worker, anyio.Lock())

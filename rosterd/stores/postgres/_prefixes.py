@@ -39,8 +39,14 @@ class PostgresPrefixes:
     def __repr__(self) -> str:
         return f"PostgresPrefixes({self._db.where!r})"
 
-    async def get(self, worker: str, channel: str | None) -> PrefixState | None:
+    async def get(
+        self, worker: str, channel: str | None, *, cached: bool = False
+    ) -> PrefixState | None:
+        """The pair's prefix; *cached*: as this host holds it, if it does (the
+        turn's first write checks its row is unchanged, see ``row``)."""
         key = _key(worker, channel)
+        if cached and key in self._rows:
+            return self._states[key]
         row = await self._db.fetchone("read a prefix", _GET, key)
         if row is None:
             return None
@@ -62,6 +68,10 @@ class PostgresPrefixes:
                 await conn.execute(_PUT, (*key, record))
             self._rows[key] = record
         self._states[key] = state
+
+    def row(self, worker: str, channel: str | None) -> str | None:
+        """The pair's row as this host last read or wrote it (``None``: none known)."""
+        return self._rows.get(_key(worker, channel))
 
 
 def _key(worker: str, channel: str | None) -> _Key:

@@ -18,19 +18,26 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
+from typing import Literal, LiteralString, NamedTuple
 
+import anyio
 import msgspec
 import psycopg
 import psycopg.errors
+from psycopg.rows import TupleRow
 
-from ..._errors import NotFoundError
+from ..._errors import NotFoundError, StaleError
 from ..._ids import check_id
 from ...compiler import ContextRecord
 from ...org import Surface
 from ...protocol import RunInfo, TranscriptEntry
 from .._open_run import OpenRun
-from .._records import SessionState, cut_off, new_run_id
-from ._db import Database, encode
+from .._records import Posts, SessionState, cut_off, new_run_id
+from ._channels import POST, PostgresChannels
+from ._db import Connection, Database, Row, encode
+from ._gates import PostgresGates
+from ._memory import PostgresMemory
+from ._prefixes import PostgresPrefixes
 
 __all__ = ("PostgresRun", "PostgresRuns")
 
@@ -40,6 +47,7 @@ _info = msgspec.json.Decoder(RunInfo)
 _record = msgspec.json.Decoder(ContextRecord)
 _entry = msgspec.json.Decoder(TranscriptEntry)
 _session = msgspec.json.Decoder(SessionState)
+Cursor = psycopg.AsyncCursor[TupleRow]
 
 # Appends to one run take turns on its row: each reads the last line number
 # in a statement that starts after the lock is granted, so it sees the
@@ -77,6 +85,34 @@ _LEASE = (
     " WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM taken)"
 )
 _RELEASE = "DELETE FROM leases WHERE key = %s AND holder = %s"
+_RENEW = "UPDATE leases SET until = %s WHERE key = %s AND holder = %s"
+# A warm turn's first write: takes the run's lease and checks that what
+# the turn read is what the database holds (the session, the channel's
+# last seq, the worker's memory, the gates, the pair's prefix). Any of
+# them moved on: ``rosterd_fresh`` fails the transaction, nothing of it is
+# kept, and the session reads again.
+_FRESH: LiteralString = (
+    "WITH taken AS ("
+    " INSERT INTO leases (key, holder, until) VALUES (%(run)s, %(holder)s, %(until)s)"
+    " ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, until = excluded.until"
+    " WHERE leases.holder = excluded.holder OR leases.until <= %(now)s"
+    " RETURNING holder)"
+    " SELECT rosterd_fresh(CASE"
+    " WHEN NOT EXISTS (SELECT FROM taken) THEN 'the lease of run ' || %(run)s::text"
+    " WHEN (SELECT revision FROM runs WHERE id = %(run)s) <> %(revision)s"
+    " THEN 'run ' || %(run)s::text"
+    " WHEN coalesce((SELECT last_seq FROM channels WHERE channel = %(channel)s), 0) <> %(seq)s"
+    " THEN 'channel ' || %(channel)s::text"
+    " WHEN coalesce((SELECT last_note FROM memory_workers WHERE worker = %(worker)s), 0)"
+    " <> %(notes)s"
+    " OR coalesce((SELECT last_retired FROM memory_workers WHERE worker = %(worker)s), 0)"
+    " <> %(retired)s"
+    " THEN 'the memory of ' || %(worker)s::text"
+    " WHEN EXISTS (SELECT FROM gates WHERE change > %(change)s) THEN 'a gate'"
+    " WHEN (SELECT record FROM prefixes WHERE worker = %(worker)s AND channel = %(channel)s)"
+    " IS DISTINCT FROM %(prefix)s::text THEN 'the prefix of ' || %(worker)s::text"
+    " END)"
+)
 # Matches the partial index ``runs_open``: recovery reads the open runs only,
 # however many have ever finished.
 # A run that a live host holds a lease on is under way, not cut off.
@@ -90,7 +126,13 @@ _INTERRUPT = "UPDATE runs SET status = %s, record = %s WHERE id = %s AND status 
 
 
 class PostgresRun(OpenRun):
-    """An open run: appends commit before they return, numbered by the database."""
+    """An open run: appends commit before they return, numbered by the database.
+
+    Each write is one pipeline, one transaction and one round trip: the
+    entries ``record_later`` kept go first, and while ``hold`` has the lease
+    still to take, the write takes it and checks what the turn read
+    (``Fresh``). The handle's writes and lease renewals take turns.
+    """
 
     def __init__(
         self, store: PostgresRuns, info: RunInfo, last_turn: int = 0, revision: int = 0
@@ -99,25 +141,50 @@ class PostgresRun(OpenRun):
         self.store = store
         # The run's revision after this handle's last write (or its reading).
         self._revision = revision
+        self._later: list[TranscriptEntry] = []
+        self._lease: _Lease | None = None
+        self._lock = anyio.Lock()
 
     async def trace(self, record: ContextRecord) -> None:
-        params = {"run": self.info.id, "turn": record.turn, "record": encode(record)}
-        self._wrote(await self.store.append(self.info.id, "trace", _APPEND_CONTEXT, params))
+        await self._write("trace", _Writes(record=record))
 
     async def record(self, entry: TranscriptEntry) -> None:
         await self.record_many((entry,))
 
     async def record_many(self, entries: Sequence[TranscriptEntry]) -> None:
         """Append *entries* in one transaction: all of them or none."""
-        if not entries:
-            return
-        params = {"run": self.info.id, "records": [encode(entry) for entry in entries]}
-        self._wrote(await self.store.append(self.info.id, "record", _APPEND_TRANSCRIPT, params))
+        await self._write("record", _Writes(entries=tuple(entries)))
+
+    async def append(self, record: ContextRecord, entries: Sequence[TranscriptEntry]) -> None:
+        await self._write("append", _Writes(record=record, entries=tuple(entries)))
+
+    async def record_later(self, entry: TranscriptEntry) -> None:
+        self._later.append(entry)
+
+    async def conclude(self, posts: Posts) -> None:
+        await self._write("conclude a turn", _Writes(posts=posts, release=True))
 
     async def end(self, info: RunInfo) -> None:
         """Write the run's final *info*."""
+        await self._write("write run info", _Writes(info=info))
         self.info = info
-        self._wrote(await self.store.write_revision(info))
+
+    async def hold(self, holder: str, now: float, until: float) -> None:
+        self._lease = _Lease(holder, now, until)
+
+    async def renew(self, holder: str, until: float) -> bool:
+        async with self._lock:
+            lease = self._lease
+            if lease is None or lease.state != "held":
+                return True  # not taken yet, or given up: nothing to lose
+            lease.until = until
+            return await self.store.renew(self.info.id, holder, until)
+
+    async def let_go(self, holder: str) -> None:
+        async with self._lock:
+            lease, self._lease = self._lease, None
+            if lease is not None and lease.state == "held":
+                await self.store.release(self.info.id, holder)
 
     async def aclose(self) -> None:
         # Nothing is held between appends: each takes a pooled connection.
@@ -126,20 +193,74 @@ class PostgresRun(OpenRun):
     async def stale(self) -> bool:
         return await self.store.revision(self.info.id) != self._revision
 
-    def _wrote(self, revision: int) -> None:
-        # A turn's trace and user entry are written side by side: keep the later.
-        self._revision = max(self._revision, revision)
+    async def _write(self, op: str, writes: _Writes) -> None:
+        async with self._lock:
+            lease = self._lease
+            taking = lease is not None and lease.state == "pending"
+            later = tuple(self._later)
+            writes = msgspec.structs.replace(writes, entries=later + writes.entries)
+            check = None
+            if taking:
+                assert lease is not None
+                check = self.store.fresh(self.info, self._revision, lease)
+            release = lease if writes.release and lease is not None else None
+            revision, rows = await self.store.write(op, self.info, writes, check, release)
+            del self._later[: len(later)]
+            if revision is not None:
+                self._revision = revision
+            if release is not None:
+                release.state = "released"
+            elif taking:
+                assert lease is not None
+                lease.state = "held"
+            if writes.posts is not None:
+                self.store.posted(writes.posts, rows)
+
+
+class _Writes(msgspec.Struct, frozen=True):
+    """What one write of a run makes durable, in one transaction."""
+
+    record: ContextRecord | None = None
+    entries: tuple[TranscriptEntry, ...] = ()
+    info: RunInfo | None = None
+    posts: Posts | None = None
+    release: bool = False
+
+
+class _Lease:
+    """A lease ``hold`` asked for: pending until a write takes it, then held
+    until given up."""
+
+    def __init__(self, holder: str, now: float, until: float) -> None:
+        self.holder = holder
+        self.now = now
+        self.until = until
+        self.state: Literal["pending", "held", "released"] = "pending"
+
+    def __repr__(self) -> str:
+        return f"_Lease({self.holder!r}, {self.state})"
+
+
+class Inputs(NamedTuple):
+    """The stores whose reads a warm turn's first write checks."""
+
+    channels: PostgresChannels
+    memory: PostgresMemory
+    gates: PostgresGates
+    prefixes: PostgresPrefixes
 
 
 class PostgresRuns:
     """Runs and session pointers over a pool of autocommit connections.
 
     *where* names the database in errors (the URL without its password).
+    *inputs* are the daemon's other stores (a reader has none).
     """
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, inputs: Inputs | None = None) -> None:
         self._db = db
         self.where = db.where
+        self._inputs = inputs
 
     def __repr__(self) -> str:
         return f"PostgresRuns({self.where!r})"
@@ -176,23 +297,107 @@ class PostgresRuns:
                 entries = [_entry.decode(text) for (text,) in await cursor.fetchall()]
         return PostgresRun(self, info, last_turn, revision), entries
 
-    async def append(self, run: str, op: str, query: str, params: Mapping[str, object]) -> int:
-        """Run *query* (an append to one of *run*'s logs) under the run's row
-        lock; the run's revision after it.
+    async def write(
+        self,
+        op: str,
+        info: RunInfo,
+        writes: _Writes,
+        check: Mapping[str, object] | None,
+        release: _Lease | None,
+    ) -> tuple[int | None, list[Row]]:
+        """Make *writes* to run *info* durable, after *check* (``_FRESH``'s
+        parameters) and before giving up *release*: the run's revision after
+        them (``None`` when they leave it), and the rows ``POST`` returned.
 
-        Pipelined: the lock, the insert and the commit go in one round trip.
+        One pipeline, so one round trip: its statements up to the sync are
+        one (implicit) transaction, all kept or none.
         """
+        run = check_id("run", info.id)
         with self._failing(op):
             try:
                 async with self._db.pooled() as conn:
-                    async with conn.pipeline(), conn.transaction():
-                        counted = await conn.execute(_LOCK_RUN, (run,))
-                        await conn.execute(query, params)
-                    row = await counted.fetchone()
+                    try:
+                        async with conn.pipeline():
+                            if check is not None:
+                                await conn.execute(_FRESH, check)
+                            counted, posted = await self._queue(conn, run, writes)
+                            if release is not None:
+                                await conn.execute(_RELEASE, (run, release.holder))
+                    except psycopg.Error:
+                        # After an aborted pipeline psycopg may take a statement
+                        # for prepared that the server skipped: the pool drops
+                        # the connection rather than fail the next one.
+                        await conn.close()
+                        raise
+                    row = await counted.fetchone() if counted is not None else None
+                    rows = await posted.fetchall() if posted is not None else []
             except psycopg.errors.ForeignKeyViolation:
                 raise NotFoundError("run", run) from None
-        assert row is not None  # the insert's foreign key found the run's row
-        return int(row[0])
+            except psycopg.errors.SerializationFailure as exc:
+                raise StaleError(exc.diag.message_primary or str(exc)) from None
+        return (int(row[0]) if row is not None else None), rows
+
+    async def _queue(
+        self, conn: Connection, run: str, writes: _Writes
+    ) -> tuple[Cursor | None, Cursor | None]:
+        """Send *writes*' statements down *conn*'s pipeline: the cursors of
+        the run's revision and of the posts' seqs."""
+        counted = posted = None
+        if writes.record is not None or writes.entries:
+            # Appends to one run take turns on its row: each reads the last
+            # line number once the lock is granted.
+            counted = await conn.execute(_LOCK_RUN, (run,))
+        if writes.record is not None:
+            record = writes.record
+            params = {"run": run, "turn": record.turn, "record": encode(record)}
+            await conn.execute(_APPEND_CONTEXT, params)
+        if writes.entries:
+            records = [encode(entry) for entry in writes.entries]
+            await conn.execute(_APPEND_TRANSCRIPT, {"run": run, "records": records})
+        if writes.info is not None:
+            counted = await conn.execute(_WRITE_INFO, _info_params(writes.info))
+        if writes.posts is not None:
+            posts = writes.posts
+            channels = self._stores().channels
+            post = channels.post_params(posts.channel, posts.messages, posts.run)
+            posted = await conn.execute(POST, post)
+        return counted, posted
+
+    def fresh(self, info: RunInfo, revision: int, lease: _Lease) -> Mapping[str, object]:
+        """``_FRESH``'s parameters: what this host holds of *info*'s inputs."""
+        inputs = self._stores()
+        worker, channel = info.worker, info.channel or ""
+        seq = inputs.channels.last_known(channel) if info.channel is not None else 0
+        notes, retired = inputs.memory.known(worker) or (-1, -1)
+        return {
+            "run": info.id,
+            "holder": lease.holder,
+            "until": lease.until,
+            "now": lease.now,
+            "revision": revision,
+            "channel": channel,
+            "seq": -1 if seq is None else seq,
+            "worker": worker,
+            "notes": notes,
+            "retired": retired,
+            "change": inputs.gates.last,
+            "prefix": inputs.prefixes.row(worker, info.channel),
+        }
+
+    def posted(self, posts: Posts, rows: Sequence[Row]) -> None:
+        """Keep what a run's write posted in its channel's tail."""
+        self._stores().channels.posted(posts.channel, posts.messages, posts.run, rows)
+
+    def _stores(self) -> Inputs:
+        assert self._inputs is not None, "a reader's runs write nothing"
+        return self._inputs
+
+    async def renew(self, run: str, holder: str, until: float) -> bool:
+        """Extend *holder*'s lease on *run*; ``False`` if it has none."""
+        with self._failing("renew a lease"):
+            async with self._db.pooled() as conn:
+                cursor = await conn.execute(_RENEW, (until, run, holder))
+                return cursor.rowcount == 1
 
     async def revision(self, run: str) -> int:
         text = await self._one("read run revision", _REVISION, (check_id("run", run),))
@@ -236,16 +441,9 @@ class PostgresRuns:
 
     async def write_revision(self, info: RunInfo) -> int:
         """Write *info*; the run's revision after it."""
-        params = (
-            check_id("run", info.id),
-            info.created_at,
-            info.status,
-            info.surface,
-            encode(info),
-        )
         with self._failing("write run info"):
             async with self._db.pooled() as conn:
-                cursor = await conn.execute(_WRITE_INFO, params)
+                cursor = await conn.execute(_WRITE_INFO, _info_params(info))
                 row = await cursor.fetchone()
         assert row is not None  # INSERT ... RETURNING always returns its row
         return int(row[0])
@@ -336,6 +534,10 @@ class PostgresRuns:
                     "DELETE FROM session_pointers WHERE worker = %s AND channel = %s",
                     _pair(worker, channel),
                 )
+
+
+def _info_params(info: RunInfo) -> tuple[str, float, str, str, str]:
+    return check_id("run", info.id), info.created_at, info.status, info.surface, encode(info)
 
 
 def _pair(worker: str, channel: str) -> tuple[str, str]:

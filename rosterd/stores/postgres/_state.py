@@ -10,11 +10,11 @@ from anyio.abc import AsyncResource
 from psycopg_pool import AsyncConnectionPool
 
 from ._channels import PostgresChannels
-from ._db import Database
+from ._db import Connection, Database
 from ._gates import PostgresGates
 from ._memory import PostgresMemory
 from ._prefixes import PostgresPrefixes
-from ._runs import PostgresRuns
+from ._runs import Inputs, PostgresRuns
 from ._schema import migrate
 from ._tasks import PostgresTasks
 
@@ -40,7 +40,8 @@ class PostgresState(AsyncResource):
     committed before it began.
 
     *timeout* bounds how long opening, and any later request, waits for a
-    connection before it fails with ``StorageError``.
+    connection before it fails with ``StorageError``. *connection_class*
+    makes the pool's connections (a subclass of psycopg's, to watch them).
     """
 
     channels: PostgresChannels
@@ -50,12 +51,20 @@ class PostgresState(AsyncResource):
     runs: PostgresRuns
     prefixes: PostgresPrefixes
 
-    def __init__(self, url: str, *, max_connections: int = 10, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_connections: int = 10,
+        timeout: float = 30.0,
+        connection_class: type[Connection] = psycopg.AsyncConnection,
+    ) -> None:
         self.url = url
         self.where = redact(url)
         self._timeout = timeout
         self._pool: AsyncConnectionPool = AsyncConnectionPool(
             url,
+            connection_class=connection_class,
             min_size=1,
             max_size=max_connections,
             open=False,
@@ -67,8 +76,9 @@ class PostgresState(AsyncResource):
         self.memory = PostgresMemory(self._db)
         self.gates = PostgresGates(self._db)
         self.tasks = PostgresTasks(self._db)
-        self.runs = PostgresRuns(self._db)
         self.prefixes = PostgresPrefixes(self._db)
+        inputs = Inputs(self.channels, self.memory, self.gates, self.prefixes)
+        self.runs = PostgresRuns(self._db, inputs)
 
     def __repr__(self) -> str:
         return f"PostgresState({self.where!r})"
