@@ -82,6 +82,30 @@ async def test_a_gate_that_hits_a_full_disk_fails_1008_and_the_next_one_survives
 
 
 @pytest.mark.anyio
+async def test_a_turn_that_hits_a_full_disk_fails_1008_and_the_session_goes_on(
+    org_dir: Path, tmp_path: Path, tmpfs: Path
+) -> None:
+    # The turn's trace and user entry are written side by side: whichever
+    # fails, the client hears the storage error itself.
+    daemon = DaemonProcess(org_dir, tmpfs / "state", socket_path=tmp_path / "rosterd.sock")
+    daemon.start()
+    try:
+        async with await daemon.client() as client:
+            session = (await client.session_open("ada", "general")).session
+            await client.session_send(session, "first")
+            filler = fill(tmpfs, 30_000)
+            with pytest.raises(RpcError) as failed:
+                await client.session_send(session, "y" * 20_000)
+            filler.unlink()
+            after = await client.session_send(session, "after")
+    finally:
+        daemon.stop()
+    assert failed.value.code == 1008, failed.value
+    assert "after" in after.text
+    assert "internal error" not in daemon.log()
+
+
+@pytest.mark.anyio
 async def test_a_put_that_fails_while_another_is_in_flight_never_hands_its_id_out_twice(
     tmpfs: Path,
 ) -> None:

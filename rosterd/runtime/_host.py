@@ -19,6 +19,7 @@ import socket
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 import anyio
@@ -28,6 +29,7 @@ from anyio.abc import AsyncResource
 
 from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import ConfigError, EngineError, RosterError, ShutdownError
+from .._together import together
 from ..compiler import (
     BoundaryCheck,
     Compilation,
@@ -322,9 +324,10 @@ class Host(AsyncResource):
                 await run.append(record, (user,))
                 await self.prefixes.put(worker, channel, own)
             else:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(run.append, record, (user,))
-                    tg.start_soon(self.prefixes.put, worker, channel, own)
+                await together(
+                    partial(run.append, record, (user,)),
+                    partial(self.prefixes.put, worker, channel, own),
+                )
         transcript.append(ChatMessage(role="user", content=compilation.input_text))
         tools = TurnTools(
             run.info,

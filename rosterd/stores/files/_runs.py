@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -23,6 +25,7 @@ import msgspec
 
 from ..._errors import NotFoundError, StaleError
 from ..._ids import check_id
+from ..._together import together
 from ...compiler import ContextRecord
 from ...org import Surface
 from ...protocol import RunInfo, TranscriptEntry
@@ -66,32 +69,56 @@ class FileRun(OpenRun):
         self._transcript = transcript
         # Who ``hold`` took the run's lease for, until given up.
         self._holder: str | None = None
+        # What ``record_later`` kept for the run's next write.
+        self._later: list[TranscriptEntry] = []
 
     async def trace(self, record: ContextRecord) -> None:
-        await self._context.append(record)
+        await self._write(record=record)
 
     async def record(self, entry: TranscriptEntry) -> None:
-        await self._transcript.append(entry)
+        await self._write(entries=(entry,))
 
     async def record_many(self, entries: Sequence[TranscriptEntry]) -> None:
         """Append *entries* with one write and one fsync."""
-        await self._transcript.extend(entries)
+        await self._write(entries=entries)
 
     async def append(self, record: ContextRecord, entries: Sequence[TranscriptEntry]) -> None:
-        """Both fsynced before the engine sees a byte; in parallel, they cost
-        one disk round trip instead of two."""
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._context.append, record)
-            tg.start_soon(self._transcript.extend, entries)
+        """Both fsynced before the engine sees a byte."""
+        await self._write(record=record, entries=entries)
 
     async def record_later(self, entry: TranscriptEntry) -> None:
-        # Written now: nothing to gain by waiting, as posts go to another file.
-        await self._transcript.append(entry)
+        # A session turn's reply then goes in beside its channel posts: the
+        # turn waits for the disk once for both, not once for each.
+        self._later.append(entry)
 
     async def conclude(self, posts: Posts) -> None:
-        assert self.store.channels is not None, "a reader's runs post nothing"
-        await self.store.channels.post_many(posts.channel, posts.messages, run=posts.run)
+        await self._write(posts=posts)
         await self.let_go(self._holder or "")
+
+    async def _write(
+        self,
+        *,
+        record: ContextRecord | None = None,
+        entries: Sequence[TranscriptEntry] = (),
+        posts: Posts | None = None,
+    ) -> None:
+        """Append *record*, what ``record_later`` kept and *entries*, and
+        *posts*, each file in parallel: one disk round trip for them all.
+        What was kept is let go of only once it is durable."""
+        later = len(self._later)
+        entries = [*self._later, *entries]
+        writes: list[Callable[[], Coroutine[Any, Any, object]]] = []
+        if record is not None:
+            writes.append(partial(self._context.append, record))
+        if entries:
+            writes.append(partial(self._transcript.extend, entries))
+        if posts is not None:
+            channels = self.store.channels
+            assert channels is not None, "a reader's runs post nothing"
+            writes.append(partial(channels.post_many, posts.channel, posts.messages, run=posts.run))
+        if writes:
+            await together(*writes)
+        del self._later[:later]
 
     async def hold(self, holder: str, now: float, until: float) -> None:
         # Leases live in this daemon's memory: taken at once, no write to wait for.
@@ -111,11 +138,14 @@ class FileRun(OpenRun):
 
     async def end(self, info: RunInfo) -> None:
         """Write the run's final *info* and close its logs."""
+        await self._write()
         self.info = info
         await self.store.write_info(self.info)
         await self.aclose()
 
     async def aclose(self) -> None:
+        if self._later:
+            await self._write()
         await self._context.aclose()
         await self._transcript.aclose()
 
