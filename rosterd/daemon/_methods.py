@@ -114,7 +114,7 @@ class Methods:
 
     @rpc(SessionOpen)
     async def _session_open(self, params: SessionOpen, notify: Notify) -> SessionOpened:
-        await self._watcher.refresh()
+        await self._watcher.refresh(params.worker, params.channel)
         session = await self._sessions.open(params.worker, params.channel)
         return SessionOpened(
             session=session.id,
@@ -143,7 +143,7 @@ class Methods:
 
     @rpc(RunDirect)
     async def _run_direct(self, params: RunDirect, notify: Notify) -> TurnResult:
-        await self._watcher.refresh()
+        await self._watcher.refresh(params.worker)
         host = self._host
         run_id = host.runs.new_id("d", host.clock())
         outcome = await direct_run(
@@ -159,7 +159,7 @@ class Methods:
 
     @rpc(TaskSubmit)
     async def _task_submit(self, params: TaskSubmit, notify: Notify) -> TaskState:
-        await self._watcher.refresh()
+        await self._watcher.refresh(params.worker, params.channel)
         return await self._tasks.submit(params.worker, params.channel, params.text)
 
     @rpc(TaskGet)

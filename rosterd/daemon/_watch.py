@@ -1,8 +1,10 @@
 """Watching the org directory: edits apply to the next session, never mid-session.
 
 watchfiles reports changes promptly, so a broken edit is logged as soon as
-it lands. ``daemon.status`` and starting a session, task or direct run also
-check the files' stamps, so an edit saved just before is never missed. A broken edit
+it lands. ``daemon.status`` also checks every file's stamps, and starting a
+session, task or direct run those of the files it reads (``org.toml``, the
+worker's identity, the channel's purpose), so an edit saved just before is
+never missed, and a run's check does not grow with the org. A broken edit
 (bad TOML, an unknown key, a missing file) is reported and the last good org
 stays. A scope over budget does not make an org broken: start and reload
 accept the same orgs, and such scopes are listed (``over_budget``) while only
@@ -43,9 +45,10 @@ class OrgWatcher:
         ):
             await self.reload()
 
-    async def refresh(self) -> None:
-        """Reload now if any watched file changed since the last load."""
-        if await self.source.changed():
+    async def refresh(self, worker: str | None = None, channel: str | None = None) -> None:
+        """Reload now if any watched file changed since the last load (with
+        *worker*: any file its runs in *channel* read)."""
+        if await self.source.changed(worker, channel):
             await self.reload()
 
     async def reload(self) -> None:

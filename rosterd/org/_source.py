@@ -57,9 +57,18 @@ class OrgSource:
     def current(self) -> Org:
         return self._org
 
-    async def changed(self) -> bool:
-        """Whether a file of the org changed since it was last read."""
-        return await anyio.to_thread.run_sync(_stat, self.root, self._org) != self._stamps
+    async def changed(self, worker: str | None = None, channel: str | None = None) -> bool:
+        """Whether a file of the org changed since it was last read: any of
+        them, or with *worker*, only those a run of *worker* (in *channel*)
+        reads: ``org.toml``, its identity and the channel's purpose. A run's
+        check then costs three stats, not one per file of the org."""
+        if worker is None:
+            return await anyio.to_thread.run_sync(_stat, self.root, self._org) != self._stamps
+        paths = [self.root / "org.toml", identity_path(self.root, worker)]
+        if channel is not None:
+            paths.append(purpose_path(self.root, channel))
+        now = await anyio.to_thread.run_sync(_stamps, paths)
+        return now != {key: self._stamps[key] for key in map(str, paths) if key in self._stamps}
 
     async def reload(self) -> Org | None:
         """Read the files again, off the loop: the new snapshot, or ``None``
@@ -87,6 +96,11 @@ def _stat(root: Path, org: Org) -> _Stamps:
     paths = [root / "org.toml"]
     paths += [identity_path(root, w) for w in org.workers]
     paths += [purpose_path(root, c) for c in org.channels]
+    return _stamps(paths)
+
+
+def _stamps(paths: list[Path]) -> _Stamps:
+    """Modification time and size of each of *paths* that exists."""
     stamps: _Stamps = {}
     for path in paths:
         try:
