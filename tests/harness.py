@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import anyio
 import anyio.to_thread
@@ -400,20 +400,20 @@ async def daemon_in_process(
         logger.setLevel(level)
 
 
+class DaemonOptions(TypedDict, total=False):
+    """What ``daemon_in_process`` takes besides the org and the state."""
+
+    clock: Clock
+    database: str | None
+    stores: AbstractAsyncContextManager[State] | None
+
+
 @asynccontextmanager
 async def in_process_client(
-    org: Path,
-    state: Path,
-    *,
-    clock: Clock = SYSTEM_CLOCK,
-    database: str | None = None,
-    stores: AbstractAsyncContextManager[State] | None = None,
+    org: Path, state: Path, **options: Unpack[DaemonOptions]
 ) -> AsyncIterator[tuple[InProcessDaemon, RosterClient]]:
     """``daemon_in_process`` and a client connected to it, until the block ends."""
-    async with (
-        daemon_in_process(org, state, clock=clock, database=database, stores=stores) as daemon,
-        await daemon.client() as client,
-    ):
+    async with daemon_in_process(org, state, **options) as daemon, await daemon.client() as client:
         yield daemon, client
 
 

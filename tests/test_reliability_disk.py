@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
-from harness import DaemonProcess
+from harness import DaemonProcess, in_process_client
 
 from rosterd import StorageError
 from rosterd.client import RpcError
@@ -43,6 +43,13 @@ def tmpfs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+@pytest.fixture
+def on_tmpfs(org_dir: Path, tmp_path: Path, tmpfs: Path) -> DaemonProcess:
+    """A daemon, not started yet, whose state is on the small tmpfs (its
+    socket outside it)."""
+    return DaemonProcess(org_dir, tmpfs / "state", socket_path=tmp_path / "rosterd.sock")
+
+
 def fill(mount: Path, leave: int) -> Path:
     """Fill *mount* until about *leave* bytes are free; returns the filler file."""
     filler = mount / "filler"
@@ -52,29 +59,34 @@ def fill(mount: Path, leave: int) -> Path:
     return filler
 
 
+@contextlib.contextmanager
+def full(mount: Path, leave: int) -> Iterator[pytest.ExceptionInfo[RpcError]]:
+    """*mount* filled to about *leave* free bytes for the block, which must
+    fail with an ``RpcError``; the space is freed after it."""
+    filler = fill(mount, leave)
+    try:
+        with pytest.raises(RpcError) as failed:
+            yield failed
+    finally:
+        filler.unlink()
+
+
 @pytest.mark.anyio
 async def test_a_gate_that_hits_a_full_disk_fails_1008_and_the_next_one_survives_a_restart(
-    org_dir: Path, tmp_path: Path, tmpfs: Path
+    on_tmpfs: DaemonProcess, tmpfs: Path
 ) -> None:
-    daemon = DaemonProcess(org_dir, tmpfs / "state", socket_path=tmp_path / "rosterd.sock")
-    daemon.start()
-    try:
+    with on_tmpfs.start() as daemon:
         async with await daemon.client() as client:
             first = await client.gate_file("ada", "first")
-            filler = fill(tmpfs, 40_000)
-            with pytest.raises(RpcError) as failed:
+            with full(tmpfs, 40_000) as failed:
                 # Under the summary limit, over the free space.
                 await client.gate_file("ada", "y" * 60_000)
             assert failed.value.code == 1008
-            filler.unlink()
             acked = await client.gate_file("ada", "x")
-        daemon.stop()
-        daemon.start()
+        daemon.restart()
         async with await daemon.client() as client:
             listed = {g.id: g.summary for g in await client.gate_list()}
             after = await client.gate_file("ada", "after")
-    finally:
-        daemon.stop()
     assert listed == {first.id: "first", acked.id: "x"}
     assert after.id not in listed
     lines = (tmpfs / "state" / "gates.jsonl").read_bytes().split(b"\n")
@@ -83,23 +95,16 @@ async def test_a_gate_that_hits_a_full_disk_fails_1008_and_the_next_one_survives
 
 @pytest.mark.anyio
 async def test_a_turn_that_hits_a_full_disk_fails_1008_and_the_session_goes_on(
-    org_dir: Path, tmp_path: Path, tmpfs: Path
+    org_dir: Path, tmpfs: Path
 ) -> None:
     # The turn's trace and user entry are written side by side: whichever
     # fails, the client hears the storage error itself.
-    daemon = DaemonProcess(org_dir, tmpfs / "state", socket_path=tmp_path / "rosterd.sock")
-    daemon.start()
-    try:
-        async with await daemon.client() as client:
-            session = (await client.session_open("ada", "general")).session
-            await client.session_send(session, "first")
-            filler = fill(tmpfs, 30_000)
-            with pytest.raises(RpcError) as failed:
-                await client.session_send(session, "y" * 20_000)
-            filler.unlink()
-            after = await client.session_send(session, "after")
-    finally:
-        daemon.stop()
+    async with in_process_client(org_dir, tmpfs / "state") as (daemon, client):
+        session = (await client.session_open("ada", "general")).session
+        await client.session_send(session, "first")
+        with full(tmpfs, 30_000) as failed:
+            await client.session_send(session, "y" * 20_000)
+        after = await client.session_send(session, "after")
     assert failed.value.code == 1008, failed.value
     assert "after" in after.text
     assert "internal error" not in daemon.log()
@@ -152,9 +157,9 @@ async def chattr(flag: str, path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_a_log_whose_cut_back_fails_refuses_every_later_append_and_restart_says_why(
-    org_dir: Path, tmp_path: Path, tmpfs: Path
+    on_tmpfs: DaemonProcess, tmpfs: Path
 ) -> None:
-    daemon = DaemonProcess(org_dir, tmpfs / "state", socket_path=tmp_path / "rosterd.sock")
+    daemon = on_tmpfs
     gates = tmpfs / "state" / "gates.jsonl"
     daemon.start()
     try:
