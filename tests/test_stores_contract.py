@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import LiteralString
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import psycopg
 import pytest
@@ -104,6 +105,30 @@ async def test_since_keeps_the_newest_of_others_and_counts_the_rest(state: State
     assert await channels.since("c", 6, exclude_run="me", limit=10) == ((), 0, 6)
     assert await channels.since("c", 1, exclude_run="me", limit=0) == ((), 4, 6)
     assert await channels.since("never-posted", 0, exclude_run="me", limit=3) == ((), 0, 0)
+
+
+async def test_a_read_among_racing_posts_reports_only_seqs_it_can_show(state: State) -> None:
+    # Racing posts share writes on files; a read while some are in flight
+    # must not report their seqs as the last, or a session that takes that
+    # as seen would never be shown them.
+    channels = state.channels
+    reads: list[tuple[tuple[int, ...], int]] = []
+
+    async def post(n: int) -> None:
+        await channels.post_many("race", [("u", f"m{n}", float(n))])
+
+    async def read() -> None:
+        for _ in range(40):
+            kept, _, last = await channels.since("race", 0, exclude_run="none", limit=100)
+            reads.append((tuple(m.seq for m in kept), last))
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        for n in range(20):
+            tg.start_soon(post, n)
+        tg.start_soon(read)
+    assert all(kept == tuple(range(1, last + 1)) for kept, last in reads), reads
+    assert await channels.last_seq("race") == 20
 
 
 _RUNS = st.sampled_from([None, "r1", "r2"])

@@ -9,6 +9,7 @@ import msgspec
 
 from ..._ids import check_id
 from ...compiler import ChannelMessage
+from .._tail import ChannelTail
 from ._db import Database, Row, encode
 
 __all__ = ("POST", "PostgresChannels")
@@ -32,9 +33,6 @@ POST: LiteralString = (
     " RETURNING seq"
 )
 _SEQ_HEAD = '{"seq":0'
-# Messages a channel's tail keeps on this host: a warm session's backlog
-# is what came since its last turn, far fewer.
-_TAIL = 1000
 # Each read below is one statement on the primary key (channel, seq), read
 # backwards from the newest: it costs what it returns, never the length of
 # the channel.
@@ -55,27 +53,6 @@ _SINCE = (
 )
 
 
-class _Tail:
-    """What this host holds of a channel: its last seq as far as it knows,
-    and every message after *base* up to there."""
-
-    def __init__(self, last: int) -> None:
-        self.last = last
-        self.base = last
-        self.messages: list[ChannelMessage] = []
-
-    def __repr__(self) -> str:
-        return f"_Tail({self.base}..{self.last})"
-
-    def since(
-        self, after: int, exclude_run: str, limit: int
-    ) -> tuple[tuple[ChannelMessage, ...], int, int]:
-        """``PostgresChannels.since`` from the tail, for *after* >= ``base``."""
-        others = [m for m in self.messages if m.seq > after and m.run != exclude_run]
-        kept = others[-limit:] if limit > 0 else []
-        return tuple(kept), len(others) - len(kept), self.last
-
-
 class PostgresChannels:
     """Every channel's messages in table ``channel_messages``, by (channel, seq).
 
@@ -88,7 +65,7 @@ class PostgresChannels:
 
     def __init__(self, db: Database) -> None:
         self._db = db
-        self._tails: dict[str, _Tail] = {}
+        self._tails: dict[str, ChannelTail] = {}
 
     def __repr__(self) -> str:
         return f"PostgresChannels({self._db.where!r}, {len(self._tails)} tails)"
@@ -132,14 +109,10 @@ class PostgresChannels:
         ]
         tail = self._tails.get(channel)
         if tail is not None and first == tail.last + 1:
-            tail.messages += messages
-            tail.last = messages[-1].seq
-            if len(tail.messages) > _TAIL:
-                del tail.messages[:-_TAIL]
-                tail.base = tail.messages[0].seq - 1
+            tail.remember(messages)
         elif tail is not None and messages[-1].seq > tail.last:
             # Others posted in between: this host does not hold their messages.
-            self._tails[channel] = _Tail(messages[-1].seq)
+            self._tails[channel] = ChannelTail(messages[-1].seq)
         return messages
 
     def last_known(self, channel: str) -> int | None:
@@ -182,5 +155,5 @@ class PostgresChannels:
         kept = tuple(self._db.decode(_message, row[2]) for row in rows if row[2] is not None)
         last, others = int(rows[0][0]), int(rows[0][1])
         if tail is None or last > tail.last:
-            self._tails[channel] = _Tail(last)
+            self._tails[channel] = ChannelTail(last)
         return kept, others - len(kept), last
