@@ -41,8 +41,6 @@ import heapq
 from array import array
 from collections import Counter
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping, Sequence
-from itertools import groupby
-from operator import itemgetter
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from ._items import MemoryItem, Retirement
@@ -80,7 +78,6 @@ _HEAD = 256
 # Walk order of equally scored notes: newest first, then id, then age.
 _Key = tuple[float, str, int]
 _V = TypeVar("_V")
-_score_and_time = itemgetter(1, 3)
 
 
 class Ranked(NamedTuple):
@@ -388,9 +385,10 @@ class MemoryRanking:
         leave_out = self._leave_out
         scored = self._score() if self.query and view._size else None
         if scored is not None:
-            for ordinal, final, own in _in_order(scored, view._columns, items):
-                if ordinal not in leave_out:
-                    yield Ranked(ordinal, items[ordinal], final / 1e6, own)
+            for ordered in _in_order(scored, view._columns, items):
+                for ordinal, final, own in ordered:
+                    if ordinal not in leave_out:
+                        yield Ranked(ordinal, items[ordinal], final, own)
             candidates = set(scored.ordinals.tolist())
         else:
             candidates = set()
@@ -460,10 +458,10 @@ class MemoryRanking:
 
 def _in_order(
     scored: Scored, columns: Columns, items: Sequence[MemoryItem]
-) -> Iterator[tuple[int, int, float]]:
+) -> Iterator[Iterable[tuple[int, float, float]]]:
     """The candidates of *scored* by final score, then newest, then id, then
-    ordinal, each with its score and own score; the best ``_HEAD`` put in
-    order first."""
+    ordinal, each with its score and own score: the best ``_HEAD`` in order,
+    then the rest."""
     import numpy as np
 
     ordinals, final, own = scored.ordinals, scored.final, scored.own
@@ -480,19 +478,36 @@ def _in_order(
     for part, scores, owns in parts:
         times = created[part]
         order = np.lexsort((part, -times, -scores))
-        entries = zip(
-            part[order].tolist(),
-            scores[order].tolist(),
-            owns[order].tolist(),
-            times[order].tolist(),
-            strict=True,
+        scores, times = scores[order], times[order]
+        # Millionths to a score: the division a float of them would get.
+        ordered = zip(
+            part[order].tolist(), (scores / 1e6).tolist(), owns[order].tolist(), strict=True
         )
-        for _, tied in groupby(entries, key=_score_and_time):
-            group = list(tied)
-            if len(group) > 1:
-                group.sort(key=lambda entry: (items[entry[0]].id, entry[0]))
-            for ordinal, score, own, _ in group:
-                yield ordinal, score, own
+        # Notes of equal score and time follow each other: found in one pass
+        # over the order, so a turn's usual order, with none, is taken as it is.
+        tied = np.flatnonzero((scores[1:] == scores[:-1]) & (times[1:] == times[:-1]))
+        if not len(tied):
+            yield ordered
+            continue
+        entries = list(ordered)
+        for start, end in _runs(tied.tolist()):
+            entries[start:end] = sorted(
+                entries[start:end], key=lambda entry: (items[entry[0]].id, entry[0])
+            )
+        yield entries
+
+
+def _runs(tied: list[int]) -> Iterator[tuple[int, int]]:
+    """The runs of entries of equal keys, as slices, where *tied* holds,
+    ascending, each entry equal to the one after it."""
+    at = 0
+    while at < len(tied):
+        start = end = tied[at]
+        while at + 1 < len(tied) and tied[at + 1] == end + 1:
+            at += 1
+            end += 1
+        yield start, end + 2
+        at += 1
 
 
 class _EitherOf:
