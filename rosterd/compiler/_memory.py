@@ -41,6 +41,7 @@ import heapq
 from array import array
 from collections import Counter
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping, Sequence
+from itertools import compress
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from ._items import MemoryItem, Retirement
@@ -78,6 +79,9 @@ _HEAD = 256
 # Walk order of equally scored notes: newest first, then id, then age.
 _Key = tuple[float, str, int]
 _V = TypeVar("_V")
+# Why a shown note ranked: the message's words it holds, the borrowed terms
+# it holds, and the id of the note that lent it the most score.
+Reason = tuple[tuple[str, ...], tuple[str, ...], str | None]
 
 
 class Ranked(NamedTuple):
@@ -399,13 +403,13 @@ class MemoryRanking:
             if ordinal not in candidates and ordinal not in leave_out:
                 yield Ranked(ordinal, items[ordinal], 0.0)
 
-    def reasons(self, shown: Sequence[Ranked]) -> list[tuple[list[str], list[str], str | None]]:
+    def reasons(self, shown: Sequence[Ranked]) -> list[Reason]:
         """Why each of *shown* ranked where it did: the message's words it
         holds, the borrowed and feedback terms it holds, and the note beside
         it that lent it the most score (``None`` if none did)."""
         scored = self._scored
         if scored is None or not shown:
-            return [([], [], None) for _ in shown]
+            return [((), (), None) for _ in shown]
         import numpy as np
 
         from ._scoring import lenders
@@ -418,23 +422,29 @@ class MemoryRanking:
         ordinals = [r.ordinal for r in shown]
         notes = np.asarray(ordinals, np.int64)
         # Which of the shown notes hold each term: from the postings the
-        # scoring read, in one search.
-        terms = [*message, *borrowing]
-        rows = scored.holding([t for t, _ in terms], notes, view._size).tolist()
-        held = [(form, row) for (_, form), row in zip(terms, rows, strict=True)]
-        own_terms, more_terms = held[: len(message)], held[len(message) :]
+        # scoring read, in one search; then a row per note, whose terms are
+        # picked out in C rather than tested one by one.
+        terms = [t for t, _ in message] + [t for t, _ in borrowing]
+        hit = scored.holding(terms, notes, view._size)
+        own_rows = hit[: len(message)].T.tolist()
+        more_rows = hit[len(message) :].T.tolist()
+        own_forms = [f for _, f in message]
+        more_forms = [f for _, f in borrowing]
         # Where its own terms account for its whole score, no neighbour lent any.
         lent = [r.score > 0.0 and r.own < r.score - 1e-6 for r in shown]
         besides = lenders(scored, view._columns, ordinals, lent)
-        found: list[tuple[list[str], list[str], str | None]] = []
-        for n, ranked in enumerate(shown):
+        found: list[Reason] = []
+        for ranked, own, more, beside in zip(shown, own_rows, more_rows, besides, strict=True):
             if not ranked.score:
-                found.append(([], [], None))
+                found.append(((), (), None))
                 continue
-            own = [form for form, held in own_terms if held[n]]
-            more = [form for form, held in more_terms if held[n]]
-            beside = besides[n]
-            found.append((own, more, None if beside < 0 else view.item(beside).id))
+            found.append(
+                (
+                    tuple(compress(own_forms, own)),
+                    tuple(compress(more_forms, more)),
+                    None if beside < 0 else view.item(beside).id,
+                )
+            )
         return found
 
     def _score(self) -> Scored:

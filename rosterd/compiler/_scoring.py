@@ -90,14 +90,14 @@ class Columns:
         self.near = table.near
         self.total = table.total_length[size - 1] if size else 0.0
 
-    def neighbours(self, ordinals: Ints) -> list[Ints]:
-        """The neighbours of each of *ordinals* at distance 1, 2, ...: before
-        them, then after them; ``-1`` where there is none (or only one
-        written after this snapshot)."""
-        near = self.near[ordinals]
-        near = np.where(near < self.size, near, -1)
-        depth = len(NEIGHBOURS)
-        return [np.concatenate((near[:, d], near[:, depth + d])) for d in range(depth)]
+    def beside(self, ordinals: Ints) -> Ints:
+        """The notes written together with each of *ordinals*, nearest first:
+        a row per place (before at distance 1, after at 1, before at 2, ...),
+        a column per note; ``-1`` where there is none (or only one written
+        after this snapshot)."""
+        near = self.near[ordinals[:, None], _NEAREST_FIRST].T
+        beside: Ints = np.where(near < self.size, near, -1)
+        return beside
 
 
 class NoteTable:
@@ -248,12 +248,8 @@ def lenders(
     candidates = scored.ordinals
     if not count or not len(candidates):
         return [-1] * count
-    # Each note's neighbours, nearest first: before and after at distance 1,
-    # then at 2, ...; one column per place.
-    places = []
-    for found in columns.neighbours(notes):
-        places += [found[:count], found[count:]]
-    beside = np.stack(places, axis=1)
+    # Each note's neighbours, nearest first: one column per place.
+    beside = columns.beside(notes).T
     at = np.minimum(np.searchsorted(candidates, beside), len(candidates) - 1)
     own = np.where((beside >= 0) & (candidates[at] == beside), scored.own[at], 0.0)
     best = np.argmax(own, axis=1)
@@ -348,14 +344,12 @@ def _with_neighbours(columns: Columns, ordinals: Ints, scores: Floats) -> tuple[
     if len(ordinals) > LENDERS:
         best = np.argpartition(-scores, LENDERS)[:LENDERS]
         lenders, lending = ordinals[best], scores[best]
-    found = [ordinals]
-    lent = [scores]
-    twice = np.concatenate((lending, lending))
-    for share, beside in zip(NEIGHBOURS, columns.neighbours(lenders), strict=True):
-        there = beside >= 0
-        found.append(beside[there])
-        lent.append(twice[there] * share)
-    return _summed(found, lent, columns.size)
+    beside = columns.beside(lenders)
+    there = beside >= 0
+    # In the order the places come, so each note's sum adds what it is lent
+    # in the same order whatever the count of lenders.
+    lent = lending * _SHARES[:, None]
+    return _summed([ordinals, beside[there]], [scores, lent[there]], columns.size)
 
 
 def _expansion(
@@ -396,19 +390,21 @@ def _expansion(
         lent += 1
         if lent == FEEDBACK_NOTES:
             break
+    # Negated, so the strongest sort first and a tie by term, as tuples do.
     rare: list[tuple[float, str]] = []
+    most = COMMON_SHARE * size
     for term, weight in weights.items():
-        holders = postings.get(term)
-        holding = prefix(holders, size) if holders is not None else 0
-        if term in query or holding < 2 or holding > COMMON_SHARE * size:
+        if term in query or (holders := postings.get(term)) is None:
             continue
-        rare.append((weight * _idf(size, holding), term))
-    rare.sort(key=lambda pair: (-pair[0], pair[1]))
+        holding = prefix(holders, size)
+        if 2 <= holding <= most:
+            rare.append((-weight * _idf(size, holding), term))
+    rare.sort()
     chosen = rare[:FEEDBACK_TERMS]
     if not chosen:
         return {}
-    strongest = chosen[0][0]
-    return {term: FEEDBACK_WEIGHT * weight / strongest for weight, term in chosen}
+    strongest = -chosen[0][0]
+    return {term: FEEDBACK_WEIGHT * -weight / strongest for weight, term in chosen}
 
 
 def _summed(ordinals: list[Ints], scores: list[Floats], size: int) -> tuple[Ints, Floats]:
@@ -434,6 +430,11 @@ def _summed(ordinals: list[Ints], scores: list[Floats], size: int) -> tuple[Ints
 
 
 _DENSE = 16
+# The columns of ``NoteTable.near`` nearest first, and the share each lends.
+_NEAREST_FIRST = np.array(
+    [column for d in range(len(NEIGHBOURS)) for column in (d, len(NEIGHBOURS) + d)]
+)
+_SHARES: Floats = np.repeat(NEIGHBOURS, 2)
 # Postings longer than this are searched on their own (see Scored.holding).
 _SEARCHED_ALONE = 4096
 _NONE: Ints = np.zeros(0, np.int64)
