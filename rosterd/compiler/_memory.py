@@ -211,13 +211,19 @@ class MemoryIndex:
         self._latest[channel] = ordinal
         self._ids.add(item.id, ordinal)
         postings = self._postings
-        for term, count in Counter(held).items():
+        counts = Counter(held)
+        floor = self._table.floor
+        over = []
+        for term, count in counts.items():
             posting = entry(ordinal, count)
             found = postings.get(term)
             if found is None:
-                postings[term] = array("I", (posting,))
+                found = postings[term] = array("I", (posting,))
             else:
                 found.append(posting)
+            if len(found) > floor:
+                over.append(term)
+        self._table.hold(postings, counts, over)
         if item.run is not None:
             self._written.setdefault(item.run, []).append(ordinal)
         self._recent.setdefault(channel, []).append(ordinal)

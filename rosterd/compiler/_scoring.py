@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -75,12 +75,14 @@ Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
 # Postings entries as NumPy reads them: ordinal << TF_BITS | tf.
 Packed = npt.NDArray[np.uint32]
+# How often each note holds a term, by ordinal.
+Counts = npt.NDArray[np.uint8]
 
 
 class Columns:
     """The columns of a ``NoteTable`` as of one snapshot: ``size`` notes."""
 
-    __slots__ = ("channel", "created", "length", "near", "size", "total")
+    __slots__ = ("channel", "common", "created", "length", "near", "size", "total")
 
     def __init__(self, table: NoteTable, size: int) -> None:
         self.size = size
@@ -88,6 +90,9 @@ class Columns:
         self.created = table.created
         self.channel = table.channel
         self.near = table.near
+        # The columns as they are now: a column replaced later (grown) or
+        # added (a term that became common) leaves this snapshot's alone.
+        self.common = dict(table.common)
         self.total = table.total_length[size - 1] if size else 0.0
 
     def beside(self, ordinals: Ints) -> Ints:
@@ -101,13 +106,24 @@ class Columns:
 
 
 class NoteTable:
-    """Per note, by ordinal: its term count, time, scope code and the notes
+    """Per note, by ordinal: its term count, time, scope code, the notes
     written together with it up to ``len(NEIGHBOURS)`` places before and
-    after it (``near``: before at distance 1, 2, ..., then after). Grown by
-    doubling: a snapshot keeps the arrays it was taken with, and the
-    appender writes only past every snapshot's size (the notes after an
-    older note excepted, which snapshots read as "none" when they point past
-    their size)."""
+    after it (``near``: before at distance 1, 2, ..., then after), and how
+    often it holds each common term (``common``). Grown by doubling: a
+    snapshot keeps the arrays it was taken with, and the appender writes
+    only past every snapshot's size (the notes after an older note excepted,
+    which snapshots read as "none" when they point past their size).
+
+    A term becomes common once more than ``COMMON_SHARE`` of the notes hold
+    it, and then has a column, by ordinal, of how often each note holds it
+    (capped as in the postings, 0: not at all): a turn reads a common term
+    for its candidates at their places, instead of searching postings that
+    run through most of the memory once per pass. A snapshot in which a
+    term is common has its column: the term became common no later than the
+    note that gave it its last entry below the snapshot's size, and columns
+    are dropped only as the table grows, from terms no longer common then.
+    A column costs a byte a note, at most four times what the term's
+    postings take."""
 
     def __init__(self) -> None:
         self.size = 0
@@ -116,6 +132,7 @@ class NoteTable:
         self.created: Floats = np.zeros(0)
         self.channel: Ints = np.zeros(0, np.int64)
         self.near: Ints = np.zeros((0, 2 * len(NEIGHBOURS)), np.int64)
+        self.common: dict[str, Counts] = {}
 
     def append(self, length: int, created: float, channel: int, prev: int) -> int:
         """Enter a note written together with note *prev* (``-1``: none)."""
@@ -141,6 +158,29 @@ class NoteTable:
         self.size = ordinal + 1
         return ordinal
 
+    def hold(
+        self, postings: Mapping[str, array[int]], terms: Container[str], over: Iterable[str]
+    ) -> None:
+        """Enter how often the note appended last holds each common term:
+        it holds *terms*, whose *postings* end with its entry, of which
+        *over* have more than ``floor`` entries (a term not common yet
+        becomes common only by such an entry)."""
+        common = self.common
+        for term, column in common.items():
+            if term in terms:
+                entry = postings[term][-1]
+                column[entry >> TF_BITS] = entry & TF_MAX
+        for term in over:
+            if term not in common:
+                packed = np.array(postings[term], np.uint32)
+                column = common[term] = np.zeros(len(self.length), np.uint8)
+                column[packed >> TF_BITS] = packed & TF_MAX
+
+    @property
+    def floor(self) -> float:
+        """A term of more entries than this is common."""
+        return COMMON_SHARE * self.size
+
     def columns(self) -> Columns:
         return Columns(self, self.size)
 
@@ -151,6 +191,15 @@ class NoteTable:
             new = np.empty((capacity, *old.shape[1:]), old.dtype)
             new[:used] = old[:used]
             setattr(self, name, new)
+        # A term that is no longer common gives up its column; one that
+        # becomes common again gets it back with the note that makes it so.
+        floor = COMMON_SHARE * used
+        common: dict[str, Counts] = {}
+        for term, column in self.common.items():
+            if np.count_nonzero(column[:used]) > floor:
+                common[term] = np.zeros(capacity, np.uint8)
+                common[term][:used] = column[:used]
+        self.common = common
 
 
 def _idf(notes: int, holding: int) -> float:
@@ -166,10 +215,10 @@ class Scored:
     """The candidates of one query: the notes holding one of its terms and
     the notes written beside those, ascending, with their final scores in
     millionths and their own BM25 score (before neighbours lent them any);
-    the terms feedback added to the query; and each query term's postings
-    as the scoring read them."""
+    the terms feedback added to the query; the postings of each term the
+    scoring walked, as read; and the columns of the common terms."""
 
-    __slots__ = ("expansion", "final", "held", "ordinals", "own")
+    __slots__ = ("common", "expansion", "final", "held", "ordinals", "own")
 
     def __init__(
         self,
@@ -178,22 +227,28 @@ class Scored:
         own: Floats,
         expansion: Mapping[str, float],
         held: Mapping[str, Packed],
+        common: Mapping[str, Counts],
     ) -> None:
         self.ordinals = ordinals
         self.final = final
         self.own = own
         self.expansion = expansion
         self.held = held
+        self.common = common
 
     def holding(self, terms: Sequence[str], notes: Ints, size: int) -> npt.NDArray[np.bool_]:
         """Which of *notes* (ordinals below *size*) hold each of *terms*: a
-        row per term. One search over the terms' postings laid
-        end to end, each term's shifted past the one before, whatever the
-        count of terms and notes; a term that many notes hold is searched
-        where its postings lie."""
+        row per term. A common term is read from its column; the others
+        in one search over their postings laid end to end, each term's
+        shifted past the one before, whatever the count of terms and notes,
+        but for a term of many postings, searched where they lie."""
         hit = np.zeros((len(terms), len(notes)), np.bool_)
         found: list[tuple[int, Packed]] = []
         for t, term in enumerate(terms):
+            counts = self.common.get(term)
+            if counts is not None:
+                hit[t] = counts[notes] > 0
+                continue
             packed = self.held.get(term, _NO_POSTINGS)
             if len(packed) > _SEARCHED_ALONE:
                 # Laid end to end with the others, it would be copied whole.
@@ -235,7 +290,7 @@ def score(
     own_by_candidate = np.zeros(len(ordinals))
     own_by_candidate[np.searchsorted(ordinals, own_ordinals)] = own
     final_scores = np.rint(final * _SCALE).astype(np.int64)
-    return Scored(ordinals, final_scores, own_by_candidate, expansion, held)
+    return Scored(ordinals, final_scores, own_by_candidate, expansion, held, columns.common)
 
 
 def lenders(
@@ -276,41 +331,51 @@ def _bm25(
     held: dict[str, Packed],
 ) -> tuple[Ints, Floats]:
     """Each admitted note holding a term of *query*, with its BM25 score.
-    *held* keeps each term's postings as read, so a second pass (feedback's)
-    reads only the terms the first did not."""
+    *held* keeps the postings of each term walked, as read, so a second
+    pass (feedback's) reads only the terms the first did not."""
     size = columns.size
     average = columns.total / size if size and columns.total else 1.0
-    rare: list[tuple[float, npt.NDArray[np.uint32]]] = []
-    common: list[tuple[float, npt.NDArray[np.uint32]]] = []
+    rare: list[tuple[float, str, int]] = []
+    common: list[tuple[float, str, int]] = []
     for term, weight in query.items():
-        packed = held.get(term)
-        if packed is None:
-            entries = postings.get(term)
-            if entries is None or not (cut := prefix(entries, size)):
-                continue
-            # A copy: a view would pin the array, which the loop appends to.
-            packed = held[term] = np.frombuffer(entries[:cut], dtype=np.uint32)
-        cut = len(packed)
+        entries = postings.get(term)
+        if entries is None or not (cut := prefix(entries, size)):
+            continue
         # A term more than COMMON_SHARE of the notes hold only adds to the
         # score of notes a rarer term found: walking it for every note would
         # cost a turn what the whole memory holds, to tell them apart by little.
-        (rare if cut <= COMMON_SHARE * size else common).append((weight * _idf(size, cut), packed))
+        found = (weight * _idf(size, cut), term, cut)
+        (rare if cut <= COMMON_SHARE * size else common).append(found)
     if not rare:
         rare, common = common, []
     if not rare:
         return _NONE, _NO_SCORES
-    every = np.concatenate([packed for _, packed in rare]).astype(np.int64)
-    weights = np.repeat([weight for weight, _ in rare], [len(packed) for _, packed in rare])
+    walked = [_held(postings, held, term, cut) for _, term, cut in rare]
+    every = np.concatenate(walked).astype(np.int64)
+    weights = np.repeat([weight for weight, _, _ in rare], [cut for _, _, cut in rare])
     ordinals, summed = _summed(
         [every >> TF_BITS], [_weighted(columns, average, weights, every)], size
     )
     keep = admitted[columns.channel[ordinals]]
     ordinals, summed = ordinals[keep], summed[keep]
-    for weight, packed in common:
-        held_by = _entries_of(packed, ordinals)
-        hit = held_by >= 0
-        summed[hit] += _weighted(columns, average, weight, held_by[hit])
+    for weight, term, _ in common:
+        # Read at the candidates' places in the term's column (see NoteTable).
+        counts = columns.common[term][ordinals]
+        hit = counts > 0
+        held_by: Ints = ordinals[hit] << TF_BITS | counts[hit]
+        summed[hit] += _weighted(columns, average, weight, held_by)
     return ordinals, summed
+
+
+def _held(
+    postings: Mapping[str, array[int]], held: dict[str, Packed], term: str, cut: int
+) -> Packed:
+    """The first *cut* of *term*'s postings, read once per query into *held*."""
+    packed = held.get(term)
+    if packed is None:
+        # A copy: a view would pin the array, which the loop appends to.
+        packed = held[term] = np.frombuffer(postings[term][:cut], dtype=np.uint32)
+    return packed
 
 
 def _entries_of(packed: Packed, ordinals: Ints) -> Ints:
