@@ -413,9 +413,12 @@ class MemoryRanking:
         """Why each of *shown* ranked where it did: the message's words it
         holds, the borrowed and feedback terms it holds, and the note beside
         it that lent it the most score (``None`` if none did)."""
+        found: list[Reason] = [((), (), None)] * len(shown)
         scored = self._scored
-        if scored is None or not shown:
-            return [((), (), None) for _ in shown]
+        # A note that shares nothing with the message has nothing to show.
+        ranked = [(n, r) for n, r in enumerate(shown) if r.score]
+        if scored is None or not ranked:
+            return found
         import numpy as np
 
         from ._scoring import lenders
@@ -425,31 +428,25 @@ class MemoryRanking:
         message = [(t, f) for t, f in self.forms.items() if self.query[t] == 1.0]
         borrowing = [(t, self.forms[t]) for t in self.query if self.query[t] != 1.0]
         borrowing += [(t, t) for t in sorted(scored.expansion)]
-        ordinals = [r.ordinal for r in shown]
+        ordinals = [r.ordinal for _, r in ranked]
         notes = np.asarray(ordinals, np.int64)
-        # Which of the shown notes hold each term: from the postings the
-        # scoring read, in one search; then a row per note, whose terms are
-        # picked out in C rather than tested one by one.
+        # Which of the notes hold each term: from the postings the scoring
+        # read, in one search; then a row per note, whose terms are picked
+        # out in C rather than tested one by one.
         terms = [t for t, _ in message] + [t for t, _ in borrowing]
-        hit = scored.holding(terms, notes, view._size)
+        hit = scored.holding(terms, notes)
         own_rows = hit[: len(message)].T.tolist()
         more_rows = hit[len(message) :].T.tolist()
         own_forms = [f for _, f in message]
         more_forms = [f for _, f in borrowing]
         # Where its own terms account for its whole score, no neighbour lent any.
-        lent = [r.score > 0.0 and r.own < r.score - 1e-6 for r in shown]
+        lent = [r.own < r.score - 1e-6 for _, r in ranked]
         besides = lenders(scored, view._columns, ordinals, lent)
-        found: list[Reason] = []
-        for ranked, own, more, beside in zip(shown, own_rows, more_rows, besides, strict=True):
-            if not ranked.score:
-                found.append(((), (), None))
-                continue
-            found.append(
-                (
-                    tuple(compress(own_forms, own)),
-                    tuple(compress(more_forms, more)),
-                    None if beside < 0 else view.item(beside).id,
-                )
+        for (n, _), own, more, beside in zip(ranked, own_rows, more_rows, besides, strict=True):
+            found[n] = (
+                tuple(compress(own_forms, own)),
+                tuple(compress(more_forms, more)),
+                None if beside < 0 else view.item(beside).id,
             )
         return found
 

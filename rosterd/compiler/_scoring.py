@@ -236,12 +236,11 @@ class Scored:
         self.held = held
         self.common = common
 
-    def holding(self, terms: Sequence[str], notes: Ints, size: int) -> npt.NDArray[np.bool_]:
-        """Which of *notes* (ordinals below *size*) hold each of *terms*: a
-        row per term. A common term is read from its column; the others
-        in one search over their postings laid end to end, each term's
-        shifted past the one before, whatever the count of terms and notes,
-        but for a term of many postings, searched where they lie."""
+    def holding(self, terms: Sequence[str], notes: Ints) -> npt.NDArray[np.bool_]:
+        """Which of *notes* (distinct ordinals in the snapshot) hold each of
+        *terms*: a row per term. A common term is read from its column, a
+        term of many postings searched where they lie, and the others'
+        postings looked up among the notes, all in one search."""
         hit = np.zeros((len(terms), len(notes)), np.bool_)
         found: list[tuple[int, Packed]] = []
         for t, term in enumerate(terms):
@@ -257,13 +256,15 @@ class Scored:
                 found.append((t, packed))
         if not found or not len(notes):
             return hit
-        stride = size << TF_BITS
-        keys = np.concatenate([packed for _, packed in found]).astype(np.int64)
-        keys += np.repeat([t * stride for t, _ in found], [len(packed) for _, packed in found])
-        rows = np.array([t for t, _ in found])
-        wanted = (rows[:, None] * stride + (notes << TF_BITS)).ravel()
-        at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
-        hit[rows] = ((keys[at] >> TF_BITS) == (wanted >> TF_BITS)).reshape(len(rows), len(notes))
+        # The other terms' entries looked up among the notes, which are
+        # few: a short search for each entry, and the entries are few too.
+        order = np.argsort(notes)
+        among = notes[order]
+        every = np.concatenate([packed for _, packed in found]).astype(np.int64) >> TF_BITS
+        rows = np.repeat([t for t, _ in found], [len(packed) for _, packed in found])
+        at = np.minimum(np.searchsorted(among, every), len(among) - 1)
+        there = among[at] == every
+        hit[rows[there], order[at[there]]] = True
         return hit
 
 
