@@ -50,7 +50,7 @@ from ._scoped import ById, scoped_totals
 from ._terms import held_terms, term_forms, terms
 
 if TYPE_CHECKING:
-    from ._scoring import Columns, NoteTable, Scored
+    from ._scoring import Columns, Floats, Ints, NoteTable, Scored
 
 __all__ = (
     "CONTEXT_MESSAGES",
@@ -474,40 +474,44 @@ def _in_order(
 ) -> Iterator[Iterable[tuple[int, float, float]]]:
     """The candidates of *scored* by final score, then newest, then id, then
     ordinal, each with its score and own score: the best ``_HEAD`` in order,
-    then the rest."""
+    then, if the walk gets that far, the rest."""
     import numpy as np
 
     ordinals, final, own = scored.ordinals, scored.final, scored.own
-    if len(ordinals) > _HEAD:
-        cut = np.partition(final, len(final) - _HEAD)[len(final) - _HEAD]
-        head = final >= cut
-        parts = [
-            (ordinals[head], final[head], own[head]),
-            (ordinals[~head], final[~head], own[~head]),
-        ]
-    else:
-        parts = [(ordinals, final, own)]
-    created = columns.created
-    for part, scores, owns in parts:
-        times = created[part]
-        order = np.lexsort((part, -times, -scores))
-        scores, times = scores[order], times[order]
-        # Millionths to a score: the division a float of them would get.
-        ordered = zip(
-            part[order].tolist(), (scores / 1e6).tolist(), owns[order].tolist(), strict=True
+    if len(ordinals) <= _HEAD:
+        yield _ordered(ordinals, final, own, columns, items)
+        return
+    cut = np.partition(final, len(final) - _HEAD)[len(final) - _HEAD]
+    head = final >= cut
+    yield _ordered(ordinals[head], final[head], own[head], columns, items)
+    rest = ~head
+    yield _ordered(ordinals[rest], final[rest], own[rest], columns, items)
+
+
+def _ordered(
+    ordinals: Ints, final: Ints, own: Floats, columns: Columns, items: Sequence[MemoryItem]
+) -> Iterable[tuple[int, float, float]]:
+    """*ordinals* in walk order, each with its score and own score."""
+    import numpy as np
+
+    times = columns.created[ordinals]
+    order = np.lexsort((ordinals, -times, -final))
+    scores, times = final[order], times[order]
+    # Millionths to a score: the division a float of them would get.
+    ordered = zip(
+        ordinals[order].tolist(), (scores / 1e6).tolist(), own[order].tolist(), strict=True
+    )
+    # Notes of equal score and time follow each other: found in one pass
+    # over the order, so a turn's usual order, with none, is taken as it is.
+    tied = np.flatnonzero((scores[1:] == scores[:-1]) & (times[1:] == times[:-1]))
+    if not len(tied):
+        return ordered
+    entries = list(ordered)
+    for start, end in _runs(tied.tolist()):
+        entries[start:end] = sorted(
+            entries[start:end], key=lambda entry: (items[entry[0]].id, entry[0])
         )
-        # Notes of equal score and time follow each other: found in one pass
-        # over the order, so a turn's usual order, with none, is taken as it is.
-        tied = np.flatnonzero((scores[1:] == scores[:-1]) & (times[1:] == times[:-1]))
-        if not len(tied):
-            yield ordered
-            continue
-        entries = list(ordered)
-        for start, end in _runs(tied.tolist()):
-            entries[start:end] = sorted(
-                entries[start:end], key=lambda entry: (items[entry[0]].id, entry[0])
-            )
-        yield entries
+    return entries
 
 
 def _runs(tied: list[int]) -> Iterator[tuple[int, int]]:

@@ -451,8 +451,10 @@ def _expansion(
         if len(held) > FEEDBACK_NOTE_TERMS:
             continue
         share = float(final[at]) / top / max(len(held), 1)
+        # A query term is never lent, so its share is not even summed.
         for term in held:
-            weights[term] = weights.get(term, 0.0) + share
+            if term not in query:
+                weights[term] = weights.get(term, 0.0) + share
         lent += 1
         if lent == FEEDBACK_NOTES:
             break
@@ -460,7 +462,7 @@ def _expansion(
     rare: list[tuple[float, str]] = []
     most = COMMON_SHARE * size
     for term, weight in weights.items():
-        if term in query or (holders := postings.get(term)) is None:
+        if (holders := postings.get(term)) is None:
             continue
         holding = prefix(holders, size)
         if 2 <= holding <= most:
