@@ -439,9 +439,13 @@ class MemoryRanking:
         more_rows = hit[len(message) :].T.tolist()
         own_forms = [f for _, f in message]
         more_forms = [f for _, f in borrowing]
-        # Where its own terms account for its whole score, no neighbour lent any.
-        lent = [r.own < r.score - 1e-6 for _, r in ranked]
-        besides = lenders(scored, view._columns, ordinals, lent)
+        # Where its own terms account for its whole score, no neighbour lent
+        # any, and none is looked for.
+        lent = [i for i, (_, r) in enumerate(ranked) if r.own < r.score - 1e-6]
+        besides = [-1] * len(ranked)
+        found_lent = lenders(scored, view._columns, [ordinals[i] for i in lent])
+        for i, beside in zip(lent, found_lent, strict=True):
+            besides[i] = beside
         for (n, _), own, more, beside in zip(ranked, own_rows, more_rows, besides, strict=True):
             found[n] = (
                 tuple(compress(own_forms, own)),

@@ -294,11 +294,10 @@ def score(
     return Scored(ordinals, final_scores, own_by_candidate, expansion, held, columns.common)
 
 
-def lenders(
-    scored: Scored, columns: Columns, ordinals: Sequence[int], lent: Sequence[bool]
-) -> list[int]:
-    """For each of *ordinals* that was *lent* score, the note beside it whose
-    own terms scored highest (the nearer on a tie); ``-1`` for the others."""
+def lenders(scored: Scored, columns: Columns, ordinals: Sequence[int]) -> list[int]:
+    """For each of *ordinals*, notes that were lent score, the note beside it
+    whose own terms scored highest (the nearer on a tie), ``-1`` if none
+    did."""
     notes = np.asarray(ordinals, np.int64)
     count = len(notes)
     candidates = scored.ordinals
@@ -311,10 +310,7 @@ def lenders(
     best = np.argmax(own, axis=1)
     chosen = beside[np.arange(count), best]
     worth = own[np.arange(count), best] > 0.0
-    return [
-        int(o) if w and lend else -1
-        for o, w, lend in zip(chosen.tolist(), worth.tolist(), lent, strict=True)
-    ]
+    return [o if w else -1 for o, w in zip(chosen.tolist(), worth.tolist(), strict=True)]
 
 
 def in_scope(codes: int, admitted: Sequence[int]) -> npt.NDArray[np.bool_]:
