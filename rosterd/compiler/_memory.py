@@ -405,7 +405,10 @@ class MemoryRanking:
         # Then the rest, sharing nothing: newest first.
         recent = view._recent
         newest = [_newest_first(*recent[c]) for c in self._channels if c in recent]
-        for ordinal in heapq.merge(*newest, key=view._index._key):
+        # One scope's notes are in walk order already: merged, each would
+        # have its key built for nothing.
+        walk = newest[0] if len(newest) == 1 else heapq.merge(*newest, key=view._index._key)
+        for ordinal in walk:
             if ordinal not in candidates and ordinal not in leave_out:
                 yield Ranked(ordinal, items[ordinal], 0.0)
 
