@@ -347,8 +347,7 @@ def _bm25(
         rare, common = common, []
     if not rare:
         return _NONE, _NO_SCORES
-    walked = [_held(postings, held, term, cut) for _, term, cut in rare]
-    every = np.concatenate(walked).astype(np.int64)
+    every = _walked(postings, held, rare)
     weights = np.repeat([weight for weight, _, _ in rare], [cut for _, _, cut in rare])
     ordinals, summed = _summed(
         [every >> TF_BITS], [_weighted(columns, average, weights, every)], size
@@ -364,15 +363,28 @@ def _bm25(
     return ordinals, summed
 
 
-def _held(
-    postings: Mapping[str, array[int]], held: dict[str, Packed], term: str, cut: int
-) -> Packed:
-    """The first *cut* of *term*'s postings, read once per query into *held*."""
-    packed = held.get(term)
-    if packed is None:
-        # A copy: a view would pin the array, which the loop appends to.
-        packed = held[term] = np.frombuffer(postings[term][:cut], dtype=np.uint32)
-    return packed
+def _walked(
+    postings: Mapping[str, array[int]],
+    held: dict[str, Packed],
+    terms: Sequence[tuple[float, str, int]],
+) -> Ints:
+    """The first *cut* postings of each of *terms* (weight, term, cut), end to
+    end; each term's read once per query, into *held*."""
+    unread = [(term, cut) for _, term, cut in terms if term not in held]
+    if unread:
+        # One copy of them all: a view would pin the arrays, which the loop
+        # appends to.
+        copied = array("I")
+        for term, cut in unread:
+            copied += postings[term][:cut]
+        read = np.frombuffer(copied, dtype=np.uint32)
+        at = 0
+        for term, cut in unread:
+            held[term] = read[at : at + cut]
+            at += cut
+        if len(unread) == len(terms):
+            return read.astype(np.int64)
+    return np.concatenate([held[term] for _, term, _ in terms]).astype(np.int64)
 
 
 def _entries_of(packed: Packed, ordinals: Ints) -> Ints:
