@@ -1,8 +1,9 @@
 """Ranking memory for the current message: relevance, recency, then id.
 
 A ``MemoryIndex`` holds one worker's notes: per term (``_terms``) the notes
-holding it, per note its length, time, scope and the notes written together
-with it (``_scoring.NoteTable``), and per scope the notes in recency order.
+holding it, per note its length, time, scope, the notes written together
+with it and how often it holds each term many notes hold
+(``_scoring.NoteTable``), and per scope the notes in recency order.
 A ``MemoryView`` is a snapshot of its first *n* notes; ranking a message
 against it scores, by ``_scoring``, only the notes that hold one of its
 terms or sit beside one, then walks the rest newest first. The walk is

@@ -390,8 +390,8 @@ def _walked(
 def _entries_of(packed: Packed, ordinals: Ints) -> Ints:
     """The entry of each of *ordinals* in one term's postings,
     ``-1`` where the note does not hold the term. Searched where the
-    postings lie, as they are: a term most notes hold is never converted
-    or copied whole."""
+    postings lie, as they are: long postings are never converted or
+    copied again."""
     if not len(ordinals):
         return ordinals
     at = np.searchsorted(packed, (ordinals << TF_BITS).astype(np.uint32))
@@ -420,8 +420,8 @@ def _with_neighbours(columns: Columns, ordinals: Ints, scores: Floats) -> tuple[
         lenders, lending = ordinals[best], scores[best]
     beside = columns.beside(lenders)
     there = beside >= 0
-    # In the order the places come, so each note's sum adds what it is lent
-    # in the same order whatever the count of lenders.
+    # Nearest place first, each place's lenders in turn: the order each
+    # note's sum adds what it is lent in, and so its rounding.
     lent = lending * _SHARES[:, None]
     return _summed([ordinals, beside[there]], [scores, lent[there]], columns.size)
 
