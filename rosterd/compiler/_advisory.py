@@ -264,8 +264,8 @@ def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, budget: ContextBudge
         NoteReason(
             encodable(ranked.item.id),
             round(ranked.score, 3),
-            tuple(terms),
-            tuple(borrowed),
+            terms,
+            borrowed,
             None if beside is None else encodable(beside),
         )
         for ranked, (terms, borrowed, beside) in zip(shown, ranking.reasons(shown), strict=True)

@@ -1,8 +1,9 @@
 """Ranking memory for the current message: relevance, recency, then id.
 
 A ``MemoryIndex`` holds one worker's notes: per term (``_terms``) the notes
-holding it, per note its length, time, scope and the notes written together
-with it (``_scoring.NoteTable``), and per scope the notes in recency order.
+holding it, per note its length, time, scope, the notes written together
+with it and how often it holds each term many notes hold
+(``_scoring.NoteTable``), and per scope the notes in recency order.
 A ``MemoryView`` is a snapshot of its first *n* notes; ranking a message
 against it scores, by ``_scoring``, only the notes that hold one of its
 terms or sit beside one, then walks the rest newest first. The walk is
@@ -41,8 +42,7 @@ import heapq
 from array import array
 from collections import Counter
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping, Sequence
-from itertools import groupby
-from operator import itemgetter
+from itertools import compress
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from ._items import MemoryItem, Retirement
@@ -51,7 +51,7 @@ from ._scoped import ById, scoped_totals
 from ._terms import held_terms, term_forms, terms
 
 if TYPE_CHECKING:
-    from ._scoring import Columns, NoteTable, Scored
+    from ._scoring import Columns, Floats, Ints, NoteTable, Scored
 
 __all__ = (
     "CONTEXT_MESSAGES",
@@ -80,7 +80,9 @@ _HEAD = 256
 # Walk order of equally scored notes: newest first, then id, then age.
 _Key = tuple[float, str, int]
 _V = TypeVar("_V")
-_score_and_time = itemgetter(1, 3)
+# Why a shown note ranked: the message's words it holds, the borrowed terms
+# it holds, and the id of the note that lent it the most score.
+Reason = tuple[tuple[str, ...], tuple[str, ...], str | None]
 
 
 class Ranked(NamedTuple):
@@ -210,13 +212,19 @@ class MemoryIndex:
         self._latest[channel] = ordinal
         self._ids.add(item.id, ordinal)
         postings = self._postings
-        for term, count in Counter(held).items():
+        counts = Counter(held)
+        floor = self._table.floor
+        over = []
+        for term, count in counts.items():
             posting = entry(ordinal, count)
             found = postings.get(term)
             if found is None:
-                postings[term] = array("I", (posting,))
+                found = postings[term] = array("I", (posting,))
             else:
                 found.append(posting)
+            if len(found) > floor:
+                over.append(term)
+        self._table.hold(postings, counts, over)
         if item.run is not None:
             self._written.setdefault(item.run, []).append(ordinal)
         self._recent.setdefault(channel, []).append(ordinal)
@@ -388,26 +396,33 @@ class MemoryRanking:
         leave_out = self._leave_out
         scored = self._score() if self.query and view._size else None
         if scored is not None:
-            for ordinal, final, own in _in_order(scored, view._columns, items):
-                if ordinal not in leave_out:
-                    yield Ranked(ordinal, items[ordinal], final / 1e6, own)
+            for ordered in _in_order(scored, view._columns, items):
+                for ordinal, final, own in ordered:
+                    if ordinal not in leave_out:
+                        yield Ranked(ordinal, items[ordinal], final, own)
             candidates = set(scored.ordinals.tolist())
         else:
             candidates = set()
         # Then the rest, sharing nothing: newest first.
         recent = view._recent
         newest = [_newest_first(*recent[c]) for c in self._channels if c in recent]
-        for ordinal in heapq.merge(*newest, key=view._index._key):
+        # One scope's notes are in walk order already: merged, each would
+        # have its key built for nothing.
+        walk = newest[0] if len(newest) == 1 else heapq.merge(*newest, key=view._index._key)
+        for ordinal in walk:
             if ordinal not in candidates and ordinal not in leave_out:
                 yield Ranked(ordinal, items[ordinal], 0.0)
 
-    def reasons(self, shown: Sequence[Ranked]) -> list[tuple[list[str], list[str], str | None]]:
+    def reasons(self, shown: Sequence[Ranked]) -> list[Reason]:
         """Why each of *shown* ranked where it did: the message's words it
         holds, the borrowed and feedback terms it holds, and the note beside
         it that lent it the most score (``None`` if none did)."""
+        found: list[Reason] = [((), (), None)] * len(shown)
         scored = self._scored
-        if scored is None or not shown:
-            return [([], [], None) for _ in shown]
+        # A note that shares nothing with the message has nothing to show.
+        ranked = [(n, r) for n, r in enumerate(shown) if r.score]
+        if scored is None or not ranked:
+            return found
         import numpy as np
 
         from ._scoring import lenders
@@ -417,26 +432,30 @@ class MemoryRanking:
         message = [(t, f) for t, f in self.forms.items() if self.query[t] == 1.0]
         borrowing = [(t, self.forms[t]) for t in self.query if self.query[t] != 1.0]
         borrowing += [(t, t) for t in sorted(scored.expansion)]
-        ordinals = [r.ordinal for r in shown]
+        ordinals = [r.ordinal for _, r in ranked]
         notes = np.asarray(ordinals, np.int64)
-        # Which of the shown notes hold each term: from the postings the
-        # scoring read, in one search.
-        terms = [*message, *borrowing]
-        rows = scored.holding([t for t, _ in terms], notes, view._size).tolist()
-        held = [(form, row) for (_, form), row in zip(terms, rows, strict=True)]
-        own_terms, more_terms = held[: len(message)], held[len(message) :]
-        # Where its own terms account for its whole score, no neighbour lent any.
-        lent = [r.score > 0.0 and r.own < r.score - 1e-6 for r in shown]
-        besides = lenders(scored, view._columns, ordinals, lent)
-        found: list[tuple[list[str], list[str], str | None]] = []
-        for n, ranked in enumerate(shown):
-            if not ranked.score:
-                found.append(([], [], None))
-                continue
-            own = [form for form, held in own_terms if held[n]]
-            more = [form for form, held in more_terms if held[n]]
-            beside = besides[n]
-            found.append((own, more, None if beside < 0 else view.item(beside).id))
+        # Which of the notes hold each term: from the postings the scoring
+        # read, in one search; then a row per note, whose terms are picked
+        # out in C rather than tested one by one.
+        terms = [t for t, _ in message] + [t for t, _ in borrowing]
+        hit = scored.holding(terms, notes)
+        own_rows = hit[: len(message)].T.tolist()
+        more_rows = hit[len(message) :].T.tolist()
+        own_forms = [f for _, f in message]
+        more_forms = [f for _, f in borrowing]
+        # Where its own terms account for its whole score, no neighbour lent
+        # any, and none is looked for.
+        lent = [i for i, (_, r) in enumerate(ranked) if r.own < r.score - 1e-6]
+        besides = [-1] * len(ranked)
+        found_lent = lenders(scored, view._columns, [ordinals[i] for i in lent])
+        for i, beside in zip(lent, found_lent, strict=True):
+            besides[i] = beside
+        for (n, _), own, more, beside in zip(ranked, own_rows, more_rows, besides, strict=True):
+            found[n] = (
+                tuple(compress(own_forms, own)),
+                tuple(compress(more_forms, more)),
+                None if beside < 0 else view.item(beside).id,
+            )
         return found
 
     def _score(self) -> Scored:
@@ -460,39 +479,60 @@ class MemoryRanking:
 
 def _in_order(
     scored: Scored, columns: Columns, items: Sequence[MemoryItem]
-) -> Iterator[tuple[int, int, float]]:
+) -> Iterator[Iterable[tuple[int, float, float]]]:
     """The candidates of *scored* by final score, then newest, then id, then
-    ordinal, each with its score and own score; the best ``_HEAD`` put in
-    order first."""
+    ordinal, each with its score and own score: the best ``_HEAD`` in order,
+    then, if the walk gets that far, the rest."""
     import numpy as np
 
     ordinals, final, own = scored.ordinals, scored.final, scored.own
-    if len(ordinals) > _HEAD:
-        cut = np.partition(final, len(final) - _HEAD)[len(final) - _HEAD]
-        head = final >= cut
-        parts = [
-            (ordinals[head], final[head], own[head]),
-            (ordinals[~head], final[~head], own[~head]),
-        ]
-    else:
-        parts = [(ordinals, final, own)]
-    created = columns.created
-    for part, scores, owns in parts:
-        times = created[part]
-        order = np.lexsort((part, -times, -scores))
-        entries = zip(
-            part[order].tolist(),
-            scores[order].tolist(),
-            owns[order].tolist(),
-            times[order].tolist(),
-            strict=True,
+    if len(ordinals) <= _HEAD:
+        yield _ordered(ordinals, final, own, columns, items)
+        return
+    cut = np.partition(final, len(final) - _HEAD)[len(final) - _HEAD]
+    head = final >= cut
+    yield _ordered(ordinals[head], final[head], own[head], columns, items)
+    rest = ~head
+    yield _ordered(ordinals[rest], final[rest], own[rest], columns, items)
+
+
+def _ordered(
+    ordinals: Ints, final: Ints, own: Floats, columns: Columns, items: Sequence[MemoryItem]
+) -> Iterable[tuple[int, float, float]]:
+    """*ordinals* in walk order, each with its score and own score."""
+    import numpy as np
+
+    times = columns.created[ordinals]
+    order = np.lexsort((ordinals, -times, -final))
+    scores, times = final[order], times[order]
+    # Millionths to a score: the division a float of them would get.
+    ordered = zip(
+        ordinals[order].tolist(), (scores / 1e6).tolist(), own[order].tolist(), strict=True
+    )
+    # Notes of equal score and time follow each other: found in one pass
+    # over the order, so a turn's usual order, with none, is taken as it is.
+    tied = np.flatnonzero((scores[1:] == scores[:-1]) & (times[1:] == times[:-1]))
+    if not len(tied):
+        return ordered
+    entries = list(ordered)
+    for start, end in _runs(tied.tolist()):
+        entries[start:end] = sorted(
+            entries[start:end], key=lambda entry: (items[entry[0]].id, entry[0])
         )
-        for _, tied in groupby(entries, key=_score_and_time):
-            group = list(tied)
-            if len(group) > 1:
-                group.sort(key=lambda entry: (items[entry[0]].id, entry[0]))
-            for ordinal, score, own, _ in group:
-                yield ordinal, score, own
+    return entries
+
+
+def _runs(tied: list[int]) -> Iterator[tuple[int, int]]:
+    """The runs of entries of equal keys, as slices, where *tied* holds,
+    ascending, each entry equal to the one after it."""
+    at = 0
+    while at < len(tied):
+        start = end = tied[at]
+        while at + 1 < len(tied) and tied[at + 1] == end + 1:
+            at += 1
+            end += 1
+        yield start, end + 2
+        at += 1
 
 
 class _EitherOf:

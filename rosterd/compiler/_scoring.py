@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -75,12 +75,14 @@ Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
 # Postings entries as NumPy reads them: ordinal << TF_BITS | tf.
 Packed = npt.NDArray[np.uint32]
+# How often each note holds a term, by ordinal.
+Counts = npt.NDArray[np.uint8]
 
 
 class Columns:
     """The columns of a ``NoteTable`` as of one snapshot: ``size`` notes."""
 
-    __slots__ = ("channel", "created", "length", "near", "size", "total")
+    __slots__ = ("channel", "common", "created", "length", "near", "size", "total")
 
     def __init__(self, table: NoteTable, size: int) -> None:
         self.size = size
@@ -88,26 +90,40 @@ class Columns:
         self.created = table.created
         self.channel = table.channel
         self.near = table.near
+        # The columns as they are now: a column replaced later (grown) or
+        # added (a term that became common) leaves this snapshot's alone.
+        self.common = dict(table.common)
         self.total = table.total_length[size - 1] if size else 0.0
 
-    def neighbours(self, ordinals: Ints) -> list[Ints]:
-        """The neighbours of each of *ordinals* at distance 1, 2, ...: before
-        them, then after them; ``-1`` where there is none (or only one
-        written after this snapshot)."""
-        near = self.near[ordinals]
-        near = np.where(near < self.size, near, -1)
-        depth = len(NEIGHBOURS)
-        return [np.concatenate((near[:, d], near[:, depth + d])) for d in range(depth)]
+    def beside(self, ordinals: Ints) -> Ints:
+        """The notes written together with each of *ordinals*, nearest first:
+        a row per place (before at distance 1, after at 1, before at 2, ...),
+        a column per note; ``-1`` where there is none (or only one written
+        after this snapshot)."""
+        near = self.near[ordinals[:, None], _NEAREST_FIRST].T
+        beside: Ints = np.where(near < self.size, near, -1)
+        return beside
 
 
 class NoteTable:
-    """Per note, by ordinal: its term count, time, scope code and the notes
+    """Per note, by ordinal: its term count, time, scope code, the notes
     written together with it up to ``len(NEIGHBOURS)`` places before and
-    after it (``near``: before at distance 1, 2, ..., then after). Grown by
-    doubling: a snapshot keeps the arrays it was taken with, and the
-    appender writes only past every snapshot's size (the notes after an
-    older note excepted, which snapshots read as "none" when they point past
-    their size)."""
+    after it (``near``: before at distance 1, 2, ..., then after), and how
+    often it holds each common term (``common``). Grown by doubling: a
+    snapshot keeps the arrays it was taken with, and the appender writes
+    only past every snapshot's size (the notes after an older note excepted,
+    which snapshots read as "none" when they point past their size).
+
+    A term becomes common once more than ``COMMON_SHARE`` of the notes hold
+    it, and then has a column, by ordinal, of how often each note holds it
+    (capped as in the postings, 0: not at all): a turn reads a common term
+    for its candidates at their places, instead of searching postings that
+    run through most of the memory once per pass. A snapshot in which a
+    term is common has its column: the term became common no later than the
+    note that gave it its last entry below the snapshot's size, and columns
+    are dropped only as the table grows, from terms no longer common then.
+    A column costs a byte a note, at most four times what the term's
+    postings take."""
 
     def __init__(self) -> None:
         self.size = 0
@@ -116,6 +132,7 @@ class NoteTable:
         self.created: Floats = np.zeros(0)
         self.channel: Ints = np.zeros(0, np.int64)
         self.near: Ints = np.zeros((0, 2 * len(NEIGHBOURS)), np.int64)
+        self.common: dict[str, Counts] = {}
 
     def append(self, length: int, created: float, channel: int, prev: int) -> int:
         """Enter a note written together with note *prev* (``-1``: none)."""
@@ -141,6 +158,29 @@ class NoteTable:
         self.size = ordinal + 1
         return ordinal
 
+    def hold(
+        self, postings: Mapping[str, array[int]], terms: Container[str], over: Iterable[str]
+    ) -> None:
+        """Enter how often the note appended last holds each common term:
+        it holds *terms*, whose *postings* end with its entry, of which
+        *over* have more than ``floor`` entries (a term not common yet
+        becomes common only by such an entry)."""
+        common = self.common
+        for term, column in common.items():
+            if term in terms:
+                entry = postings[term][-1]
+                column[entry >> TF_BITS] = entry & TF_MAX
+        for term in over:
+            if term not in common:
+                packed = np.array(postings[term], np.uint32)
+                column = common[term] = np.zeros(len(self.length), np.uint8)
+                column[packed >> TF_BITS] = packed & TF_MAX
+
+    @property
+    def floor(self) -> float:
+        """A term of more entries than this is common."""
+        return COMMON_SHARE * self.size
+
     def columns(self) -> Columns:
         return Columns(self, self.size)
 
@@ -151,6 +191,15 @@ class NoteTable:
             new = np.empty((capacity, *old.shape[1:]), old.dtype)
             new[:used] = old[:used]
             setattr(self, name, new)
+        # A term that is no longer common gives up its column; one that
+        # becomes common again gets it back with the note that makes it so.
+        floor = COMMON_SHARE * used
+        common: dict[str, Counts] = {}
+        for term, column in self.common.items():
+            if np.count_nonzero(column[:used]) > floor:
+                common[term] = np.zeros(capacity, np.uint8)
+                common[term][:used] = column[:used]
+        self.common = common
 
 
 def _idf(notes: int, holding: int) -> float:
@@ -166,10 +215,10 @@ class Scored:
     """The candidates of one query: the notes holding one of its terms and
     the notes written beside those, ascending, with their final scores in
     millionths and their own BM25 score (before neighbours lent them any);
-    the terms feedback added to the query; and each query term's postings
-    as the scoring read them."""
+    the terms feedback added to the query; the postings of each term the
+    scoring walked, as read; and the columns of the common terms."""
 
-    __slots__ = ("expansion", "final", "held", "ordinals", "own")
+    __slots__ = ("common", "expansion", "final", "held", "ordinals", "own")
 
     def __init__(
         self,
@@ -178,22 +227,27 @@ class Scored:
         own: Floats,
         expansion: Mapping[str, float],
         held: Mapping[str, Packed],
+        common: Mapping[str, Counts],
     ) -> None:
         self.ordinals = ordinals
         self.final = final
         self.own = own
         self.expansion = expansion
         self.held = held
+        self.common = common
 
-    def holding(self, terms: Sequence[str], notes: Ints, size: int) -> npt.NDArray[np.bool_]:
-        """Which of *notes* (ordinals below *size*) hold each of *terms*: a
-        row per term. One search over the terms' postings laid
-        end to end, each term's shifted past the one before, whatever the
-        count of terms and notes; a term that many notes hold is searched
-        where its postings lie."""
+    def holding(self, terms: Sequence[str], notes: Ints) -> npt.NDArray[np.bool_]:
+        """Which of *notes* (distinct ordinals in the snapshot) hold each of
+        *terms*: a row per term. A common term is read from its column, a
+        term of many postings searched where they lie, and the others'
+        postings looked up among the notes, all in one search."""
         hit = np.zeros((len(terms), len(notes)), np.bool_)
         found: list[tuple[int, Packed]] = []
         for t, term in enumerate(terms):
+            counts = self.common.get(term)
+            if counts is not None:
+                hit[t] = counts[notes] > 0
+                continue
             packed = self.held.get(term, _NO_POSTINGS)
             if len(packed) > _SEARCHED_ALONE:
                 # Laid end to end with the others, it would be copied whole.
@@ -202,13 +256,15 @@ class Scored:
                 found.append((t, packed))
         if not found or not len(notes):
             return hit
-        stride = size << TF_BITS
-        keys = np.concatenate([packed for _, packed in found]).astype(np.int64)
-        keys += np.repeat([t * stride for t, _ in found], [len(packed) for _, packed in found])
-        rows = np.array([t for t, _ in found])
-        wanted = (rows[:, None] * stride + (notes << TF_BITS)).ravel()
-        at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
-        hit[rows] = ((keys[at] >> TF_BITS) == (wanted >> TF_BITS)).reshape(len(rows), len(notes))
+        # The other terms' entries looked up among the notes, which are
+        # few: a short search for each entry, and the entries are few too.
+        order = np.argsort(notes)
+        among = notes[order]
+        every = np.concatenate([packed for _, packed in found]).astype(np.int64) >> TF_BITS
+        rows = np.repeat([t for t, _ in found], [len(packed) for _, packed in found])
+        at = np.minimum(np.searchsorted(among, every), len(among) - 1)
+        there = among[at] == every
+        hit[rows[there], order[at[there]]] = True
         return hit
 
 
@@ -235,34 +291,26 @@ def score(
     own_by_candidate = np.zeros(len(ordinals))
     own_by_candidate[np.searchsorted(ordinals, own_ordinals)] = own
     final_scores = np.rint(final * _SCALE).astype(np.int64)
-    return Scored(ordinals, final_scores, own_by_candidate, expansion, held)
+    return Scored(ordinals, final_scores, own_by_candidate, expansion, held, columns.common)
 
 
-def lenders(
-    scored: Scored, columns: Columns, ordinals: Sequence[int], lent: Sequence[bool]
-) -> list[int]:
-    """For each of *ordinals* that was *lent* score, the note beside it whose
-    own terms scored highest (the nearer on a tie); ``-1`` for the others."""
+def lenders(scored: Scored, columns: Columns, ordinals: Sequence[int]) -> list[int]:
+    """For each of *ordinals*, notes that were lent score, the note beside it
+    whose own terms scored highest (the nearer on a tie), ``-1`` if none
+    did."""
     notes = np.asarray(ordinals, np.int64)
     count = len(notes)
     candidates = scored.ordinals
     if not count or not len(candidates):
         return [-1] * count
-    # Each note's neighbours, nearest first: before and after at distance 1,
-    # then at 2, ...; one column per place.
-    places = []
-    for found in columns.neighbours(notes):
-        places += [found[:count], found[count:]]
-    beside = np.stack(places, axis=1)
+    # Each note's neighbours, nearest first: one column per place.
+    beside = columns.beside(notes).T
     at = np.minimum(np.searchsorted(candidates, beside), len(candidates) - 1)
     own = np.where((beside >= 0) & (candidates[at] == beside), scored.own[at], 0.0)
     best = np.argmax(own, axis=1)
     chosen = beside[np.arange(count), best]
     worth = own[np.arange(count), best] > 0.0
-    return [
-        int(o) if w and lend else -1
-        for o, w, lend in zip(chosen.tolist(), worth.tolist(), lent, strict=True)
-    ]
+    return [o if w else -1 for o, w in zip(chosen.tolist(), worth.tolist(), strict=True)]
 
 
 def in_scope(codes: int, admitted: Sequence[int]) -> npt.NDArray[np.bool_]:
@@ -280,48 +328,70 @@ def _bm25(
     held: dict[str, Packed],
 ) -> tuple[Ints, Floats]:
     """Each admitted note holding a term of *query*, with its BM25 score.
-    *held* keeps each term's postings as read, so a second pass (feedback's)
-    reads only the terms the first did not."""
+    *held* keeps the postings of each term walked, as read, so a second
+    pass (feedback's) reads only the terms the first did not."""
     size = columns.size
     average = columns.total / size if size and columns.total else 1.0
-    rare: list[tuple[float, npt.NDArray[np.uint32]]] = []
-    common: list[tuple[float, npt.NDArray[np.uint32]]] = []
+    rare: list[tuple[float, str, int]] = []
+    common: list[tuple[float, str, int]] = []
     for term, weight in query.items():
-        packed = held.get(term)
-        if packed is None:
-            entries = postings.get(term)
-            if entries is None or not (cut := prefix(entries, size)):
-                continue
-            # A copy: a view would pin the array, which the loop appends to.
-            packed = held[term] = np.frombuffer(entries[:cut], dtype=np.uint32)
-        cut = len(packed)
+        entries = postings.get(term)
+        if entries is None or not (cut := prefix(entries, size)):
+            continue
         # A term more than COMMON_SHARE of the notes hold only adds to the
         # score of notes a rarer term found: walking it for every note would
         # cost a turn what the whole memory holds, to tell them apart by little.
-        (rare if cut <= COMMON_SHARE * size else common).append((weight * _idf(size, cut), packed))
+        found = (weight * _idf(size, cut), term, cut)
+        (rare if cut <= COMMON_SHARE * size else common).append(found)
     if not rare:
         rare, common = common, []
     if not rare:
         return _NONE, _NO_SCORES
-    every = np.concatenate([packed for _, packed in rare]).astype(np.int64)
-    weights = np.repeat([weight for weight, _ in rare], [len(packed) for _, packed in rare])
+    every = _walked(postings, held, rare)
+    weights = np.repeat([weight for weight, _, _ in rare], [cut for _, _, cut in rare])
     ordinals, summed = _summed(
         [every >> TF_BITS], [_weighted(columns, average, weights, every)], size
     )
     keep = admitted[columns.channel[ordinals]]
     ordinals, summed = ordinals[keep], summed[keep]
-    for weight, packed in common:
-        held_by = _entries_of(packed, ordinals)
-        hit = held_by >= 0
-        summed[hit] += _weighted(columns, average, weight, held_by[hit])
+    for weight, term, _ in common:
+        # Read at the candidates' places in the term's column (see NoteTable).
+        counts = columns.common[term][ordinals]
+        hit = counts > 0
+        held_by: Ints = ordinals[hit] << TF_BITS | counts[hit]
+        summed[hit] += _weighted(columns, average, weight, held_by)
     return ordinals, summed
+
+
+def _walked(
+    postings: Mapping[str, array[int]],
+    held: dict[str, Packed],
+    terms: Sequence[tuple[float, str, int]],
+) -> Ints:
+    """The first *cut* postings of each of *terms* (weight, term, cut), end to
+    end; each term's read once per query, into *held*."""
+    unread = [(term, cut) for _, term, cut in terms if term not in held]
+    if unread:
+        # One copy of them all: a view would pin the arrays, which the loop
+        # appends to.
+        copied = array("I")
+        for term, cut in unread:
+            copied += postings[term][:cut]
+        read = np.frombuffer(copied, dtype=np.uint32)
+        at = 0
+        for term, cut in unread:
+            held[term] = read[at : at + cut]
+            at += cut
+        if len(unread) == len(terms):
+            return read.astype(np.int64)
+    return np.concatenate([held[term] for _, term, _ in terms]).astype(np.int64)
 
 
 def _entries_of(packed: Packed, ordinals: Ints) -> Ints:
     """The entry of each of *ordinals* in one term's postings,
     ``-1`` where the note does not hold the term. Searched where the
-    postings lie, as they are: a term most notes hold is never converted
-    or copied whole."""
+    postings lie, as they are: long postings are never converted or
+    copied again."""
     if not len(ordinals):
         return ordinals
     at = np.searchsorted(packed, (ordinals << TF_BITS).astype(np.uint32))
@@ -348,14 +418,12 @@ def _with_neighbours(columns: Columns, ordinals: Ints, scores: Floats) -> tuple[
     if len(ordinals) > LENDERS:
         best = np.argpartition(-scores, LENDERS)[:LENDERS]
         lenders, lending = ordinals[best], scores[best]
-    found = [ordinals]
-    lent = [scores]
-    twice = np.concatenate((lending, lending))
-    for share, beside in zip(NEIGHBOURS, columns.neighbours(lenders), strict=True):
-        there = beside >= 0
-        found.append(beside[there])
-        lent.append(twice[there] * share)
-    return _summed(found, lent, columns.size)
+    beside = columns.beside(lenders)
+    there = beside >= 0
+    # Nearest place first, each place's lenders in turn: the order each
+    # note's sum adds what it is lent in, and so its rounding.
+    lent = lending * _SHARES[:, None]
+    return _summed([ordinals, beside[there]], [scores, lent[there]], columns.size)
 
 
 def _expansion(
@@ -391,24 +459,28 @@ def _expansion(
         if len(held) > FEEDBACK_NOTE_TERMS:
             continue
         share = float(final[at]) / top / max(len(held), 1)
+        # A query term is never lent, so its share is not even summed.
         for term in held:
-            weights[term] = weights.get(term, 0.0) + share
+            if term not in query:
+                weights[term] = weights.get(term, 0.0) + share
         lent += 1
         if lent == FEEDBACK_NOTES:
             break
+    # Negated, so the strongest sort first and a tie by term, as tuples do.
     rare: list[tuple[float, str]] = []
+    most = COMMON_SHARE * size
     for term, weight in weights.items():
-        holders = postings.get(term)
-        holding = prefix(holders, size) if holders is not None else 0
-        if term in query or holding < 2 or holding > COMMON_SHARE * size:
+        if (holders := postings.get(term)) is None:
             continue
-        rare.append((weight * _idf(size, holding), term))
-    rare.sort(key=lambda pair: (-pair[0], pair[1]))
+        holding = prefix(holders, size)
+        if 2 <= holding <= most:
+            rare.append((-weight * _idf(size, holding), term))
+    rare.sort()
     chosen = rare[:FEEDBACK_TERMS]
     if not chosen:
         return {}
-    strongest = chosen[0][0]
-    return {term: FEEDBACK_WEIGHT * weight / strongest for weight, term in chosen}
+    strongest = -chosen[0][0]
+    return {term: FEEDBACK_WEIGHT * -weight / strongest for weight, term in chosen}
 
 
 def _summed(ordinals: list[Ints], scores: list[Floats], size: int) -> tuple[Ints, Floats]:
@@ -434,6 +506,11 @@ def _summed(ordinals: list[Ints], scores: list[Floats], size: int) -> tuple[Ints
 
 
 _DENSE = 16
+# The columns of ``NoteTable.near`` nearest first, and the share each lends.
+_NEAREST_FIRST = np.array(
+    [column for d in range(len(NEIGHBOURS)) for column in (d, len(NEIGHBOURS) + d)]
+)
+_SHARES: Floats = np.repeat(NEIGHBOURS, 2)
 # Postings longer than this are searched on their own (see Scored.holding).
 _SEARCHED_ALONE = 4096
 _NONE: Ints = np.zeros(0, np.int64)
