@@ -782,6 +782,43 @@ def test_ranking_is_total_and_the_same_however_the_index_was_built(
     assert sorted(map(id, rank_memory(everything, message))) == sorted(map(id, everything))
 
 
+# Phases of a worker's memory: each a few words it keeps coming back to, so
+# that a term becomes common (held by more than an eighth of the notes) and,
+# as the memory grows past it, stops being so.
+_PHASES = st.lists(
+    st.tuples(
+        st.lists(st.sampled_from(_WORDS), min_size=1, max_size=3),
+        st.integers(1, 60),
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+@SETTINGS
+@given(phases=_PHASES, cuts=st.sets(st.integers(0, 300), max_size=4), message=_WORDY_TEXT)
+def test_a_growing_index_ranks_every_snapshot_as_one_built_at_once(
+    phases: list[tuple[list[str], int]], cuts: set[int], message: str
+) -> None:
+    notes = [
+        MemoryItem(id=f"m-{n}", text=" ".join(words[: 1 + n % len(words)]), created_at=float(n))
+        for n, (words, count) in enumerate(
+            (words, count) for words, count in phases for _ in range(count)
+        )
+    ]
+    index = MemoryIndex()
+    views = {}
+    for n, item in enumerate(notes):
+        if n in cuts:
+            views[n] = index.snapshot()
+        index.add(item)
+    views[len(notes)] = index.snapshot()
+    for size, view in views.items():
+        assert ranking_of(view, message, None) == ranking_of(
+            MemoryIndex(notes[:size]).snapshot(), message, None
+        )
+
+
 @SETTINGS
 @given(
     notes=NOTES,
