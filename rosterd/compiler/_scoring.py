@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -211,6 +212,7 @@ def _idf(notes: int, holding: int) -> float:
 FeedbackSource = Callable[[int], Collection[str]]
 
 
+@dataclass(frozen=True, slots=True)
 class Scored:
     """The candidates of one query: the notes holding one of its terms and
     the notes written beside those, ascending, with their final scores in
@@ -218,23 +220,12 @@ class Scored:
     the terms feedback added to the query; the postings of each term the
     scoring walked, as read; and the columns of the common terms."""
 
-    __slots__ = ("common", "expansion", "final", "held", "ordinals", "own")
-
-    def __init__(
-        self,
-        ordinals: Ints,
-        final: Ints,
-        own: Floats,
-        expansion: Mapping[str, float],
-        held: Mapping[str, Packed],
-        common: Mapping[str, Counts],
-    ) -> None:
-        self.ordinals = ordinals
-        self.final = final
-        self.own = own
-        self.expansion = expansion
-        self.held = held
-        self.common = common
+    ordinals: Ints
+    final: Ints
+    own: Floats
+    expansion: Mapping[str, float]
+    held: Mapping[str, Packed]
+    common: Mapping[str, Counts]
 
     def holding(self, terms: Sequence[str], notes: Ints) -> npt.NDArray[np.bool_]:
         """Which of *notes* (distinct ordinals in the snapshot) hold each of

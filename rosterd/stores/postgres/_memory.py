@@ -4,6 +4,7 @@ compilation on, whichever host added them, until one retires them."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 
 import anyio
 import msgspec
@@ -45,14 +46,14 @@ _AFTER = (
 )
 
 
+@dataclass(slots=True)
 class _Notes:
     """One worker's index on this host, and the last note and retirement
     numbers it holds."""
 
-    def __init__(self, index: MemoryIndex, last: int, last_retired: int) -> None:
-        self.index = index
-        self.last = last
-        self.last_retired = last_retired
+    index: MemoryIndex
+    last: int
+    last_retired: int
 
 
 class PostgresMemory(IndexedMemory):
