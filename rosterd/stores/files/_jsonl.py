@@ -104,7 +104,9 @@ class JsonlLog(AsyncResource, Generic[T]):
         must not raise) runs once they are durable, in that same order and
         before any append written with them returns: what a caller keeps
         in memory follows the file. If the write fails, nothing of it stays
-        in the file and *committed* never runs.
+        in the file and *committed* never runs. Cancelled while it waits
+        for a write to take it, an append is not written; once taken, it
+        is written whatever becomes of its caller.
         """
         if self._broken is not None:
             raise self._broken
