@@ -10,6 +10,8 @@ CHANNEL ?= general
 # Twice the cores: much of the suite waits on daemons, sockets and PostgreSQL
 # rather than computing, so one worker per core leaves the CPUs idle.
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(2 * (os.cpu_count() or 1))')
+# The unit layer computes rather than waits: one worker per core is faster.
+UNIT_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(os.cpu_count() or 1)')
 
 .PHONY: run test test-fast test-browser test-llama checks suite bench clean
 
@@ -56,7 +58,7 @@ UNIT = tests/test_compiler_*.py tests/test_org_*.py tests/test_engine_echo.py te
 	tests/test_docs_reference.py tests/test_public_api.py
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(UNIT)
+	$(BIN)/python -m pytest -n $(UNIT_WORKERS) --dist worksteal $(UNIT)
 
 # The inspector in the system Chromium (apt-get install chromium), through Playwright.
 test-browser: $(STAMP)
