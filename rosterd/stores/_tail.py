@@ -25,15 +25,18 @@ class ChannelTail:
 
     def __init__(self, last: int, messages: Iterable[ChannelMessage] = ()) -> None:
         self.last = last
-        self.base = last
         self._messages: deque[ChannelMessage] = deque()
         self._chars = 0
         self.remember(messages)
-        if self._messages:
-            self.base = self._messages[0].seq - 1
 
     def __repr__(self) -> str:
         return f"ChannelTail({self.base}..{self.last})"
+
+    @property
+    def base(self) -> int:
+        """The seq before the oldest message held (``last`` if none is):
+        what a host remembers follows on from what it knew."""
+        return self._messages[0].seq - 1 if self._messages else self.last
 
     def remember(self, messages: Iterable[ChannelMessage]) -> None:
         """Hold *messages*, newer than every message held."""
@@ -44,7 +47,6 @@ class ChannelTail:
             self.last = message.seq
         while len(held) > 1 and (len(held) > _KEEP or self._chars > _KEEP_CHARS):
             self._chars -= len(held.popleft().text)
-            self.base = held[0].seq - 1
 
     def newest(self, limit: int) -> tuple[ChannelMessage, ...]:
         """The newest *limit* messages held, oldest first."""

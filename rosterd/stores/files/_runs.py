@@ -144,8 +144,7 @@ class FileRun(OpenRun):
         await self.aclose()
 
     async def aclose(self) -> None:
-        if self._later:
-            await self._write()
+        await self._write()
         await self._context.aclose()
         await self._transcript.aclose()
 
