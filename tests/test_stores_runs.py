@@ -29,7 +29,7 @@ from rosterd.stores import Posts, RunStore, SessionState, State
 from rosterd.stores.files import FileRuns
 from rosterd.stores.postgres import PostgresState
 from rosterd.stores.postgres._db import Database
-from rosterd.stores.postgres._runs import OPEN_RUNS, PostgresRuns
+from rosterd.stores.postgres._runs import OPEN_RUNS, PostgresRun, PostgresRuns
 from rosterd.stores.postgres._state import redact
 
 EXAMPLE_ORG = Path(__file__).resolve().parent.parent / "examples" / "org"
@@ -359,7 +359,12 @@ async def test_a_second_host_continues_a_session_the_first_wrote(postgres_url: s
         assert transcript == await host_a.transcript("s-1")
         await run_b.trace(with_content(record, 2, "turn two"))
         await run_b.record_many([entry(2, "user", "two"), entry(2, "assistant", "2")])
-        # And back on A, whose run object knows nothing of B's lines.
+        # Back on A, whose run object knows nothing of B's lines: its write
+        # would number a turn B numbered, so it is stale and keeps nothing.
+        with pytest.raises(StaleError, match="run s-1 changed"):
+            await run_a.append(with_content(record, 2, "two again"), [entry(2, "user", "again")])
+        run_a, transcript = await host_a.reopen(await host_a.info("s-1"))
+        assert run_a.last_turn == 2
         await run_a.record(entry(3, "user", "three"))
 
         assert [r.turn for r in await host_a.context("s-1")] == [0, 1, 2]
@@ -372,27 +377,38 @@ async def test_a_second_host_continues_a_session_the_first_wrote(postgres_url: s
 
 
 @pytest.mark.anyio
-async def test_concurrent_appends_from_two_hosts_number_every_line_once(
+async def test_two_hosts_appending_at_once_leave_one_hosts_lines_and_stale_the_other(
     postgres_url: str,
 ) -> None:
+    """Two handles on one run (a host that stalled past its lease, and the
+    one that took over): the first write to commit wins, and every write of
+    the other, which never saw it, is stale and keeps nothing."""
     async with postgres_runs(postgres_url) as host_a, postgres_runs(postgres_url) as host_b:
         run_a = await host_a.create(session_info("s-1"))
         run_b, _ = await host_b.reopen(run_a.info)
+        landed: list[str] = []
+        stale: list[str] = []
+
+        async def append(run: PostgresRun, i: int) -> None:
+            try:
+                await run.record_many([entry(i, "user", f"{i}a"), entry(i, "tool", f"{i}b")])
+            except StaleError:
+                stale.append(f"{i}")
+            else:
+                landed.append(f"{i}")
+
         async with anyio.create_task_group() as tg:
             for i in range(40):
-                run = run_a if i % 2 else run_b
-                tg.start_soon(
-                    run.record_many, [entry(i, "user", f"{i}a"), entry(i, "tool", f"{i}b")]
-                )
+                tg.start_soon(append, run_a if i % 2 else run_b, i)
+        assert len(landed) + len(stale) == 40 and stale
+        winner = {int(i) % 2 for i in landed}
+        assert len(winner) == 1, "lines of both hosts landed"
+        assert {int(i) % 2 for i in stale} == {1 - winner.pop()}
         transcript = await host_a.transcript("s-1")
-        assert sorted(e.content for e in transcript) == sorted(
-            f"{i}{part}" for i in range(40) for part in "ab"
-        )
-        # Each batch stayed whole and in order.
-        for first, second in zip(transcript[::2], transcript[1::2], strict=True):
-            assert (first.turn, first.role, second.turn, second.role) == (
-                first.turn, "user", first.turn, "tool",
-            )  # fmt: skip
+        assert [e.content for e in transcript] == [f"{i}{part}" for i in landed for part in "ab"]
+        async with await psycopg.AsyncConnection.connect(postgres_url) as conn:
+            cursor = await conn.execute("SELECT n FROM run_transcript WHERE run = 's-1' ORDER BY n")
+            assert [n for (n,) in await cursor.fetchall()] == list(range(1, 2 * len(landed) + 1))
 
 
 @pytest.mark.anyio

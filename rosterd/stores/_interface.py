@@ -238,7 +238,8 @@ class ActiveRun(Protocol):
 
     async def stale(self) -> bool:
         """Whether another host wrote to the run since this handle last did:
-        then what the caller holds of it must be read again."""
+        then what the caller holds of it must be read again. (Until it is,
+        the handle's writes raise ``StaleError`` and keep nothing.)"""
         ...
 
 

@@ -49,12 +49,23 @@ _entry = msgspec.json.Decoder(TranscriptEntry)
 _session = msgspec.json.Decoder(SessionState)
 Cursor = psycopg.AsyncCursor[TupleRow]
 
-# Appends to one run take turns on its row: each reads the last line number
-# in a statement that starts after the lock is granted, so it sees the
-# previous append's rows whichever host made them. Counting the revision
-# takes that lock (NO KEY UPDATE: other transactions' foreign-key checks,
-# KEY SHARE, are not blocked).
-_LOCK_RUN = "UPDATE runs SET revision = revision + 1 WHERE id = %s RETURNING revision"
+# Each write of a run goes on from the revision its handle last saw, and
+# counting the next one takes the run's row lock: appends to one run take
+# turns, each reading the last line number in a statement that starts once
+# the lock is granted. A handle that missed another host's write (one that
+# took the lease over while this host stalled past it) finds another
+# revision, and ``rosterd_fresh`` fails the whole transaction: no turn is
+# numbered twice, and no late reply lands after the other host's turns.
+# (NO KEY UPDATE: other transactions' foreign-key checks, KEY SHARE, are
+# not blocked. A run that is not there fails the appends' foreign key.)
+_LOCK_RUN = (
+    "WITH counted AS (UPDATE runs SET revision = revision + 1"
+    " WHERE id = %(run)s AND revision = %(revision)s RETURNING revision)"
+    " SELECT counted.revision, rosterd_fresh(CASE"
+    " WHEN counted.revision IS NULL AND EXISTS (SELECT FROM runs WHERE id = %(run)s)"
+    " THEN 'run ' || %(run)s::text END)"
+    " FROM (VALUES (1)) AS one LEFT JOIN counted ON true"
+)
 _APPEND_CONTEXT = (
     "INSERT INTO run_context (run, n, turn, record)"
     " SELECT %(run)s, coalesce(max(n), 0) + 1, %(turn)s, %(record)s"
@@ -87,10 +98,10 @@ _LEASE = (
 _RELEASE = "DELETE FROM leases WHERE key = %s AND holder = %s"
 _RENEW = "UPDATE leases SET until = %s WHERE key = %s AND holder = %s"
 # A warm turn's first write: takes the run's lease and checks that what
-# the turn read is what the database holds (the session, the channel's
-# last seq, the worker's memory, the gates, the pair's prefix). Any of
-# them moved on: ``rosterd_fresh`` fails the transaction, nothing of it is
-# kept, and the session reads again.
+# the turn read is what the database holds (the channel's last seq, the
+# worker's memory, the gates, the pair's prefix; the session itself is
+# ``_LOCK_RUN``'s check). Any of them moved on: ``rosterd_fresh`` fails
+# the transaction, nothing of it is kept, and the session reads again.
 _FRESH: LiteralString = (
     "WITH taken AS ("
     " INSERT INTO leases (key, holder, until) VALUES (%(run)s, %(holder)s, %(until)s)"
@@ -99,8 +110,6 @@ _FRESH: LiteralString = (
     " RETURNING holder)"
     " SELECT rosterd_fresh(CASE"
     " WHEN NOT EXISTS (SELECT FROM taken) THEN 'the lease of run ' || %(run)s::text"
-    " WHEN (SELECT revision FROM runs WHERE id = %(run)s) <> %(revision)s"
-    " THEN 'run ' || %(run)s::text"
     " WHEN coalesce((SELECT last_seq FROM channels WHERE channel = %(channel)s), 0) <> %(seq)s"
     " THEN 'channel ' || %(channel)s::text"
     " WHEN coalesce((SELECT last_note FROM memory_workers WHERE worker = %(worker)s), 0)"
@@ -122,7 +131,12 @@ OPEN_RUNS = (
 )
 _CONTEXT = "SELECT record FROM run_context WHERE run = %s ORDER BY n"
 _REVISION = "SELECT revision FROM runs WHERE id = %s"
-_INTERRUPT = "UPDATE runs SET status = %s, record = %s WHERE id = %s AND status = 'open'"
+# Counts a revision: a stalled host's late write to a run marked
+# interrupted finds it stale.
+_INTERRUPT = (
+    "UPDATE runs SET status = %s, record = %s, revision = revision + 1"
+    " WHERE id = %s AND status = 'open'"
+)
 
 
 class PostgresRun(OpenRun):
@@ -202,9 +216,11 @@ class PostgresRun(OpenRun):
             check = None
             if taking:
                 assert lease is not None
-                check = self.store.fresh(self.info, self._revision, lease)
+                check = self.store.fresh(self.info, lease)
             release = lease if writes.release and lease is not None else None
-            revision, rows = await self.store.write(op, self.info, writes, check, release)
+            revision, rows = await self.store.write(
+                op, self.info, writes, self._revision, check, release
+            )
             del self._later[: len(later)]
             if revision is not None:
                 self._revision = revision
@@ -302,12 +318,14 @@ class PostgresRuns:
         op: str,
         info: RunInfo,
         writes: _Writes,
+        since: int,
         check: Mapping[str, object] | None,
         release: _Lease | None,
     ) -> tuple[int | None, list[Row]]:
         """Make *writes* to run *info* durable, after *check* (``_FRESH``'s
         parameters) and before giving up *release*: the run's revision after
         them (``None`` when they leave it), and the rows ``POST`` returned.
+        ``StaleError`` when the run's revision is no longer *since*.
 
         One pipeline, so one round trip: its statements up to the sync are
         one (implicit) transaction, all kept or none.
@@ -320,7 +338,7 @@ class PostgresRuns:
                         async with conn.pipeline():
                             if check is not None:
                                 await conn.execute(_FRESH, check)
-                            counted, posted = await self._queue(conn, run, writes)
+                            counted, posted = await self._queue(conn, run, writes, since)
                             if release is not None:
                                 await conn.execute(_RELEASE, (run, release.holder))
                     except psycopg.Error:
@@ -338,15 +356,13 @@ class PostgresRuns:
         return (int(row[0]) if row is not None else None), rows
 
     async def _queue(
-        self, conn: Connection, run: str, writes: _Writes
+        self, conn: Connection, run: str, writes: _Writes, since: int
     ) -> tuple[Cursor | None, Cursor | None]:
         """Send *writes*' statements down *conn*'s pipeline: the cursors of
         the run's revision and of the posts' seqs."""
         counted = posted = None
-        if writes.record is not None or writes.entries:
-            # Appends to one run take turns on its row: each reads the last
-            # line number once the lock is granted.
-            counted = await conn.execute(_LOCK_RUN, (run,))
+        if writes.record is not None or writes.entries or writes.info is not None:
+            counted = await conn.execute(_LOCK_RUN, {"run": run, "revision": since})
         if writes.record is not None:
             record = writes.record
             params = {"run": run, "turn": record.turn, "record": encode(record)}
@@ -363,7 +379,7 @@ class PostgresRuns:
             posted = await conn.execute(POST, post)
         return counted, posted
 
-    def fresh(self, info: RunInfo, revision: int, lease: _Lease) -> Mapping[str, object]:
+    def fresh(self, info: RunInfo, lease: _Lease) -> Mapping[str, object]:
         """``_FRESH``'s parameters: what this host holds of *info*'s inputs."""
         inputs = self._stores()
         worker, channel = info.worker, info.channel or ""
@@ -374,7 +390,6 @@ class PostgresRuns:
             "holder": lease.holder,
             "until": lease.until,
             "now": lease.now,
-            "revision": revision,
             "channel": channel,
             "seq": -1 if seq is None else seq,
             "worker": worker,
