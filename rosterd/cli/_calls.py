@@ -26,7 +26,7 @@ from ..protocol import (
     describe_over_budget,
 )
 from ._chat import stream_deltas
-from ._output import emit_json, read_text, short, table, when
+from ._output import emit_json, listing, read_text, short, when
 from ._views import summary_line
 
 __all__ = ("COMMANDS",)
@@ -85,10 +85,7 @@ def _show_task(task: TaskState, args: _Args, socket: Path) -> None:
 
 
 def _show_tasks(tasks: list[TaskState], args: _Args, socket: Path) -> None:
-    if not tasks:
-        print("no tasks")
-        return
-    rows = [
+    rows = (
         (
             t.id,
             t.status,
@@ -99,8 +96,9 @@ def _show_tasks(tasks: list[TaskState], args: _Args, socket: Path) -> None:
             short(t.text),
         )
         for t in tasks
-    ]
-    print(table(("TASK", "STATUS", "WORKER", "CHANNEL", "SUBMITTED", "RUNS", "TEXT"), rows))
+    )
+    headers = ("TASK", "STATUS", "WORKER", "CHANNEL", "SUBMITTED", "RUNS", "TEXT")
+    print(listing(headers, rows, "no tasks"))
 
 
 def _show_memory_added(item: MemoryNote, args: _Args, socket: Path) -> None:
@@ -108,10 +106,7 @@ def _show_memory_added(item: MemoryNote, args: _Args, socket: Path) -> None:
 
 
 def _show_memory(notes: list[MemoryNote], args: _Args, socket: Path) -> None:
-    if not notes:
-        print(f"no memory for {args.worker}")
-        return
-    rows = [
+    rows = (
         (
             m.id,
             f"#{m.channel}" if m.channel else "*",
@@ -121,9 +116,9 @@ def _show_memory(notes: list[MemoryNote], args: _Args, socket: Path) -> None:
             *([_retired(m.retired)] if args.all else []),
         )
         for m in notes
-    ]
+    )
     headers = ("ID", "SCOPE", "AUTHOR", "CREATED", "TEXT", *(["RETIRED"] if args.all else []))
-    print(table(headers, rows))
+    print(listing(headers, rows, f"no memory for {args.worker}"))
 
 
 def _show_forgotten(note: MemoryNote, args: _Args, socket: Path) -> None:
@@ -151,10 +146,7 @@ def _show_resolved(gate: GateState, args: _Args, socket: Path) -> None:
 
 
 def _show_gates(gates: list[GateState], args: _Args, socket: Path) -> None:
-    if not gates:
-        print("no gates")
-        return
-    rows = [
+    rows = (
         (
             g.id,
             g.status,
@@ -166,9 +158,9 @@ def _show_gates(gates: list[GateState], args: _Args, socket: Path) -> None:
             short(g.outcome, 30),
         )
         for g in gates
-    ]
+    )
     headers = ("GATE", "STATUS", "WORKER", "CHANNEL", "RUN", "FILED", "SUMMARY", "OUTCOME")
-    print(table(headers, rows))
+    print(listing(headers, rows, "no gates"))
 
 
 def _show_posted(message: ChannelMessage, args: _Args, socket: Path) -> None:

@@ -16,6 +16,7 @@ from ..compiler import iso_time
 __all__ = (
     "UsageError",
     "emit_json",
+    "listing",
     "read_text",
     "short",
     "table",
@@ -52,6 +53,12 @@ def short(text: str | None, width: int = 60) -> str:
         return "-"
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - len(_ELLIPSIS)] + _ELLIPSIS
+
+
+def listing(headers: Sequence[str], rows: Iterable[Sequence[object]], empty: str) -> str:
+    """A table of *rows*, or the line *empty* when there are none."""
+    body = list(rows)
+    return table(headers, body) if body else empty
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]], indent: str = "") -> str:

@@ -38,7 +38,7 @@ from ..protocol import (
     context_page,
 )
 from ..stores import read_state_runs
-from ._output import emit_json, table, when
+from ._output import emit_json, listing, when
 from ._show import UsageSummary, render_show, summarise_usage
 
 __all__ = (
@@ -72,11 +72,7 @@ async def runs_list(state: StateLocation, as_json: bool) -> int:
     if as_json:
         emit_json(infos)
         return 0
-    if not infos:
-        # A URL may hold a password: never echoed.
-        print(f"no runs in {state}" if isinstance(state, Path) else "no runs in the database")
-        return 0
-    rows = [
+    rows = (
         (
             i.id,
             i.surface,
@@ -88,9 +84,11 @@ async def runs_list(state: StateLocation, as_json: bool) -> int:
             i.task,
         )
         for i in infos
-    ]
+    )
     headers = ("RUN", "SURFACE", "WORKER", "CHANNEL", "STATUS", "CREATED", "ENDED", "TASK")
-    print(table(headers, rows))
+    # A URL may hold a password: never echoed.
+    where = state if isinstance(state, Path) else "the database"
+    print(listing(headers, rows, f"no runs in {where}"))
     return 0
 
 
