@@ -7,6 +7,7 @@ as root); where mounting is not permitted it is skipped with the reason.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import stat
 import subprocess
@@ -17,12 +18,13 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
-from harness import DaemonProcess, in_process_client
+from harness import DaemonProcess
+from test_stores_runs import entry, session_info, system_record, with_content
 
 from rosterd import StorageError
 from rosterd.client import RpcError
-from rosterd.protocol import Call, ChannelPost, GateFile, GateState, MemoryAdd
-from rosterd.stores.files import FileChannels, FileGates
+from rosterd.protocol import Call, ChannelPost, GateFile, GateState, MemoryAdd, RunsContext
+from rosterd.stores.files import FileChannels, FileGates, FileRuns
 
 
 @pytest.fixture
@@ -94,20 +96,67 @@ async def test_a_gate_that_hits_a_full_disk_fails_1008_and_the_next_one_survives
 
 
 @pytest.mark.anyio
-async def test_a_turn_that_hits_a_full_disk_fails_1008_and_the_session_goes_on(
-    org_dir: Path, tmpfs: Path
+@pytest.mark.parametrize("leave", [22_000, 30_000, 38_000])
+async def test_a_turn_that_hits_a_full_disk_fails_1008_and_leaves_nothing_of_itself(
+    on_tmpfs: DaemonProcess, tmpfs: Path, leave: int
 ) -> None:
-    # The turn's trace and user entry are written side by side: whichever
-    # fails, the client hears the storage error itself.
-    async with in_process_client(org_dir, tmpfs / "state") as (daemon, client):
-        session = (await client.session_open("ada", "general")).session
-        await client.session_send(session, "first")
-        with full(tmpfs, 30_000) as failed:
-            await client.session_send(session, "y" * 20_000)
-        after = await client.session_send(session, "after")
+    # The turn's trace and user entry are written side by side, and either
+    # may be the one that fails: the client hears the storage error itself,
+    # the other is cut back, and the next turn takes the turn's number.
+    with on_tmpfs.start() as daemon:
+        async with await daemon.client() as client:
+            session = (await client.session_open("ada", "general")).session
+            await client.session_send(session, "first")
+            with full(tmpfs, leave) as failed:
+                await client.session_send(session, "y" * 20_000)
+            after = await client.session_send(session, "after")
+        daemon.restart()
+        async with await daemon.client() as client:
+            assert (await client.session_open("ada", "general")).session == session
+            later = await client.session_send(session, "later")
+            shown = await client.runs_show(session)
+            requests = (await client.request(RunsContext(session, all=True))).turns
+        log = daemon.log()
     assert failed.value.code == 1008, failed.value
-    assert "after" in after.text
-    assert "internal error" not in daemon.log()
+    assert (after.turn, later.turn) == (2, 3)
+    assert [(e.turn, e.role) for e in shown.transcript] == [
+        (turn, role) for turn in (1, 2, 3) for role in ("user", "assistant")
+    ]
+    assert all("yyyy" not in e.content for e in shown.transcript)
+    # What the worker saw before the restart is what the request goes on from.
+    assert [r.turn for r in requests] == [1, 2, 3]
+    for earlier, next_one in itertools.pairwise(requests):
+        assert next_one.messages[: len(earlier.messages)] == earlier.messages
+    assert "internal error" not in log
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("too_big", ["trace", "user turn"])
+async def test_a_first_write_that_fails_in_one_file_keeps_nothing_in_the_other(
+    tmpfs: Path, too_big: str
+) -> None:
+    runs = FileRuns(tmpfs / "state")
+    record, _ = system_record("s-1")
+    run = await runs.create(session_info("s-1"))
+    await run.append(with_content(record, 1, "one"), [entry(1, "user", "one")])
+    directory = tmpfs / "state" / "runs" / "s-1"
+    names = ("context.jsonl", "transcript.jsonl")
+    before = [(directory / name).read_bytes() for name in names]
+    # Whichever lands first, the other never fits.
+    big = "y" * 200_000
+    trace, user = (big, "two") if too_big == "trace" else ("two", big)
+    filler = fill(tmpfs, 100_000)
+    try:
+        with pytest.raises(StorageError):
+            await run.append(with_content(record, 2, trace), [entry(2, "user", user)])
+    finally:
+        filler.unlink()
+    assert [(directory / name).read_bytes() for name in names] == before
+    assert run.last_turn == 1
+    await run.append(with_content(record, 2, "two"), [entry(2, "user", "two")])
+    await run.aclose()
+    assert [r.turn for r in await runs.context("s-1")] == [1, 2]
+    assert [e.content for e in await runs.transcript("s-1")] == ["one", "two"]
 
 
 @pytest.mark.anyio

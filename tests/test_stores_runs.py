@@ -160,6 +160,34 @@ async def test_reopen_gives_transcript_and_highest_traced_turn(runs: RunStore) -
 
 
 @pytest.mark.anyio
+async def test_entries_of_a_turn_never_traced_are_cut_when_the_run_reopens(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    files = FileRuns(tmp_path / "state")
+    record, _ = system_record("s-1")
+    run = await files.create(session_info("s-1"))
+    await run.append(with_content(record, 1, "one"), [entry(1, "user", "one")])
+    await run.record(entry(1, "assistant", "1"))
+    assert run.last_turn == 1
+    await run.aclose()
+    transcript = tmp_path / "state" / "runs" / "s-1" / "transcript.jsonl"
+    whole = transcript.read_bytes()
+    # A kill between the two fsyncs of turn 2's first write: its user turn
+    # landed, its trace did not, so no engine saw it.
+    with transcript.open("ab") as handle:
+        handle.write(msgspec.json.encode(entry(2, "user", "two")) + b"\n")
+
+    run, entries = await files.reopen(session_info("s-1"))
+    assert [(e.turn, e.content) for e in entries] == [(1, "one"), (1, "1")]
+    assert run.last_turn == 1
+    assert transcript.read_bytes() == whole
+    assert "dropped 1 entries of a turn never traced" in caplog.text
+    await run.append(with_content(record, 2, "again"), [entry(2, "user", "again")])
+    await run.aclose()
+    assert [e.content for e in await files.transcript("s-1")] == ["one", "1", "again"]
+
+
+@pytest.mark.anyio
 async def test_finish_and_end_write_the_final_info(runs: RunStore) -> None:
     run = await runs.create(session_info("s-1"))
     await run.finish("failed", NOW + 9, error="over budget")

@@ -316,19 +316,22 @@ class Host(AsyncResource):
             at=self.clock(),
             seen=seen,
         )
-        # Both are durable before the engine sees a byte.
+
+        async def commit() -> None:
+            """The trace and the user turn, durable before the engine sees
+            a byte; once they are, the request holds the user turn, even
+            if the prefix state's write fails."""
+            await run.append(record, (user,))
+            transcript.append(ChatMessage(role="user", content=compilation.input_text))
+
         with watch.phase("commit"):
             if cached:
                 # A warm turn's first write may find it stale (``StaleError``,
                 # nothing written), and its prefix is its own: written once.
-                await run.append(record, (user,))
+                await commit()
                 await self.prefixes.put(worker, channel, own)
             else:
-                await together(
-                    partial(run.append, record, (user,)),
-                    partial(self.prefixes.put, worker, channel, own),
-                )
-        transcript.append(ChatMessage(role="user", content=compilation.input_text))
+                await together(commit, partial(self.prefixes.put, worker, channel, own))
         tools = TurnTools(
             run.info,
             record.turn,

@@ -41,7 +41,6 @@ from .._errors import (
     InvalidIdError,
     NotFoundError,
     SessionError,
-    ShutdownError,
     StaleError,
     StorageError,
 )
@@ -328,23 +327,14 @@ class Session:
                 cache_plan=plan,
                 cached=warm,
             )
-        except (CompileError, EngineError, ShutdownError) as exc:
-            # The failure is traced under this turn number: the next turn
-            # gets the next one.
+        except BaseException as exc:
             if isinstance(exc, EngineError) and exc.context_exceeded and may_roll:
                 # Refused as too long, every tool step of it included: it is
                 # not part of what this session sends, and what it briefed
                 # and showed is still owed. A new session answers it.
                 self._commit(before.failed(turn, host.clock(), briefed_at=before.briefed_at))
                 raise
-            # After an engine failure or a stop the user turn, briefing
-            # included, is in the transcript and will be sent.
-            briefed_at = before.briefed_at if isinstance(exc, CompileError) else meta.now
-            failed = before.failed(turn, host.clock(), briefed_at=briefed_at)
-            self._commit(self._sent(failed, turn, last_seq))
-            raise
-        except BaseException:
-            self._commit(self._sent(before, turn, last_seq))
+            self._commit(self._cut_short(before, turn, meta.now, last_seq))
             raise
         ttl = plan.ttl if plan is not None else None
         answered = before.answered(turn, meta.now, host.clock(), ttl, outcome.reply)
@@ -353,6 +343,20 @@ class Session:
         # The reply and the posts durable together, before the client hears of them.
         await self._run.conclude(Posts(self.channel, said, run=self.id))
         return outcome
+
+    def _cut_short(self, before: Progress, turn: int, sent_at: float, last_seq: int) -> Progress:
+        """The session's progress after turn *turn* failed (compiling,
+        writing, at the engine, or stopped). Once the turn's trace is
+        durable, its number is taken and the next turn gets the next one;
+        what it added to the transcript, briefing included, is there and
+        will be sent. A turn that wrote nothing leaves its number free."""
+        if self._run.last_turn < turn:
+            return before
+        sent = len(self._transcript) > before.messages
+        failed = before.failed(
+            turn, self._host.clock(), briefed_at=sent_at if sent else before.briefed_at
+        )
+        return self._sent(failed, turn, last_seq)
 
     def _sent(self, progress: Progress, turn: int, last_seq: int) -> Progress:
         """*progress* with what turn *turn* added to the transcript: the

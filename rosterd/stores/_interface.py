@@ -183,7 +183,7 @@ class ActiveRun(Protocol):
     """An open run: its trace and transcript, each append durable on return."""
 
     info: RunInfo
-    # The highest turn traced so far, failed compilations included.
+    # The highest turn whose trace is durable, failed compilations included.
     last_turn: int
 
     async def trace(self, record: ContextRecord) -> None: ...

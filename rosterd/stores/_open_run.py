@@ -16,7 +16,8 @@ class OpenRun(ABC):
 
     def __init__(self, info: RunInfo, last_turn: int) -> None:
         self.info = info
-        # The highest turn traced so far, failed compilations included.
+        # The highest turn whose trace is durable, failed compilations
+        # included: the backend's write raises it once the trace is.
         self.last_turn = last_turn
 
     def __repr__(self) -> str:

@@ -34,6 +34,7 @@ from ..._errors import StorageError
 __all__ = (
     "JsonlLog",
     "StateTable",
+    "line_end",
     "make_private_dir",
     "read_document",
     "read_documents",
@@ -90,6 +91,11 @@ class JsonlLog(AsyncResource, Generic[T]):
         records = await read_log(path, record_type, repair=True)
         fd, size = await anyio.to_thread.run_sync(_open_append, path)
         return cls(path, fd, size), records
+
+    @property
+    def size(self) -> int:
+        """Where the last durable record ends: a mark for ``retract``."""
+        return self._size
 
     async def append(self, record: T, committed: Callable[[], None] | None = None) -> None:
         await self.extend((record,), committed)
@@ -152,6 +158,17 @@ class JsonlLog(AsyncResource, Generic[T]):
             if error is None and append.committed is not None:
                 append.committed()
         return error is None
+
+    async def retract(self, size: int) -> None:
+        """Cut the log back to *size*, a ``size`` read before appends that
+        must not stay: the other half of one write failed, or the lines
+        were never traced. They go as a failed append does, and if even the
+        cut fails the log stops taking appends. Only for a log with one
+        writer, whose appends since *size* have returned."""
+        async with self._writing:
+            if size < self._size:
+                self._size = size
+                await self._cut_back()
 
     async def _cut_back(self) -> None:
         """Cut a failed write back to the last durable record, or stop
@@ -216,6 +233,15 @@ async def read_log(path: Path, record_type: type[T], *, repair: bool = False) ->
         except OSError as exc:
             raise _storage_error(path, "truncate a torn tail", exc) from None
     return records
+
+
+async def line_end(path: Path, lines: int) -> int:
+    """The offset in *path* just past its first *lines* lines."""
+    data = await _read_bytes(path)
+    end = 0
+    for _ in range(lines):
+        end = data.index(b"\n", end) + 1
+    return end
 
 
 async def read_whole_lines(path: Path) -> bytes:

@@ -34,6 +34,7 @@ from .._records import Posts, SessionState, cut_off, new_run_id
 from ._channels import FileChannels
 from ._jsonl import (
     JsonlLog,
+    line_end,
     read_document,
     read_documents,
     read_log,
@@ -104,21 +105,40 @@ class FileRun(OpenRun):
     ) -> None:
         """Append *record*, what ``record_later`` kept and *entries*, and
         *posts*, each file in parallel: one disk round trip for them all.
-        What was kept is let go of only once it is durable."""
+        What was kept is let go of only once it is durable.
+
+        One write, kept whole or not at all in the run's own logs: when a
+        part fails (or the write is cancelled), what landed of the others
+        there is cut back, so a trace never stays without the user turn it
+        sent, nor a user turn without its trace. Posts that landed in the
+        channel's log, which others append to, stay.
+        """
         later = len(self._later)
         entries = [*self._later, *entries]
         writes: list[Callable[[], Coroutine[Any, Any, object]]] = []
+        marks: list[tuple[JsonlLog[Any], int]] = []
         if record is not None:
             writes.append(partial(self._context.append, record))
+            marks.append((self._context, self._context.size))
         if entries:
             writes.append(partial(self._transcript.extend, entries))
+            marks.append((self._transcript, self._transcript.size))
         if posts is not None:
             channels = self.store.channels
             assert channels is not None, "a reader's runs post nothing"
             writes.append(partial(channels.post_many, posts.channel, posts.messages, run=posts.run))
-        if writes:
+        if not writes:
+            return
+        try:
             await together(*writes)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                for written, size in marks:
+                    await written.retract(size)
+            raise
         del self._later[:later]
+        if record is not None:
+            self.last_turn = max(self.last_turn, record.turn)
 
     async def hold(self, holder: str, now: float, until: float) -> None:
         # Leases live in this daemon's memory: taken at once, no write to wait for.
@@ -184,8 +204,20 @@ class FileRuns:
         """Open a run's logs for appending (torn tails repaired), with its transcript."""
         directory = self.path(info.id)
         context, records = await JsonlLog.open(directory / "context.jsonl", ContextRecord)
-        transcript, entries = await JsonlLog.open(directory / "transcript.jsonl", TranscriptEntry)
+        path = directory / "transcript.jsonl"
+        transcript, entries = await JsonlLog.open(path, TranscriptEntry)
         last_turn = max((record.turn for record in records), default=0)
+        traced = len(entries)
+        while traced and entries[traced - 1].turn > last_turn:
+            traced -= 1
+        if traced < len(entries):
+            # A kill between the two fsyncs of a turn's first write: its
+            # user turn landed, its trace did not, so no engine saw it.
+            log.warning(
+                "%s: dropped %d entries of a turn never traced", path, len(entries) - traced
+            )
+            await transcript.retract(await line_end(path, traced))
+            del entries[traced:]
         return FileRun(self, info, context, transcript, last_turn), entries
 
     async def recover(self, now: float) -> int:

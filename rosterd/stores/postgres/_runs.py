@@ -222,6 +222,8 @@ class PostgresRun(OpenRun):
                 op, self.info, writes, self._revision, check, release
             )
             del self._later[: len(later)]
+            if writes.record is not None:
+                self.last_turn = max(self.last_turn, writes.record.turn)
             if revision is not None:
                 self._revision = revision
             if release is not None:
