@@ -14,26 +14,6 @@ import msgspec
 from .. import _errors
 from ..compiler import CompileError
 
-__all__ = (
-    "BUSY",
-    "COMPILE_FAILED",
-    "CONFIG_ERROR",
-    "CONFLICT",
-    "ENGINE_FAILED",
-    "FORBIDDEN",
-    "INTERNAL_ERROR",
-    "INVALID_PARAMS",
-    "INVALID_REQUEST",
-    "METHOD_NOT_FOUND",
-    "NOT_FOUND",
-    "PARSE_ERROR",
-    "SESSION_ERROR",
-    "SHUTTING_DOWN",
-    "STORAGE_FAILED",
-    "ErrorObject",
-    "error_object",
-)
-
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601

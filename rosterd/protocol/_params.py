@@ -25,30 +25,6 @@ from ._results import (
     TurnResult,
 )
 
-__all__ = (
-    "METHODS",
-    "Call",
-    "ChannelPost",
-    "DaemonStatus",
-    "GateFile",
-    "GateList",
-    "GateResolve",
-    "MemoryAdd",
-    "MemoryForget",
-    "MemoryList",
-    "RunDirect",
-    "RunsContext",
-    "RunsList",
-    "RunsShow",
-    "SessionClose",
-    "SessionOpen",
-    "SessionSend",
-    "TaskGet",
-    "TaskList",
-    "TaskSubmit",
-    "TurnCall",
-)
-
 Id = Annotated[str, msgspec.Meta(pattern=r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")]
 Sender = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 Text = Annotated[str, msgspec.Meta(min_length=1)]
