@@ -13,8 +13,6 @@ from typing import Protocol
 
 import anyio
 
-__all__ = ("SYSTEM_CLOCK", "Clock", "SystemClock")
-
 
 class Clock(Protocol):
     """Seconds since the epoch, and a sleep measured on the same clock."""

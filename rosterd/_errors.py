@@ -10,21 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = (
-    "ConfigError",
-    "ConflictError",
-    "EngineError",
-    "InvalidIdError",
-    "NotFoundError",
-    "ProtocolError",
-    "RosterError",
-    "RpcError",
-    "SessionError",
-    "ShutdownError",
-    "StaleError",
-    "StorageError",
-)
-
 
 class RosterError(Exception):
     """Base of every error rosterd raises on purpose."""

@@ -6,8 +6,6 @@ import re
 
 from ._errors import InvalidIdError
 
-__all__ = ("ID_PATTERN", "check_id", "is_id")
-
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 

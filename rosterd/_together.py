@@ -7,8 +7,6 @@ from typing import Any
 
 import anyio
 
-__all__ = ("together",)
-
 
 async def together(*writes: Callable[[], Coroutine[Any, Any, object]]) -> None:
     """Run *writes* side by side, so that they wait for the disk (or the

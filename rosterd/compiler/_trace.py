@@ -17,29 +17,6 @@ from ..org import RunScope
 from ._items import RunMeta
 from ._policy import POLICY_SHA256, POLICY_VERSION
 
-__all__ = (
-    "AlreadyShown",
-    "BlockStatus",
-    "BlockTrace",
-    "Boundary",
-    "BoundaryCheck",
-    "BoundaryName",
-    "BudgetTrace",
-    "CompileError",
-    "ContextRecord",
-    "FailureTrace",
-    "NoteReason",
-    "NoteTrace",
-    "PassOverReason",
-    "PassedOver",
-    "PolicyTrace",
-    "RecordKind",
-    "RolloverTrace",
-    "context_record",
-    "sha256_text",
-    "sha256_text_and_head",
-)
-
 BlockStatus = Literal["included", "shrunk", "omitted", "absent", "failed"]
 RecordKind = Literal["system", "turn", "run", "step"]
 BoundaryName = Literal["connections", "purpose", "system"]

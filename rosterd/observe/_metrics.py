@@ -17,8 +17,6 @@ from prometheus_client.process_collector import ProcessCollector
 from .._errors import ConfigError
 from ..org import MetricsConfig, listen_address
 
-__all__ = ("Metrics", "TurnSeries")
-
 log = logging.getLogger("rosterd.observe")
 
 # From a fast echo turn to a slow tool loop of a large model.

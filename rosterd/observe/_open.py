@@ -18,8 +18,6 @@ if TYPE_CHECKING:
     from ._metrics import Metrics
     from ._tracing import Tracing
 
-__all__ = ("open_telemetry", "tracing_wanted")
-
 log = logging.getLogger("rosterd.observe")
 
 # The environment variables that turn tracing on without [telemetry] otlp_endpoint.

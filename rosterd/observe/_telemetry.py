@@ -33,15 +33,6 @@ if TYPE_CHECKING:
     from ._metrics import Metrics, TurnSeries
     from ._tracing import Span, Tracing
 
-__all__ = (
-    "NO_TELEMETRY",
-    "CallWatch",
-    "OutcomeLabel",
-    "RolloverReason",
-    "Telemetry",
-    "TurnWatch",
-)
-
 log = logging.getLogger("rosterd.observe")
 
 OutcomeLabel = Literal["ok", "compile_failed", "engine_failed", "interrupted", "failed"]

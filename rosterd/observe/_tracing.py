@@ -40,8 +40,6 @@ from ..engines import EngineReply
 from ..org import EngineConfig, TelemetryConfig
 from ..protocol import ChatMessage, RunInfo
 
-__all__ = ("Span", "Tracing")
-
 log = logging.getLogger("rosterd.observe")
 
 _QUEUE_SPANS = 8192

@@ -11,34 +11,6 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 
-__all__ = (
-    "BUILTIN_TOOLS",
-    "EXPLICIT_CACHE_MODELS",
-    "FILE_GATE",
-    "FORGET",
-    "PROVIDER_KEYS",
-    "REMEMBER",
-    "RETENTION_MODELS",
-    "ChannelConfig",
-    "ConnectionConfig",
-    "ContextBudget",
-    "ContextOverlay",
-    "DaemonConfig",
-    "EngineConfig",
-    "EngineKind",
-    "EngineOverlay",
-    "GatewayConfig",
-    "InspectConfig",
-    "MemoryScope",
-    "MetricsConfig",
-    "PriceConfig",
-    "PromptCacheChoice",
-    "TelemetryConfig",
-    "WorkerConfig",
-    "is_loopback",
-    "listen_address",
-)
-
 Chars = Annotated[int, msgspec.Meta(ge=0)]
 Positive = Annotated[int, msgspec.Meta(ge=1)]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]

@@ -28,8 +28,6 @@ from ._config import (
 )
 from ._org import DEFAULT_ENGINE, Org
 
-__all__ = ("identity_path", "load_org", "purpose_path")
-
 _T = TypeVar("_T")
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _UNKNOWN_FIELD = re.compile(r"Object contains unknown field `(.*)`")

@@ -27,8 +27,6 @@ from ._config import (
     WorkerConfig,
 )
 
-__all__ = ("DEFAULT_ENGINE", "NamedEngine", "Org", "RunScope", "Surface")
-
 
 class Surface(enum.Enum):
     """Where a run comes from; it selects the scope framing of the prompt."""

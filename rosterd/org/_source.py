@@ -22,8 +22,6 @@ from .._errors import RosterError
 from ._load import identity_path, load_org, purpose_path
 from ._org import Org
 
-__all__ = ("OrgSource",)
-
 log = logging.getLogger("rosterd.config")
 
 _Stamps = dict[str, tuple[int, int]]

@@ -10,39 +10,9 @@ from typing import Any
 
 import msgspec
 
-from .._errors import (
-    ConfigError,
-    ConflictError,
-    EngineError,
-    InvalidIdError,
-    NotFoundError,
-    ProtocolError,
-    RosterError,
-    SessionError,
-    ShutdownError,
-    StorageError,
-)
+# error_object matches every class of the tree, so it reads them from their module.
+from .. import _errors
 from ..compiler import CompileError
-
-__all__ = (
-    "BUSY",
-    "COMPILE_FAILED",
-    "CONFIG_ERROR",
-    "CONFLICT",
-    "ENGINE_FAILED",
-    "FORBIDDEN",
-    "INTERNAL_ERROR",
-    "INVALID_PARAMS",
-    "INVALID_REQUEST",
-    "METHOD_NOT_FOUND",
-    "NOT_FOUND",
-    "PARSE_ERROR",
-    "SESSION_ERROR",
-    "SHUTTING_DOWN",
-    "STORAGE_FAILED",
-    "ErrorObject",
-    "error_object",
-)
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -67,14 +37,14 @@ class ErrorObject(msgspec.Struct, omit_defaults=True):
     data: Any = None
 
 
-def error_object(exc: RosterError) -> ErrorObject:
+def error_object(exc: _errors.RosterError) -> ErrorObject:
     """The JSON-RPC error for one of our errors; no traceback, no secrets."""
     match exc:
         case CompileError():
             run = exc.record.run if exc.record is not None else None
             data = {"run": run, "block": exc.block, "size": exc.size, "limit": exc.limit}
             return ErrorObject(COMPILE_FAILED, str(exc), data)
-        case EngineError():
+        case _errors.EngineError():
             failed: dict[str, object] = {
                 "provider": exc.provider,
                 "status": exc.status,
@@ -86,21 +56,21 @@ def error_object(exc: RosterError) -> ErrorObject:
             if exc.retry_after is not None:
                 failed["retry_after"] = round(exc.retry_after, 3)
             return ErrorObject(ENGINE_FAILED, str(exc), failed)
-        case NotFoundError():
+        case _errors.NotFoundError():
             return ErrorObject(NOT_FOUND, str(exc), {"kind": exc.kind, "name": exc.name})
-        case InvalidIdError():
+        case _errors.InvalidIdError():
             return ErrorObject(INVALID_PARAMS, str(exc), {"kind": exc.kind, "value": exc.value})
-        case SessionError():
+        case _errors.SessionError():
             return ErrorObject(SESSION_ERROR, str(exc))
-        case ConfigError():
+        case _errors.ConfigError():
             return ErrorObject(CONFIG_ERROR, str(exc), {"path": exc.path, "key": exc.key})
-        case ShutdownError():
+        case _errors.ShutdownError():
             return ErrorObject(SHUTTING_DOWN, str(exc))
-        case StorageError():
+        case _errors.StorageError():
             return ErrorObject(STORAGE_FAILED, str(exc), {"op": exc.op, "errno": exc.errno})
-        case ConflictError():
+        case _errors.ConflictError():
             return ErrorObject(CONFLICT, str(exc))
-        case ProtocolError():
+        case _errors.ProtocolError():
             return ErrorObject(exc.code, str(exc))
     # Every error raised on purpose has a class above; one without is a bug.
     return ErrorObject(INTERNAL_ERROR, f"internal error: {exc}")

@@ -16,20 +16,6 @@ import msgspec
 from ._codes import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, ErrorObject
 from ._params import METHODS, Call
 
-__all__ = (
-    "LINE_LIMIT",
-    "BadRequest",
-    "Reply",
-    "Request",
-    "RequestId",
-    "decode_reply",
-    "decode_request",
-    "encode_error",
-    "encode_notification",
-    "encode_request",
-    "encode_result",
-)
-
 # The longest request line the daemon reads (docs/protocol.md, Limits).
 LINE_LIMIT = 1 << 20
 

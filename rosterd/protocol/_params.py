@@ -10,7 +10,7 @@ client encodes the same Struct, leaving out the options it did not set.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Generic, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, TypeVar, get_args, get_origin
 
 import msgspec
 
@@ -23,30 +23,6 @@ from ._results import (
     SessionOpened,
     StatusResult,
     TurnResult,
-)
-
-__all__ = (
-    "METHODS",
-    "Call",
-    "ChannelPost",
-    "DaemonStatus",
-    "GateFile",
-    "GateList",
-    "GateResolve",
-    "MemoryAdd",
-    "MemoryForget",
-    "MemoryList",
-    "RunDirect",
-    "RunsContext",
-    "RunsList",
-    "RunsShow",
-    "SessionClose",
-    "SessionOpen",
-    "SessionSend",
-    "TaskGet",
-    "TaskList",
-    "TaskSubmit",
-    "TurnCall",
 )
 
 Id = Annotated[str, msgspec.Meta(pattern=r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")]
@@ -71,10 +47,11 @@ METHODS: dict[str, type[Call[Any]]] = {}
 class Call(msgspec.Struct, Generic[R], forbid_unknown_fields=True, frozen=True, omit_defaults=True):
     """The params of one method, which returns an ``R``.
 
-    A subclass names its ``method``, its ``result`` type and the
-    ``notifications`` it sends before the result, and is entered in
-    ``METHODS`` as it is defined; one that names no method (``TurnCall``)
-    is what several methods share.
+    A subclass names its ``method`` and the ``notifications`` it sends
+    before the result, and is entered in ``METHODS`` as it is defined; one
+    that names no method (``TurnCall``) is what several methods share. Its
+    ``result`` is the ``R`` it subclasses ``Call[R]`` with, so the type that
+    checks a caller is the one the client decodes the reply as.
     """
 
     method: ClassVar[str]
@@ -83,6 +60,9 @@ class Call(msgspec.Struct, Generic[R], forbid_unknown_fields=True, frozen=True, 
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        for base in vars(cls).get("__orig_bases__", ()):
+            if get_origin(base) is Call:
+                (cls.result,) = get_args(base)
         if "method" not in vars(cls):
             return
         if cls.method in METHODS:
@@ -92,12 +72,10 @@ class Call(msgspec.Struct, Generic[R], forbid_unknown_fields=True, frozen=True, 
 
 class DaemonStatus(Call[StatusResult], frozen=True):
     method = "daemon.status"
-    result = StatusResult
 
 
 class SessionOpen(Call[SessionOpened], frozen=True):
     method = "session.open"
-    result = SessionOpened
 
     worker: Id
     channel: Id
@@ -108,7 +86,6 @@ class TurnCall(Call[TurnResult], frozen=True, kw_only=True):
     streams ``turn.delta`` and ``turn.wait`` before its result. Keyword-only,
     so that a method's own fields come first."""
 
-    result = TurnResult
     notifications = ("turn.delta", "turn.wait")
 
     text: MessageText
@@ -123,7 +100,6 @@ class SessionSend(TurnCall, frozen=True):
 
 class SessionClose(Call[Closed], frozen=True):
     method = "session.close"
-    result = Closed
 
     session: Id
 
@@ -136,7 +112,6 @@ class RunDirect(TurnCall, frozen=True):
 
 class TaskSubmit(Call[TaskState], frozen=True):
     method = "task.submit"
-    result = TaskState
 
     worker: Id
     channel: Id
@@ -152,7 +127,6 @@ class TaskGet(Call[TaskState], frozen=True):
     """With ``wait``: once the task is done, failed or paused, or ``wait`` s ran out."""
 
     method = "task.get"
-    result = TaskState
 
     task: Id
     wait: WaitSeconds | None = None
@@ -160,12 +134,10 @@ class TaskGet(Call[TaskState], frozen=True):
 
 class TaskList(Call[list[TaskState]], frozen=True):
     method = "task.list"
-    result = list[TaskState]
 
 
 class ChannelPost(Call[ChannelMessage], frozen=True):
     method = "channel.post"
-    result = ChannelMessage
 
     channel: Id
     sender: Sender = msgspec.field(name="from")
@@ -174,7 +146,6 @@ class ChannelPost(Call[ChannelMessage], frozen=True):
 
 class MemoryAdd(Call[MemoryNote], frozen=True):
     method = "memory.add"
-    result = MemoryNote
 
     worker: Id
     text: MemoryText
@@ -185,7 +156,6 @@ class MemoryList(Call[list[MemoryNote]], frozen=True):
     """The live notes; ``all`` adds the retired ones, with their retirement."""
 
     method = "memory.list"
-    result = list[MemoryNote]
 
     worker: Id
     all: bool = False
@@ -195,7 +165,6 @@ class MemoryForget(Call[MemoryNote], frozen=True):
     """An operator retires any note of *worker*."""
 
     method = "memory.forget"
-    result = MemoryNote
 
     worker: Id
     note: Id
@@ -204,7 +173,6 @@ class MemoryForget(Call[MemoryNote], frozen=True):
 
 class GateFile(Call[GateState], frozen=True):
     method = "gate.file"
-    result = GateState
 
     worker: Id
     summary: GateText
@@ -214,7 +182,6 @@ class GateFile(Call[GateState], frozen=True):
 
 class GateResolve(Call[GateState], frozen=True):
     method = "gate.resolve"
-    result = GateState
 
     gate: Id
     outcome: Text
@@ -223,21 +190,18 @@ class GateResolve(Call[GateState], frozen=True):
 
 class GateList(Call[list[GateState]], frozen=True):
     method = "gate.list"
-    result = list[GateState]
 
     worker: Id | None = None
 
 
 class RunsList(Call[list[RunInfo]], frozen=True):
     method = "runs.list"
-    result = list[RunInfo]
 
 
 class RunsShow(Call[RunShown], frozen=True):
     """With ``wait``: once the run is no longer open, or ``wait`` s ran out."""
 
     method = "runs.show"
-    result = RunShown
 
     run: Id
     wait: WaitSeconds | None = None
@@ -247,7 +211,6 @@ class RunsContext(Call[ContextPage], frozen=True):
     """``all`` pages: turns after ``after``, at most ``limit`` of them per reply."""
 
     method = "runs.context"
-    result = ContextPage
 
     run: Id
     all: bool = False

@@ -13,26 +13,6 @@ import msgspec
 
 from ..compiler import Continuation, Gate, ToolCall
 
-__all__ = (
-    "CacheCheck",
-    "CacheDiagnosis",
-    "CacheLifetime",
-    "CacheMissReason",
-    "CallCost",
-    "ChatMessage",
-    "ContextPage",
-    "GateState",
-    "Price",
-    "RunInfo",
-    "RunStatus",
-    "TaskState",
-    "TaskStatus",
-    "TranscriptEntry",
-    "TurnRequest",
-    "Usage",
-    "Verdict",
-)
-
 
 class ChatMessage(msgspec.Struct, frozen=True, omit_defaults=True):
     """A message of the transcript. An assistant message may carry the tool

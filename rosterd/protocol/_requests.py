@@ -10,15 +10,6 @@ from .._errors import ConflictError, NotFoundError
 from ..compiler import SYSTEM_ORDER, ContextRecord
 from ._records import ChatMessage, ContextPage, TranscriptEntry, TurnRequest
 
-__all__ = (
-    "CONTEXT_PAGE_CHARS",
-    "CONTEXT_PAGE_TURNS",
-    "chat_messages",
-    "context_json_items",
-    "context_page",
-    "request_at_turn",
-)
-
 
 def chat_messages(entries: Sequence[TranscriptEntry]) -> list[ChatMessage]:
     """The engine-facing transcript: failures are recorded, never sent."""

@@ -15,22 +15,6 @@ import msgspec
 from ..compiler import ContextRecord, MemoryItem, OverBudget, Retirement
 from ._records import RunInfo, TranscriptEntry, Usage
 
-__all__ = (
-    "BlockSummary",
-    "BreakerState",
-    "Closed",
-    "Delta",
-    "EngineStatus",
-    "MemoryNote",
-    "RunShown",
-    "SessionOpened",
-    "StatusResult",
-    "TurnResult",
-    "Wait",
-    "WaitReason",
-    "describe_over_budget",
-)
-
 
 class BlockSummary(msgspec.Struct, frozen=True):
     block: str

@@ -8,8 +8,6 @@ from pathlib import Path
 
 from .._errors import RosterError
 
-__all__ = ("StateLocation", "default_socket_path", "state_location")
-
 # A state directory, or the URL of a database several hosts share (which
 # schemes have a backend is the stores' to say: ``stores.BACKENDS``).
 StateLocation = Path | str
