@@ -12,14 +12,19 @@ import anyio.to_thread
 
 from .._errors import NotFoundError
 from ..compiler import MemoryIndex, MemoryItem, MemoryView, Retirement
+from ._interface import MemoryStore
 
 __all__ = ("IndexedMemory", "index_notes", "new_note", "retirable")
 
 
-class IndexedMemory(ABC):
+class IndexedMemory(MemoryStore, ABC):
     """A ``MemoryStore`` that answers every read from one ``MemoryIndex`` per
     worker. A backend says how it numbers and keeps a new note, how it keeps a
-    retirement, and how it brings a worker's index up to date."""
+    retirement, and how it brings a worker's index up to date.
+
+    Derived from the Protocol, not only shaped like it: the signatures
+    spelled here are checked against it where they are written, and its
+    docstrings are theirs."""
 
     async def add(
         self,
@@ -34,14 +39,12 @@ class IndexedMemory(ABC):
         return await self._append(worker, lambda n: new_note(n, text, channel, at, run, turn))
 
     async def items(self, worker: str) -> tuple[MemoryItem, ...]:
-        """Every note of *worker*, oldest first, retired ones included."""
         return (await self._index(worker)).items()
 
     async def retirements(self, worker: str) -> Mapping[str, Retirement]:
         return dict((await self._index(worker)).retirements())
 
     async def view(self, worker: str, *, cached: bool = False) -> MemoryView:
-        """A snapshot: later additions do not change a compilation under way."""
         return (await self._index(worker, cached=cached)).snapshot()
 
     @abstractmethod

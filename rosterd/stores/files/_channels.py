@@ -9,6 +9,7 @@ from ..._ids import check_id
 from ...compiler import ChannelMessage
 from .._tail import ChannelTail
 from ._jsonl import JsonlLog
+from ._opened import Opened
 
 __all__ = ("FileChannels",)
 
@@ -24,13 +25,16 @@ class _Channel:
         self.tail = ChannelTail(last, messages)
         self.next_seq = last + 1
 
+    async def aclose(self) -> None:
+        await self.log.aclose()
+
 
 class FileChannels:
     """One append-only log per channel under ``channels/<id>.jsonl``."""
 
     def __init__(self, root: Path) -> None:
         self._root = root
-        self._channels: dict[str, _Channel] = {}
+        self._channels = Opened(self._open)
 
     def __repr__(self) -> str:
         return f"FileChannels({str(self._root)!r}, {len(self._channels)} open)"
@@ -40,7 +44,7 @@ class FileChannels:
     ) -> list[ChannelMessage]:
         """Append (sender, text, at) messages in order, with one fsync; *run*
         names the session whose turn they are."""
-        state = await self._open(channel)
+        state = await self._channels.get(channel)
         # Numbered and placed in the log with no await between, so the file
         # is in seq order; racing posts share a write. A failed write leaves
         # its numbers unused.
@@ -56,11 +60,11 @@ class FileChannels:
         """The newest *limit* messages, oldest first: a history snapshot."""
         if limit <= 0:
             return ()
-        return (await self._open(channel)).tail.newest(limit)
+        return (await self._channels.get(channel)).tail.newest(limit)
 
     async def last_seq(self, channel: str) -> int:
         """The seq of the channel's newest message; 0 when it has none."""
-        return (await self._open(channel)).tail.last
+        return (await self._channels.get(channel)).tail.last
 
     async def since(
         self, channel: str, after: int, *, exclude_run: str, limit: int, cached: bool = False
@@ -72,19 +76,12 @@ class FileChannels:
         daemon holding the directory writes every post: what it holds is
         always current, *cached* or not.
         """
-        return (await self._open(channel)).tail.since(after, exclude_run, limit)
+        return (await self._channels.get(channel)).tail.since(after, exclude_run, limit)
 
     async def _open(self, channel: str) -> _Channel:
-        state = self._channels.get(channel)
-        if state is None:
-            path = self._root / f"{check_id('channel', channel)}.jsonl"
-            log, messages = await JsonlLog.open(path, ChannelMessage)
-            state = self._channels.setdefault(channel, _Channel(log, messages))
-            if state.log is not log:
-                await log.aclose()
-        return state
+        path = self._root / f"{check_id('channel', channel)}.jsonl"
+        log, messages = await JsonlLog.open(path, ChannelMessage)
+        return _Channel(log, messages)
 
     async def aclose(self) -> None:
-        for state in self._channels.values():
-            await state.log.aclose()
-        self._channels.clear()
+        await self._channels.aclose()

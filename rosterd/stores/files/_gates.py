@@ -6,7 +6,7 @@ from pathlib import Path
 
 import msgspec
 
-from ..._errors import ConflictError, NotFoundError
+from ..._errors import ConflictError
 from ...compiler import GateView
 from ...protocol import GateState
 from .._gatebook import GateBook
@@ -29,20 +29,16 @@ class FileGates:
 
     @classmethod
     async def open(cls, path: Path) -> FileGates:
-        return cls(await StateTable.open(path, GateState))
+        return cls(await StateTable.open(path, GateState, "gate", "g"))
 
     async def file(
         self, worker: str, summary: str, at: float, channel: str | None, run: str | None
     ) -> GateState:
-        gate = GateState(
-            id=self._table.new_id("g"),
-            worker=worker,
-            summary=summary,
-            filed_at=at,
-            channel=channel,
-            run=run,
+        gate = await self._table.insert(
+            lambda key: GateState(
+                id=key, worker=worker, summary=summary, filed_at=at, channel=channel, run=run
+            )
         )
-        await self._table.put(gate)
         self._book.apply(gate)
         return gate
 
@@ -58,10 +54,7 @@ class FileGates:
         return resolved
 
     async def get(self, gate_id: str) -> GateState:
-        gate = self._table.get(gate_id)
-        if gate is None:
-            raise NotFoundError("gate", gate_id)
-        return gate
+        return self._table.get(gate_id)
 
     async def all(self, worker: str | None = None) -> list[GateState]:
         return [g for g in self._sorted() if worker is None or g.worker == worker]

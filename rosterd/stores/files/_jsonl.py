@@ -29,7 +29,7 @@ import anyio.to_thread
 import msgspec
 from anyio.abc import AsyncResource
 
-from ..._errors import StorageError
+from ..._errors import NotFoundError, StorageError
 
 __all__ = (
     "JsonlLog",
@@ -432,34 +432,53 @@ class StateTable(Generic[K]):
     """Latest state per id, persisted as an append-only log of whole states.
 
     Each change appends the record's new state; on recovery the last state of
-    each id wins. Small records, rare changes: simpler than events.
+    each id wins. Small records, rare changes: simpler than events. Ids are
+    ``<prefix>-<n>`` (a gate ``g-<n>``, a task ``task-<n>``), numbered by
+    ``insert``; ``get`` of an id the table does not hold raises
+    ``NotFoundError`` naming its *kind*.
     """
 
-    def __init__(self, log: JsonlLog[K], states: dict[str, K]) -> None:
+    def __init__(self, log: JsonlLog[K], states: dict[str, K], kind: str, prefix: str) -> None:
         self._log = log
         self._states = states
+        self._kind = kind
+        self._prefix = prefix
         self._last_number: int | None = None
 
     def __repr__(self) -> str:
         return f"StateTable({str(self._log.path)!r}, {len(self._states)} ids)"
 
     @classmethod
-    async def open(cls, path: Path, record_type: type[K]) -> StateTable[K]:
+    async def open(cls, path: Path, record_type: type[K], kind: str, prefix: str) -> StateTable[K]:
         log, records = await JsonlLog.open(path, record_type)
-        return cls(log, {record.id: record for record in records})
+        return cls(log, {record.id: record for record in records}, kind, prefix)
 
-    def new_id(self, prefix: str) -> str:
+    def _new_id(self) -> str:
         """The next ``<prefix>-<n>``, never handed out before.
 
         Counted, not derived from len(): a put that failed while another
         was in flight must not give its successor's id out a second time.
         """
         if self._last_number is None:
-            self._last_number = max((_number(key, prefix) for key in self._states), default=0)
+            self._last_number = max((_number(key, self._prefix) for key in self._states), default=0)
         self._last_number += 1
-        return f"{prefix}-{self._last_number}"
+        return f"{self._prefix}-{self._last_number}"
 
-    def get(self, key: str) -> K | None:
+    async def insert(self, record: Callable[[str], K]) -> K:
+        """A new record, ``record(id)`` under the next id, put."""
+        inserted = record(self._new_id())
+        await self.put(inserted)
+        return inserted
+
+    def get(self, key: str) -> K:
+        """The record *key* names; ``NotFoundError`` when there is none."""
+        record = self._states.get(key)
+        if record is None:
+            raise NotFoundError(self._kind, key)
+        return record
+
+    def find(self, key: str) -> K | None:
+        """The record *key* names, or ``None``."""
         return self._states.get(key)
 
     def values(self) -> list[K]:

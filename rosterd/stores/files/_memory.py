@@ -11,6 +11,7 @@ from ..._ids import check_id
 from ...compiler import MemoryIndex, MemoryItem, Retirement
 from .._indexing import IndexedMemory, index_notes, retirable
 from ._jsonl import JsonlLog, read_log
+from ._opened import Opened
 
 __all__ = ("FileMemory",)
 
@@ -53,7 +54,7 @@ class FileMemory(IndexedMemory):
 
     def __init__(self, root: Path) -> None:
         self._root = root
-        self._workers: dict[str, _Notes] = {}
+        self._workers = Opened(self._open)
 
     def __repr__(self) -> str:
         return f"FileMemory({str(self._root)!r})"
@@ -61,7 +62,7 @@ class FileMemory(IndexedMemory):
     async def retire(
         self, worker: str, retirement: Retirement, channels: Collection[str | None] | None = None
     ) -> MemoryItem:
-        notes = await self._load(worker)
+        notes = await self._workers.get(worker)
         async with notes.retiring:
             item = retirable(notes.index, retirement, channels)
             await notes.retire(retirement)
@@ -69,30 +70,21 @@ class FileMemory(IndexedMemory):
         return item
 
     async def _append(self, worker: str, note: Callable[[int], MemoryItem]) -> MemoryItem:
-        notes = await self._load(worker)
+        notes = await self._workers.get(worker)
         notes.numbered += 1
         item = note(notes.numbered)
         await notes.notes.append(item, lambda: notes.index.add(item))
         return item
 
     async def _index(self, worker: str, *, cached: bool = False) -> MemoryIndex:
-        return (await self._load(worker)).index
+        return (await self._workers.get(worker)).index
 
-    async def _load(self, worker: str) -> _Notes:
-        notes = self._workers.get(worker)
-        if notes is None:
-            name = f"{check_id('worker', worker)}.jsonl"
-            log, loaded = await JsonlLog.open(self._root / name, MemoryItem)
-            retired = self._root / "retired" / name
-            retirements = await read_log(retired, Retirement)
-            built = _Notes(log, retired, await index_notes(loaded, retirements))
-            if worker in self._workers:  # another task loaded it meanwhile
-                await built.aclose()
-                return self._workers[worker]
-            notes = self._workers[worker] = built
-        return notes
+    async def _open(self, worker: str) -> _Notes:
+        name = f"{check_id('worker', worker)}.jsonl"
+        log, loaded = await JsonlLog.open(self._root / name, MemoryItem)
+        retired = self._root / "retired" / name
+        retirements = await read_log(retired, Retirement)
+        return _Notes(log, retired, await index_notes(loaded, retirements))
 
     async def aclose(self) -> None:
-        for notes in self._workers.values():
-            await notes.aclose()
-        self._workers.clear()
+        await self._workers.aclose()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..._errors import NotFoundError
 from ...protocol import TaskState
 from ._jsonl import StateTable
 from ._leases import Leases
@@ -31,18 +30,14 @@ class FileTasks:
 
     @classmethod
     async def open(cls, path: Path) -> FileTasks:
-        return cls(await StateTable.open(path, TaskState))
+        return cls(await StateTable.open(path, TaskState, "task", "task"))
 
     async def submit(self, worker: str, channel: str, text: str, at: float) -> TaskState:
-        task = TaskState(
-            id=self._table.new_id("task"),
-            worker=worker,
-            channel=channel,
-            text=text,
-            submitted_at=at,
-            updated_at=at,
+        task = await self._table.insert(
+            lambda key: TaskState(
+                id=key, worker=worker, channel=channel, text=text, submitted_at=at, updated_at=at
+            )
         )
-        await self._table.put(task)
         self._pending.add(task.id)
         return task
 
@@ -57,20 +52,17 @@ class FileTasks:
         return task
 
     async def get(self, task_id: str) -> TaskState:
-        task = self._table.get(task_id)
-        if task is None:
-            raise NotFoundError("task", task_id)
-        return task
+        return self._table.get(task_id)
 
     async def by_run(self, run: str) -> TaskState | None:
         task_id = self._by_run.get(run)
-        return None if task_id is None else self._table.get(task_id)
+        return None if task_id is None else self._table.find(task_id)
 
     async def all(self) -> list[TaskState]:
         return sorted(self._table.values(), key=lambda t: (t.submitted_at, t.id))
 
     async def claim(self, holder: str, now: float, until: float) -> TaskState | None:
-        tasks = (self._table.get(task_id) for task_id in self._pending)
+        tasks = (self._table.find(task_id) for task_id in self._pending)
         free = [t for t in tasks if t is not None and self._leases.free(t.id, now)]
         if not free:
             return None
