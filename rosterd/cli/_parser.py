@@ -109,8 +109,27 @@ def _sender(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _run(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", metavar="RUN", help="the run id (see 'runs list')")
+def _actions(commands: _Subparsers, name: str, **options: Any) -> _Subparsers:
+    """A command made of commands, each an ACTION; *options* go to ``add_parser``."""
+    return commands.add_parser(name, **options).add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+
+
+def _command(group: _Subparsers, name: str, **options: Any) -> _Parser:
+    """A leaf command; *options* go to ``add_parser``. Its ``handler``, the
+    name ``_main`` dispatches on, is its words after ``roster`` (and after
+    ``server``, which only gathers the commands that read the state)."""
+    command = group.add_parser(name, **options)
+    command.set_defaults(handler=command.prog.removeprefix("roster ").removeprefix("server "))
+    return command
+
+
+def _run_command(runs: _Subparsers, name: str, state: _Parser, **options: Any) -> _Parser:
+    """A ``runs`` command about one run, given as RUN."""
+    command = _command(runs, name, parents=[state], **options)
+    command.add_argument("run", metavar="RUN", help="the run id (see 'runs list')")
+    return command
 
 
 def _run_filters(parser: argparse.ArgumentParser) -> None:
@@ -144,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _serve_commands(commands: _Subparsers) -> None:
     """``serve``: the daemon itself."""
-    serve = commands.add_parser("serve", help="run the daemon in the foreground")
+    serve = _command(commands, "serve", help="run the daemon in the foreground")
     serve.add_argument("--org", default=os.environ.get("ROSTER_ORG"), help="org dir ($ROSTER_ORG)")
     serve.add_argument(
         "--state",
@@ -160,12 +179,12 @@ def _serve_commands(commands: _Subparsers) -> None:
         default=None,
         help="serve Prometheus metrics at /metrics here (overrides [metrics] listen)",
     )
-    serve.set_defaults(handler="serve")
 
 
 def _talk_commands(commands: _Subparsers, client: _Parser) -> None:
     """``chat`` and ``run``: talking to a worker."""
-    chat = commands.add_parser(
+    chat = _command(
+        commands,
         "chat",
         help="chat with a worker in a channel",
         description="Open (or resume) the warm session of a worker in a channel and chat; "
@@ -178,9 +197,9 @@ def _talk_commands(commands: _Subparsers, client: _Parser) -> None:
     chat.add_argument(
         "--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds for the daemon"
     )
-    chat.set_defaults(handler="chat")
 
-    run = commands.add_parser(
+    run = _command(
+        commands,
         "run",
         parents=[client],
         help="an ad-hoc run of a worker, outside any channel",
@@ -189,20 +208,16 @@ def _talk_commands(commands: _Subparsers, client: _Parser) -> None:
     run.add_argument("--worker", required=True, help="the worker to run")
     _sender(run)
     _text(run, "text", "the message")
-    run.set_defaults(handler="run")
 
 
 def _task_commands(commands: _Subparsers, client: _Parser) -> None:
     """``task``: queued tasks."""
-    task = commands.add_parser("task", help="queue tasks and follow them").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
-    submit = task.add_parser("submit", parents=[client], help="queue a task for a worker")
+    task = _actions(commands, "task", help="queue tasks and follow them")
+    submit = _command(task, "submit", parents=[client], help="queue a task for a worker")
     submit.add_argument("--worker", required=True, help="the worker to run the task")
     submit.add_argument("--channel", required=True, help="the channel the task is for")
     _text(submit, "text", "the task")
-    submit.set_defaults(handler="task submit")
-    get = task.add_parser("get", parents=[client], help="show one task: status, runs, reply")
+    get = _command(task, "get", parents=[client], help="show one task: status, runs, reply")
     get.add_argument("task", metavar="ID", help="the task id")
     get.add_argument(
         "--wait",
@@ -210,77 +225,62 @@ def _task_commands(commands: _Subparsers, client: _Parser) -> None:
         metavar="SECONDS",
         help="answer once the task is done, failed or paused, waiting at most this long",
     )
-    get.set_defaults(handler="task get")
-    task.add_parser("list", parents=[client], help="list every task").set_defaults(
-        handler="task list"
-    )
+    _command(task, "list", parents=[client], help="list every task")
 
 
 def _note_commands(commands: _Subparsers, client: _Parser) -> None:
     """``memory``, ``gate`` and ``channel``: what workers read."""
-    memory = commands.add_parser("memory", help="a worker's advisory notes").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
-    add = memory.add_parser(
-        "add", parents=[client], help="add a note, eligible from the next compilation on"
+    memory = _actions(commands, "memory", help="a worker's advisory notes")
+    add = _command(
+        memory, "add", parents=[client], help="add a note, eligible from the next compilation on"
     )
     add.add_argument("--worker", required=True, help="whose memory")
     add.add_argument("--channel", help="only for this channel (default: every channel)")
     _text(add, "text", "the note")
-    add.set_defaults(handler="memory add")
-    listing = memory.add_parser(
-        "list", parents=[client], help="list a worker's notes: scope, author, text"
+    listing = _command(
+        memory, "list", parents=[client], help="list a worker's notes: scope, author, text"
     )
     listing.add_argument("--worker", required=True, help="whose memory")
     listing.add_argument(
         "--all", action="store_true", help="the retired notes too: who retired them and why"
     )
-    listing.set_defaults(handler="memory list")
-    forget = memory.add_parser(
-        "forget", parents=[client], help="retire a note: it never ranks again"
+    forget = _command(
+        memory, "forget", parents=[client], help="retire a note: it never ranks again"
     )
     forget.add_argument("note", metavar="ID", help="the note id, e.g. m-12")
     forget.add_argument("--worker", required=True, help="whose memory")
     forget.add_argument("--because", required=True, help="why it is retired (recorded)")
-    forget.set_defaults(handler="memory forget")
 
-    gate = commands.add_parser("gate", help="questions a worker waits on").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
-    file = gate.add_parser("file", parents=[client], help="file a gate; it shows in briefings")
+    gate = _actions(commands, "gate", help="questions a worker waits on")
+    file = _command(gate, "file", parents=[client], help="file a gate; it shows in briefings")
     file.add_argument("--worker", required=True, help="the worker waiting")
     file.add_argument("--channel", help="the channel it concerns (default: every channel)")
     file.add_argument("--run", help="the run that waits on it (a task pauses until resolved)")
     _text(file, "summary", "what is being asked")
-    file.set_defaults(handler="gate file")
-    resolve = gate.add_parser("resolve", parents=[client], help="resolve a gate with an outcome")
+    resolve = _command(gate, "resolve", parents=[client], help="resolve a gate with an outcome")
     resolve.add_argument("gate", metavar="ID", help="the gate id")
     resolve.add_argument("--outcome", required=True, help="the decision")
     resolve.add_argument("--note", default="", help="an optional note for the worker")
-    resolve.set_defaults(handler="gate resolve")
-    gates = gate.add_parser("list", parents=[client], help="list gates")
+    gates = _command(gate, "list", parents=[client], help="list gates")
     gates.add_argument("--worker", help="only this worker's gates")
-    gates.set_defaults(handler="gate list")
 
-    channel = commands.add_parser("channel", help="channel logs").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
-    post = channel.add_parser(
-        "post", parents=[client], help="post to a channel's log (history for new sessions)"
+    channel = _actions(commands, "channel", help="channel logs")
+    post = _command(
+        channel, "post", parents=[client], help="post to a channel's log (history for new sessions)"
     )
     post.add_argument("--channel", required=True, help="the channel")
     post.add_argument("--from", dest="sender", required=True, metavar="NAME", help="the sender")
     _text(post, "text", "the message")
-    post.set_defaults(handler="channel post")
 
-    commands.add_parser(
-        "status", parents=[client], help="the daemon's version, load and config state"
-    ).set_defaults(handler="status")
+    _command(
+        commands, "status", parents=[client], help="the daemon's version, load and config state"
+    )
 
 
 def _check_commands(commands: _Subparsers) -> None:
     """``check``: an org before it is deployed."""
-    check = commands.add_parser(
+    check = _command(
+        commands,
         "check",
         help="validate an org and dry-run every compilation (a pre-deploy gate)",
         description="Validate an org directory and dry-run the compiler for every worker x "
@@ -290,7 +290,6 @@ def _check_commands(commands: _Subparsers) -> None:
     )
     check.add_argument("--org", metavar="DIR", help="org directory (default: $ROSTER_ORG)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
-    check.set_defaults(handler="check")
 
 
 def _bridge_commands(commands: _Subparsers, client: _Parser) -> None:
@@ -298,7 +297,8 @@ def _bridge_commands(commands: _Subparsers, client: _Parser) -> None:
     bridge = commands.add_parser(
         "bridge", help="connect a chat network to the daemon"
     ).add_subparsers(dest="network", required=True, metavar="NETWORK")
-    irc = bridge.add_parser(
+    irc = _command(
+        bridge,
         "irc",
         parents=[client],
         help="a worker in IRC channels (rosterd[irc])",
@@ -334,53 +334,46 @@ def _bridge_commands(commands: _Subparsers, client: _Parser) -> None:
     irc.add_argument("--debounce", type=float, default=1.5, metavar="S", help="default: 1.5")
     irc.add_argument("--max-lines", type=int, default=8, metavar="N", help="default: 8")
     irc.add_argument("--line-interval", type=float, default=1.0, metavar="S", help="default: 1")
-    irc.set_defaults(handler="bridge irc")
 
 
 def _server_commands(commands: _Subparsers, state: _Parser) -> _Subparsers:
     """``server runs``: the state, read directly; the areas, for more."""
     server = commands.add_parser("server", help="inspect the daemon's state directory")
     areas = server.add_subparsers(dest="area", required=True, metavar="AREA")
-    runs = areas.add_parser(
+    runs = _actions(
+        areas,
         "runs",
         help="runs and their traces: what did the worker see?",
         description="Read runs from the state directory; works while the daemon is down.",
-    ).add_subparsers(dest="action", required=True, metavar="ACTION")
-    runs.add_parser("list", parents=[state], help="list every run").set_defaults(
-        handler="runs list"
     )
-    show = runs.add_parser(
-        "show",
-        parents=[state],
-        help="blocks, budget arithmetic, cache boundaries and usage of a run",
+    _command(runs, "list", parents=[state], help="list every run")
+    _run_command(
+        runs, "show", state, help="blocks, budget arithmetic, cache boundaries and usage of a run"
     )
-    _run(show)
-    show.set_defaults(handler="runs show")
-    context = runs.add_parser(
+    context = _run_command(
+        runs,
         "context",
-        parents=[state],
+        state,
         help="the exact prompts the engine received",
         description="Print the exact compiled prompts of a run, byte for byte what the "
         "engine received: the latest turn, or every turn with --all.",
         epilog=_CONTEXT_FORMAT,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _run(context)
     context.add_argument("--all", action="store_true", help="every turn, not only the latest")
-    context.set_defaults(handler="runs context")
-    export = runs.add_parser(
+    _run_command(
+        runs,
         "export",
-        parents=[state],
+        state,
         help="a run's trace as context.jsonl, byte for byte, from either backend",
     )
-    _run(export)
-    export.set_defaults(handler="runs export")
     return areas
 
 
 def _aggregate_commands(areas: _Subparsers, state: _Parser) -> None:
     """``server inspect`` and ``server stats``."""
-    inspect = areas.add_parser(
+    inspect = _command(
+        areas,
         "inspect",
         parents=[state],
         help="a read-only web page of the runs: what did the worker see? (rosterd[inspect])",
@@ -395,14 +388,15 @@ def _aggregate_commands(areas: _Subparsers, state: _Parser) -> None:
         metavar="PATH",
         help="a file holding the token every request must carry (needed off loopback)",
     )
-    inspect.set_defaults(handler="inspect")
 
-    stats = areas.add_parser(
+    stats = _actions(
+        areas,
         "stats",
         help="aggregates over every run",
         description="Aggregates over the state directory.",
-    ).add_subparsers(dest="action", required=True, metavar="ACTION")
-    cache = stats.add_parser(
+    )
+    cache = _command(
+        stats,
         "cache",
         parents=[state],
         help="cache-read share and cache misses by cause",
@@ -410,8 +404,8 @@ def _aggregate_commands(areas: _Subparsers, state: _Parser) -> None:
         "from the usage each provider reported.",
     )
     _run_filters(cache)
-    cache.set_defaults(handler="stats cache")
-    cost = stats.add_parser(
+    cost = _command(
+        stats,
         "cost",
         parents=[state],
         help="what the engine calls cost, in USD",
@@ -424,4 +418,3 @@ def _aggregate_commands(areas: _Subparsers, state: _Parser) -> None:
     cost.add_argument(
         "--by", choices=["day", "worker", "channel", "model"], help="one row per day, worker, …"
     )
-    cost.set_defaults(handler="stats cost")

@@ -135,6 +135,10 @@ class _Held:
             and removals >= self.removals
         )
 
+    def noted(self, log: Sequence[tuple[str, str]], kind: str) -> list[str]:
+        """The ids of *kind* the ledger noted since this state last looked."""
+        return [item_id for noted, item_id in log[self.logged :] if noted == kind]
+
     def put(
         self, order: tuple[float, str, int], item_id: str, before: Shown | None, chars: int
     ) -> None:
@@ -202,10 +206,9 @@ class HeldMemo:
             for ordinal, _, _ in view.with_ids(table, channel):
                 look(ordinal)
         else:
-            for kind, item_id in shown.log[state.logged :]:
-                if kind == "memory":
-                    for ordinal in view.ordinals_with_id(item_id):
-                        look(ordinal)
+            for item_id in state.noted(shown.log, "memory"):
+                for ordinal in view.ordinals_with_id(item_id):
+                    look(ordinal)
             for ordinal in range(state.added, len(view)):
                 if view.item(ordinal).id in table:
                     look(ordinal)
@@ -233,10 +236,9 @@ class HeldMemo:
                 for entry in view.entries_with_id(gate_id):
                     look(entry)
         else:
-            for kind, gate_id in shown.log[state.logged :]:
-                if kind == "gate":
-                    for entry in view.entries_with_id(gate_id):
-                        look(entry)
+            for gate_id in state.noted(shown.log, "gate"):
+                for entry in view.entries_with_id(gate_id):
+                    look(entry)
             for entry in view.added_since(state.added):
                 if entry[1] in table:
                     look(entry)
