@@ -33,8 +33,6 @@ from ..protocol import SESSION_ERROR, Delta
 from ._irc import IrcLink, IrcMessage
 from ._lines import addressed, clean, reply_lines
 
-__all__ = ("BridgeConfig", "IrcBridge")
-
 log = logging.getLogger("rosterd.bridge")
 
 ReplyMode = Literal["mention", "all"]

@@ -30,8 +30,6 @@ import msgspec
 from anyio.abc import TaskGroup
 from jaraco.stream.buffer import LenientDecodingLineBuffer
 
-__all__ = ("IrcLink", "IrcMessage")
-
 log = logging.getLogger("rosterd.bridge")
 
 # Lines waiting to be said while the server is away: the oldest go first.

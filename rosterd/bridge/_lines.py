@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import re
 
-__all__ = ("IRC_LINE_BYTES", "addressed", "clean", "reply_lines")
-
 # RFC 1459/2812: a message is at most 512 bytes, CR LF included.
 IRC_LINE_BYTES = 512
 # mIRC formatting: bold, colour (with its digits), hex colour, reset,

@@ -29,9 +29,6 @@ from ._chat import stream_deltas
 from ._output import emit_json, listing, read_text, short, when
 from ._views import summary_line
 
-__all__ = ("COMMANDS",)
-
-
 _T = TypeVar("_T")
 _Args = argparse.Namespace
 

@@ -19,8 +19,6 @@ from ..client import RosterClient, RpcError
 from ..protocol import COMPILE_FAILED, Delta, Wait
 from ._views import summary_line
 
-__all__ = ("chat", "connect_waiting", "describe_rpc_error", "stream_deltas")
-
 
 async def connect_waiting(path: Path, wait_s: float) -> RosterClient:
     """Connect, retrying for up to *wait_s* seconds while the daemon starts."""

@@ -22,8 +22,6 @@ from ..org import Org, load_org
 from ..pricing import price_for
 from ._output import emit_json, table
 
-__all__ = ("CheckReport", "check", "check_org")
-
 
 class CheckedBlock(msgspec.Struct, frozen=True):
     block: str

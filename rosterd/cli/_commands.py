@@ -25,8 +25,6 @@ from ._calls import COMMANDS
 from ._chat import chat, describe_rpc_error
 from ._output import UsageError
 
-__all__ = ("run",)
-
 
 def _env_path(name: str) -> Path | None:
     value = os.environ.get(name)

@@ -6,8 +6,6 @@ from collections.abc import Sequence
 
 from ._parser import build_parser
 
-__all__ = ("main",)
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()

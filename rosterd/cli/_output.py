@@ -13,16 +13,6 @@ import msgspec
 
 from ..compiler import iso_time
 
-__all__ = (
-    "UsageError",
-    "emit_json",
-    "listing",
-    "read_text",
-    "short",
-    "table",
-    "when",
-)
-
 _ELLIPSIS = "..."
 
 

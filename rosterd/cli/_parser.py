@@ -13,8 +13,6 @@ from typing import Any, NoReturn, TypeAlias
 
 from .. import __version__
 
-__all__ = ("build_parser",)
-
 _CONTEXT_FORMAT = """\
 output format (without --json): for each turn, the system text and then every
 message, each as a header line, exactly the stated number of UTF-8 bytes of

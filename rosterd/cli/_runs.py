@@ -41,15 +41,6 @@ from ..stores import read_state_runs
 from ._output import emit_json, listing, when
 from ._show import UsageSummary, render_show, summarise_usage
 
-__all__ = (
-    "RunReport",
-    "render_context",
-    "runs_context",
-    "runs_export",
-    "runs_list",
-    "runs_show",
-)
-
 
 class RunReport(msgspec.Struct, frozen=True):
     info: RunInfo

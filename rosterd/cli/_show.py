@@ -27,15 +27,6 @@ from ..compiler import (
 from ..protocol import CacheCheck, Price, RunInfo, TranscriptEntry, Usage
 from ._output import short, table, when
 
-__all__ = (
-    "TurnUsage",
-    "UsageSummary",
-    "describe_price",
-    "render_show",
-    "summarise_usage",
-    "usd",
-)
-
 _HASH = 12
 _BOUNDARY_LABEL = {
     "connections": "after connections",

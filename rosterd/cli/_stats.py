@@ -18,8 +18,6 @@ from ..protocol import CallCost, RunInfo, StateLocation, TranscriptEntry, Usage
 from ..stores import read_state_runs
 from ._output import emit_json, table
 
-__all__ = ("CacheStats", "CostRow", "stats_cache", "stats_cost")
-
 
 class CacheStats(msgspec.Struct, frozen=True):
     runs: int

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from ..protocol import TurnResult
 
-__all__ = ("summary_line",)
-
 
 def summary_line(turn: TurnResult) -> str:
     """``[run turn N: identity 812 · ... · 3371/48000 chars · tokens 900 in (0 cached), 40 out]``.

@@ -26,8 +26,6 @@ from .._errors import ProtocolError, RosterError, RpcError
 from ..compiler import ChannelMessage
 from ..protocol import PARSE_ERROR, Call, Delta, Reply, Wait, decode_reply, encode_request
 
-__all__ = ("OnDelta", "OnNotification", "OnWait", "RosterClient")
-
 _T = TypeVar("_T")
 
 # Replies (a run's whole trace, say) may be longer than a request may be.

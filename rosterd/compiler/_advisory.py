@@ -43,18 +43,6 @@ from ._memory import Ranked, memory_view
 from ._shown import Held, held_memory, held_open_gates, unshown_gates
 from ._trace import BlockTrace, NoteReason, PassedOver, PassOverReason
 
-__all__ = (
-    "ADVISORY",
-    "ADVISORY_ORDER",
-    "ROOM_ORDER",
-    "SHRINK_RULE",
-    "AdvisoryBlock",
-    "AdvisorySpec",
-    "BlockName",
-    "KeptWhole",
-    "advisory_trace",
-)
-
 _T = TypeVar("_T")
 
 AdvisoryBlock = Literal["memory", "briefing", "history", "backlog"]

@@ -20,8 +20,6 @@ from ._system import compile_system
 from ._trace import BlockTrace, CompileError
 from ._turn import compile_run, compile_turn
 
-__all__ = ("DryRun", "OverBudget", "dry_run", "over_budget")
-
 _PLACEHOLDER = "roster check: a short placeholder message."
 
 

@@ -43,34 +43,6 @@ from ._trace import (
     sha256_text,
 )
 
-__all__ = (
-    "BLOCK_TYPES",
-    "BOUNDARY_AFTER",
-    "CHANGE_CAUSE",
-    "REQUEST_BLOCKS",
-    "SYSTEM_ORDER",
-    "Fitted",
-    "RequestBlock",
-    "SystemBlock",
-    "absent_block",
-    "connections_block",
-    "continuation_line",
-    "gate_line",
-    "gates_omitted_chars",
-    "gates_omitted_line",
-    "history_envelopes",
-    "identity_block",
-    "input_block",
-    "iso_time",
-    "memory_line",
-    "message_envelopes",
-    "messages_omitted_line",
-    "policy_block",
-    "purpose_block",
-    "request_block",
-    "scope_block",
-)
-
 _canonical = msgspec.json.Encoder(order="deterministic")
 _text = attrgetter("text")
 _sender = attrgetter("sender")

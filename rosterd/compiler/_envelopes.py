@@ -14,23 +14,6 @@ from typing import Literal
 
 import msgspec
 
-__all__ = (
-    "BriefingContinuation",
-    "BriefingGate",
-    "BriefingOmitted",
-    "Envelope",
-    "HistoryEnvelope",
-    "MemoryEnvelope",
-    "MessageEnvelope",
-    "MessagesOmitted",
-    "TaskEnvelope",
-    "ToolEnvelope",
-    "encodable",
-    "message_texts",
-    "render_line",
-    "render_lines",
-)
-
 
 class MemoryEnvelope(msgspec.Struct, frozen=True, tag_field="block", tag="memory"):
     id: str

@@ -19,8 +19,6 @@ from typing import TypeVar
 from ._items import Gate
 from ._scoped import ById, scoped_totals
 
-__all__ = ("GateIndex", "GateView", "gate_view")
-
 # Briefing order; the ordinal keeps equal (filed, id) pairs in arrival order.
 _Entry = tuple[float, str, int, Gate]
 _V = TypeVar("_V")

@@ -12,8 +12,6 @@ from ._items import ChannelMessage, Continuation, Gate, MemoryItem
 from ._memory import MemoryView
 from ._shown import ShownItems
 
-__all__ = ("TurnInput",)
-
 
 class TurnInput(msgspec.Struct, frozen=True):
     """The fresh input of one run or turn.

@@ -11,18 +11,6 @@ from typing import Literal
 
 import msgspec
 
-__all__ = (
-    "ChannelMessage",
-    "Continuation",
-    "Gate",
-    "MemoryItem",
-    "NoteAuthor",
-    "Retirement",
-    "RunMeta",
-    "Shown",
-)
-
-
 # Who wrote a note or retired one: an operator (``memory.add``,
 # ``memory.forget``) or the worker itself, through its memory tools.
 NoteAuthor = Literal["operator", "worker"]

@@ -53,19 +53,6 @@ from ._terms import held_terms, term_forms, terms
 if TYPE_CHECKING:
     from ._scoring import Columns, Floats, Ints, NoteTable, Scored
 
-__all__ = (
-    "CONTEXT_MESSAGES",
-    "CONTEXT_WEIGHT",
-    "SHORT_MESSAGE",
-    "TOGETHER_S",
-    "MemoryIndex",
-    "MemoryRanking",
-    "MemoryView",
-    "Ranked",
-    "memory_view",
-    "rank_memory",
-)
-
 # A message of fewer terms than this is short: it borrows the terms of the
 # session's latest CONTEXT_MESSAGES messages, each weighing CONTEXT_WEIGHT
 # against its own terms' 1.

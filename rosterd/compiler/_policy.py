@@ -5,8 +5,6 @@ from __future__ import annotations
 import hashlib
 from importlib import resources
 
-__all__ = ("POLICY_SHA256", "POLICY_TEXT", "POLICY_VERSION")
-
 POLICY_VERSION = "1"
 # Read once at import: the compiler itself never touches a file.
 POLICY_TEXT = (

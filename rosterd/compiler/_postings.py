@@ -12,8 +12,6 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 
-__all__ = ("TF_BITS", "TF_MAX", "entry", "prefix")
-
 TF_BITS = 4
 TF_MAX = (1 << TF_BITS) - 1
 

@@ -8,8 +8,6 @@ from collections.abc import Callable, Mapping
 from operator import itemgetter
 from typing import Any, Generic, TypeVar
 
-__all__ = ("ById", "scoped_totals")
-
 _P = TypeVar("_P")
 _V = TypeVar("_V")
 

@@ -36,22 +36,6 @@ import numpy.typing as npt
 
 from ._postings import TF_BITS, TF_MAX, prefix
 
-__all__ = (
-    "COMMON_SHARE",
-    "FEEDBACK_NOTES",
-    "FEEDBACK_NOTE_TERMS",
-    "FEEDBACK_TERMS",
-    "FEEDBACK_WEIGHT",
-    "NEIGHBOURS",
-    "Columns",
-    "FeedbackSource",
-    "NoteTable",
-    "Scored",
-    "in_scope",
-    "lenders",
-    "score",
-)
-
 # BM25's term-frequency saturation and length normalisation.
 K1 = 1.2
 B = 0.75

@@ -24,19 +24,6 @@ from ._items import Gate, MemoryItem, Shown
 from ._memory import MemoryView
 from ._trace import AlreadyShown, sha256_text
 
-__all__ = (
-    "Held",
-    "HeldMemo",
-    "ShownItems",
-    "ShownKind",
-    "held_memory",
-    "held_note",
-    "held_open_gates",
-    "line_sha256",
-    "shown_in",
-    "unshown_gates",
-)
-
 ShownKind = Literal["memory", "gate"]
 
 # Envelopes render their tag first, so a line's block is known from its start.

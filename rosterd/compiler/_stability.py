@@ -14,8 +14,6 @@ from ._blocks import CHANGE_CAUSE, SYSTEM_ORDER
 from ._system import SystemPrompt
 from ._trace import Boundary, BoundaryCheck
 
-__all__ = ("PrefixState", "check_prefix", "prefix_state")
-
 
 class PrefixState(msgspec.Struct, frozen=True):
     """What a compilation leaves behind for the next one to compare with."""

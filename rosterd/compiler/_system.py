@@ -33,8 +33,6 @@ from ._trace import (
     context_record,
 )
 
-__all__ = ("SystemPrompt", "compile_failure", "compile_system", "route_key")
-
 
 class SystemPrompt(msgspec.Struct, frozen=True):
     """A compiled, immutable system part; a session freezes one at start.

@@ -21,8 +21,6 @@ import unicodedata
 from collections.abc import Callable, Iterator
 from functools import cache, lru_cache
 
-__all__ = ("STOPWORDS", "held_terms", "term_forms", "terms")
-
 _RUN = re.compile(r"[^\W_]+")
 # Scripts written without spaces between words: CJK ideographs, kana, Thai,
 # Lao, Khmer, Myanmar. Hangul is written with spaces and stays a word.

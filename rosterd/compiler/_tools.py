@@ -27,26 +27,6 @@ from ._envelopes import ToolEnvelope, render_line
 from ._items import RunMeta
 from ._trace import BlockTrace, ContextRecord, NoteTrace, context_record, sha256_text
 
-__all__ = (
-    "NOTE_CHARS",
-    "ForgetRequest",
-    "GateRequest",
-    "NoteScope",
-    "Refusal",
-    "RememberRequest",
-    "ToolCall",
-    "ToolRequest",
-    "ToolResult",
-    "ToolSpec",
-    "ToolStatus",
-    "check_call",
-    "compile_step",
-    "compile_tools",
-    "render_result",
-    "tool_block",
-    "tools_block",
-)
-
 ToolStatus = Literal["ok", "refused", "error", "timeout"]
 NoteScope = Literal["channel", "worker"]
 _PATH_CHARS = 2048

@@ -32,8 +32,6 @@ from ._trace import (
     sha256_text_and_head,
 )
 
-__all__ = ("Compilation", "compile_run", "compile_turn")
-
 # The stored budget names the advisory blocks it always has; every block's
 # size is also its own trace's ``rendered_chars``, which readers show.
 _BUDGET_FIELDS = frozenset(BudgetTrace.__struct_fields__)

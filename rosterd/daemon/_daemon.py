@@ -37,8 +37,6 @@ from ._server import RpcServer
 from ._systemd import Notifier, listen_fds, watchdog_interval
 from ._watch import OrgWatcher
 
-__all__ = ("run_daemon",)
-
 log = logging.getLogger("rosterd.daemon")
 
 

@@ -54,8 +54,6 @@ from ..protocol import (
 from ..runtime import Host, SessionManager, TaskRunner, TurnOutcome, direct_run, settled
 from ._watch import OrgWatcher
 
-__all__ = ("HANDLED", "Methods", "Notify")
-
 Notify = Callable[[str, object], Awaitable[None]]
 _C = TypeVar("_C", bound=Call[Any])
 _Handler = Callable[["Methods", _C, Notify], Awaitable[object]]

@@ -38,8 +38,6 @@ from ..protocol import (
 )
 from ._methods import Methods
 
-__all__ = ("RpcServer", "peer_credentials")
-
 log = logging.getLogger("rosterd.server")
 
 # accept() errors that mean "no descriptor or buffer free right now".

@@ -19,8 +19,6 @@ from anyio.abc import AsyncResource, ConnectedUNIXDatagramSocket
 
 from .._errors import ConfigError
 
-__all__ = ("SD_LISTEN_FDS_START", "Notifier", "listen_fds", "watchdog_interval")
-
 log = logging.getLogger("rosterd.daemon")
 
 SD_LISTEN_FDS_START = 3

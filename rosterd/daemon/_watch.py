@@ -23,8 +23,6 @@ from ..compiler import OverBudget, over_budget
 from ..org import OrgSource
 from ..protocol import describe_over_budget
 
-__all__ = ("OrgWatcher",)
-
 log = logging.getLogger("rosterd.config")
 
 

@@ -35,9 +35,6 @@ from ..org import EngineConfig
 from ..protocol import BreakerState, EngineStatus, WaitReason
 from ._base import WaitSink
 
-__all__ = ("Admission", "retry_after_s")
-
-
 # "1s", "6m0s", "20ms", "1h2m3.5s": OpenAI's x-ratelimit-reset-* durations.
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}

@@ -22,23 +22,20 @@ from collections.abc import Sequence
 from typing import Literal, cast, get_args
 
 import msgspec
+from httpx_sse import ServerSentEvent
 
 from .._errors import EngineError
 from ..compiler import SystemPrompt, ToolCall, ToolSpec
-from ..protocol import CacheDiagnosis, CacheMissReason
+from ..protocol import CacheDiagnosis, CacheMissReason, ChatMessage, Usage
 from ._base import (
     MAX_BREAKPOINTS,
-    ChatMessage,
     DeltaSink,
     EngineReply,
     EngineRequest,
-    Usage,
     WaitSink,
     system_segments,
 )
-from ._http import HttpEngine, ProviderHttp, ServerSentEvent
-
-__all__ = ("ANTHROPIC_VERSION", "CACHE_DIAGNOSIS_BETA", "DEFAULT_ANTHROPIC_URL", "AnthropicEngine")
+from ._http import HttpEngine, ProviderHttp
 
 DEFAULT_ANTHROPIC_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"

@@ -14,17 +14,6 @@ import msgspec
 from ..compiler import SystemPrompt, ToolCall
 from ..protocol import CacheDiagnosis, CacheLifetime, ChatMessage, Usage, WaitReason
 
-__all__ = (
-    "MAX_BREAKPOINTS",
-    "ChatMessage",
-    "DeltaSink",
-    "Engine",
-    "EngineReply",
-    "EngineRequest",
-    "Usage",
-    "system_segments",
-)
-
 # Cache breakpoints a request may carry: Anthropic's cache_control marks and
 # OpenAI's explicit prompt_cache_breakpoint marks alike.
 MAX_BREAKPOINTS = 4

@@ -10,9 +10,8 @@ from collections import Counter
 
 import msgspec
 
-from ._base import DeltaSink, EngineReply, EngineRequest, Usage, WaitSink
-
-__all__ = ("EchoEngine",)
+from ..protocol import Usage
+from ._base import DeltaSink, EngineReply, EngineRequest, WaitSink
 
 _QUOTE_CHARS = 200
 

@@ -22,8 +22,6 @@ from ._base import Engine
 from ._echo import EchoEngine
 from ._openai import OpenAIEngine
 
-__all__ = ("ENGINES", "EngineKindSpec", "open_engine")
-
 OnResponse = Callable[[int, Mapping[str, str]], None]
 
 

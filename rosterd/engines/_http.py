@@ -27,8 +27,6 @@ from ..org import EngineConfig
 from ._admission import retry_after_s
 from ._base import DeltaSink, EngineReply, EngineRequest, WaitSink
 
-__all__ = ("Backoff", "HttpEngine", "ProviderHttp", "ServerSentEvent", "StreamParser")
-
 logger = logging.getLogger("rosterd.engines")
 
 # Statuses a provider uses for "try again later": rate limits, overload

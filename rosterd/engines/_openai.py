@@ -24,20 +24,18 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 import msgspec
+from httpx_sse import ServerSentEvent
 
 from ..compiler import ToolCall, ToolSpec
+from ..protocol import ChatMessage, Usage
 from ._base import (
     MAX_BREAKPOINTS,
-    ChatMessage,
     DeltaSink,
     EngineReply,
     EngineRequest,
-    Usage,
     system_segments,
 )
-from ._http import HttpEngine, ProviderHttp, ServerSentEvent
-
-__all__ = ("DEFAULT_OPENAI_URL", "OpenAIEngine")
+from ._http import HttpEngine, ProviderHttp
 
 DEFAULT_OPENAI_URL = "https://api.openai.com/v1"
 

@@ -44,8 +44,6 @@ from ._views import (
     search,
 )
 
-__all__ = ("COOKIE", "Stores", "create_app")
-
 COOKIE = "roster_inspect"
 _CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "

@@ -15,8 +15,6 @@ from .._errors import RosterError
 from ..org import is_loopback, listen_address
 from ._app import Stores, create_app
 
-__all__ = ("serve_inspector",)
-
 log = logging.getLogger("rosterd.inspect")
 
 

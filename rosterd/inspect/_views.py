@@ -27,23 +27,6 @@ from ..protocol import (
 )
 from ..stores import RunReader
 
-__all__ = (
-    "RUNS_PER_PAGE",
-    "TURNS_PER_PAGE",
-    "Filters",
-    "Hit",
-    "RunRow",
-    "RunView",
-    "TurnRow",
-    "TurnView",
-    "load_requests",
-    "load_run",
-    "load_runs",
-    "load_turn",
-    "load_turns_after",
-    "search",
-)
-
 RUNS_PER_PAGE = 50
 TURNS_PER_PAGE = 200
 # Search stops after this many hits; each names its run and turn.

@@ -24,8 +24,6 @@ from urllib.parse import urlsplit
 from ..org import EngineConfig, PriceConfig
 from ..protocol import CallCost, Price, Usage
 
-__all__ = ("Pricing", "bill", "price_for")
-
 log = logging.getLogger("rosterd.pricing")
 
 _RATES = ("input", "cached_input", "cache_write_5m", "cache_write_1h", "cache_write", "output")

@@ -23,8 +23,6 @@ import msgspec
 from ..compiler import BoundaryCheck
 from ..protocol import CacheCheck, CacheDiagnosis, CacheMissReason, Usage, Verdict
 
-__all__ = ("CacheCheck", "Verdict", "judge_cache", "with_diagnosis")
-
 # Per reason the provider gives: the verdicts that contradict it.
 _CONTRADICTS: dict[CacheMissReason, frozenset[Verdict]] = {
     "system_changed": frozenset({"hit", "provider-miss"}),

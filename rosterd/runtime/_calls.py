@@ -39,8 +39,6 @@ from ..protocol import RunInfo
 from ..stores import State
 from ._gateway import Gateway
 
-__all__ = ("CALLS_PER_STEP", "TurnTools")
-
 log = logging.getLogger("rosterd.tools")
 
 # A reply may hold any number of calls; each may wait for the gateway.

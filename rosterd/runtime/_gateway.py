@@ -25,8 +25,6 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from ..compiler import ToolRequest, ToolStatus
 from ..org import GatewayConfig
 
-__all__ = ("NO_GATEWAY", "Gateway")
-
 log = logging.getLogger("rosterd.gateway")
 
 NO_GATEWAY = "no gateway: enforcement is external"

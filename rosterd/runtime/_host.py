@@ -35,6 +35,7 @@ from ..compiler import (
     Compilation,
     CompileError,
     ContextRecord,
+    PrefixState,
     RunMeta,
     SystemPrompt,
     TurnInput,
@@ -54,15 +55,21 @@ from ..engines import (
 from ..observe import NO_TELEMETRY, OutcomeLabel, Telemetry, TurnWatch
 from ..org import EngineConfig, NamedEngine, Org, OrgSource, Surface, WorkerConfig
 from ..pricing import Pricing
-from ..protocol import ChatMessage, EngineStatus, RunInfo, RunStatus, TranscriptEntry, Usage
+from ..protocol import (
+    CacheCheck,
+    ChatMessage,
+    EngineStatus,
+    RunInfo,
+    RunStatus,
+    TranscriptEntry,
+    Usage,
+)
 from ..stores import ActiveRun, State
-from ._cache import CacheCheck, judge_cache, with_diagnosis
+from ._cache import judge_cache, with_diagnosis
 from ._calls import TurnTools
 from ._gateway import Gateway
 from ._leases import LeaseKeeper
 from ._lifetime import CachePlan
-
-__all__ = ("Host", "TurnOutcome")
 
 log = logging.getLogger("rosterd.sessions")
 
@@ -286,6 +293,34 @@ class Host(AsyncResource):
         finally:
             watch.finish(outcome)
 
+    async def _commit_turn(
+        self,
+        run: ActiveRun,
+        record: ContextRecord,
+        user: TranscriptEntry,
+        own: PrefixState,
+        transcript: list[ChatMessage],
+        *,
+        cached: bool,
+    ) -> None:
+        """Make a turn's trace *record* and *user* turn durable, before the
+        engine sees a byte, and the pair's prefix state *own* beside them.
+        Once the user turn is durable the request holds it, even if the
+        prefix state's write fails."""
+
+        async def commit() -> None:
+            await run.append(record, (user,))
+            transcript.append(ChatMessage(role="user", content=user.content))
+
+        worker, channel = run.info.worker, run.info.channel
+        if cached:
+            # A warm turn's first write may find it stale (``StaleError``,
+            # nothing written), and its prefix is its own: written once.
+            await commit()
+            await self.prefixes.put(worker, channel, own)
+        else:
+            await together(commit, partial(self.prefixes.put, worker, channel, own))
+
     async def _turn(
         self,
         watch: TurnWatch,
@@ -317,21 +352,8 @@ class Host(AsyncResource):
             seen=seen,
         )
 
-        async def commit() -> None:
-            """The trace and the user turn, durable before the engine sees
-            a byte; once they are, the request holds the user turn, even
-            if the prefix state's write fails."""
-            await run.append(record, (user,))
-            transcript.append(ChatMessage(role="user", content=compilation.input_text))
-
         with watch.phase("commit"):
-            if cached:
-                # A warm turn's first write may find it stale (``StaleError``,
-                # nothing written), and its prefix is its own: written once.
-                await commit()
-                await self.prefixes.put(worker, channel, own)
-            else:
-                await together(commit, partial(self.prefixes.put, worker, channel, own))
+            await self._commit_turn(run, record, user, own, transcript, cached=cached)
         tools = TurnTools(
             run.info,
             record.turn,

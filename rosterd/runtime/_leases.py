@@ -23,8 +23,6 @@ from .._errors import ConflictError, StorageError
 from ..stores import ActiveRun, State
 from ._waits import Signal
 
-__all__ = ("LeaseKeeper",)
-
 log = logging.getLogger("rosterd.sessions")
 
 # How often a turn waiting for another host's turn of its session looks again.

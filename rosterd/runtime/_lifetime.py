@@ -34,8 +34,6 @@ import msgspec
 from ..org import EXPLICIT_CACHE_MODELS, RETENTION_MODELS, EngineConfig
 from ..protocol import CacheLifetime
 
-__all__ = ("RECENT_GAPS", "CachePlan", "plan_cache", "takes_explicit_cache")
-
 # The gaps a choice weighs: the recent ones, as a channel's pace changes.
 RECENT_GAPS = 10
 # Per choice: how long an entry lives after its last use (seconds), and the

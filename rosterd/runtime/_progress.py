@@ -18,8 +18,6 @@ from ..engines import EngineReply
 from ..protocol import CacheLifetime, ChatMessage, TranscriptEntry
 from ._lifetime import RECENT_GAPS
 
-__all__ = ("Progress",)
-
 # Send times kept: enough for the gaps a cache lifetime is chosen from.
 _TURN_TIMES = RECENT_GAPS + 1
 

@@ -67,8 +67,6 @@ from ._lifetime import RECENT_GAPS, plan_cache
 from ._progress import Progress
 from ._shown import ShownLedger
 
-__all__ = ("Session", "SessionManager")
-
 log = logging.getLogger("rosterd.sessions")
 
 # A chain of rollovers longer than this is followed no further (a loop in

@@ -19,8 +19,6 @@ from types import MappingProxyType
 from ..compiler import HeldMemo, MemoryItem, Shown, ShownItems, ShownKind, held_note, shown_in
 from ..protocol import ChatMessage, TranscriptEntry
 
-__all__ = ("ShownLedger",)
-
 
 class ShownLedger:
     """Per memory item and gate id: the line last sent and the turn that sent it."""

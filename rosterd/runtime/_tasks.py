@@ -25,8 +25,6 @@ from ..stores import ActiveRun, cut_off
 from ._host import Host, TurnOutcome, failure_text
 from ._waits import Signal, settled
 
-__all__ = ("TaskRunner", "direct_run")
-
 log = logging.getLogger("rosterd.tasks")
 
 # Where a task stays until someone acts: ``task.get`` with ``wait`` answers then.

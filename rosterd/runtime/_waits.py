@@ -8,8 +8,6 @@ from typing import TypeVar
 
 import anyio
 
-__all__ = ("Signal", "settled")
-
 _T = TypeVar("_T")
 
 

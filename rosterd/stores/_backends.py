@@ -25,8 +25,6 @@ from ..protocol import StateLocation
 from ._interface import RunReader, State
 from .files import FileRuns, FileState
 
-__all__ = ("BACKENDS", "Backend", "backend", "open_state", "read_state_runs")
-
 # A request waits this long for a database connection: an outage fails
 # turns in seconds, and the daemon serves on once it is over.
 _DATABASE_TIMEOUT_S = 10.0

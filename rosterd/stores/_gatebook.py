@@ -7,8 +7,6 @@ from bisect import insort
 from ..compiler import GateIndex, GateView
 from ..protocol import GateState
 
-__all__ = ("GateBook",)
-
 
 def _resolved_at(gate: GateState) -> float:
     return gate.resolved_at or 0.0

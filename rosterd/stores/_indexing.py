@@ -14,8 +14,6 @@ from .._errors import NotFoundError
 from ..compiler import MemoryIndex, MemoryItem, MemoryView, Retirement
 from ._interface import MemoryStore
 
-__all__ = ("IndexedMemory", "index_notes", "new_note", "retirable")
-
 
 class IndexedMemory(MemoryStore, ABC):
     """A ``MemoryStore`` that answers every read from one ``MemoryIndex`` per

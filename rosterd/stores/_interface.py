@@ -33,18 +33,6 @@ from ..compiler import (
 from ..protocol import GateState, RunInfo, RunStatus, TaskState, TranscriptEntry
 from ._records import Posts, SessionState
 
-__all__ = (
-    "ActiveRun",
-    "ChannelStore",
-    "GateStore",
-    "MemoryStore",
-    "PrefixStore",
-    "RunReader",
-    "RunStore",
-    "State",
-    "TaskStore",
-)
-
 
 class ChannelStore(Protocol):
     """Each channel's messages in seq order: posts and every session turn."""

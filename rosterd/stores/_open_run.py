@@ -8,8 +8,6 @@ from abc import ABC, abstractmethod
 from ..protocol import RunInfo, RunStatus
 from ._records import ended
 
-__all__ = ("OpenRun",)
-
 
 class OpenRun(ABC):
     """The part of an ``ActiveRun`` that does not depend on where it is stored."""

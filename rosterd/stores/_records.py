@@ -11,8 +11,6 @@ from ..compiler import SystemPrompt
 from ..org import DEFAULT_ENGINE, EngineConfig, NamedEngine
 from ..protocol import RunInfo, RunStatus
 
-__all__ = ("Posts", "SessionState", "cut_off", "ended", "new_run_id")
-
 
 class SessionState(msgspec.Struct, frozen=True):
     """What a session froze when it started: resumed byte-exactly from it.

@@ -7,8 +7,6 @@ from collections.abc import Iterable
 
 from ..compiler import ChannelMessage
 
-__all__ = ("ChannelTail",)
-
 # More than any history or backlog budget needs; older messages are left to
 # the store. Bounded in characters too: a few huge posts must not pin
 # gigabytes.

@@ -11,8 +11,6 @@ from .._tail import ChannelTail
 from ._jsonl import JsonlLog
 from ._opened import Opened
 
-__all__ = ("FileChannels",)
-
 
 class _Channel:
     """A channel's log, the tail this daemon holds of it, and its next seq:

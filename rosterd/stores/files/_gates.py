@@ -12,8 +12,6 @@ from ...protocol import GateState
 from .._gatebook import GateBook
 from ._jsonl import StateTable
 
-__all__ = ("FileGates",)
-
 
 class FileGates:
     """All gates in ``gates.jsonl``; open ones feed the next briefing."""

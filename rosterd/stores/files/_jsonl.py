@@ -31,20 +31,6 @@ from anyio.abc import AsyncResource
 
 from ..._errors import NotFoundError, StorageError
 
-__all__ = (
-    "JsonlLog",
-    "StateTable",
-    "line_end",
-    "make_private_dir",
-    "read_document",
-    "read_documents",
-    "read_log",
-    "read_whole_lines",
-    "remove_leftover_tmp",
-    "repair_tail",
-    "write_document",
-)
-
 log = logging.getLogger("rosterd.stores")
 
 T = TypeVar("T")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-__all__ = ("Leases",)
-
 
 class Leases:
     """Who holds what until when; an expired lease goes to the next taker."""

@@ -13,8 +13,6 @@ from .._indexing import IndexedMemory, index_notes, retirable
 from ._jsonl import JsonlLog, read_log
 from ._opened import Opened
 
-__all__ = ("FileMemory",)
-
 
 class _Notes:
     """One worker's logs, its index, and how its writes are numbered."""

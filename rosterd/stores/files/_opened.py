@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Generic, Protocol, TypeVar
 
-__all__ = ("Opened",)
-
 
 class _Closable(Protocol):
     async def aclose(self) -> None: ...

@@ -8,8 +8,6 @@ from ..._ids import check_id
 from ...compiler import PrefixState
 from ._jsonl import read_document, write_document
 
-__all__ = ("FilePrefixes",)
-
 
 class FilePrefixes:
     """One small document per (worker, channel), cached after the first read."""

@@ -44,8 +44,6 @@ from ._jsonl import (
 )
 from ._leases import Leases
 
-__all__ = ("FileRun", "FileRuns")
-
 log = logging.getLogger("rosterd.stores")
 
 

@@ -16,8 +16,6 @@ from ._prefixes import FilePrefixes
 from ._runs import FileRuns
 from ._tasks import FileTasks
 
-__all__ = ("FileState",)
-
 
 class FileState(AsyncResource):
     """Channels, memory, gates, tasks, runs and prefixes under one directory.

@@ -8,8 +8,6 @@ from ...protocol import TaskState
 from ._jsonl import StateTable
 from ._leases import Leases
 
-__all__ = ("FileTasks",)
-
 _PENDING = ("queued", "running")
 
 

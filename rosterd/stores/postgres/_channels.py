@@ -12,8 +12,6 @@ from ...compiler import ChannelMessage
 from .._tail import ChannelTail
 from ._db import Database, Row, encode
 
-__all__ = ("POST", "PostgresChannels")
-
 _message = msgspec.json.Decoder(ChannelMessage)
 
 # Posts take their seqs by moving the channel's row on: racing posts, from

@@ -16,8 +16,6 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..._errors import NotFoundError, StorageError
 
-__all__ = ("Connection", "Database", "Numbered", "Params", "Row", "encode", "failing", "scalar")
-
 Row = tuple[Any, ...]
 Params = Sequence[Any] | Mapping[str, Any]
 Connection = psycopg.AsyncConnection[TupleRow]

@@ -12,8 +12,6 @@ from ...protocol import GateState
 from .._gatebook import GateBook
 from ._db import Database, Numbered, encode, scalar
 
-__all__ = ("PostgresGates",)
-
 _gate = msgspec.json.Decoder(GateState)
 
 # Every gate write takes this lock for its transaction before it takes a

@@ -14,8 +14,6 @@ from ...compiler import MemoryIndex, MemoryItem, Retirement
 from .._indexing import IndexedMemory, index_notes, retirable
 from ._db import Database, encode
 
-__all__ = ("PostgresMemory",)
-
 _item = msgspec.json.Decoder(MemoryItem)
 _retirement = msgspec.json.Decoder(Retirement)
 

@@ -8,8 +8,6 @@ from ..._ids import check_id
 from ...compiler import PrefixState
 from ._db import Database, encode
 
-__all__ = ("PostgresPrefixes",)
-
 _prefix = msgspec.json.Decoder(PrefixState)
 
 # One row on the primary key (worker, channel).

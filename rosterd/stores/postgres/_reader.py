@@ -17,8 +17,6 @@ from ._runs import PostgresRuns
 from ._schema import applied_version
 from ._state import redact
 
-__all__ = ("read_runs",)
-
 
 @asynccontextmanager
 async def read_runs(url: str) -> AsyncIterator[PostgresRuns]:

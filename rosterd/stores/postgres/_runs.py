@@ -39,8 +39,6 @@ from ._gates import PostgresGates
 from ._memory import PostgresMemory
 from ._prefixes import PostgresPrefixes
 
-__all__ = ("PostgresRun", "PostgresRuns")
-
 log = logging.getLogger("rosterd.stores")
 
 _info = msgspec.json.Decoder(RunInfo)

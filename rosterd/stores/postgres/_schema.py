@@ -16,8 +16,6 @@ from psycopg.rows import TupleRow
 
 from ..._errors import StorageError
 
-__all__ = ("SCHEMA_VERSION", "applied_version", "migrate")
-
 log = logging.getLogger("rosterd.stores")
 
 _LOCK_KEY = 0x726F7374  # "rost": one advisory lock for schema changes

@@ -18,8 +18,6 @@ from ._runs import Inputs, PostgresRuns
 from ._schema import migrate
 from ._tasks import PostgresTasks
 
-__all__ = ("PostgresState", "redact")
-
 
 def redact(url: str) -> str:
     """*url* without its password, for logs and errors."""

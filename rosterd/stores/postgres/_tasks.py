@@ -8,8 +8,6 @@ from ..._errors import NotFoundError
 from ...protocol import TaskState
 from ._db import Database, Numbered, encode, scalar
 
-__all__ = ("PostgresTasks",)
-
 _task = msgspec.json.Decoder(TaskState)
 
 _NEXT_TASK = "SELECT nextval('task_numbers')"
