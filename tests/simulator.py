@@ -86,6 +86,7 @@ __all__ = (
     "ErrorEvent",
     "Framing",
     "Hangup",
+    "Held",
     "Malformed",
     "Omit",
     "Recorded",
@@ -136,6 +137,12 @@ class Stall(msgspec.Struct, frozen=True):
     simulator exits, whichever is first."""
 
     seconds: float = 3600.0
+
+
+class Held(msgspec.Struct, frozen=True):
+    """Send nothing until the test calls ``Simulator.release``, then answer
+    normally: a reply the test lets through once it has done what it must
+    meanwhile."""
 
 
 class Hangup(msgspec.Struct, frozen=True):
@@ -207,6 +214,7 @@ Action = (
     Status
     | Stall
     | Delay
+    | Held
     | Hangup
     | Malformed
     | Drop
@@ -434,6 +442,7 @@ class Simulator:
         self.server: Server = server
         self.requests: list[Recorded] = []
         self._arrived = anyio.Event()
+        self._released = anyio.Event()
         self._script: deque[Action] = deque()
         self.explicit_models = explicit_models
         # Anthropic's and OpenAI's explicit entries are global per model; the
@@ -467,6 +476,10 @@ class Simulator:
         """Until *count* requests in all have arrived."""
         while len(self.requests) < count:
             await self._arrived.wait()
+
+    def release(self) -> None:
+        """Let every ``Held`` request, and the ones to come, answer."""
+        self._released.set()
 
     def clear_cache(self) -> None:
         """Forget every cached prefix, as a provider-side eviction would."""
@@ -550,6 +563,8 @@ class Simulator:
                 return False
             case Delay(seconds=seconds):
                 await anyio.sleep(seconds)
+            case Held():
+                await self._released.wait()
             case Hangup():
                 return False
         try:

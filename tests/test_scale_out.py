@@ -20,11 +20,12 @@ from typing import TypeVar
 
 import anyio
 import anyio.to_thread
+import msgspec
 import pytest
-from harness import DaemonProcess
+from harness import DaemonProcess, in_process_client
 from orgs import write_org
 from postgres import PostgresServer
-from simulator import Delay, Simulator, Stall
+from simulator import Delay, Held, Simulator, Stall
 
 from rosterd.client import RosterClient, RpcError
 from rosterd.compiler import RunMeta, compile_system
@@ -47,6 +48,8 @@ from rosterd.protocol import (
     TaskSubmit,
     TurnRequest,
 )
+from rosterd.stores import cut_off
+from rosterd.stores.postgres import PostgresState
 
 pytestmark = pytest.mark.anyio
 
@@ -219,6 +222,34 @@ async def test_a_task_whose_host_died_is_finished_by_the_other(
             assert cut.info.status == "interrupted"
         finally:
             second.stop()
+
+
+async def test_a_task_another_host_took_over_is_left_for_that_host_to_record(
+    tmp_path: Path, postgres_url: str, simulator: Simulator
+) -> None:
+    org = _org(tmp_path / "org", _simulated(simulator))
+    simulator.script(Held())
+    async with (
+        in_process_client(org, tmp_path / "a", database=postgres_url) as (daemon, client),
+        PostgresState(postgres_url) as other,
+    ):
+        task = await client.request(TaskSubmit("ada", "c3", "x"))
+        with anyio.fail_after(10):
+            await simulator.wait_for_requests(1)
+        # What another host does once this one stalled past the task's lease:
+        # the cut-off run is marked, and the task runs again under its own.
+        running = await other.tasks.get(task.id)
+        cut = await other.runs.info(running.runs[-1])
+        await other.runs.write_info(cut_off(cut, cut.created_at + 1))
+        taken_over = msgspec.structs.replace(running, runs=(*running.runs, "t-other"))
+        await other.tasks.update(taken_over)
+        simulator.release()
+        # This host's reply finds its run changed: it records nothing of it.
+        await daemon.logged(f"run {cut.id} changed since this host read it")
+        await daemon.logged(f"task {task.id}: ")
+        assert f"task {task.id} failed" not in daemon.log()
+        assert await other.tasks.get(task.id) == taken_over
+        assert (await other.runs.info(cut.id)).status == "interrupted"
 
 
 async def test_a_client_of_either_host_reads_the_same_trace_bytes(

@@ -143,7 +143,7 @@ class TaskRunner:
                     await self._run_guarded(task.id)
             except ConflictError as exc:
                 # The other host runs the task again: nothing here to record.
-                log.error("%s", exc)
+                log.error("task %s: %s; left to the host that runs it now", task.id, exc)
             finally:
                 self._running -= 1
 
@@ -152,6 +152,10 @@ class TaskRunner:
         # tasks and the daemon go on.
         try:
             await self._run(await self._host.stores.tasks.get(task_id))
+        except ConflictError:
+            # Another host took the task over (this one stalled past its
+            # lease): what becomes of it is that host's to record.
+            raise
         except Exception as exc:
             unexpected = None if isinstance(exc, RosterError) else exc
             log.error("task %s failed: %s", task_id, failure_text(exc), exc_info=unexpected)
