@@ -340,3 +340,24 @@ async def test_the_channel_tail_in_memory_is_bounded_in_characters(tmp_path: Pat
         await reopened.aclose()
     assert sum(len(m.text) for m in after) <= 4 * 1024 * 1024
     assert [m.seq for m in after] == [m.seq for m in kept]
+
+
+@pytest.mark.anyio
+async def test_a_note_that_hits_a_full_disk_never_has_its_successors_id_handed_out_again(
+    on_tmpfs: DaemonProcess, tmpfs: Path
+) -> None:
+    # The failed note's number stays unused; the next note, acknowledged,
+    # takes the one after it, and a restart must count from there too.
+    with on_tmpfs.start() as daemon:
+        async with await daemon.client() as client:
+            first = await client.memory_add("ada", "first")
+            with full(tmpfs, 40_000) as failed:
+                await client.memory_add("ada", "y" * 60_000)
+            acked = await client.memory_add("ada", "acked")
+        daemon.restart()
+        async with await daemon.client() as client:
+            after = await client.memory_add("ada", "after")
+            notes = await client.memory_list("ada", every=True)
+    assert failed.value.code == 1008
+    assert [n.text for n in notes] == ["first", "acked", "after"]
+    assert len({first.id, acked.id, after.id}) == 3

@@ -401,7 +401,8 @@ def _decode_document(decoder: msgspec.json.Decoder[T], path: Path | str, data: b
         ) from None
 
 
-def _number(key: str, prefix: str) -> int:
+def id_number(key: str, prefix: str) -> int:
+    """The *n* of an id ``<prefix>-<n>``; 0 for any other key."""
     head, _, tail = key.rpartition("-")
     return int(tail) if head == prefix and tail.isdigit() else 0
 
@@ -446,7 +447,8 @@ class StateTable(Generic[K]):
         was in flight must not give its successor's id out a second time.
         """
         if self._last_number is None:
-            self._last_number = max((_number(key, self._prefix) for key in self._states), default=0)
+            numbers = (id_number(key, self._prefix) for key in self._states)
+            self._last_number = max(numbers, default=0)
         self._last_number += 1
         return f"{self._prefix}-{self._last_number}"
 

@@ -10,7 +10,7 @@ import anyio
 from ..._ids import check_id
 from ...compiler import MemoryIndex, MemoryItem, Retirement
 from .._indexing import IndexedMemory, index_notes, retirable
-from ._jsonl import JsonlLog, read_log
+from ._jsonl import JsonlLog, id_number, read_log
 from ._opened import Opened
 
 
@@ -24,8 +24,11 @@ class _Notes:
         self.retired_path = retired
         self.retired: JsonlLog[Retirement] | None = None
         # Numbers are taken as notes are placed in the log, before their
-        # write: racing adds get distinct ids and share the write.
-        self.numbered = len(index)
+        # write: racing adds get distinct ids and share the write. Counted
+        # on from the highest kept, not from how many notes there are: a
+        # note whose write failed left its number unused, and the notes
+        # after it must not have theirs handed out again after a restart.
+        self.numbered = max((id_number(item.id, "m") for item in index.items()), default=0)
         # A retirement checks the index and appends under it: two racing
         # retirements of one note cannot both be taken.
         self.retiring = anyio.Lock()
