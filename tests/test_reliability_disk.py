@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
-from harness import DaemonProcess
+from harness import DaemonProcess, wait_task
 from test_stores_runs import entry, session_info, system_record, with_content
 
 from rosterd import StorageError
@@ -361,3 +361,58 @@ async def test_a_note_that_hits_a_full_disk_never_has_its_successors_id_handed_o
     assert failed.value.code == 1008
     assert [n.text for n in notes] == ["first", "acked", "after"]
     assert len({first.id, acked.id, after.id}) == 3
+
+
+@pytest.mark.anyio
+async def test_a_resolution_whose_task_write_fails_still_continues_the_task_after_a_kill(
+    on_tmpfs: DaemonProcess, tmpfs: Path
+) -> None:
+    # The gate's resolution is small and lands; its task's new state holds
+    # the task's text and reply, does not fit, and is answered 1008. A kill
+    # between the two writes leaves the same: the daemon that starts next
+    # must queue the continuation the resolution asked for.
+    with on_tmpfs.start() as daemon:
+        async with await daemon.client() as client:
+            task = await client.task_submit("ada", "releases", "z" * 20_000)
+            done = await wait_task(client, task.id, "done")
+            gate = await client.gate_file("ada", "sign-off?", channel="releases", run=done.runs[0])
+            assert (await client.task_get(task.id)).status == "paused"
+            filler = fill(tmpfs, 16_000)
+            with pytest.raises(RpcError) as failed:
+                await client.gate_resolve(gate.id, "approved", note="go")
+            daemon.kill9()
+        filler.unlink()
+        daemon.start()
+        async with await daemon.client() as client:
+            (resolved,) = await client.gate_list()
+            finished = await wait_task(client, task.id, "done")
+    assert failed.value.code == 1008
+    assert resolved.outcome == "approved"
+    assert len(finished.runs) == 2
+    assert finished.continuation is not None
+    assert (finished.continuation.gate, finished.continuation.outcome) == (gate.id, "approved")
+
+
+@pytest.mark.anyio
+async def test_a_gate_whose_task_write_fails_still_pauses_the_task_after_a_kill(
+    on_tmpfs: DaemonProcess, tmpfs: Path
+) -> None:
+    # As above, for the pause a gate filed against a finished run makes.
+    with on_tmpfs.start() as daemon:
+        async with await daemon.client() as client:
+            task = await client.task_submit("ada", "releases", "z" * 20_000)
+            done = await wait_task(client, task.id, "done")
+            filler = fill(tmpfs, 16_000)
+            with pytest.raises(RpcError) as failed:
+                await client.gate_file("ada", "sign-off?", channel="releases", run=done.runs[0])
+            daemon.kill9()
+        filler.unlink()
+        daemon.start()
+        async with await daemon.client() as client:
+            (gate,) = await client.gate_list()
+            paused = await client.task_get(task.id)
+            await client.gate_resolve(gate.id, "approved", note="go")
+            finished = await wait_task(client, task.id, "done")
+    assert failed.value.code == 1008
+    assert paused.status == "paused"
+    assert len(finished.runs) == 2

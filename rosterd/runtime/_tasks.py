@@ -61,6 +61,7 @@ class TaskRunner:
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run the pool until ``drain()``; what the store has queued goes first."""
         try:
+            await self._settle_gated()
             async with anyio.create_task_group() as tg:
                 for _ in range(self._workers):
                     tg.start_soon(self._work)
@@ -118,6 +119,36 @@ class TaskRunner:
         )
         await self._set(task, status="queued", continuation=continuation)
         self._queued.notify()
+
+    async def _settle_gated(self) -> None:
+        """Put each paused or done task where the gates against its runs say.
+
+        A gate and the task it pauses or continues are two writes: a kill
+        between them, or a failed second one (answered 1008, the gate kept),
+        leaves a task paused although every gate against it is resolved, or
+        done although a gate filed against its last run waits. Looked at
+        before any task is claimed; a store that cannot be written yet is
+        looked at again by the next start.
+        """
+        stores = self._host.stores
+        try:
+            against: dict[str, list[GateState]] = {}
+            for gate in await stores.gates.all():
+                if gate.run is not None:
+                    against.setdefault(gate.run, []).append(gate)
+            for task in await stores.tasks.all():
+                if task.status == "done" and task.runs:
+                    if any(gate.status == "open" for gate in against.get(task.runs[-1], ())):
+                        log.warning("task %s: paused, a gate against its last run waits", task.id)
+                        await self._set(task, status="paused")
+                elif task.status == "paused":
+                    gates = [gate for run in task.runs for gate in against.get(run, ())]
+                    if gates and all(gate.status == "resolved" for gate in gates):
+                        last = max(gates, key=lambda gate: gate.resolved_at or 0.0)
+                        log.warning("task %s: continued, gate %s is resolved", task.id, last.id)
+                        await self.gate_resolved(last)
+        except StorageError as exc:
+            log.error("tasks could not be put where their gates say: %s", exc)
 
     async def _work(self) -> None:
         host = self._host
