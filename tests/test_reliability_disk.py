@@ -17,14 +17,16 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+import msgspec
 import pytest
 from harness import DaemonProcess, wait_task
 from test_stores_runs import entry, session_info, system_record, with_content
 
 from rosterd import StorageError
 from rosterd.client import RpcError
+from rosterd.compiler import PrefixState
 from rosterd.protocol import Call, ChannelPost, GateFile, GateState, MemoryAdd, RunsContext
-from rosterd.stores.files import FileChannels, FileGates, FileRuns
+from rosterd.stores.files import FileChannels, FileGates, FilePrefixes, FileRuns
 
 
 @pytest.fixture
@@ -416,3 +418,25 @@ async def test_a_gate_whose_task_write_fails_still_pauses_the_task_after_a_kill(
     assert failed.value.code == 1008
     assert paused.status == "paused"
     assert len(finished.runs) == 2
+
+
+@pytest.mark.anyio
+async def test_a_prefix_state_whose_write_failed_is_written_by_the_next_put(tmpfs: Path) -> None:
+    # Only a changed prefix is written; one whose write failed is still
+    # unwritten, and the next put of it must not take it for written.
+    prefixes = FilePrefixes(tmpfs)
+    first = PrefixState(run="s-1", at=1.0, engine_fingerprint="e", blocks=(), boundaries=())
+    await prefixes.put("ada", "general", first)
+    second = PrefixState(
+        run="s-2", at=2.0, engine_fingerprint="e" * 200_000, blocks=(), boundaries=()
+    )
+    filler = fill(tmpfs, 100_000)
+    try:
+        with pytest.raises(StorageError):
+            await prefixes.put("ada", "general", second)
+    finally:
+        filler.unlink()
+    await prefixes.put("ada", "general", msgspec.structs.replace(second, at=3.0))
+    assert await FilePrefixes(tmpfs).get("ada", "general") == msgspec.structs.replace(
+        second, at=3.0
+    )
