@@ -440,3 +440,37 @@ async def test_a_prefix_state_whose_write_failed_is_written_by_the_next_put(tmpf
     assert await FilePrefixes(tmpfs).get("ada", "general") == msgspec.structs.replace(
         second, at=3.0
     )
+
+
+@pytest.mark.anyio
+async def test_a_rollover_cut_short_before_the_old_session_ended_leaves_one_open_session(
+    on_tmpfs: DaemonProcess, org_dir: Path
+) -> None:
+    # The old session's end cannot be written (its directory made immutable):
+    # as after a kill between the writes of a rollover, the successor
+    # exists and the old session is not ended. Whatever it is answered, the
+    # pair has one open session after it, and the old id leads to it.
+    toml = org_dir / "org.toml"
+    toml.write_text(toml.read_text().replace("[context]\n", "[context]\nsession_chars = 50000\n"))
+    daemon = on_tmpfs
+    with daemon.start():
+        async with await daemon.client() as client:
+            old = (await client.session_open("ada", "general")).session
+            await client.session_send(old, "a" * 20_000)
+            await client.session_send(old, "b" * 20_000)
+            old_dir = daemon.state / "runs" / old
+            await chattr("+i", old_dir)
+            try:
+                with pytest.raises(RpcError) as failed:
+                    await client.session_send(old, "c" * 20_000)
+            finally:
+                await chattr("-i", old_dir)
+        daemon.kill9()
+        daemon.start()
+        async with await daemon.client() as client:
+            after = await client.session_send(old, "after")
+            current = (await client.session_open("ada", "general")).session
+            listed = await client.runs_list()
+    assert failed.value.code == 1008
+    assert after.run == current
+    assert [r.id for r in listed if r.surface == "session" and r.status == "open"] == [current]

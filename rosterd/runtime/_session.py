@@ -383,14 +383,15 @@ class Session:
         """End this session as ``rolled-over`` and answer *text* in a new one.
 
         Called with this session's lock held. If the new session cannot
-        start (its scope is now over budget), this one stays as it was.
+        start (its scope is now over budget), or this one cannot be ended,
+        this one stays as it was. It is ended, naming its successor, before
+        the pair's pointer moves on: after a kill between the two, the
+        pointer leads through this session to the successor, and the pair
+        never has two open sessions.
         """
         successor = await self._manager.roll_over(self, reason)
         async with successor._lock:
-            self.successor = successor
-            self.closed = True
             host = self._host
-            log.info("session %s rolled over to %s: %s", self.id, successor.id, reason)
             info = msgspec.structs.replace(
                 self._run.info,
                 status="rolled-over",
@@ -398,12 +399,30 @@ class Session:
                 rolled_to=successor.id,
                 rollover=reason,
             )
-            await self._run.end(info)
+            try:
+                await self._run.end(info)
+            except BaseException as exc:
+                # Nothing leads to the successor: it ends before its first turn.
+                with anyio.CancelScope(shield=True):
+                    await successor._abandon(f"the session it continues did not end: {exc}")
+                raise
+            self.successor = successor
+            self.closed = True
+            log.info("session %s rolled over to %s: %s", self.id, successor.id, reason)
             self._manager.adopt(self, successor)
+            await host.runs.set_session(self.worker, self.channel, successor.id)
             async with host.leases.run(successor.id):
                 # The first turn of a fresh session never rolls over again.
                 outcome = await successor._turn(text, sender, on_delta, on_wait, may_roll=False)
             return msgspec.structs.replace(outcome, rolled_from=self.id)
+
+    async def _abandon(self, error: str) -> None:
+        """End a session nothing leads to as ``failed``, if its end can be written."""
+        self.closed = True
+        try:
+            await self._run.finish("failed", self._host.clock(), error=error)
+        except StorageError as exc:
+            log.error("session %s: left open, its end failed too: %s", self.id, exc)
 
     async def close(self, status: Literal["closed", "expired"]) -> None:
         """End the session for good (``closed`` or ``expired``); closing one
@@ -614,7 +633,8 @@ class SessionManager:
         """A fresh session of the pair, compiled from the current org.
 
         With *rolled_from*, it continues that session: the trace and run
-        info name it, and the briefing goes on from where it was.
+        info name it, and the briefing goes on from where it was; the
+        pair's pointer is then the rollover's to move.
         """
         host = self._host
         org = host.org
@@ -653,7 +673,9 @@ class SessionManager:
                 record, rollover=RolloverTrace(previous=rolled_from.id, reason=reason)
             )
         await run.trace(record)
-        await host.runs.set_session(worker, channel, session_id)
+        if rolled_from is None:
+            # A rollover moves the pointer once the session it continues ended.
+            await host.runs.set_session(worker, channel, session_id)
         history, seen = await self._snapshot(channel, system)
         log.info("session %s started for %s in %s", session_id, worker, channel)
         briefed_at = rolled_from.briefed_at if rolled_from is not None else None

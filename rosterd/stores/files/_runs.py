@@ -157,8 +157,9 @@ class FileRun(OpenRun):
     async def end(self, info: RunInfo) -> None:
         """Write the run's final *info* and close its logs."""
         await self._write()
+        # Held only once written: a run whose end failed goes on as it was.
+        await self.store.write_info(info)
         self.info = info
-        await self.store.write_info(self.info)
         await self.aclose()
 
     async def aclose(self) -> None:
