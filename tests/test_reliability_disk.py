@@ -474,3 +474,36 @@ async def test_a_rollover_cut_short_before_the_old_session_ended_leaves_one_open
     assert failed.value.code == 1008
     assert after.run == current
     assert [r.id for r in listed if r.surface == "session" and r.status == "open"] == [current]
+
+
+@pytest.mark.anyio
+async def test_a_close_whose_end_fails_keeps_the_session_open_until_a_close_succeeds(
+    on_tmpfs: DaemonProcess,
+) -> None:
+    # The session's end cannot be written (its directory made immutable):
+    # the close is answered 1008 and nothing of it is kept, so it can be
+    # tried again, and once it succeeds no restart opens the session again.
+    daemon = on_tmpfs
+    with daemon.start():
+        async with await daemon.client() as client:
+            session = (await client.session_open("ada", "general")).session
+            await client.session_send(session, "hello")
+            run_dir = daemon.state / "runs" / session
+            await chattr("+i", run_dir)
+            try:
+                with pytest.raises(RpcError) as failed:
+                    await client.session_close(session)
+            finally:
+                await chattr("-i", run_dir)
+            still = await client.session_send(session, "still here")
+            await client.session_close(session)
+        daemon.kill9()
+        daemon.start()
+        async with await daemon.client() as client:
+            with pytest.raises(RpcError) as closed:
+                await client.session_send(session, "after")
+            opened = await client.session_open("ada", "general")
+    assert failed.value.code == 1008
+    assert (still.run, still.turn) == (session, 2)
+    assert closed.value.code == 1004
+    assert opened.session != session

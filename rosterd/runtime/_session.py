@@ -432,9 +432,12 @@ class Session:
                 async with self._host.leases.run(self.id):
                     await self._catch_up()
                     if not self.closed:
+                        # Ended before the pointer goes: a close that fails
+                        # leaves the session as it was, and a pointer left to
+                        # an ended session is cleared by the pair's next open.
+                        await self._run.finish(status, self._host.clock())
                         self.closed = True
                         await self._host.runs.clear_session(self.worker, self.channel)
-                        await self._run.finish(status, self._host.clock())
                         return
         if status == "closed" and self.successor is not None:
             await self.successor.close(status)
