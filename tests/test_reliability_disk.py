@@ -507,3 +507,30 @@ async def test_a_close_whose_end_fails_keeps_the_session_open_until_a_close_succ
     assert (still.run, still.turn) == (session, 2)
     assert closed.value.code == 1004
     assert opened.session != session
+
+
+@pytest.mark.anyio
+async def test_a_close_whose_pointer_cannot_be_removed_still_closes_the_session(
+    on_tmpfs: DaemonProcess,
+) -> None:
+    # The pair's pointer cannot be removed (its directory made immutable)
+    # once the session's end is written: the close stands, and the pointer
+    # left to an ended session is replaced by the pair's next open.
+    daemon = on_tmpfs
+    with daemon.start():
+        async with await daemon.client() as client:
+            session = (await client.session_open("ada", "general")).session
+            pointers = daemon.state / "sessions" / "ada"
+            await chattr("+i", pointers)
+            try:
+                closed = await client.session_close(session)
+            finally:
+                await chattr("-i", pointers)
+        daemon.kill9()
+        daemon.start()
+        async with await daemon.client() as client:
+            opened = await client.session_open("ada", "general")
+            (info,) = [r for r in await client.runs_list() if r.id == session]
+    assert closed.closed == session
+    assert opened.session != session
+    assert info.status == "closed"

@@ -437,7 +437,10 @@ class Session:
                         # an ended session is cleared by the pair's next open.
                         await self._run.finish(status, self._host.clock())
                         self.closed = True
-                        await self._host.runs.clear_session(self.worker, self.channel)
+                        try:
+                            await self._host.runs.clear_session(self.worker, self.channel)
+                        except StorageError as exc:
+                            log.warning("session %s: its pointer stays: %s", self.id, exc)
                         return
         if status == "closed" and self.successor is not None:
             await self.successor.close(status)

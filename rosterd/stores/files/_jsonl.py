@@ -359,6 +359,26 @@ def _replace(path: Path, data: bytes) -> None:
         os.close(directory)
 
 
+async def remove_document(path: Path) -> None:
+    """Remove *path*, durably, if it is there."""
+    try:
+        await anyio.to_thread.run_sync(_remove, path)
+    except OSError as exc:
+        raise _storage_error(path, "remove", exc) from None
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
 async def read_document(path: Path, document_type: type[T]) -> T | None:
     """The document at *path*, or ``None`` when there is none yet."""
     try:

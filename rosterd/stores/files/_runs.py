@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from collections.abc import Callable, Coroutine, Sequence
@@ -39,6 +38,7 @@ from ._jsonl import (
     read_documents,
     read_log,
     read_whole_lines,
+    remove_document,
     repair_tail,
     write_document,
 )
@@ -288,8 +288,7 @@ class FileRuns:
         await write_document(self._pointer(worker, channel), _SessionPointer(session=session))
 
     async def clear_session(self, worker: str, channel: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            await anyio.Path(self._pointer(worker, channel)).unlink()
+        await remove_document(self._pointer(worker, channel))
 
     async def lease(self, run: str, holder: str, now: float, until: float) -> str | None:
         return self.leases.take(run, holder, now, until)
