@@ -534,3 +534,20 @@ async def test_a_close_whose_pointer_cannot_be_removed_still_closes_the_session(
     assert closed.closed == session
     assert opened.session != session
     assert info.status == "closed"
+
+
+@pytest.mark.anyio
+async def test_a_session_that_cannot_start_leaves_no_open_session_behind(
+    on_tmpfs: DaemonProcess, tmpfs: Path
+) -> None:
+    # Room for the new session's run.json, not for its frozen system part.
+    daemon = on_tmpfs
+    with daemon.start():
+        async with await daemon.client() as client:
+            with full(tmpfs, 2 * 4096 + 100) as failed:
+                await client.session_open("ada", "general")
+            opened = await client.session_open("ada", "general")
+            listed = await client.runs_list()
+    assert failed.value.code == 1008
+    assert [r.id for r in listed if r.status == "open"] == [opened.session]
+    assert [r.status for r in listed if r.id != opened.session] == ["failed"]

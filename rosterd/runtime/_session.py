@@ -403,8 +403,10 @@ class Session:
                 await self._run.end(info)
             except BaseException as exc:
                 # Nothing leads to the successor: it ends before its first turn.
+                successor.closed = True
                 with anyio.CancelScope(shield=True):
-                    await successor._abandon(f"the session it continues did not end: {exc}")
+                    error = f"the session it continues did not end: {exc}"
+                    await _abandon(successor._run, host.clock(), error)
                 raise
             self.successor = successor
             self.closed = True
@@ -415,14 +417,6 @@ class Session:
                 # The first turn of a fresh session never rolls over again.
                 outcome = await successor._turn(text, sender, on_delta, on_wait, may_roll=False)
             return msgspec.structs.replace(outcome, rolled_from=self.id)
-
-    async def _abandon(self, error: str) -> None:
-        """End a session nothing leads to as ``failed``, if its end can be written."""
-        self.closed = True
-        try:
-            await self._run.finish("failed", self._host.clock(), error=error)
-        except StorageError as exc:
-            log.error("session %s: left open, its end failed too: %s", self.id, exc)
 
     async def close(self, status: Literal["closed", "expired"]) -> None:
         """End the session for good (``closed`` or ``expired``); closing one
@@ -672,16 +666,20 @@ class SessionManager:
             engine_name=primary.name,
             fallbacks=tuple(fallbacks),
         )
-        await host.runs.save_session(session_id, state)
         record = system.record(meta)
         if rolled_from is not None:
             record = msgspec.structs.replace(
                 record, rollover=RolloverTrace(previous=rolled_from.id, reason=reason)
             )
-        await run.trace(record)
-        if rolled_from is None:
-            # A rollover moves the pointer once the session it continues ended.
-            await host.runs.set_session(worker, channel, session_id)
+        try:
+            await host.runs.save_session(session_id, state)
+            await run.trace(record)
+            if rolled_from is None:
+                # A rollover moves the pointer once the session it continues ended.
+                await host.runs.set_session(worker, channel, session_id)
+        except StorageError as exc:
+            await _abandon(run, host.clock(), f"the session could not start: {exc}")
+            raise
         history, seen = await self._snapshot(channel, system)
         log.info("session %s started for %s in %s", session_id, worker, channel)
         briefed_at = rolled_from.briefed_at if rolled_from is not None else None
@@ -697,3 +695,12 @@ class SessionManager:
         history = await channels.recent(channel, system.budget.history_messages)
         # A post landing between the two reads goes to the backlog only.
         return tuple(m for m in history if m.seq <= seen), seen
+
+
+async def _abandon(run: ActiveRun, at: float, error: str) -> None:
+    """End a session run nothing leads to as ``failed``, if its end can be
+    written: no pointer names it, so it would stay open for good."""
+    try:
+        await run.finish("failed", at, error=error)
+    except StorageError as exc:
+        log.error("session %s: left open, its end failed too: %s", run.info.id, exc)
