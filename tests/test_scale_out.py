@@ -21,8 +21,9 @@ from typing import TypeVar
 import anyio
 import anyio.to_thread
 import msgspec
+import psycopg
 import pytest
-from harness import DaemonProcess, in_process_client
+from harness import DaemonProcess, ManualClock, in_process_client
 from orgs import write_org
 from postgres import PostgresServer
 from simulator import Delay, Held, Simulator, Stall
@@ -250,6 +251,59 @@ async def test_a_task_another_host_took_over_is_left_for_that_host_to_record(
         assert f"task {task.id} failed" not in daemon.log()
         assert await other.tasks.get(task.id) == taken_over
         assert (await other.runs.info(cut.id)).status == "interrupted"
+
+
+async def _until_waiting_on_a_lock(url: str) -> None:
+    """Until some statement on the database *url* waits for a lock."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        while True:
+            cursor = await conn.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            row = await cursor.fetchone()
+            if row is not None and row[0]:
+                return
+            await anyio.sleep(0.01)
+
+
+async def test_a_task_taken_over_after_its_run_ended_keeps_the_state_the_other_host_wrote(
+    tmp_path: Path, postgres_url: str, simulator: Simulator
+) -> None:
+    org = _org(tmp_path / "org", _simulated(simulator))
+    simulator.script(Held())
+    # This host's lease keeper sleeps on a clock that never moves: its lease
+    # runs out as a stalled host's would, once "the other host" says so.
+    clock = ManualClock()
+    async with (
+        in_process_client(org, tmp_path / "a", clock=clock, database=postgres_url) as (
+            daemon,
+            client,
+        ),
+        PostgresState(postgres_url) as other,
+        await psycopg.AsyncConnection.connect(postgres_url) as slow,
+    ):
+        task = await client.request(TaskSubmit("ada", "c3", "x"))
+        with anyio.fail_after(10):
+            await simulator.wait_for_requests(1)
+        running = await other.tasks.get(task.id)
+        # The run's lease row locked: this host stalls once its run ended,
+        # giving that lease up, before it records the task done.
+        await slow.execute("SELECT FROM leases WHERE key = %s FOR UPDATE", (running.runs[-1],))
+        simulator.release()
+        with anyio.fail_after(10):
+            await _until_waiting_on_a_lock(postgres_url)
+        # Meanwhile another host finds the task's lease run out and runs it again.
+        later = clock() + 10 * LEASE_S
+        claimed = await other.tasks.claim("other", later, later + LEASE_S)
+        assert claimed == running
+        assert (await other.runs.info(running.runs[-1])).status == "done"
+        taken_over = msgspec.structs.replace(running, runs=(*running.runs, "t-other"))
+        await other.tasks.update(taken_over)
+        await slow.rollback()
+        # This host wakes: the task is no longer its own to record.
+        await daemon.logged(f"task {task.id}: ")
+        assert await other.tasks.get(task.id) == taken_over
 
 
 async def test_a_client_of_either_host_reads_the_same_trace_bytes(
