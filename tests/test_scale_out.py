@@ -306,6 +306,42 @@ async def test_a_task_taken_over_after_its_run_ended_keeps_the_state_the_other_h
         assert await other.tasks.get(task.id) == taken_over
 
 
+async def test_a_host_never_claims_again_a_task_it_runs_whose_lease_ran_out(
+    tmp_path: Path, postgres_url: str, simulator: Simulator
+) -> None:
+    org = _org(tmp_path / "org", _simulated(simulator))
+    simulator.script(Held(), Held())
+    clock = ManualClock()
+    async with (
+        in_process_client(org, tmp_path / "a", clock=clock, database=postgres_url) as (
+            daemon,
+            client,
+        ),
+        await psycopg.AsyncConnection.connect(postgres_url) as slow,
+    ):
+        first = await client.request(TaskSubmit("ada", "c3", "the first task"))
+        with anyio.fail_after(10):
+            await simulator.wait_for_requests(1)
+        (run,) = (await client.request(TaskGet(first.id))).runs
+        # The lease keeper is held up renewing the run's lease past the
+        # task's: the task's lease runs out while this host runs it.
+        await slow.execute("SELECT FROM leases WHERE key = %s FOR UPDATE", (run,))
+        clock.advance(10 * LEASE_S)
+        with anyio.fail_after(10):
+            await _until_waiting_on_a_lock(postgres_url)
+        # The idle pool worker wakes for a new task and claims the oldest free one.
+        second = await client.request(TaskSubmit("ada", "c3", "the second task"))
+        with anyio.fail_after(10):
+            await simulator.wait_for_requests(2)
+        assert b"the second task" in simulator.bodies()[1]
+        await slow.rollback()
+        simulator.release()
+        for task in (first, second):
+            done = await client.request(TaskGet(task.id, wait=30))
+            assert (done.status, len(done.runs)) == ("done", 1)
+        assert "left to the host" not in daemon.log()
+
+
 async def test_a_client_of_either_host_reads_the_same_trace_bytes(
     hosts: tuple[DaemonProcess, DaemonProcess],
 ) -> None:
