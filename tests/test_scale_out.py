@@ -253,8 +253,8 @@ async def test_a_task_another_host_took_over_is_left_for_that_host_to_record(
         assert (await other.runs.info(cut.id)).status == "interrupted"
 
 
-async def _until_waiting_on_a_lock(url: str) -> None:
-    """Until some statement on the database *url* waits for a lock."""
+async def _until_waiting_on_a_lock(url: str, count: int = 1) -> None:
+    """Until *count* statements on the database *url* wait for a lock."""
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         while True:
             cursor = await conn.execute(
@@ -262,7 +262,7 @@ async def _until_waiting_on_a_lock(url: str) -> None:
                 " WHERE datname = current_database() AND wait_event_type = 'Lock'"
             )
             row = await cursor.fetchone()
-            if row is not None and row[0]:
+            if row is not None and row[0] >= count:
                 return
             await anyio.sleep(0.01)
 
@@ -340,6 +340,41 @@ async def test_a_host_never_claims_again_a_task_it_runs_whose_lease_ran_out(
             done = await client.request(TaskGet(task.id, wait=30))
             assert (done.status, len(done.runs)) == ("done", 1)
         assert "left to the host" not in daemon.log()
+
+
+async def test_two_turns_at_once_of_a_session_this_host_wakes_take_turns(
+    tmp_path: Path, postgres_url: str, simulator: Simulator
+) -> None:
+    org = _org(tmp_path / "org", _simulated(simulator))
+    async with in_process_client(org, tmp_path / "a", database=postgres_url) as (_, client):
+        session = (await client.session_open("ada", "c0")).session
+        await client.session_send(session, "one")
+    # Another host (here: the next start) has the session in the database only.
+    simulator.script(Held())
+    results: dict[str, int] = {}
+    async with (
+        in_process_client(org, tmp_path / "b", database=postgres_url) as (daemon, first),
+        await daemon.client() as second,
+        await psycopg.AsyncConnection.connect(postgres_url) as slow,
+    ):
+
+        async def send(client: RosterClient, text: str) -> None:
+            results[text] = (await client.session_send(session, text)).turn
+
+        # Both turns wake the session at once: its frozen state read slowly.
+        await slow.execute("LOCK TABLE session_states")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, first, "two")
+            tg.start_soon(send, second, "three")
+            with anyio.fail_after(10):
+                await _until_waiting_on_a_lock(postgres_url, 2)
+            await slow.rollback()
+            with anyio.fail_after(10):
+                await simulator.wait_for_requests(1)
+            simulator.release()
+    assert sorted(results.values()) == [2, 3]
+    # One copy of the session, whose turns wait for each other.
+    assert daemon.log().count(f"session {session} resumed") == 1
 
 
 async def test_a_client_of_either_host_reads_the_same_trace_bytes(
