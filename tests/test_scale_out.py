@@ -230,16 +230,25 @@ async def test_a_task_another_host_took_over_is_left_for_that_host_to_record(
 ) -> None:
     org = _org(tmp_path / "org", _simulated(simulator))
     simulator.script(Held())
+    # This host's lease keeper sleeps on a clock that never moves: its lease
+    # runs out as a stalled host's would, once "the other host" says so.
+    clock = ManualClock()
     async with (
-        in_process_client(org, tmp_path / "a", database=postgres_url) as (daemon, client),
+        in_process_client(org, tmp_path / "a", clock=clock, database=postgres_url) as (
+            daemon,
+            client,
+        ),
         PostgresState(postgres_url) as other,
     ):
         task = await client.request(TaskSubmit("ada", "c3", "x"))
         with anyio.fail_after(10):
             await simulator.wait_for_requests(1)
         # What another host does once this one stalled past the task's lease:
-        # the cut-off run is marked, and the task runs again under its own.
-        running = await other.tasks.get(task.id)
+        # it claims the task, marks the cut-off run, and runs the task again
+        # under its own. (Its claim keeps this host's idle workers off it.)
+        later = clock() + 10 * LEASE_S
+        running = await other.tasks.claim("other", later, later + LEASE_S)
+        assert running is not None and running.id == task.id
         cut = await other.runs.info(running.runs[-1])
         await other.runs.write_info(cut_off(cut, cut.created_at + 1))
         taken_over = msgspec.structs.replace(running, runs=(*running.runs, "t-other"))
