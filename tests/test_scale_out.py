@@ -386,6 +386,51 @@ async def test_two_turns_at_once_of_a_session_this_host_wakes_take_turns(
     assert daemon.log().count(f"session {session} resumed") == 1
 
 
+async def test_a_rollover_another_host_made_first_keeps_the_pairs_session(
+    tmp_path: Path, postgres_url: str, simulator: Simulator
+) -> None:
+    org = _org(tmp_path / "org", _simulated(simulator))
+    clock = ManualClock()
+    async with (
+        in_process_client(org, tmp_path / "a", clock=clock, database=postgres_url) as (_, client),
+        PostgresState(postgres_url) as other,
+        await psycopg.AsyncConnection.connect(postgres_url) as slow,
+    ):
+        session = (await client.session_open("ada", "c0")).session
+        await client.session_send(session, "one")
+        # The provider refuses the next turn as too long: this host rolls
+        # the session over, and stalls while it starts the new one.
+        simulator.context_tokens = 10
+        await slow.execute("LOCK TABLE session_states")
+        failed: list[RpcError] = []
+
+        async def send() -> None:
+            try:
+                await client.session_send(session, "two")
+            except RpcError as exc:
+                failed.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send)
+            with anyio.fail_after(10):
+                await _until_waiting_on_a_lock(postgres_url)
+            # Meanwhile another host, past this one's lease, rolls it over first.
+            later = clock() + 10 * LEASE_S
+            assert await other.runs.lease(session, "other", later, later + LEASE_S) is None
+            old = await other.runs.info(session)
+            new = msgspec.structs.replace(old, id="s-other", created_at=later, rolled_from=session)
+            await other.runs.create(new)
+            await other.runs.set_session("ada", "c0", "s-other")
+            rolled = msgspec.structs.replace(old, status="rolled-over", rolled_to="s-other")
+            await other.runs.write_info(rolled)
+            await other.runs.release(session, "other")
+            await slow.rollback()
+        assert failed
+        # The pair's session is the one its old session rolled over to.
+        assert await other.runs.session_for("ada", "c0") == "s-other"
+        assert (await other.runs.info(session)).rolled_to == "s-other"
+
+
 async def test_a_client_of_either_host_reads_the_same_trace_bytes(
     hosts: tuple[DaemonProcess, DaemonProcess],
 ) -> None:

@@ -399,6 +399,10 @@ class Session:
                 rollover=reason,
             )
             await self._run.end(info)
+            # The pair's session only once this one ended: a host that
+            # stalled past the lease finds the end stale (another host
+            # rolled it over first), and leaves the pair's session as is.
+            await host.runs.set_session(self.worker, self.channel, successor.id)
             self._manager.adopt(self, successor)
             async with host.leases.run(successor.id):
                 # The first turn of a fresh session never rolls over again.
@@ -621,7 +625,8 @@ class SessionManager:
         """A fresh session of the pair, compiled from the current org.
 
         With *rolled_from*, it continues that session: the trace and run
-        info name it, and the briefing goes on from where it was.
+        info name it, and the briefing goes on from where it was; it
+        becomes the pair's session once ``_roll_over`` ended that one.
         """
         host = self._host
         org = host.org
@@ -660,7 +665,8 @@ class SessionManager:
                 record, rollover=RolloverTrace(previous=rolled_from.id, reason=reason)
             )
         await run.trace(record)
-        await host.runs.set_session(worker, channel, session_id)
+        if rolled_from is None:
+            await host.runs.set_session(worker, channel, session_id)
         history, seen = await self._snapshot(channel, system)
         log.info("session %s started for %s in %s", session_id, worker, channel)
         briefed_at = rolled_from.briefed_at if rolled_from is not None else None
