@@ -21,8 +21,9 @@ from typing import TypeVar
 import anyio
 import anyio.to_thread
 import msgspec
+import psycopg
 import pytest
-from harness import DaemonProcess, in_process_client
+from harness import DaemonProcess, ManualClock, in_process_client
 from orgs import write_org
 from postgres import PostgresServer
 from simulator import Delay, Held, Simulator, Stall
@@ -229,16 +230,25 @@ async def test_a_task_another_host_took_over_is_left_for_that_host_to_record(
 ) -> None:
     org = _org(tmp_path / "org", _simulated(simulator))
     simulator.script(Held())
+    # This host's lease keeper sleeps on a clock that never moves: its lease
+    # runs out as a stalled host's would, once "the other host" says so.
+    clock = ManualClock()
     async with (
-        in_process_client(org, tmp_path / "a", database=postgres_url) as (daemon, client),
+        in_process_client(org, tmp_path / "a", clock=clock, database=postgres_url) as (
+            daemon,
+            client,
+        ),
         PostgresState(postgres_url) as other,
     ):
         task = await client.request(TaskSubmit("ada", "c3", "x"))
         with anyio.fail_after(10):
             await simulator.wait_for_requests(1)
         # What another host does once this one stalled past the task's lease:
-        # the cut-off run is marked, and the task runs again under its own.
-        running = await other.tasks.get(task.id)
+        # it claims the task, marks the cut-off run, and runs the task again
+        # under its own. (Its claim keeps this host's idle workers off it.)
+        later = clock() + 10 * LEASE_S
+        running = await other.tasks.claim("other", later, later + LEASE_S)
+        assert running is not None and running.id == task.id
         cut = await other.runs.info(running.runs[-1])
         await other.runs.write_info(cut_off(cut, cut.created_at + 1))
         taken_over = msgspec.structs.replace(running, runs=(*running.runs, "t-other"))
@@ -250,6 +260,175 @@ async def test_a_task_another_host_took_over_is_left_for_that_host_to_record(
         assert f"task {task.id} failed" not in daemon.log()
         assert await other.tasks.get(task.id) == taken_over
         assert (await other.runs.info(cut.id)).status == "interrupted"
+
+
+async def _until_waiting_on_a_lock(url: str, count: int = 1) -> None:
+    """Until *count* statements on the database *url* wait for a lock."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        while True:
+            cursor = await conn.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            row = await cursor.fetchone()
+            if row is not None and row[0] >= count:
+                return
+            await anyio.sleep(0.01)
+
+
+async def test_a_task_taken_over_after_its_run_ended_keeps_the_state_the_other_host_wrote(
+    tmp_path: Path, postgres_url: str, simulator: Simulator
+) -> None:
+    org = _org(tmp_path / "org", _simulated(simulator))
+    simulator.script(Held())
+    # This host's lease keeper sleeps on a clock that never moves: its lease
+    # runs out as a stalled host's would, once "the other host" says so.
+    clock = ManualClock()
+    async with (
+        in_process_client(org, tmp_path / "a", clock=clock, database=postgres_url) as (
+            daemon,
+            client,
+        ),
+        PostgresState(postgres_url) as other,
+        await psycopg.AsyncConnection.connect(postgres_url) as slow,
+    ):
+        task = await client.request(TaskSubmit("ada", "c3", "x"))
+        with anyio.fail_after(10):
+            await simulator.wait_for_requests(1)
+        running = await other.tasks.get(task.id)
+        # The run's lease row locked: this host stalls once its run ended,
+        # giving that lease up, before it records the task done.
+        await slow.execute("SELECT FROM leases WHERE key = %s FOR UPDATE", (running.runs[-1],))
+        simulator.release()
+        with anyio.fail_after(10):
+            await _until_waiting_on_a_lock(postgres_url)
+        # Meanwhile another host finds the task's lease run out and runs it again.
+        later = clock() + 10 * LEASE_S
+        claimed = await other.tasks.claim("other", later, later + LEASE_S)
+        assert claimed == running
+        assert (await other.runs.info(running.runs[-1])).status == "done"
+        taken_over = msgspec.structs.replace(running, runs=(*running.runs, "t-other"))
+        await other.tasks.update(taken_over)
+        await slow.rollback()
+        # This host wakes: the task is no longer its own to record.
+        await daemon.logged(f"task {task.id}: ")
+        assert await other.tasks.get(task.id) == taken_over
+
+
+async def test_a_host_never_claims_again_a_task_it_runs_whose_lease_ran_out(
+    tmp_path: Path, postgres_url: str, simulator: Simulator
+) -> None:
+    org = _org(tmp_path / "org", _simulated(simulator))
+    simulator.script(Held(), Held())
+    clock = ManualClock()
+    async with (
+        in_process_client(org, tmp_path / "a", clock=clock, database=postgres_url) as (
+            daemon,
+            client,
+        ),
+        await psycopg.AsyncConnection.connect(postgres_url) as slow,
+    ):
+        first = await client.request(TaskSubmit("ada", "c3", "the first task"))
+        with anyio.fail_after(10):
+            await simulator.wait_for_requests(1)
+        (run,) = (await client.request(TaskGet(first.id))).runs
+        # The lease keeper is held up renewing the run's lease past the
+        # task's: the task's lease runs out while this host runs it.
+        await slow.execute("SELECT FROM leases WHERE key = %s FOR UPDATE", (run,))
+        clock.advance(10 * LEASE_S)
+        with anyio.fail_after(10):
+            await _until_waiting_on_a_lock(postgres_url)
+        # The idle pool worker wakes for a new task and claims the oldest free one.
+        second = await client.request(TaskSubmit("ada", "c3", "the second task"))
+        with anyio.fail_after(10):
+            await simulator.wait_for_requests(2)
+        assert b"the second task" in simulator.bodies()[1]
+        await slow.rollback()
+        simulator.release()
+        for task in (first, second):
+            done = await client.request(TaskGet(task.id, wait=30))
+            assert (done.status, len(done.runs)) == ("done", 1)
+        assert "left to the host" not in daemon.log()
+
+
+async def test_two_turns_at_once_of_a_session_this_host_wakes_take_turns(
+    tmp_path: Path, postgres_url: str, simulator: Simulator
+) -> None:
+    org = _org(tmp_path / "org", _simulated(simulator))
+    async with in_process_client(org, tmp_path / "a", database=postgres_url) as (_, client):
+        session = (await client.session_open("ada", "c0")).session
+        await client.session_send(session, "one")
+    # Another host (here: the next start) has the session in the database only.
+    simulator.script(Held())
+    results: dict[str, int] = {}
+    async with (
+        in_process_client(org, tmp_path / "b", database=postgres_url) as (daemon, first),
+        await daemon.client() as second,
+        await psycopg.AsyncConnection.connect(postgres_url) as slow,
+    ):
+
+        async def send(client: RosterClient, text: str) -> None:
+            results[text] = (await client.session_send(session, text)).turn
+
+        # Both turns wake the session at once: its frozen state read slowly.
+        await slow.execute("LOCK TABLE session_states")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, first, "two")
+            tg.start_soon(send, second, "three")
+            with anyio.fail_after(10):
+                await _until_waiting_on_a_lock(postgres_url, 2)
+            await slow.rollback()
+            with anyio.fail_after(10):
+                await simulator.wait_for_requests(1)
+            simulator.release()
+    assert sorted(results.values()) == [2, 3]
+    # One copy of the session, whose turns wait for each other.
+    assert daemon.log().count(f"session {session} resumed") == 1
+
+
+async def test_a_rollover_another_host_made_first_keeps_the_pairs_session(
+    tmp_path: Path, postgres_url: str, simulator: Simulator
+) -> None:
+    org = _org(tmp_path / "org", _simulated(simulator))
+    clock = ManualClock()
+    async with (
+        in_process_client(org, tmp_path / "a", clock=clock, database=postgres_url) as (_, client),
+        PostgresState(postgres_url) as other,
+        await psycopg.AsyncConnection.connect(postgres_url) as slow,
+    ):
+        session = (await client.session_open("ada", "c0")).session
+        await client.session_send(session, "one")
+        # The provider refuses the next turn as too long: this host rolls
+        # the session over, and stalls while it starts the new one.
+        simulator.context_tokens = 10
+        await slow.execute("LOCK TABLE session_states")
+        failed: list[RpcError] = []
+
+        async def send() -> None:
+            try:
+                await client.session_send(session, "two")
+            except RpcError as exc:
+                failed.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send)
+            with anyio.fail_after(10):
+                await _until_waiting_on_a_lock(postgres_url)
+            # Meanwhile another host, past this one's lease, rolls it over first.
+            later = clock() + 10 * LEASE_S
+            assert await other.runs.lease(session, "other", later, later + LEASE_S) is None
+            old = await other.runs.info(session)
+            new = msgspec.structs.replace(old, id="s-other", created_at=later, rolled_from=session)
+            await other.runs.create(new)
+            await other.runs.set_session("ada", "c0", "s-other")
+            rolled = msgspec.structs.replace(old, status="rolled-over", rolled_to="s-other")
+            await other.runs.write_info(rolled)
+            await other.runs.release(session, "other")
+            await slow.rollback()
+        assert failed
+        # The pair's session is the one its old session rolled over to.
+        assert await other.runs.session_for("ada", "c0") == "s-other"
+        assert (await other.runs.info(session)).rolled_to == "s-other"
 
 
 async def test_a_client_of_either_host_reads_the_same_trace_bytes(

@@ -509,6 +509,54 @@ async def test_a_held_write_after_another_hosts_write_is_stale_and_keeps_nothing
         assert [e.content for e in await here.runs.transcript("s-1")] == ["one", "two", "there"]
 
 
+async def _waiting_on_locks(url: str, count: int) -> None:
+    """Until *count* statements on the database *url* wait for a lock."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        while True:
+            cursor = await conn.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            row = await cursor.fetchone()
+            if row is not None and row[0] >= count:
+                return
+            await anyio.sleep(0.01)
+
+
+@pytest.mark.anyio
+async def test_a_lease_another_host_took_while_its_holder_waited_to_renew_is_lost(
+    postgres_url: str,
+) -> None:
+    """Host A renews a lease that ran out just as host B takes it over, A's
+    statement waiting for B's: A learns B holds it, never that it kept it."""
+    async with (
+        postgres_runs(postgres_url) as host_a,
+        postgres_runs(postgres_url) as host_b,
+        await psycopg.AsyncConnection.connect(postgres_url) as slow,
+    ):
+        assert await host_a.lease("s-1", "host-a", NOW, NOW + 10) is None
+        # A transaction on the lease row (any host's statement in flight)
+        # makes both hosts' statements wait, B's first.
+        await slow.execute("SELECT FROM leases WHERE key = 's-1' FOR UPDATE")
+        answers: dict[str, str | None] = {}
+
+        async def lease(host: PostgresRuns, holder: str, now: float) -> None:
+            answers[holder] = await host.lease("s-1", holder, now, now + 10)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lease, host_b, "host-b", NOW + 20)
+            with anyio.fail_after(10):
+                await _waiting_on_locks(postgres_url, 1)
+            tg.start_soon(lease, host_a, "host-a", NOW + 15)
+            with anyio.fail_after(10):
+                await _waiting_on_locks(postgres_url, 2)
+            await slow.rollback()
+        assert answers == {"host-b": None, "host-a": "host-b"}
+        async with await psycopg.AsyncConnection.connect(postgres_url) as conn:
+            cursor = await conn.execute("SELECT holder FROM leases WHERE key = 's-1'")
+            assert await cursor.fetchall() == [("host-b",)]
+
+
 @pytest.mark.anyio
 async def test_appending_to_a_run_that_was_never_created_is_not_found(
     postgres_url: str,

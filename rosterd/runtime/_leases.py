@@ -91,6 +91,10 @@ class LeaseKeeper:
             with anyio.CancelScope(shield=True):
                 await run.let_go(self.holder)
 
+    def runs_task(self, task_id: str) -> bool:
+        """Whether this host runs *task_id* now (within ``task``)."""
+        return task_id in self._tasks
+
     @asynccontextmanager
     async def task(self, task_id: str) -> AsyncIterator[None]:
         """Keep the lease ``claim`` gave this host on *task_id* for the block."""

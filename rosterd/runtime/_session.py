@@ -608,6 +608,13 @@ class SessionManager:
             return None
         assert info.channel is not None
         history, seen = await self._snapshot(info.channel, state.system)
+        warm = self._by_id.get(info.id)
+        if warm is not None:
+            # Woken meanwhile by another call: one copy a host, whose lock
+            # keeps the session's turns in order (a second copy's turns
+            # would go on at once under this host's lease).
+            await run.aclose()
+            return warm
         log.info("session %s resumed with %d transcript entries", info.id, len(entries))
         session = Session(host, self, run, state, entries, history if not entries else (), seen)
         self._by_id[session_id] = self._by_id[session.id] = session

@@ -168,6 +168,13 @@ class TaskRunner:
                 with anyio.move_on_after(host.look_again_s):
                     await queued.wait()
                 continue
+            if host.leases.runs_task(task.id):
+                # Its lease ran out while this host's keeper was held up, and
+                # this claim renewed it: the worker running it goes on. A second
+                # run here would cut the first off, and the first, leaving,
+                # would give up the lease the second runs under.
+                log.warning("task %s: claimed again while this host runs it", task.id)
+                continue
             self._running += 1
             try:
                 async with host.leases.task(task.id):

@@ -83,6 +83,11 @@ _WRITE_INFO = (
     " RETURNING revision"
 )
 # Taken when free, expired or already the holder's; either way the holder.
+# When the upsert waited for another host's statement on the row (taking
+# the lease over) and then left it, a plain read of the row would still
+# see it as the statement's snapshot has it: this host's own, expired
+# lease. FOR SHARE waits for the row as the upsert did and reads the
+# version it found: the host that holds the lease now.
 _LEASE = (
     "WITH taken AS ("
     " INSERT INTO leases (key, holder, until) VALUES (%(key)s, %(holder)s, %(until)s)"
@@ -90,8 +95,8 @@ _LEASE = (
     " WHERE leases.holder = excluded.holder OR leases.until <= %(now)s"
     " RETURNING holder)"
     " SELECT holder FROM taken"
-    " UNION ALL SELECT holder FROM leases"
-    " WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM taken)"
+    " UNION ALL SELECT holder FROM (SELECT holder FROM leases"
+    " WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM taken) FOR SHARE) AS current"
 )
 _RELEASE = "DELETE FROM leases WHERE key = %s AND holder = %s"
 _RENEW = "UPDATE leases SET until = %s WHERE key = %s AND holder = %s"

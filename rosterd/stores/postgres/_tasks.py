@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from ..._errors import NotFoundError
+from ..._errors import NotFoundError, StaleError
 from ...protocol import TaskState
 from ._db import Database, Numbered, encode, scalar
 
@@ -15,9 +15,14 @@ _SUBMIT = (
     "INSERT INTO tasks (n, status, submitted_at, change, record)"
     " VALUES (%s, %s, %s, nextval('state_changes'), %s)"
 )
+# A task this store claimed is updated only while its claim holds: once
+# the holder stalled past its lease and another host claimed the task, the
+# stalled host's late update (its run's outcome, a requeue) would write
+# over what the other host recorded, its run dropped from ``runs``.
 _UPDATE = (
-    "UPDATE tasks SET status = %s, submitted_at = %s, change = nextval('state_changes'),"
-    " record = %s WHERE n = %s"
+    "UPDATE tasks SET status = %(status)s, submitted_at = %(at)s,"
+    " change = nextval('state_changes'), record = %(record)s"
+    " WHERE n = %(n)s AND (%(holder)s::text IS NULL OR holder = %(holder)s)"
 )
 # A run names the task it was started for; the latest update wins, as in
 # the file backend's index.
@@ -54,6 +59,8 @@ class PostgresTasks:
 
     def __init__(self, db: Database) -> None:
         self._db = db
+        # The holder of each task claimed here and not yet released, by number.
+        self._claims: dict[int, str] = {}
 
     def __repr__(self) -> str:
         return f"PostgresTasks({self._db.where!r})"
@@ -75,10 +82,22 @@ class PostgresTasks:
 
     async def update(self, task: TaskState) -> TaskState:
         """Store *task*'s new state as a whole; raises ``NotFoundError`` for a
-        task never submitted (its number is the database's to hand out)."""
+        task never submitted (its number is the database's to hand out), and
+        ``StaleError`` for one claimed here that another host claimed since
+        (nothing written: that host records what becomes of it)."""
         n = _TASKS.number(task.id)
+        holder = self._claims.get(n)
+        params = {
+            "status": task.status,
+            "at": task.submitted_at,
+            "record": encode(task),
+            "n": n,
+            "holder": holder,
+        }
         async with self._db.transaction("update a task") as conn:
-            cursor = await conn.execute(_UPDATE, (task.status, task.submitted_at, encode(task), n))
+            cursor = await conn.execute(_UPDATE, params)
+            if cursor.rowcount == 0 and holder is not None:
+                raise StaleError(f"task {task.id!r}: another host claimed it since this one did")
             if cursor.rowcount == 0:
                 raise NotFoundError("task", task.id)
             if task.runs:
@@ -101,7 +120,11 @@ class PostgresTasks:
     async def claim(self, holder: str, now: float, until: float) -> TaskState | None:
         params = {"holder": holder, "until": until, "now": now}
         row = await self._db.fetchone("claim a task", _CLAIM, params)
-        return None if row is None else self._db.decode(_task, row[0])
+        if row is None:
+            return None
+        task = self._db.decode(_task, row[0])
+        self._claims[_TASKS.number(task.id)] = holder
+        return task
 
     async def renew(self, task_id: str, holder: str, until: float) -> bool:
         async with self._db.connection("renew a task's lease") as conn:
@@ -109,5 +132,11 @@ class PostgresTasks:
             return cursor.rowcount == 1
 
     async def release(self, task_id: str, holder: str) -> None:
-        async with self._db.connection("release a task") as conn:
-            await conn.execute(_RELEASE, (_TASKS.number(task_id), holder))
+        n = _TASKS.number(task_id)
+        try:
+            async with self._db.connection("release a task") as conn:
+                await conn.execute(_RELEASE, (n, holder))
+        finally:
+            # Given up even when the database is out of reach: the lease runs out.
+            if self._claims.get(n) == holder:
+                del self._claims[n]
