@@ -328,10 +328,11 @@ class InProcessDaemon:
         """What the daemon logged so far, one line per record, as ``roster serve`` would."""
         return "".join(f"{line}\n" for line in self._records.lines)
 
-    async def logged(self, text: str) -> None:
-        """Until the daemon logs a line holding *text* (from any thread), 30 s at most."""
-        found = await anyio.to_thread.run_sync(self._records.wait_for, text, 30.0)
-        assert found, f"the daemon never logged {text!r}:\n{self.log()}"
+    async def logged(self, text: str, times: int = 1) -> None:
+        """Until the daemon logs *times* lines holding *text* (from any
+        thread), 30 s at most."""
+        found = await anyio.to_thread.run_sync(self._records.wait_for, text, times, 30.0)
+        assert found, f"the daemon never logged {text!r} {times} times:\n{self.log()}"
 
 
 class _Lines(logging.Handler):
@@ -348,10 +349,12 @@ class _Lines(logging.Handler):
             self.lines.append(line)
             self._added.notify_all()
 
-    def wait_for(self, text: str, timeout: float) -> bool:
-        """Block until a line holds *text*; whether one did within *timeout* s."""
+    def wait_for(self, text: str, times: int, timeout: float) -> bool:
+        """Block until *times* lines hold *text*; whether they did within *timeout* s."""
         with self._added:
-            return self._added.wait_for(lambda: any(text in x for x in self.lines), timeout)
+            return self._added.wait_for(
+                lambda: sum(text in x for x in self.lines) >= times, timeout
+            )
 
 
 @asynccontextmanager

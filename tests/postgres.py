@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import Any, Self
 from urllib.parse import quote
 
+import anyio
 import psycopg
 from psycopg import AsyncPipeline, AsyncTransaction, pq, sql
 from psycopg.abc import Params, Query
@@ -327,6 +328,23 @@ class PostgresServer:
 
     def __repr__(self) -> str:
         return f"<PostgresServer pid={self.pid} socket_dir={self.socket_dir}>"
+
+
+async def waiting_on_locks(url: str, count: int) -> None:
+    """Until *count* statements on the database *url* wait for a lock: what
+    PostgreSQL says of them, since nothing else does. Only for a test's own
+    store calls, raced at the statement; a daemon's are awaited on what it
+    says (its log, ``runs.show`` with ``wait``)."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        while True:
+            cursor = await conn.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            row = await cursor.fetchone()
+            if row is not None and row[0] >= count:
+                return
+            await anyio.sleep(0.01)
 
 
 class RoundTrips:

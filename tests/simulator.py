@@ -54,7 +54,7 @@ from collections import deque
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import anyio
 import anyio.abc
@@ -591,14 +591,10 @@ class Simulator:
             text = action.text
         omit = action.part if isinstance(action, Omit) else None
         framing = self.framing
-        number = len(self.requests)
-        events = (
-            _openai_events(model, text, usage, self._delta_chars, framing.raw, calls, number)
-            if api == "openai"
-            else _anthropic_events(
-                model, text, usage, self._delta_chars, framing.raw, calls, number
-            )
+        answer = _Answer(
+            model, text, usage, self._delta_chars, framing.raw, calls, len(self.requests)
         )
+        events = (_openai_events if api == "openai" else _anthropic_events)(answer)
         await _start_stream(stream)
         deltas = 0
         for is_delta, name, frame in events:
@@ -1056,15 +1052,22 @@ def _sse(data: object, raw: bool, event: str | None = None) -> bytes:
     return f"{head}data: {json.dumps(data, ensure_ascii=not raw)}\n\n".encode()
 
 
-def _openai_events(
-    model: str,
-    text: str,
-    usage: _Usage,
-    size: int,
-    raw: bool,
-    calls: tuple[tuple[str, str], ...] = (),
-    number: int = 0,
-) -> list[Frame]:
+class _Answer(NamedTuple):
+    """What a stream answers, in either API's events: the reply's *text* in
+    pieces of *size*, its tool *calls* (name, arguments), its *usage*, and
+    the request's *number* (ids are made from it)."""
+
+    model: str
+    text: str
+    usage: _Usage
+    size: int
+    raw: bool
+    calls: tuple[tuple[str, str], ...]
+    number: int
+
+
+def _openai_events(answer: _Answer) -> list[Frame]:
+    model, text, usage, size, raw, calls, number = answer
     # With include_usage every chunk carries "usage": null but the last one.
     base = {"id": "chatcmpl-sim", "object": "chat.completion.chunk", "model": model, "usage": None}
     role = {"role": "assistant", "content": ""}
@@ -1102,15 +1105,8 @@ def _openai_events(
     return frames
 
 
-def _anthropic_events(
-    model: str,
-    text: str,
-    usage: _Usage,
-    size: int,
-    raw: bool,
-    calls: tuple[tuple[str, str], ...] = (),
-    number: int = 0,
-) -> list[Frame]:
+def _anthropic_events(answer: _Answer) -> list[Frame]:
+    model, text, usage, size, raw, calls, number = answer
     start: dict[str, Any] = {
         "type": "message_start",
         "message": {

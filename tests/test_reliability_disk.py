@@ -11,7 +11,8 @@ import itertools
 import os
 import stat
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from harness import DaemonProcess, wait_task
 from test_stores_runs import entry, session_info, system_record, with_content
 
 from rosterd import StorageError
-from rosterd.client import RpcError
+from rosterd.client import RosterClient, RpcError
 from rosterd.compiler import PrefixState
 from rosterd.protocol import Call, ChannelPost, GateFile, GateState, MemoryAdd, RunsContext
 from rosterd.stores.files import FileChannels, FileGates, FilePrefixes, FileRuns
@@ -73,28 +74,6 @@ def full(mount: Path, leave: int) -> Iterator[pytest.ExceptionInfo[RpcError]]:
             yield failed
     finally:
         filler.unlink()
-
-
-@pytest.mark.anyio
-async def test_a_gate_that_hits_a_full_disk_fails_1008_and_the_next_one_survives_a_restart(
-    on_tmpfs: DaemonProcess, tmpfs: Path
-) -> None:
-    with on_tmpfs.start() as daemon:
-        async with await daemon.client() as client:
-            first = await client.gate_file("ada", "first")
-            with full(tmpfs, 40_000) as failed:
-                # Under the summary limit, over the free space.
-                await client.gate_file("ada", "y" * 60_000)
-            assert failed.value.code == 1008
-            acked = await client.gate_file("ada", "x")
-        daemon.restart()
-        async with await daemon.client() as client:
-            listed = {g.id: g.summary for g in await client.gate_list()}
-            after = await client.gate_file("ada", "after")
-    assert listed == {first.id: "first", acked.id: "x"}
-    assert after.id not in listed
-    lines = (tmpfs / "state" / "gates.jsonl").read_bytes().split(b"\n")
-    assert all(b"yyyy" not in line for line in lines)
 
 
 @pytest.mark.anyio
@@ -204,6 +183,17 @@ async def chattr(flag: str, path: Path) -> None:
         pytest.skip(f"chattr not available: {exc}")
     if done.returncode != 0:
         pytest.skip(f"chattr {flag} not supported here: {done.stderr.decode().strip()}")
+
+
+@contextlib.asynccontextmanager
+async def immutable(path: Path) -> AsyncIterator[None]:
+    """*path* made immutable (``chattr +i``) for the block: nothing in it
+    can be written, created or removed."""
+    await chattr("+i", path)
+    try:
+        yield
+    finally:
+        await chattr("-i", path)
 
 
 @pytest.mark.anyio
@@ -345,47 +335,72 @@ async def test_the_channel_tail_in_memory_is_bounded_in_characters(tmp_path: Pat
 
 
 @pytest.mark.anyio
-async def test_a_note_that_hits_a_full_disk_never_has_its_successors_id_handed_out_again(
-    on_tmpfs: DaemonProcess, tmpfs: Path
+@pytest.mark.parametrize("kind", ["gate", "memory note"])
+async def test_a_record_that_hits_a_full_disk_fails_1008_and_its_number_is_never_handed_out(
+    on_tmpfs: DaemonProcess, tmpfs: Path, kind: str
 ) -> None:
-    # The failed note's number stays unused; the next note, acknowledged,
-    # takes the one after it, and a restart must count from there too.
+    # Under the size limit, over the free space: the failed record is cut
+    # back, its number stays unused, the next one (acknowledged) takes the
+    # one after it, and a restart counts on from there too.
+    async def add(client: RosterClient, text: str) -> str:
+        if kind == "gate":
+            return (await client.gate_file("ada", text)).id
+        return (await client.memory_add("ada", text)).id
+
+    async def listed(client: RosterClient) -> dict[str, str]:
+        if kind == "gate":
+            return {g.id: g.summary for g in await client.gate_list()}
+        return {n.id: n.text for n in await client.memory_list("ada", every=True)}
+
     with on_tmpfs.start() as daemon:
         async with await daemon.client() as client:
-            first = await client.memory_add("ada", "first")
+            first = await add(client, "first")
             with full(tmpfs, 40_000) as failed:
-                await client.memory_add("ada", "y" * 60_000)
-            acked = await client.memory_add("ada", "acked")
+                await add(client, "y" * 60_000)
+            acked = await add(client, "acked")
         daemon.restart()
         async with await daemon.client() as client:
-            after = await client.memory_add("ada", "after")
-            notes = await client.memory_list("ada", every=True)
+            after = await add(client, "after")
+            records = await listed(client)
     assert failed.value.code == 1008
-    assert [n.text for n in notes] == ["first", "acked", "after"]
-    assert len({first.id, acked.id, after.id}) == 3
+    assert records == {first: "first", acked: "acked", after: "after"}
+    assert all(b"yyyy" not in log.read_bytes() for log in (tmpfs / "state").rglob("*.jsonl"))
 
 
 @pytest.mark.anyio
-async def test_a_resolution_whose_task_write_fails_still_continues_the_task_after_a_kill(
-    on_tmpfs: DaemonProcess, tmpfs: Path
+@pytest.mark.parametrize("failing", ["gate.file", "gate.resolve"])
+async def test_a_gate_whose_task_write_fails_still_moves_the_task_after_a_kill(
+    on_tmpfs: DaemonProcess, tmpfs: Path, failing: str
 ) -> None:
-    # The gate's resolution is small and lands; its task's new state holds
-    # the task's text and reply, does not fit, and is answered 1008. A kill
+    # The gate's write is small and lands; its task's new state (the task's
+    # text and reply) does not fit, and the call is answered 1008. A kill
     # between the two writes leaves the same: the daemon that starts next
-    # must queue the continuation the resolution asked for.
+    # must put the task where its gate says, paused while the gate waits,
+    # continued with its outcome once it is resolved.
     with on_tmpfs.start() as daemon:
         async with await daemon.client() as client:
             task = await client.task_submit("ada", "releases", "z" * 20_000)
             done = await wait_task(client, task.id, "done")
-            gate = await client.gate_file("ada", "sign-off?", channel="releases", run=done.runs[0])
-            assert (await client.task_get(task.id)).status == "paused"
-            filler = fill(tmpfs, 16_000)
-            with pytest.raises(RpcError) as failed:
-                await client.gate_resolve(gate.id, "approved", note="go")
-            daemon.kill9()
-        filler.unlink()
+            file = partial(
+                client.gate_file, "ada", "sign-off?", channel="releases", run=done.runs[0]
+            )
+            if failing == "gate.resolve":
+                gate = await file()
+                assert (await client.task_get(task.id)).status == "paused"
+            with full(tmpfs, 16_000) as failed:
+                try:
+                    if failing == "gate.file":
+                        await file()
+                    else:
+                        await client.gate_resolve(gate.id, "approved", note="go")
+                finally:
+                    daemon.kill9()
         daemon.start()
         async with await daemon.client() as client:
+            if failing == "gate.file":
+                (gate,) = await client.gate_list()
+                assert (await client.task_get(task.id)).status == "paused"
+                await client.gate_resolve(gate.id, "approved", note="go")
             (resolved,) = await client.gate_list()
             finished = await wait_task(client, task.id, "done")
     assert failed.value.code == 1008
@@ -393,31 +408,6 @@ async def test_a_resolution_whose_task_write_fails_still_continues_the_task_afte
     assert len(finished.runs) == 2
     assert finished.continuation is not None
     assert (finished.continuation.gate, finished.continuation.outcome) == (gate.id, "approved")
-
-
-@pytest.mark.anyio
-async def test_a_gate_whose_task_write_fails_still_pauses_the_task_after_a_kill(
-    on_tmpfs: DaemonProcess, tmpfs: Path
-) -> None:
-    # As above, for the pause a gate filed against a finished run makes.
-    with on_tmpfs.start() as daemon:
-        async with await daemon.client() as client:
-            task = await client.task_submit("ada", "releases", "z" * 20_000)
-            done = await wait_task(client, task.id, "done")
-            filler = fill(tmpfs, 16_000)
-            with pytest.raises(RpcError) as failed:
-                await client.gate_file("ada", "sign-off?", channel="releases", run=done.runs[0])
-            daemon.kill9()
-        filler.unlink()
-        daemon.start()
-        async with await daemon.client() as client:
-            (gate,) = await client.gate_list()
-            paused = await client.task_get(task.id)
-            await client.gate_resolve(gate.id, "approved", note="go")
-            finished = await wait_task(client, task.id, "done")
-    assert failed.value.code == 1008
-    assert paused.status == "paused"
-    assert len(finished.runs) == 2
 
 
 @pytest.mark.anyio
@@ -459,12 +449,9 @@ async def test_a_rollover_cut_short_before_the_old_session_ended_leaves_one_open
             await client.session_send(old, "a" * 20_000)
             await client.session_send(old, "b" * 20_000)
             old_dir = daemon.state / "runs" / old
-            await chattr("+i", old_dir)
-            try:
+            async with immutable(old_dir):
                 with pytest.raises(RpcError) as failed:
                     await client.session_send(old, "c" * 20_000)
-            finally:
-                await chattr("-i", old_dir)
         daemon.kill9()
         daemon.start()
         async with await daemon.client() as client:
@@ -483,18 +470,13 @@ async def test_a_close_whose_end_fails_keeps_the_session_open_until_a_close_succ
     # The session's end cannot be written (its directory made immutable):
     # the close is answered 1008 and nothing of it is kept, so it can be
     # tried again, and once it succeeds no restart opens the session again.
-    daemon = on_tmpfs
-    with daemon.start():
+    with on_tmpfs.start() as daemon:
         async with await daemon.client() as client:
             session = (await client.session_open("ada", "general")).session
             await client.session_send(session, "hello")
-            run_dir = daemon.state / "runs" / session
-            await chattr("+i", run_dir)
-            try:
+            async with immutable(daemon.state / "runs" / session):
                 with pytest.raises(RpcError) as failed:
                     await client.session_close(session)
-            finally:
-                await chattr("-i", run_dir)
             still = await client.session_send(session, "still here")
             await client.session_close(session)
         daemon.kill9()
@@ -516,16 +498,11 @@ async def test_a_close_whose_pointer_cannot_be_removed_still_closes_the_session(
     # The pair's pointer cannot be removed (its directory made immutable)
     # once the session's end is written: the close stands, and the pointer
     # left to an ended session is replaced by the pair's next open.
-    daemon = on_tmpfs
-    with daemon.start():
+    with on_tmpfs.start() as daemon:
         async with await daemon.client() as client:
             session = (await client.session_open("ada", "general")).session
-            pointers = daemon.state / "sessions" / "ada"
-            await chattr("+i", pointers)
-            try:
+            async with immutable(daemon.state / "sessions" / "ada"):
                 closed = await client.session_close(session)
-            finally:
-                await chattr("-i", pointers)
         daemon.kill9()
         daemon.start()
         async with await daemon.client() as client:

@@ -13,19 +13,20 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import anyio
 import anyio.to_thread
 import msgspec
 import psycopg
 import pytest
-from harness import DaemonProcess, ManualClock, in_process_client
+from harness import DaemonProcess, InProcessDaemon, ManualClock, in_process_client
 from orgs import write_org
 from postgres import PostgresServer
+from psycopg.rows import TupleRow
 from simulator import Delay, Held, Simulator, Stall
 
 from rosterd.client import RosterClient, RpcError
@@ -225,21 +226,35 @@ async def test_a_task_whose_host_died_is_finished_by_the_other(
             second.stop()
 
 
+class _Stalling(NamedTuple):
+    daemon: InProcessDaemon
+    client: RosterClient
+    clock: ManualClock
+    other: PostgresState
+    slow: psycopg.AsyncConnection[TupleRow]
+
+
+@asynccontextmanager
+async def _stalling(root: Path, url: str, simulator: Simulator) -> AsyncIterator[_Stalling]:
+    """This host in process on the simulator, whose lease keeper sleeps on
+    a clock that never moves: its leases run out as a stalled host's would,
+    once "the other host" says so. Beside it, the other host's stores, and
+    a connection of the test's own to hold a row or a table locked."""
+    org = _org(root / "org", _simulated(simulator))
+    clock = ManualClock()
+    async with (
+        in_process_client(org, root / "a", clock=clock, database=url) as (daemon, client),
+        PostgresState(url) as other,
+        await psycopg.AsyncConnection.connect(url) as slow,
+    ):
+        yield _Stalling(daemon, client, clock, other, slow)
+
+
 async def test_a_task_another_host_took_over_is_left_for_that_host_to_record(
     tmp_path: Path, postgres_url: str, simulator: Simulator
 ) -> None:
-    org = _org(tmp_path / "org", _simulated(simulator))
     simulator.script(Held())
-    # This host's lease keeper sleeps on a clock that never moves: its lease
-    # runs out as a stalled host's would, once "the other host" says so.
-    clock = ManualClock()
-    async with (
-        in_process_client(org, tmp_path / "a", clock=clock, database=postgres_url) as (
-            daemon,
-            client,
-        ),
-        PostgresState(postgres_url) as other,
-    ):
+    async with _stalling(tmp_path, postgres_url, simulator) as (daemon, client, clock, other, _):
         task = await client.request(TaskSubmit("ada", "c3", "x"))
         with anyio.fail_after(10):
             await simulator.wait_for_requests(1)
@@ -262,36 +277,12 @@ async def test_a_task_another_host_took_over_is_left_for_that_host_to_record(
         assert (await other.runs.info(cut.id)).status == "interrupted"
 
 
-async def _until_waiting_on_a_lock(url: str, count: int = 1) -> None:
-    """Until *count* statements on the database *url* wait for a lock."""
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        while True:
-            cursor = await conn.execute(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            )
-            row = await cursor.fetchone()
-            if row is not None and row[0] >= count:
-                return
-            await anyio.sleep(0.01)
-
-
 async def test_a_task_taken_over_after_its_run_ended_keeps_the_state_the_other_host_wrote(
     tmp_path: Path, postgres_url: str, simulator: Simulator
 ) -> None:
-    org = _org(tmp_path / "org", _simulated(simulator))
     simulator.script(Held())
-    # This host's lease keeper sleeps on a clock that never moves: its lease
-    # runs out as a stalled host's would, once "the other host" says so.
-    clock = ManualClock()
-    async with (
-        in_process_client(org, tmp_path / "a", clock=clock, database=postgres_url) as (
-            daemon,
-            client,
-        ),
-        PostgresState(postgres_url) as other,
-        await psycopg.AsyncConnection.connect(postgres_url) as slow,
-    ):
+    async with _stalling(tmp_path, postgres_url, simulator) as stalling:
+        daemon, client, clock, other, slow = stalling
         task = await client.request(TaskSubmit("ada", "c3", "x"))
         with anyio.fail_after(10):
             await simulator.wait_for_requests(1)
@@ -300,13 +291,12 @@ async def test_a_task_taken_over_after_its_run_ended_keeps_the_state_the_other_h
         # giving that lease up, before it records the task done.
         await slow.execute("SELECT FROM leases WHERE key = %s FOR UPDATE", (running.runs[-1],))
         simulator.release()
-        with anyio.fail_after(10):
-            await _until_waiting_on_a_lock(postgres_url)
+        ended = await client.request(RunsShow(running.runs[-1], wait=10))
+        assert ended.info.status == "done"
         # Meanwhile another host finds the task's lease run out and runs it again.
         later = clock() + 10 * LEASE_S
         claimed = await other.tasks.claim("other", later, later + LEASE_S)
         assert claimed == running
-        assert (await other.runs.info(running.runs[-1])).status == "done"
         taken_over = msgspec.structs.replace(running, runs=(*running.runs, "t-other"))
         await other.tasks.update(taken_over)
         await slow.rollback()
@@ -318,26 +308,17 @@ async def test_a_task_taken_over_after_its_run_ended_keeps_the_state_the_other_h
 async def test_a_host_never_claims_again_a_task_it_runs_whose_lease_ran_out(
     tmp_path: Path, postgres_url: str, simulator: Simulator
 ) -> None:
-    org = _org(tmp_path / "org", _simulated(simulator))
     simulator.script(Held(), Held())
-    clock = ManualClock()
-    async with (
-        in_process_client(org, tmp_path / "a", clock=clock, database=postgres_url) as (
-            daemon,
-            client,
-        ),
-        await psycopg.AsyncConnection.connect(postgres_url) as slow,
-    ):
+    async with _stalling(tmp_path, postgres_url, simulator) as (daemon, client, clock, _, slow):
         first = await client.request(TaskSubmit("ada", "c3", "the first task"))
         with anyio.fail_after(10):
             await simulator.wait_for_requests(1)
         (run,) = (await client.request(TaskGet(first.id))).runs
-        # The lease keeper is held up renewing the run's lease past the
-        # task's: the task's lease runs out while this host runs it.
+        # The lease keeper is held up renewing the run's lease, which it
+        # renews before the task's: the task's lease runs out while this
+        # host runs it.
         await slow.execute("SELECT FROM leases WHERE key = %s FOR UPDATE", (run,))
         clock.advance(10 * LEASE_S)
-        with anyio.fail_after(10):
-            await _until_waiting_on_a_lock(postgres_url)
         # The idle pool worker wakes for a new task and claims the oldest free one.
         second = await client.request(TaskSubmit("ada", "c3", "the second task"))
         with anyio.fail_after(10):
@@ -375,8 +356,7 @@ async def test_two_turns_at_once_of_a_session_this_host_wakes_take_turns(
         async with anyio.create_task_group() as tg:
             tg.start_soon(send, first, "two")
             tg.start_soon(send, second, "three")
-            with anyio.fail_after(10):
-                await _until_waiting_on_a_lock(postgres_url, 2)
+            await daemon.logged(f"session {session}: reading it from the store", times=2)
             await slow.rollback()
             with anyio.fail_after(10):
                 await simulator.wait_for_requests(1)
@@ -389,13 +369,8 @@ async def test_two_turns_at_once_of_a_session_this_host_wakes_take_turns(
 async def test_a_rollover_another_host_made_first_keeps_the_pairs_session(
     tmp_path: Path, postgres_url: str, simulator: Simulator
 ) -> None:
-    org = _org(tmp_path / "org", _simulated(simulator))
-    clock = ManualClock()
-    async with (
-        in_process_client(org, tmp_path / "a", clock=clock, database=postgres_url) as (_, client),
-        PostgresState(postgres_url) as other,
-        await psycopg.AsyncConnection.connect(postgres_url) as slow,
-    ):
+    async with _stalling(tmp_path, postgres_url, simulator) as stalling:
+        daemon, client, clock, other, slow = stalling
         session = (await client.session_open("ada", "c0")).session
         await client.session_send(session, "one")
         # The provider refuses the next turn as too long: this host rolls
@@ -412,8 +387,7 @@ async def test_a_rollover_another_host_made_first_keeps_the_pairs_session(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(send)
-            with anyio.fail_after(10):
-                await _until_waiting_on_a_lock(postgres_url)
+            await daemon.logged(f"session {session}: rolling over")
             # Meanwhile another host, past this one's lease, rolls it over first.
             later = clock() + 10 * LEASE_S
             assert await other.runs.lease(session, "other", later, later + LEASE_S) is None

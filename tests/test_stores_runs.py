@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from postgres import waiting_on_locks
 from psycopg_pool import AsyncConnectionPool
 
 from rosterd import InvalidIdError, NotFoundError, StaleError, StorageError
@@ -509,20 +510,6 @@ async def test_a_held_write_after_another_hosts_write_is_stale_and_keeps_nothing
         assert [e.content for e in await here.runs.transcript("s-1")] == ["one", "two", "there"]
 
 
-async def _waiting_on_locks(url: str, count: int) -> None:
-    """Until *count* statements on the database *url* wait for a lock."""
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        while True:
-            cursor = await conn.execute(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            )
-            row = await cursor.fetchone()
-            if row is not None and row[0] >= count:
-                return
-            await anyio.sleep(0.01)
-
-
 @pytest.mark.anyio
 async def test_a_lease_another_host_took_while_its_holder_waited_to_renew_is_lost(
     postgres_url: str,
@@ -546,10 +533,10 @@ async def test_a_lease_another_host_took_while_its_holder_waited_to_renew_is_los
         async with anyio.create_task_group() as tg:
             tg.start_soon(lease, host_b, "host-b", NOW + 20)
             with anyio.fail_after(10):
-                await _waiting_on_locks(postgres_url, 1)
+                await waiting_on_locks(postgres_url, 1)
             tg.start_soon(lease, host_a, "host-a", NOW + 15)
             with anyio.fail_after(10):
-                await _waiting_on_locks(postgres_url, 2)
+                await waiting_on_locks(postgres_url, 2)
             await slow.rollback()
         assert answers == {"host-b": None, "host-a": "host-b"}
         async with await psycopg.AsyncConnection.connect(postgres_url) as conn:

@@ -389,6 +389,7 @@ class Session:
         pointer leads through this session to the successor, and the pair
         never has two open sessions.
         """
+        log.debug("session %s: rolling over: %s", self.id, reason)
         successor = await self._manager.roll_over(self, reason)
         async with successor._lock:
             host = self._host
@@ -597,6 +598,7 @@ class SessionManager:
         warm = self._by_id.get(info.id)
         if warm is not None:
             return warm
+        log.debug("session %s: reading it from the store", info.id)
         state = await host.runs.load_session(info.id)
         if info.status != "open" or info.surface != Surface.SESSION.value or state is None:
             return None
