@@ -352,11 +352,7 @@ def _replace(path: Path, data: bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    _sync_directory(path.parent)
 
 
 async def remove_document(path: Path) -> None:
@@ -372,7 +368,12 @@ def _remove(path: Path) -> None:
         path.unlink()
     except FileNotFoundError:
         return
-    directory = os.open(path.parent, os.O_RDONLY)
+    _sync_directory(path.parent)
+
+
+def _sync_directory(path: Path) -> None:
+    """Make the names in directory *path* durable: a file put or removed there."""
+    directory = os.open(path, os.O_RDONLY)
     try:
         os.fsync(directory)
     finally:
