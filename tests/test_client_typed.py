@@ -8,6 +8,7 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import msgspec
 import pytest
 from harness import InProcessDaemon
@@ -151,3 +152,27 @@ async def test_a_notification_the_method_does_not_declare_is_a_broken_reply(
             with pytest.raises(ProtocolError, match=r"daemon\.status sends no 'turn\.delta'"):
                 await client.request(DaemonStatus())
         tg.cancel_scope.cancel()
+
+
+async def test_a_call_given_up_midway_does_not_answer_the_next_one(
+    served: InProcessDaemon,
+) -> None:
+    async with await served.client() as client:
+        session = (await client.session_open("ada", "general")).session
+        with anyio.CancelScope() as scope:
+
+            async def give_up(delta: Delta) -> None:
+                # A frontend whose user pressed Ctrl-C while the reply streams.
+                scope.cancel()
+                await anyio.lowlevel.checkpoint()
+
+            await client.session_send(session, "first", on_delta=give_up)
+        assert scope.cancelled_caught
+        # What the daemon still sends for the call given up is read past,
+        # never taken for the next call's reply.
+        status = await client.daemon_status()
+        assert isinstance(status, StatusResult)
+        assert status.sessions == 1
+        again = await client.session_send(session, "second")
+        assert (again.run, again.turn) == (session, 2)
+        assert "second" in again.text
