@@ -4,6 +4,7 @@ Structs; against a daemon on the example org (echo engine)."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import anyio
@@ -13,7 +14,7 @@ import msgspec
 import pytest
 from harness import InProcessDaemon
 
-from rosterd import ProtocolError
+from rosterd import ProtocolError, RosterError
 from rosterd.client import RosterClient, RpcError
 from rosterd.compiler import ChannelMessage, MemoryItem
 from rosterd.daemon import HANDLED
@@ -176,3 +177,27 @@ async def test_a_call_given_up_midway_does_not_answer_the_next_one(
         again = await client.session_send(session, "second")
         assert (again.run, again.turn) == (session, 2)
         assert "second" in again.text
+
+
+async def test_a_reply_line_over_the_client_s_limit_is_a_broken_reply(tmp_path: Path) -> None:
+    # A peer whose reply never ends within the 16 MiB a reply line may take.
+    path = tmp_path / "long.sock"
+    listener = await anyio.create_unix_listener(path)
+
+    async def serve(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            await stream.receive()
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.EndOfStream):
+                await stream.send(b'{"jsonrpc":"2.0","id":1,"result":"' + b"x" * (17 << 20))
+                await stream.send(b'"}\n')
+                await stream.receive()
+
+    async with anyio.create_task_group() as tg, listener:
+        tg.start_soon(listener.serve, serve)
+        async with await RosterClient.connect(path) as client:
+            with pytest.raises(ProtocolError, match="longer than"):
+                await client.request(DaemonStatus())
+            # The rest of that line is never read as the next reply.
+            with pytest.raises(RosterError, match="closed"):
+                await client.request(DaemonStatus())
+        tg.cancel_scope.cancel()

@@ -254,8 +254,22 @@ class RosterClient(AsyncResource):
     async def _line(self) -> bytes:
         try:
             return await self._receive.receive_until(b"\n", _LINE_LIMIT)
-        except (anyio.IncompleteRead, anyio.EndOfStream, anyio.BrokenResourceError):
+        except (
+            anyio.IncompleteRead,
+            anyio.EndOfStream,
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+        ):
             raise RosterError("the daemon closed the connection") from None
+        except anyio.DelimiterNotFound:
+            # The rest of that line would be read as the next reply: the
+            # connection is of no further use, and nothing on it is awaited.
+            self._unanswered = None
+            await self._stream.aclose()
+            raise ProtocolError(
+                f"bad reply from daemon: a line longer than {_LINE_LIMIT} bytes",
+                code=PARSE_ERROR,
+            ) from None
 
     async def aclose(self) -> None:
         await self._stream.aclose()
