@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -331,8 +331,13 @@ class InProcessDaemon:
     async def logged(self, text: str, times: int = 1) -> None:
         """Until the daemon logs *times* lines holding *text* (from any
         thread), 30 s at most."""
-        found = await anyio.to_thread.run_sync(self._records.wait_for, text, times, 30.0)
-        assert found, f"the daemon never logged {text!r} {times} times:\n{self.log()}"
+        await self.until_logged(lambda log: log.count(text) >= times, f"{text!r} {times} times")
+
+    async def until_logged(self, holds: Callable[[str], bool], what: str = "it") -> None:
+        """Until what the daemon logged so far makes *holds* true, looked at
+        as each line comes (from any thread), 30 s at most."""
+        found = await anyio.to_thread.run_sync(self._records.wait_for, holds, 30.0)
+        assert found, f"the daemon never logged {what}:\n{self.log()}"
 
 
 class _Lines(logging.Handler):
@@ -349,12 +354,11 @@ class _Lines(logging.Handler):
             self.lines.append(line)
             self._added.notify_all()
 
-    def wait_for(self, text: str, times: int, timeout: float) -> bool:
-        """Block until *times* lines hold *text*; whether they did within *timeout* s."""
+    def wait_for(self, holds: Callable[[str], bool], timeout: float) -> bool:
+        """Block until the lines, one per line, make *holds* true; whether
+        they did within *timeout* s."""
         with self._added:
-            return self._added.wait_for(
-                lambda: sum(text in x for x in self.lines) >= times, timeout
-            )
+            return self._added.wait_for(lambda: holds("\n".join(self.lines)), timeout)
 
 
 @asynccontextmanager

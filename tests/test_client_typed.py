@@ -4,15 +4,17 @@ Structs; against a daemon on the example org (echo engine)."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import msgspec
 import pytest
 from harness import InProcessDaemon
 
-from rosterd import ProtocolError
+from rosterd import ProtocolError, RosterError
 from rosterd.client import RosterClient, RpcError
 from rosterd.compiler import ChannelMessage, MemoryItem
 from rosterd.daemon import HANDLED
@@ -149,5 +151,53 @@ async def test_a_notification_the_method_does_not_declare_is_a_broken_reply(
         tg.start_soon(listener.serve, serve)
         async with await RosterClient.connect(path) as client:
             with pytest.raises(ProtocolError, match=r"daemon\.status sends no 'turn\.delta'"):
+                await client.request(DaemonStatus())
+        tg.cancel_scope.cancel()
+
+
+async def test_a_call_given_up_midway_does_not_answer_the_next_one(
+    served: InProcessDaemon,
+) -> None:
+    async with await served.client() as client:
+        session = (await client.session_open("ada", "general")).session
+        with anyio.CancelScope() as scope:
+
+            async def give_up(delta: Delta) -> None:
+                # A frontend whose user pressed Ctrl-C while the reply streams.
+                scope.cancel()
+                await anyio.lowlevel.checkpoint()
+
+            await client.session_send(session, "first", on_delta=give_up)
+        assert scope.cancelled_caught
+        # What the daemon still sends for the call given up is read past,
+        # never taken for the next call's reply.
+        status = await client.daemon_status()
+        assert isinstance(status, StatusResult)
+        assert status.sessions == 1
+        again = await client.session_send(session, "second")
+        assert (again.run, again.turn) == (session, 2)
+        assert "second" in again.text
+
+
+async def test_a_reply_line_over_the_client_s_limit_is_a_broken_reply(tmp_path: Path) -> None:
+    # A peer whose reply never ends within the 16 MiB a reply line may take.
+    path = tmp_path / "long.sock"
+    listener = await anyio.create_unix_listener(path)
+
+    async def serve(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            await stream.receive()
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.EndOfStream):
+                await stream.send(b'{"jsonrpc":"2.0","id":1,"result":"' + b"x" * (17 << 20))
+                await stream.send(b'"}\n')
+                await stream.receive()
+
+    async with anyio.create_task_group() as tg, listener:
+        tg.start_soon(listener.serve, serve)
+        async with await RosterClient.connect(path) as client:
+            with pytest.raises(ProtocolError, match="longer than"):
+                await client.request(DaemonStatus())
+            # The rest of that line is never read as the next reply.
+            with pytest.raises(RosterError, match="closed"):
                 await client.request(DaemonStatus())
         tg.cancel_scope.cancel()

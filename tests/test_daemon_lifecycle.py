@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import signal
 import socket
@@ -75,3 +76,29 @@ async def test_socket_activation_serves_on_the_inherited_socket(
         assert process.stop() == 0
     # The socket belongs to systemd: the daemon must not remove it.
     assert path.exists()
+
+
+@pytest.mark.anyio
+async def test_a_notify_socket_that_takes_no_more_datagrams_does_not_hold_up_sigterm(
+    org_dir: Path, tmp_path: Path
+) -> None:
+    notify_path = tmp_path / "notify.sock"
+    with (
+        socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify,
+        socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as filler,
+    ):
+        notify.bind(str(notify_path))
+        env = {"NOTIFY_SOCKET": str(notify_path)}
+        process = DaemonProcess(org_dir, tmp_path / "state", env=env).start(wait=False)
+        datagrams(notify, b"READY=1")
+        # What a service manager too busy to read leaves: a full queue, so
+        # the daemon's STOPPING=1 finds no room.
+        filler.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                filler.sendto(b"STATUS=filler\n", str(notify_path))
+        try:
+            assert process.stop(timeout=20) == 0
+        finally:
+            process.stop(signal.SIGKILL)
+    assert "cannot notify systemd" in process.log()

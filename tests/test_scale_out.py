@@ -23,7 +23,13 @@ import anyio.to_thread
 import msgspec
 import psycopg
 import pytest
-from harness import DaemonProcess, InProcessDaemon, ManualClock, in_process_client
+from harness import (
+    DaemonProcess,
+    InProcessDaemon,
+    ManualClock,
+    daemon_in_process,
+    in_process_client,
+)
 from orgs import write_org
 from postgres import PostgresServer
 from psycopg.rows import TupleRow
@@ -275,6 +281,27 @@ async def test_a_task_another_host_took_over_is_left_for_that_host_to_record(
         assert f"task {task.id} failed" not in daemon.log()
         assert await other.tasks.get(task.id) == taken_over
         assert (await other.runs.info(cut.id)).status == "interrupted"
+
+
+async def test_a_stop_does_not_wait_for_an_idle_worker_s_look_for_a_task(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    # A short drain_s: a stop that waits on the worker runs it out soon.
+    sections = f"[daemon]\nlease_s = {LEASE_S}\ntask_workers = 1\ndrain_s = 2"
+    org = write_org(tmp_path / "org", workers=["ada"], sections=sections)
+    async with await psycopg.AsyncConnection.connect(postgres_url) as slow:
+        async with daemon_in_process(org, tmp_path / "a", database=postgres_url) as daemon:
+            # The idle worker's next look for a task waits on the table, as it
+            # would on a database too busy to answer or a pool with no free
+            # connection, for as long as the pool's timeout.
+            await slow.execute("LOCK TABLE tasks")
+            await daemon.until_logged(
+                lambda log: log.count("looking for a task") > log.count("no task to run")
+            )
+        await slow.rollback()
+    # No task was running: the drain had nothing to wait for.
+    assert "drain cut short" not in daemon.log()
+    assert "stopped" in daemon.log()
 
 
 async def test_a_task_taken_over_after_its_run_ended_keeps_the_state_the_other_host_wrote(

@@ -46,6 +46,9 @@ class RosterClient(AsyncResource):
         self._path = path
         self._ids = itertools.count(1)
         self._lock = anyio.Lock()
+        # The id of a call given up before its reply was read (cancelled, or
+        # a callback raised): the daemon still answers it, first.
+        self._unanswered: int | None = None
 
     def __repr__(self) -> str:
         return f"RosterClient({str(self._path)!r})"
@@ -173,6 +176,7 @@ class RosterClient(AsyncResource):
     async def send_raw(self, data: bytes) -> Any:
         """Send raw bytes and return the next reply decoded (for protocol tests)."""
         async with self._lock:
+            await self._skip_unanswered()
             await self._send(data)
             return msgspec.json.decode(await self._line())
 
@@ -212,16 +216,28 @@ class RosterClient(AsyncResource):
         """Send one request and return its undecoded result; notifications
         that arrive before it go to *on_notification*."""
         async with self._lock:
-            await self._send(request(next(self._ids)))
+            await self._skip_unanswered()
+            request_id = self._unanswered = next(self._ids)
+            await self._send(request(request_id))
             while True:
                 reply = await self._read()
                 if reply.method is not None and reply.id is None:
                     await on_notification(reply)
                     continue
+                self._unanswered = None
                 if reply.error is not None:
                     error = reply.error
                     raise RpcError(error.code, error.message, error.data)
                 return reply.result
+
+    async def _skip_unanswered(self) -> None:
+        """Read past what the daemon sends for a call given up midway (it
+        serves a connection's calls in order): its notifications and reply
+        would otherwise be taken for the next call's."""
+        while self._unanswered is not None:
+            reply = await self._read()
+            if reply.method is None and reply.id == self._unanswered:
+                self._unanswered = None
 
     async def _send(self, data: bytes) -> None:
         try:
@@ -238,8 +254,22 @@ class RosterClient(AsyncResource):
     async def _line(self) -> bytes:
         try:
             return await self._receive.receive_until(b"\n", _LINE_LIMIT)
-        except (anyio.IncompleteRead, anyio.EndOfStream, anyio.BrokenResourceError):
+        except (
+            anyio.IncompleteRead,
+            anyio.EndOfStream,
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+        ):
             raise RosterError("the daemon closed the connection") from None
+        except anyio.DelimiterNotFound:
+            # The rest of that line would be read as the next reply: the
+            # connection is of no further use, and nothing on it is awaited.
+            self._unanswered = None
+            await self._stream.aclose()
+            raise ProtocolError(
+                f"bad reply from daemon: a line longer than {_LINE_LIMIT} bytes",
+                code=PARSE_ERROR,
+            ) from None
 
     async def aclose(self) -> None:
         await self._stream.aclose()

@@ -27,6 +27,9 @@ _DATAGRAM_MAX = 4096
 # Worst case four bytes per character keeps STATUS= well inside one datagram.
 _STATUS_MAX = 512
 _FIELD = re.compile(r"[A-Z][A-Z0-9_]*")
+# A service manager that takes no more datagrams (its queue full) must not
+# hold up the daemon, least of all its stop: what finds no room is dropped.
+_SEND_TIMEOUT_S = 1.0
 
 
 class Notifier(AsyncResource):
@@ -34,9 +37,10 @@ class Notifier(AsyncResource):
 
     Build it with :meth:`from_env` and use it as an async context manager; the
     socket is connected on first use. Without ``NOTIFY_SOCKET`` every call is
-    a no-op returning ``False``. A notify socket that cannot be reached is
-    logged, never raised: the daemon keeps serving and systemd's own start or
-    watchdog timeout reports the problem.
+    a no-op returning ``False``. A notify socket that cannot be reached, or
+    has no room for a datagram within a second, is logged, never raised: the
+    daemon keeps serving (or stopping) and systemd's own start or watchdog
+    timeout reports the problem.
     """
 
     def __init__(self, address: str | None) -> None:
@@ -91,11 +95,20 @@ class Notifier(AsyncResource):
             if self._address is None:
                 return False
             try:
-                if self._socket is None:
-                    self._socket = await anyio.create_connected_unix_datagram_socket(
-                        _sockaddr(self._address)
-                    )
-                await self._socket.send(payload)
+                with anyio.fail_after(_SEND_TIMEOUT_S):
+                    if self._socket is None:
+                        self._socket = await anyio.create_connected_unix_datagram_socket(
+                            _sockaddr(self._address)
+                        )
+                    await self._socket.send(payload)
+            except TimeoutError:
+                log.warning(
+                    "cannot notify systemd at %s: no room within %.0f s; dropped %s",
+                    self._address,
+                    _SEND_TIMEOUT_S,
+                    payload.split(b"\n", 1)[0].decode(errors="replace"),
+                )
+                return False
             except (OSError, anyio.BrokenResourceError) as exc:
                 log.warning("cannot notify systemd at %s: %s", self._address, exc)
                 return False

@@ -49,6 +49,10 @@ class TaskRunner:
         self._changed = Signal()
         self._running = 0
         self._draining = False
+        # Each idle worker's look for a task, which a drain cancels: a claim
+        # held up by the store (a lock, a pool with no free connection, for
+        # as long as its timeout) must not hold up the stop.
+        self._looking: set[anyio.CancelScope] = set()
         self.stopped = anyio.Event()
 
     def __repr__(self) -> str:
@@ -74,7 +78,8 @@ class TaskRunner:
     def drain(self) -> None:
         """Start no new task; those running finish, queued ones stay queued."""
         self._draining = True
-        self._queued.notify()
+        for looking in self._looking:
+            looking.cancel()
         self._changed.notify()
 
     async def submit(self, worker: str, channel: str, text: str) -> TaskState:
@@ -153,20 +158,8 @@ class TaskRunner:
     async def _work(self) -> None:
         host = self._host
         while not self._draining:
-            # Taken before the claim: a task queued while it runs still wakes us.
-            queued = self._queued.next()
-            lease_s = host.org.daemon.lease_s
-            now = host.clock()
-            try:
-                task = await host.stores.tasks.claim(host.leases.holder, now, now + lease_s)
-            except StorageError as exc:
-                # The store is unreachable: look again later, the pool goes on.
-                log.warning("could not claim a task: %s", exc)
-                task = None
+            task = await self._claim()
             if task is None:
-                # Other hosts' tasks are found by looking again now and then.
-                with anyio.move_on_after(host.look_again_s):
-                    await queued.wait()
                 continue
             if host.leases.runs_task(task.id):
                 # Its lease ran out while this host's keeper was held up, and
@@ -184,6 +177,36 @@ class TaskRunner:
                 log.error("task %s: %s; left to the host that runs it now", task.id, exc)
             finally:
                 self._running -= 1
+
+    async def _claim(self) -> TaskState | None:
+        """A task this host now holds; ``None`` after waiting for one to be
+        queued, or when the drain began meanwhile. A claim a drain cuts off
+        that the store made anyway leaves a lease that runs out, as a
+        stopped host's does."""
+        host = self._host
+        with anyio.CancelScope() as looking:
+            self._looking.add(looking)
+            try:
+                # Taken before the claim: a task queued while it runs still wakes us.
+                queued = self._queued.next()
+                lease_s = host.org.daemon.lease_s
+                now = host.clock()
+                log.debug("looking for a task to run")
+                try:
+                    task = await host.stores.tasks.claim(host.leases.holder, now, now + lease_s)
+                except StorageError as exc:
+                    # The store is unreachable: look again later, the pool goes on.
+                    log.warning("could not claim a task: %s", exc)
+                    task = None
+                if task is not None:
+                    return task
+                log.debug("no task to run")
+                # Other hosts' tasks are found by looking again now and then.
+                with anyio.move_on_after(host.look_again_s):
+                    await queued.wait()
+            finally:
+                self._looking.discard(looking)
+        return None
 
     async def _run_guarded(self, task_id: str) -> None:
         # Whatever one run raises fails that task alone: the pool, the other
