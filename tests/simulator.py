@@ -667,7 +667,7 @@ class Simulator:
             raise _Invalid(400, "prompt_cache_key: string too long, at most 64 characters")
         if request.max_tokens is not None and request.max_completion_tokens is not None:
             raise _Invalid(400, "max_tokens and max_completion_tokens are exclusive")
-        _check_openai_tools(request)
+        _check_openai_tools(request, self.server)
         explicit = any(fnmatch.fnmatchcase(request.model, m) for m in self.explicit_models)
         if request.prompt_cache_options is not None and not explicit:
             raise _Invalid(400, f"prompt_cache_options is not supported with {request.model}")
@@ -918,7 +918,11 @@ def _check_anthropic_tools(request: _MessagesRequest) -> None:
             )
 
 
-def _check_openai_tools(request: _ChatRequest) -> None:
+def _check_openai_tools(request: _ChatRequest, server: Server) -> None:
+    """Calls name defined tools and each is answered right after it; on
+    llama.cpp (and vLLM alike) the arguments of every call in the history
+    are parsed as JSON to render the prompt, and a call whose arguments are
+    not JSON fails the whole request."""
     names = {tool.function.name for tool in request.tools or []}
     messages = request.messages
     for i, message in enumerate(messages):
@@ -929,6 +933,12 @@ def _check_openai_tools(request: _ChatRequest) -> None:
         for call in message.tool_calls:
             if call.function.name not in names:
                 raise _Invalid(400, f"tool call names an undefined tool {call.function.name!r}")
+            if server == "llama.cpp":
+                try:
+                    json.loads(call.function.arguments)
+                except json.JSONDecodeError as exc:
+                    refused = f"Failed to parse tool call arguments as JSON: {exc}"
+                    raise _Invalid(500, refused, "server_error") from None
         following = messages[i + 1 : i + 1 + len(message.tool_calls)]
         if i + 1 == len(messages):
             continue

@@ -33,6 +33,7 @@ from ._base import (
     EngineReply,
     EngineRequest,
     WaitSink,
+    sent_arguments,
     system_segments,
 )
 from ._http import HttpEngine, ProviderHttp
@@ -263,7 +264,12 @@ def _messages(transcript: Sequence[ChatMessage]) -> list[_Message]:
         if m.content or not m.calls:
             blocks.append(_TextBlock(type="text", text=m.content))
         blocks.extend(
-            _ToolUseBlock(type="tool_use", id=c.id, name=c.name, input=_input(c.arguments))
+            _ToolUseBlock(
+                type="tool_use",
+                id=c.id,
+                name=c.name,
+                input=msgspec.Raw(sent_arguments(c.arguments).encode()),
+            )
             for c in m.calls
         )
         messages.append(_Message(role=m.role, content=blocks))
@@ -272,19 +278,6 @@ def _messages(transcript: Sequence[ChatMessage]) -> list[_Message]:
 
 def _is_results(message: _Message) -> bool:
     return all(isinstance(block, _ToolResultBlock) for block in message.content)
-
-
-def _input(arguments: str) -> msgspec.Raw:
-    # The API takes the input as an object; what the model streamed is sent
-    # back as it came when it is one, else as {} (the call got an error result).
-    try:
-        value = msgspec.json.decode(arguments)
-    except msgspec.DecodeError:
-        return _EMPTY_INPUT
-    return msgspec.Raw(arguments.encode()) if isinstance(value, dict) else _EMPTY_INPUT
-
-
-_EMPTY_INPUT = msgspec.Raw(b"{}")
 
 
 def _tools(tools: Sequence[ToolSpec]) -> list[_Tool] | None:

@@ -33,6 +33,7 @@ from ._base import (
     DeltaSink,
     EngineReply,
     EngineRequest,
+    sent_arguments,
     system_segments,
 )
 from ._http import HttpEngine, ProviderHttp
@@ -227,7 +228,9 @@ def _message(message: ChatMessage) -> _Message:
         role=message.role,
         content=message.content or None,
         tool_calls=[
-            _OutCall(id=c.id, function=_CallFunction(name=c.name, arguments=c.arguments))
+            _OutCall(
+                id=c.id, function=_CallFunction(name=c.name, arguments=sent_arguments(c.arguments))
+            )
             for c in message.calls
         ],
     )
