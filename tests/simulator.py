@@ -172,10 +172,12 @@ class Cut(msgspec.Struct, frozen=True):
 
 
 class ErrorEvent(msgspec.Struct, frozen=True):
-    """Stream *after_deltas* text deltas, then the provider's error event."""
+    """Stream *after_deltas* text deltas, then the provider's error event,
+    of type *kind* (one of Anthropic's error types; OpenAI's is a server error)."""
 
     after_deltas: int = 1
     message: str = "Overloaded"
+    kind: str = "overloaded_error"
 
 
 class Reply(msgspec.Struct, frozen=True):
@@ -614,7 +616,7 @@ class Simulator:
                 if isinstance(action, Drop):
                     return False
                 if isinstance(action, ErrorEvent):
-                    await _send_chunk(stream, _error_event(api, action.message))
+                    await _send_chunk(stream, _error_event(api, action.message, action.kind))
                 await _end_chunks(stream)
                 return True
             if name != omit:
@@ -1045,9 +1047,9 @@ def _too_long_body(api: str, server: Server, tokens: int, limit: int) -> bytes:
     return json.dumps({"error": error}).encode()
 
 
-def _error_event(api: str, message: str) -> bytes:
+def _error_event(api: str, message: str, kind: str) -> bytes:
     if api == "anthropic":
-        payload = {"type": "error", "error": {"type": "overloaded_error", "message": message}}
+        payload = {"type": "error", "error": {"type": kind, "message": message}}
         return b"event: error\ndata: " + json.dumps(payload).encode() + b"\n\n"
     payload_oa = {"error": {"message": message, "type": "server_error"}}
     return b"data: " + json.dumps(payload_oa).encode() + b"\n\n"

@@ -43,6 +43,11 @@ ANTHROPIC_VERSION = "2023-06-01"
 # The beta under which a response explains a cache miss (diagnose_cache).
 CACHE_DIAGNOSIS_BETA = "cache-diagnosis-2026-04-07"
 _MISS_REASONS: frozenset[str] = frozenset(get_args(CacheMissReason))
+# The error types whose statuses are retried (529, 500, 429, 504): as an
+# event mid-stream, the same failure, and the turn may be retried.
+_RETRYABLE_ERRORS = frozenset(
+    {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+)
 
 
 class _CacheControl(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -317,7 +322,7 @@ class _Stream:
             case "error":
                 detail = parsed.error or _ErrorDetail()
                 kind = f" ({detail.type})" if detail.type else ""
-                retryable = detail.type in {"overloaded_error", "api_error", "rate_limit_error"}
+                retryable = detail.type in _RETRYABLE_ERRORS
                 raise self._http.error(
                     f"error mid-stream: {detail.message or 'no message'}{kind}",
                     retryable=retryable,
