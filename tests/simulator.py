@@ -89,6 +89,7 @@ __all__ = (
     "Held",
     "Malformed",
     "Omit",
+    "Page",
     "Recorded",
     "Reply",
     "Server",
@@ -155,6 +156,14 @@ class Delay(msgspec.Struct, frozen=True):
     seconds: float
 
 
+class Page(msgspec.Struct, frozen=True):
+    """A 200 whose body is not an event stream: a proxy's sign-in page, or
+    a server that ignored ``stream``."""
+
+    body: str = "<html><body>Sign in to continue</body></html>"
+    content_type: str = "text/html"
+
+
 class Malformed(msgspec.Struct, frozen=True):
     """A 200 event stream whose first event's data is not JSON."""
 
@@ -219,6 +228,7 @@ Action = (
     | Held
     | Hangup
     | Malformed
+    | Page
     | Drop
     | Cut
     | ErrorEvent
@@ -569,6 +579,11 @@ class Simulator:
                 await self._released.wait()
             case Hangup():
                 return False
+            case Page(body=page, content_type=content_type):
+                data = page.encode()
+                headers = {"content-type": content_type, "content-length": str(len(data))}
+                await stream.send(_head(200, headers) + data)
+                return True
         try:
             self._authorize(api, headers)
             if api == "openai":
