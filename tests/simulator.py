@@ -89,6 +89,7 @@ __all__ = (
     "Held",
     "Malformed",
     "Omit",
+    "Page",
     "Recorded",
     "Reply",
     "Server",
@@ -155,6 +156,14 @@ class Delay(msgspec.Struct, frozen=True):
     seconds: float
 
 
+class Page(msgspec.Struct, frozen=True):
+    """A 200 whose body is not an event stream: a proxy's sign-in page, or
+    a server that ignored ``stream``."""
+
+    body: str = "<html><body>Sign in to continue</body></html>"
+    content_type: str = "text/html"
+
+
 class Malformed(msgspec.Struct, frozen=True):
     """A 200 event stream whose first event's data is not JSON."""
 
@@ -172,10 +181,12 @@ class Cut(msgspec.Struct, frozen=True):
 
 
 class ErrorEvent(msgspec.Struct, frozen=True):
-    """Stream *after_deltas* text deltas, then the provider's error event."""
+    """Stream *after_deltas* text deltas, then the provider's error event,
+    of type *kind* (one of Anthropic's error types; OpenAI's is a server error)."""
 
     after_deltas: int = 1
     message: str = "Overloaded"
+    kind: str = "overloaded_error"
 
 
 class Reply(msgspec.Struct, frozen=True):
@@ -217,6 +228,7 @@ Action = (
     | Held
     | Hangup
     | Malformed
+    | Page
     | Drop
     | Cut
     | ErrorEvent
@@ -567,6 +579,11 @@ class Simulator:
                 await self._released.wait()
             case Hangup():
                 return False
+            case Page(body=page, content_type=content_type):
+                data = page.encode()
+                headers = {"content-type": content_type, "content-length": str(len(data))}
+                await stream.send(_head(200, headers) + data)
+                return True
         try:
             self._authorize(api, headers)
             if api == "openai":
@@ -610,7 +627,7 @@ class Simulator:
                 if isinstance(action, Drop):
                     return False
                 if isinstance(action, ErrorEvent):
-                    await _send_chunk(stream, _error_event(api, action.message))
+                    await _send_chunk(stream, _error_event(api, action.message, action.kind))
                 await _end_chunks(stream)
                 return True
             if name != omit:
@@ -663,7 +680,7 @@ class Simulator:
             raise _Invalid(400, "prompt_cache_key: string too long, at most 64 characters")
         if request.max_tokens is not None and request.max_completion_tokens is not None:
             raise _Invalid(400, "max_tokens and max_completion_tokens are exclusive")
-        _check_openai_tools(request)
+        _check_openai_tools(request, self.server)
         explicit = any(fnmatch.fnmatchcase(request.model, m) for m in self.explicit_models)
         if request.prompt_cache_options is not None and not explicit:
             raise _Invalid(400, f"prompt_cache_options is not supported with {request.model}")
@@ -914,7 +931,11 @@ def _check_anthropic_tools(request: _MessagesRequest) -> None:
             )
 
 
-def _check_openai_tools(request: _ChatRequest) -> None:
+def _check_openai_tools(request: _ChatRequest, server: Server) -> None:
+    """Calls name defined tools and each is answered right after it; on
+    llama.cpp (and vLLM alike) the arguments of every call in the history
+    are parsed as JSON to render the prompt, and a call whose arguments are
+    not JSON fails the whole request."""
     names = {tool.function.name for tool in request.tools or []}
     messages = request.messages
     for i, message in enumerate(messages):
@@ -925,6 +946,12 @@ def _check_openai_tools(request: _ChatRequest) -> None:
         for call in message.tool_calls:
             if call.function.name not in names:
                 raise _Invalid(400, f"tool call names an undefined tool {call.function.name!r}")
+            if server == "llama.cpp":
+                try:
+                    json.loads(call.function.arguments)
+                except json.JSONDecodeError as exc:
+                    refused = f"Failed to parse tool call arguments as JSON: {exc}"
+                    raise _Invalid(500, refused, "server_error") from None
         following = messages[i + 1 : i + 1 + len(message.tool_calls)]
         if i + 1 == len(messages):
             continue
@@ -1031,9 +1058,9 @@ def _too_long_body(api: str, server: Server, tokens: int, limit: int) -> bytes:
     return json.dumps({"error": error}).encode()
 
 
-def _error_event(api: str, message: str) -> bytes:
+def _error_event(api: str, message: str, kind: str) -> bytes:
     if api == "anthropic":
-        payload = {"type": "error", "error": {"type": "overloaded_error", "message": message}}
+        payload = {"type": "error", "error": {"type": kind, "message": message}}
         return b"event: error\ndata: " + json.dumps(payload).encode() + b"\n\n"
     payload_oa = {"error": {"message": message, "type": "server_error"}}
     return b"data: " + json.dumps(payload_oa).encode() + b"\n\n"

@@ -13,7 +13,7 @@ import pytest
 from engines_org import fallback_org, one_turn, w0_session
 from harness import Cli, daemon_in_process
 from orgs import write_org
-from simulator import Delay, Drop, Hangup, Reply, Simulator, Status
+from simulator import Delay, Drop, Hangup, Page, Reply, Simulator, Status
 
 from rosterd import ConfigError
 from rosterd.client import RosterClient, RpcError
@@ -33,11 +33,18 @@ def session(
 
 @pytest.mark.parametrize(
     "failure",
-    [Status(529, "Overloaded"), Status(429, retry_after=0), Status(503), Status(401), Hangup()],
-    ids=["529", "429", "503", "401", "reset"],
+    [
+        Status(529, "Overloaded"),
+        Status(429, retry_after=0),
+        Status(503),
+        Status(401),
+        Hangup(),
+        Page(),
+    ],
+    ids=["529", "429", "503", "401", "reset", "not-a-stream"],
 )
 async def test_the_fallback_answers_when_the_engine_cannot_and_the_next_turn_tries_it_again(
-    tmp_path: Path, failure: Status | Hangup, cli: Cli
+    tmp_path: Path, failure: Status | Hangup | Page, cli: Cli
 ) -> None:
     async with Simulator() as primary, Simulator() as fallback:
         primary.script(failure, Reply("from claude"))

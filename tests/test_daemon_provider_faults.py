@@ -12,6 +12,7 @@ import pytest
 from engines_org import fallback_org, one_turn, w0_session
 from faultproxy import Fault, fault_proxy
 from harness import Cli, in_process_client
+from orgs import simulated_engine, write_org
 from simulator import Simulator
 
 from rosterd.client import RpcError
@@ -110,6 +111,26 @@ async def test_two_hundred_turns_with_a_third_of_calls_refused_all_answered(
     stats = await cli.in_thread("server", "stats", "cache", "--state", str(state))
     counted = re.search(r"fallback\D+(\d+)", stats)
     assert counted is not None and int(counted[1]) == len(local.requests)
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_a_key_read_with_a_trailing_newline_is_sent_without_it_and_never_shown(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A key from a file (a Kubernetes secret, `KEY=$(cat file)` without the
+    # strip) often ends in a newline, which no header value may hold.
+    key = "sk-newline-secret-0123456789"
+    monkeypatch.setenv("ROSTER_TEST_KEY", key + "\n")
+    state = tmp_path / "state"
+    async with Simulator(api_key=key) as sim:
+        engine = simulated_engine(sim, kind, 'api_key_env = "ROSTER_TEST_KEY"\nmax_retries = 1')
+        org = write_org(tmp_path / "org", engine=engine)
+        async with in_process_client(org, state) as (daemon, client):
+            opened = await client.session_open("w0", "c0")
+            result = await client.session_send(opened.session, "hello")
+    assert result.text and len(sim.requests) == 1
+    assert key not in daemon.log()
+    assert all(key.encode() not in path.read_bytes() for path in state.rglob("*.jsonl"))
 
 
 def _once(fault: Fault) -> Callable[[int], Fault | None]:

@@ -19,7 +19,7 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 from harness import Cli, in_process_client, wait_task
 from orgs import simulated_engine, write_org
-from simulator import Calls, Reply, Simulator, prompt_bytes, tool_messages
+from simulator import Calls, Reply, Server, Simulator, prompt_bytes, tool_messages
 
 from rosterd.client import RosterClient
 from rosterd.protocol import Delta, TurnResult
@@ -94,12 +94,14 @@ async def rig(
     gateway_toml: str = "",
     answer: Answer | None = echo_answer,
     delta_chars: int = 16,
+    server: Server = "provider",
 ) -> AsyncIterator[Rig]:
     """A :class:`Rig` on the simulator's *api* (streaming *delta_chars* a
-    delta), its ``[gateway]`` table the fake gateway's socket (none when
-    *answer* is None) and *gateway_toml*."""
+    delta, as *server* does), its ``[gateway]`` table the fake gateway's
+    socket (none when *answer* is None) and *gateway_toml*."""
     state = tmp_path / "state"
-    async with Simulator(delta_chars=delta_chars) as sim, AsyncExitStack() as stack:
+    simulator = Simulator(delta_chars=delta_chars, server=server)
+    async with simulator as sim, AsyncExitStack() as stack:
         gw = None
         if answer is not None:
             gw = await stack.enter_async_context(gateway(tmp_path / "gw.sock", answer, state))
@@ -361,6 +363,30 @@ async def test_the_step_limit_refuses_further_calls_and_ends_the_turn(tmp_path: 
     refused = tool_messages(sim.requests[2].body)[-1]
     assert refused["status"] == "refused" and "max_steps" in refused["text"]
     assert second.text == "after the limit"
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_a_call_whose_arguments_are_not_json_does_not_wedge_the_session(
+    tmp_path: Path, api: str
+) -> None:
+    # llama.cpp (and vLLM) parse the arguments of every call in the history
+    # to render the prompt: a call sent back as the model wrote it would
+    # fail this turn's next step and every later turn of the session.
+    async with rig(tmp_path, api, server="llama.cpp") as (sim, gw, org, state):
+        assert gw is not None
+        sim.script(Calls((("github", MALFORMED),)), Reply("sorry"), Reply("next"))
+        async with in_process_client(org, state) as (_, client):
+            opened = await client.session_open("w0", "c0")
+            first, _ = await say(client, opened.session, "look")
+            second, _ = await say(client, opened.session, "and now?")
+    assert (first.text, second.text) == ("sorry", "next")
+    assert gw.calls == []
+    (envelope,) = tool_messages(sim.requests[1].body)
+    assert envelope["status"] == "error"
+    # Sent back as an empty object, the same in every later request.
+    prompts = [prompt_bytes(r) for r in sim.requests]
+    assert len(prompts) == 3 and prompts[2].startswith(prompts[1])
+    assert MALFORMED.encode() not in sim.requests[1].body
 
 
 async def test_twenty_turns_with_tool_steps_keep_every_request_an_extension(

@@ -37,6 +37,18 @@ def test_missing_key_names_the_variable(env: dict[str, str]) -> None:
     assert caught.value.key == "engine.api_key_env"
 
 
+@pytest.mark.parametrize("value", [f"sk-fac\ntory-{SECRET}", f"{SECRET}\x7f", f"{SECRET} x"])
+def test_a_key_no_header_may_carry_is_refused_without_showing_it(value: str) -> None:
+    # httpx would refuse the header quoting the key, and the key would
+    # reach the turn's error, the transcript and the log.
+    config = EngineConfig(kind="openai", model="m", api_key_env="PROVIDER_KEY")
+    with pytest.raises(ConfigError) as caught:
+        open_engine(config, {"PROVIDER_KEY": value})
+    assert "$PROVIDER_KEY" in str(caught.value)
+    assert SECRET not in str(caught.value) and "fac" not in str(caught.value)
+    assert caught.value.key == "engine.api_key_env"
+
+
 def test_a_key_in_another_variable_is_not_used() -> None:
     config = EngineConfig(kind="openai", model="m", api_key_env="PROVIDER_KEY")
     with pytest.raises(ConfigError) as caught:

@@ -148,6 +148,28 @@ async def test_a_broken_stream_is_an_error_not_a_partial_reply(
             assert "mid-response" in str(error)
 
 
+@pytest.mark.parametrize(
+    ("kind", "retryable"),
+    [
+        ("overloaded_error", True),
+        ("api_error", True),
+        ("rate_limit_error", True),
+        ("timeout_error", True),
+        ("invalid_request_error", False),
+    ],
+)
+async def test_an_anthropic_error_event_is_retryable_as_its_status_would_be(
+    sim: Simulator, org: Org, kind: str, retryable: bool
+) -> None:
+    # Each of the API's error types (anthropic.types.shared.ErrorType) as an
+    # event mid-stream: the ones a status would be retried for (529, 500,
+    # 429, 504) say the turn may be retried.
+    sim.script(ErrorEvent(after_deltas=1, message="it went wrong", kind=kind))
+    error = await fail(make_engine("anthropic", sim), org)
+    assert f"it went wrong ({kind})" in str(error)
+    assert error.retryable is retryable
+
+
 async def test_a_refused_connection_is_retried_then_reported(org: Org, kind: EngineKind) -> None:
     async with Simulator() as closed:
         pass  # its port, where nothing listens once it closed

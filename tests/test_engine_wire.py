@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
+import httpx
 import pytest
 from engines_org import engine_for, hello, hello_refused
 from hypothesis import HealthCheck, given, settings
@@ -21,7 +23,9 @@ from simulator import (
     prompt_bytes,
 )
 
-from rosterd.org import EngineKind, Org, load_org
+from rosterd import EngineError
+from rosterd.engines import OpenAIEngine
+from rosterd.org import EngineConfig, EngineKind, Org, load_org
 
 pytestmark = pytest.mark.anyio
 
@@ -186,3 +190,29 @@ async def test_a_prompt_within_the_context_window_is_answered(org: Org, kind: En
     async with Simulator(context_tokens=1_000_000) as sim:
         reply = await hello(engine_for(kind, sim, max_retries=2), org)
     assert reply.text
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        # OpenAI's, vLLM's and llama.cpp's shape.
+        {"error": {"message": "Input validation error: too long", "type": "server_error"}},
+        # text-generation-inference's, as its HTTP errors also come.
+        {"error": "Input validation error: too long", "error_type": "validation"},
+    ],
+)
+async def test_an_error_chunk_mid_stream_names_the_provider_s_message(
+    org: Org, error: dict[str, object]
+) -> None:
+    chunk = {"choices": [{"index": 0, "delta": {"content": "Hel"}, "finish_reason": None}]}
+    body = f"data: {json.dumps(chunk)}\n\ndata: {json.dumps(error)}\n\n".encode()
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    config = EngineConfig(kind="openai", model="m", base_url="http://127.0.0.1:9/v1")
+    engine = OpenAIEngine(config, api_key=None, transport=httpx.MockTransport(answer))
+    with pytest.raises(EngineError) as caught:
+        await hello(engine, org)
+    assert "error mid-stream: Input validation error: too long" in str(caught.value)
+    assert caught.value.retryable

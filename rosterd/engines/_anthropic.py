@@ -33,6 +33,7 @@ from ._base import (
     EngineReply,
     EngineRequest,
     WaitSink,
+    sent_arguments,
     system_segments,
 )
 from ._http import HttpEngine, ProviderHttp
@@ -42,6 +43,11 @@ ANTHROPIC_VERSION = "2023-06-01"
 # The beta under which a response explains a cache miss (diagnose_cache).
 CACHE_DIAGNOSIS_BETA = "cache-diagnosis-2026-04-07"
 _MISS_REASONS: frozenset[str] = frozenset(get_args(CacheMissReason))
+# The error types whose statuses are retried (529, 500, 429, 504): as an
+# event mid-stream, the same failure, and the turn may be retried.
+_RETRYABLE_ERRORS = frozenset(
+    {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+)
 
 
 class _CacheControl(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -263,7 +269,12 @@ def _messages(transcript: Sequence[ChatMessage]) -> list[_Message]:
         if m.content or not m.calls:
             blocks.append(_TextBlock(type="text", text=m.content))
         blocks.extend(
-            _ToolUseBlock(type="tool_use", id=c.id, name=c.name, input=_input(c.arguments))
+            _ToolUseBlock(
+                type="tool_use",
+                id=c.id,
+                name=c.name,
+                input=msgspec.Raw(sent_arguments(c.arguments).encode()),
+            )
             for c in m.calls
         )
         messages.append(_Message(role=m.role, content=blocks))
@@ -272,19 +283,6 @@ def _messages(transcript: Sequence[ChatMessage]) -> list[_Message]:
 
 def _is_results(message: _Message) -> bool:
     return all(isinstance(block, _ToolResultBlock) for block in message.content)
-
-
-def _input(arguments: str) -> msgspec.Raw:
-    # The API takes the input as an object; what the model streamed is sent
-    # back as it came when it is one, else as {} (the call got an error result).
-    try:
-        value = msgspec.json.decode(arguments)
-    except msgspec.DecodeError:
-        return _EMPTY_INPUT
-    return msgspec.Raw(arguments.encode()) if isinstance(value, dict) else _EMPTY_INPUT
-
-
-_EMPTY_INPUT = msgspec.Raw(b"{}")
 
 
 def _tools(tools: Sequence[ToolSpec]) -> list[_Tool] | None:
@@ -324,7 +322,7 @@ class _Stream:
             case "error":
                 detail = parsed.error or _ErrorDetail()
                 kind = f" ({detail.type})" if detail.type else ""
-                retryable = detail.type in {"overloaded_error", "api_error", "rate_limit_error"}
+                retryable = detail.type in _RETRYABLE_ERRORS
                 raise self._http.error(
                     f"error mid-stream: {detail.message or 'no message'}{kind}",
                     retryable=retryable,

@@ -72,6 +72,19 @@ def system_segments(system: SystemPrompt, breakpoints: int) -> list[tuple[str, b
     return segments
 
 
+def sent_arguments(arguments: str) -> str:
+    """A call's *arguments* as a request sends them back: as the model
+    streamed them when they are a JSON object, else ``{}`` (the call got an
+    error result). Anthropic takes only an object; llama.cpp and vLLM parse
+    every call of the history to render the prompt and fail the whole
+    request on one that is not JSON, so it would fail every later turn."""
+    try:
+        value = msgspec.json.decode(arguments)
+    except msgspec.DecodeError:
+        return "{}"
+    return arguments if isinstance(value, dict) else "{}"
+
+
 DeltaSink = Callable[[str], Awaitable[None]]
 # Hears why a call waits (a retry's backoff, a queue) and for how long, if known.
 WaitSink = Callable[[WaitReason, float | None], Awaitable[None]]

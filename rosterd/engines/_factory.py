@@ -9,6 +9,7 @@ which a test holds to this table.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -21,6 +22,9 @@ from ._anthropic import AnthropicEngine
 from ._base import Engine
 from ._echo import EchoEngine
 from ._openai import OpenAIEngine
+
+# What an API key may hold: visible ASCII, so it fits in a header as it is.
+_HEADER_TOKEN = re.compile(r"[\x21-\x7e]+")
 
 OnResponse = Callable[[int, Mapping[str, str]], None]
 
@@ -89,10 +93,20 @@ def open_engine(
         )
     api_key: str | None = None
     if config.api_key_env is not None:
-        api_key = env.get(config.api_key_env)
+        # A key read from a file often ends in a newline: surrounding
+        # whitespace is no part of any key.
+        api_key = env.get(config.api_key_env, "").strip()
         if not api_key:
             raise ConfigError(
                 f"engine.api_key_env names ${config.api_key_env}, which is not set or empty",
+                path="org.toml",
+                key="engine.api_key_env",
+            )
+        if not _HEADER_TOKEN.fullmatch(api_key):
+            # The HTTP client would refuse the header, quoting the key.
+            raise ConfigError(
+                f"engine.api_key_env names ${config.api_key_env}, whose value has a space, "
+                "a control or a non-ASCII character: no API key has one",
                 path="org.toml",
                 key="engine.api_key_env",
             )

@@ -33,6 +33,7 @@ from ._base import (
     DeltaSink,
     EngineReply,
     EngineRequest,
+    sent_arguments,
     system_segments,
 )
 from ._http import HttpEngine, ProviderHttp
@@ -147,7 +148,9 @@ class _ChunkError(msgspec.Struct):
 class _Chunk(msgspec.Struct):
     choices: list[_Choice] = []
     usage: _Usage | None = None
-    error: _ChunkError | None = None
+    # A string where text-generation-inference sends its error (beside an
+    # "error_type"), as its HTTP error bodies also have it.
+    error: _ChunkError | str | None = None
 
 
 _encode = msgspec.json.Encoder().encode
@@ -227,7 +230,9 @@ def _message(message: ChatMessage) -> _Message:
         role=message.role,
         content=message.content or None,
         tool_calls=[
-            _OutCall(id=c.id, function=_CallFunction(name=c.name, arguments=c.arguments))
+            _OutCall(
+                id=c.id, function=_CallFunction(name=c.name, arguments=sent_arguments(c.arguments))
+            )
             for c in message.calls
         ],
     )
@@ -271,9 +276,12 @@ class _Stream:
         except msgspec.DecodeError as exc:
             raise self._http.error(f"malformed stream chunk: {exc}") from None
         if chunk.error is not None:
-            kind = f" ({chunk.error.type})" if chunk.error.type else ""
+            error = chunk.error
+            if isinstance(error, str):
+                error = _ChunkError(error)
+            kind = f" ({error.type})" if error.type else ""
             raise self._http.error(
-                f"error mid-stream: {chunk.error.message or 'no message'}{kind}", retryable=True
+                f"error mid-stream: {error.message or 'no message'}{kind}", retryable=True
             )
         # Usage comes in the last chunk before [DONE] (OpenAI, llama.cpp), in
         # every chunk (vLLM's continuous stats, the latest wins) or not at

@@ -708,10 +708,14 @@ _ANOTHER_MAY_ANSWER = frozenset({401, 403, 404})
 
 
 def _falls_back(failure: EngineError) -> bool:
-    """Whether another engine may answer what *failure*'s could not."""
+    """Whether another engine may answer what *failure*'s could not: a
+    provider that is down, overloaded, rate limited, refuses the key, or
+    answered with no reply at all (a 200 that is not a stream: a proxy's
+    page, a server that ignores ``stream``)."""
     if failure.context_exceeded:
         return False
-    return failure.retryable or failure.status is None or failure.status in _ANOTHER_MAY_ANSWER
+    status = failure.status
+    return failure.retryable or status is None or status < 400 or status in _ANOTHER_MAY_ANSWER
 
 
 def _failed(last: EngineError, tried: Sequence[tuple[str, str]]) -> EngineError:
