@@ -23,6 +23,7 @@ from typing import Any, TypedDict, Unpack
 import anyio
 import anyio.to_thread
 import pytest
+import watchfiles
 
 from rosterd import SYSTEM_CLOCK, Clock
 from rosterd.cli import main
@@ -187,6 +188,15 @@ class DaemonProcess:
             return self.log_path.read_text(errors="replace")
         except FileNotFoundError:
             return ""
+
+    async def logged(self, text: str) -> None:
+        """Until the daemon's log holds *text*, looked at again at each write
+        to the file (watchfiles): for a daemon that goes on logging."""
+        if text in self.log():
+            return
+        async for _ in watchfiles.awatch(self.log_path, debounce=50, step=10):
+            if text in self.log():
+                return
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         assert self.process is not None

@@ -92,14 +92,23 @@ async def _never_reading_client(daemon: DaemonProcess) -> None:
     deaf = await anyio.connect_unix(daemon.socket)
     await deaf.send(b"".join(request(n, "memory.list", worker="ada") for n in range(8)))
     served = 0
-    async with await daemon.client() as good:
-        opened = await good.session_open("grace", "general")
+    dropped = anyio.Event()
+
+    async def note_the_drop() -> None:
         with anyio.fail_after(40):
-            while "it stopped reading" not in daemon.log():
-                result = await good.session_send(opened.session, f"turn {served}")
-                assert result.text.endswith(f"You said: turn {served}")
-                served += 1
-                await anyio.sleep(0.05)  # pacing, not waiting: a steady, light load
+            await daemon.logged("it stopped reading")
+        dropped.set()
+
+    async with await daemon.client() as good, anyio.create_task_group() as tg:
+        opened = await good.session_open("grace", "general")
+        tg.start_soon(note_the_drop)
+        while not dropped.is_set():
+            result = await good.session_send(opened.session, f"turn {served}")
+            assert result.text.endswith(f"You said: turn {served}")
+            served += 1
+            # A steady, light load: a pause after each turn, unless the drop came.
+            with anyio.move_on_after(0.05):
+                await dropped.wait()
         # The drop closed the connection: what was buffered, then end of stream.
         received = 0
         with anyio.fail_after(10):
