@@ -11,6 +11,8 @@ from harness import run_bench
 pytestmark = pytest.mark.bench
 
 
+# As long as the run it waits for may take: ~100 s alone, more beside the suite.
+@pytest.mark.timeout(300)
 def test_bench_memory_quick_reports_every_figure_and_the_generated_cases_hold() -> None:
     out = run_bench("memory.py", "--quick", timeout=300.0)
     rows = {
