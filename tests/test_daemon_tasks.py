@@ -85,6 +85,30 @@ async def test_resolving_a_gate_of_a_paused_task_queues_a_continuation(
 
 
 @pytest.mark.anyio
+async def test_a_task_two_gates_paused_continues_once_both_are_resolved_showing_both(
+    served: InProcessDaemon,
+) -> None:
+    async with await served.client() as client:
+        task = await client.task_submit("ada", "releases", "tag 1.4")
+        done = await wait_task(client, task.id, "done")
+        run = done.runs[0]
+        budget = await client.gate_file("ada", "budget for 1.4?", channel="releases", run=run)
+        sign_off = await client.gate_file("ada", "sign-off for 1.4?", channel="releases", run=run)
+        await client.gate_resolve(budget.id, "approved", note="within limits")
+        waiting = await client.task_get(task.id)
+        await client.gate_resolve(sign_off.id, "approved", note="go")
+        finished = await wait_task(client, task.id, "done")
+    assert waiting.status == "paused"
+    assert len(finished.runs) == 2
+    briefing = [x for x in run_lines(served.state, finished.runs[1]) if x["block"] == "briefing"]
+    assert [(x["kind"], x["gate"]) for x in briefing] == [
+        ("continuation", sign_off.id),
+        ("resolved", budget.id),
+    ]
+    assert briefing[1]["note"] == "within limits"
+
+
+@pytest.mark.anyio
 async def test_direct_runs_have_no_channel(served: InProcessDaemon) -> None:
     async with await served.client() as client:
         deltas: list[str] = []

@@ -123,8 +123,14 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int, budget: ContextBud
 
     gates = gate_view(turn.gates, scope.worker)
     shown = turn.shown.gates if turn.shown is not None else {}
+    # The continuation's own gate is its first line, never a second one.
+    own = turn.continuation.gate if turn.continuation is not None else None
     resolved = sorted(
-        (g for g in gates.resolved if g.channel is None or g.channel == scope.channel),
+        (
+            g
+            for g in gates.resolved
+            if (g.channel is None or g.channel == scope.channel) and g.id != own
+        ),
         key=_filed,
     )
     resolved_lines = [gate_line(g.id, g.summary, g.outcome, g.note) for g in resolved]

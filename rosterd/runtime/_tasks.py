@@ -114,11 +114,15 @@ class TaskRunner:
             await self._set(task, status="paused")
 
     async def gate_resolved(self, gate: GateState) -> None:
-        """Resolving the gate of a paused task queues its continuation run."""
-        tasks = self._host.stores.tasks
-        task = await tasks.by_run(gate.run) if gate.run else None
+        """Resolving the last open gate against a paused task's run queues
+        its continuation run, which shows the outcomes of all of them."""
+        stores = self._host.stores
+        task = await stores.tasks.by_run(gate.run) if gate.run else None
         if task is None or task.status != "paused":
             return
+        assert gate.run is not None
+        if await stores.gates.waiting_on(gate.run):
+            return  # another gate against the run waits: the task too
         continuation = Continuation(
             gate=gate.id, summary=gate.summary, outcome=gate.outcome or "", note=gate.note
         )
@@ -267,7 +271,7 @@ class TaskRunner:
         org = host.org
         scope = org.scope(Surface.TASK, task.worker, task.channel)
         fresh = TurnInput(task.text, "task", continuation=task.continuation)
-        turn = await host.turn_input(task.worker, fresh)
+        turn = await host.turn_input(task.worker, fresh, await self._paused_since(task))
         meta = RunMeta(run=run.info.id, turn=1, now=now)
         return await host.run_turn(
             run,
@@ -276,6 +280,18 @@ class TaskRunner:
             [],
             _discard,
         )
+
+    async def _paused_since(self, task: TaskState) -> float | None:
+        """For a continuation, when the run its gates were filed against
+        began: the gates resolved since then come with their outcomes (the
+        continuation's own is its first line). ``None`` for a first run."""
+        if task.continuation is None:
+            return None
+        stores = self._host.stores
+        gate = await stores.gates.get(task.continuation.gate)
+        if gate.run is None:
+            return None
+        return (await self._host.runs.info(gate.run)).created_at
 
     async def _interrupted(self, run_id: str, now: float) -> None:
         runs = self._host.runs
