@@ -115,6 +115,20 @@ def test_text_without_spaces_ranks_by_character_pairs() -> None:
     assert ranked_ids(items, "発表会は何時?")[0] == "m-1"
 
 
+def test_words_written_with_combining_marks_meet() -> None:
+    # Devanagari, Bengali and Tamil write vowels as combining marks: a word
+    # is letters and marks together, and the newest note does not lead.
+    items = notes(
+        "मेरी किताब मेज़ पर है",
+        "আমার বই টেবিলে আছে, বাংলা ভাষায়",
+        "தமிழ் புத்தகம் மேசையில் உள்ளது",
+        "an unrelated note about tea",
+    )
+    assert ranked_ids(items, "किताब कहाँ है?")[0] == "m-1"
+    assert ranked_ids(items, "বাংলা বই")[0] == "m-2"
+    assert ranked_ids(items, "புத்தகம்")[0] == "m-3"
+
+
 def test_a_short_message_borrows_the_conversation_s_terms(org: Org) -> None:
     items = notes("Tom bought a second-hand guitar from Lena", "the car needs new tyres")
     alone = memory_block(org, items, "how much was it?")

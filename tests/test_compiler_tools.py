@@ -179,6 +179,10 @@ def test_a_call_inside_the_connection_is_validated(org: Org) -> None:
         ("github", '{"method":"GET","host":"api.github.com"}', "error", "path"),
         ("github", '{"method":"GET","host":"api.github.com","path":"/x","x":1}', "error", "x"),
         ("github", '{"method":"GET","host":"api.github.com","path":"http://e/"}', "error", "/"),
+        # Not a path but a network-path reference: joined to the connection's
+        # URL as a URL reference is (urljoin, httpx, WHATWG), it names the host.
+        ("github", '{"method":"GET","host":"api.github.com","path":"//e/x"}', "error", "one /"),
+        ("github", '{"method":"GET","host":"api.github.com","path":"/\\\\e/x"}', "error", "one /"),
         ("shell", "{}", "error", "no tool"),
         ("file_gate", '{"summary":"   "}', "error", "summary"),
         ("file_gate", "[1]", "error", "malformed"),

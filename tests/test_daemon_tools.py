@@ -31,12 +31,16 @@ POST = '{"method":"POST","host":"api.github.com","path":"/repos/o/r/issues","bod
 DELETE = '{"method":"DELETE","host":"api.github.com","path":"/repos/o/r"}'
 ELSEWHERE = '{"method":"GET","host":"evil.example","path":"/"}'
 MALFORMED = '{"method":"GET","host":"api.github.com","path":'
+# Valid JSON nested deeper than a recursive parser goes (msgspec's and
+# Python's stop near 1,000 levels).
+DEEP = "[" * 5000 + "]" * 5000
 
-Answer = Callable[[dict[str, Any]], dict[str, Any] | None]
+Answer = Callable[[dict[str, Any]], dict[str, Any] | bytes | None]
 
 
 class FakeGateway:
-    """Answers ``tool.call`` with ``answer(params)``; ``None`` means never answer."""
+    """Answers ``tool.call`` with ``answer(params)``: a reply's fields, or
+    bytes sent as they are; ``None`` means never answer."""
 
     def __init__(self, path: Path, answer: Answer, state: Path) -> None:
         self.path = path
@@ -58,6 +62,9 @@ class FakeGateway:
             result = self.answer(params)
             if result is None:
                 await anyio.sleep_forever()
+                return
+            if isinstance(result, bytes):
+                await stream.send(result)
                 return
             reply = {"jsonrpc": "2.0", "id": request["id"], **result}
             await stream.send(json.dumps(reply).encode() + b"\n")
@@ -261,6 +268,17 @@ async def test_what_the_gateway_answers_is_the_result(
     assert envelope["status"] == ("refused" if "Fridays" in says else "error")
 
 
+async def test_a_gateway_answer_nested_too_deep_to_read_is_an_error_result(
+    tmp_path: Path,
+) -> None:
+    # Valid JSON, but deeper than a recursive parser goes: the gateway's
+    # answer is one the host cannot understand, not a failed turn.
+    nested = f'{{"jsonrpc":"2.0","id":1,"error":{{"code":1,"message":"x","data":{DEEP}}}}}\n'
+    async with rig(tmp_path, "openai", answer=lambda params: nested.encode()) as tools:
+        envelope = await look(tools, "Unreadable.")
+    assert envelope["status"] == "error" and "not a valid reply" in envelope["text"]
+
+
 async def test_an_unreachable_gateway_gives_an_error_result(tmp_path: Path) -> None:
     missing = tmp_path / "no-such.sock"
     async with rig(tmp_path, "anthropic", f'socket = "{missing}"', answer=None) as tools:
@@ -366,15 +384,16 @@ async def test_the_step_limit_refuses_further_calls_and_ends_the_turn(tmp_path: 
 
 
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("arguments", [MALFORMED, DEEP], ids=["malformed", "deep"])
 async def test_a_call_whose_arguments_are_not_json_does_not_wedge_the_session(
-    tmp_path: Path, api: str
+    tmp_path: Path, api: str, arguments: str
 ) -> None:
     # llama.cpp (and vLLM) parse the arguments of every call in the history
     # to render the prompt: a call sent back as the model wrote it would
     # fail this turn's next step and every later turn of the session.
     async with rig(tmp_path, api, server="llama.cpp") as (sim, gw, org, state):
         assert gw is not None
-        sim.script(Calls((("github", MALFORMED),)), Reply("sorry"), Reply("next"))
+        sim.script(Calls((("github", arguments),)), Reply("sorry"), Reply("next"))
         async with in_process_client(org, state) as (_, client):
             opened = await client.session_open("w0", "c0")
             first, _ = await say(client, opened.session, "look")
@@ -386,7 +405,7 @@ async def test_a_call_whose_arguments_are_not_json_does_not_wedge_the_session(
     # Sent back as an empty object, the same in every later request.
     prompts = [prompt_bytes(r) for r in sim.requests]
     assert len(prompts) == 3 and prompts[2].startswith(prompts[1])
-    assert MALFORMED.encode() not in sim.requests[1].body
+    assert arguments.encode() not in sim.requests[1].body
 
 
 async def test_twenty_turns_with_tool_steps_keep_every_request_an_extension(

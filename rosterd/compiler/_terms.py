@@ -1,9 +1,10 @@
 """The terms memory ranking compares: what a note or a message is about.
 
-Text is case-folded and cut into runs of letters and digits. A run in a
-script written without spaces (Chinese, Japanese, Thai and their kin) gives
-its overlapping character pairs, so a question in such a script still meets
-the notes that share its words. Every other run is a word: English stopwords
+Text is case-folded and cut into runs of letters and digits, with the
+combining marks that follow them (many scripts write vowels so). A run in
+a script written without spaces (Chinese, Japanese, Thai and their kin)
+gives its overlapping character pairs, so a question in such a script
+still meets the notes that share its words. Every other run is a word: English stopwords
 (the Snowball project's list, plus the fragments its contractions leave once
 apostrophes split them) and single letters go, and the rest are reduced to
 their Snowball (Porter2) stem, so "releases" meets "release".
@@ -208,9 +209,11 @@ def term_forms(text: str) -> dict[str, str]:
 
 def _analysed(text: str) -> Iterator[tuple[str, str]]:
     stem = _stemmer()
+    found = _RUN.findall
     if not text.isascii():
         text = unicodedata.normalize("NFKC", text)
-    for run in _RUN.findall(text.casefold()):
+        found = _marked_run().findall
+    for run in found(text.casefold()):
         if run.isascii():
             if run not in STOPWORDS and (len(run) > 1 or run.isdigit()):
                 yield stem(run), run
@@ -231,6 +234,26 @@ def _analysed(text: str) -> Iterator[tuple[str, str]]:
 def _words(run: str, stem: Callable[[str], str]) -> Iterator[tuple[str, str]]:
     if run and run not in STOPWORDS and (len(run) > 1 or run.isdigit()):
         yield stem(run), run
+
+
+@cache
+def _marked_run() -> re.Pattern[str]:
+    """A run of letters and digits, with the combining marks after each:
+    Devanagari, Bengali, Tamil and their kin write vowels as marks, which
+    are no letters, and would otherwise cut every word into single letters.
+    Built from the Unicode database on first use, by non-ASCII text only
+    (marks lie in planes 0, 1 and 14)."""
+    category = unicodedata.category
+    marks: list[str] = []
+    for first, end in ((0, 0x20000), (0xE0000, 0xF0000)):
+        for code in range(first, end):
+            if category(chr(code))[0] == "M":
+                if marks and ord(marks[-1][-1]) == code - 1:
+                    marks[-1] = marks[-1][0] + chr(code)
+                else:
+                    marks.append(chr(code))
+    spans = "".join(m if len(m) == 1 else f"{m[0]}-{m[-1]}" for m in marks)
+    return re.compile(f"[^\\W_](?:[^\\W_]|[{spans}])*")
 
 
 @cache

@@ -315,14 +315,21 @@ def _check_request(tool: ToolSpec, args: _RequestArgs) -> ToolRequest | Refusal:
             "refused",
             f"host {args.host!r} is not part of {tool.name}; allowed: {', '.join(tool.hosts)}",
         )
+    # "//host/..." is no path but a network-path reference, and a URL parser
+    # (WHATWG's) reads a backslash as a slash: joined to the connection's URL
+    # as a reference, either would name another host.
     if (
         not args.path.startswith("/")
+        or args.path.startswith("//")
+        or "\\" in args.path
         or len(args.path) > _PATH_CHARS
         or not args.path.isprintable()
         or " " in args.path
     ):
         return Refusal(
-            "error", f"path must start with / and be at most {_PATH_CHARS} printable characters"
+            "error",
+            f"path must start with one / and be at most {_PATH_CHARS} printable characters, "
+            "without spaces or backslashes",
         )
     return ToolRequest(
         connection=tool.name,

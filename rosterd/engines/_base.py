@@ -77,10 +77,11 @@ def sent_arguments(arguments: str) -> str:
     streamed them when they are a JSON object, else ``{}`` (the call got an
     error result). Anthropic takes only an object; llama.cpp and vLLM parse
     every call of the history to render the prompt and fail the whole
-    request on one that is not JSON, so it would fail every later turn."""
+    request on one that is not JSON, so it would fail every later turn.
+    Arguments nested deeper than the decoder goes are sent as ``{}`` too."""
     try:
         value = msgspec.json.decode(arguments)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return "{}"
     return arguments if isinstance(value, dict) else "{}"
 

@@ -104,7 +104,9 @@ class Gateway:
 def _reading(answer: bytes) -> tuple[ToolStatus, str]:
     try:
         reply = _decode_reply(answer)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
+        # Nested deeper than the decoder goes (in a field it skips, say):
+        # valid JSON, but no reply the host can read.
         return "error", f"the gateway's answer is not a valid reply: {exc}"
     if reply.error is not None:
         return "error", f"gateway error {reply.error.code}: {reply.error.message}"
