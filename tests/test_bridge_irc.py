@@ -247,6 +247,22 @@ async def test_past_max_lines_the_last_line_says_where_the_rest_is(
         assert whole == ["bob: one", "two", "three"]
 
 
+async def test_a_reply_line_indented_past_a_whole_line_is_said_and_the_bridge_goes_on(
+    tmp_path: Path, ircd: IrcServer
+) -> None:
+    # The model writes what it is asked to: here, a line whose indentation
+    # alone is longer than an IRC line.
+    indented = "first line\n" + " " * 600 + "indented\nlast line"
+    async with on_irc(tmp_path, ircd, "bob") as scene:
+        (bob,) = scene.people
+        scene.sim.script(Reply(indented), Reply("still here"))
+        bob.say(CHANNEL, "ada: indent that")
+        said = [m.text for _, m in await lines_from(bob, "ada", 3)]
+        assert said == ["bob: first line", "indented", "last line"]
+        bob.say(CHANNEL, "ada: still there?")
+        assert (await heard(bob, _from_ada)).text == "bob: still here"
+
+
 async def test_gates_are_listed_to_anyone_and_resolved_by_operators_only(
     tmp_path: Path, ircd: IrcServer
 ) -> None:

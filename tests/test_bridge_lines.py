@@ -47,6 +47,11 @@ def test_every_line_fits_and_nothing_but_whitespace_is_lost(text: str, budget: i
     assert "".join("".join(lines).split()) == "".join(flattened.split())
 
 
+def test_whitespace_longer_than_a_line_makes_no_empty_line() -> None:
+    assert reply_lines(" " * 600 + "x", 450, 100, "") == ["x"]
+    assert reply_lines("a" + " " * 900 + "b", 450, 100, "") == ["a", "b"]
+
+
 def test_past_max_lines_the_last_says_where_the_rest_is() -> None:
     lines = reply_lines("\n".join(f"line {n}" for n in range(9)), 100, 3, "more: runs show r-1")
     assert lines == ["line 0", "line 1", "more: runs show r-1"]

@@ -50,15 +50,17 @@ def reply_lines(text: str, budget: int, max_lines: int, more: str) -> list[str]:
 
 
 def _fit(line: str, budget: int) -> list[str]:
-    """*line* in pieces of at most *budget* UTF-8 bytes, cut at the last space
-    that fits, else between characters."""
+    """*line* in pieces of at most *budget* UTF-8 bytes, none empty, cut at
+    the last space that fits, else between characters."""
     pieces = []
     while len(line.encode()) > budget:
         cut = _prefix_chars(line, budget)
         space = line.rfind(" ", 0, cut + 1)
         if space > 0:
             cut = space
-        pieces.append(line[:cut].rstrip())
+        # Whitespace alone (an indentation longer than a line) is no line.
+        if piece := line[:cut].rstrip():
+            pieces.append(piece)
         line = line[cut:].lstrip()
     if line:
         pieces.append(line)
