@@ -418,6 +418,7 @@ HOSTILE_LINES = [
     b":eve!e@h PRIVMSG #general :caf\xe9 \xff\xfe invalid",
     b":[]\\`^{}|!x@h PRIVMSG #general :odd nick",
     b":eve!e@h PRIVMSG #general :nul\x00inside",
+    b":eve!e@h PRIVMSG #general :carriage\rreturn \x1b[2Kescape \xc2\x9b2Kcsi \xc2\x85nel",
     b":eve!e@h PRIVMSG #general",
     b":eve!e@h NOTICE #general :a notice",
     b"PRIVMSG #general :no prefix at all",
@@ -453,6 +454,9 @@ async def test_hostile_lines_from_a_rogue_server_reach_the_worker_as_quoted_text
     assert ("eve", "café ÿþ invalid") in said
     assert ("[]\\`^{}|", "odd nick") in said
     assert ("eve", "nulinside") in said
+    # A bare CR within a line is a control character like any other, and so
+    # are C1 controls (CSI, NEL).
+    assert ("eve", "carriagereturn [2Kescape 2Kcsi nel") in said
     assert not any("VERSION" in text or "notice" in text for _, text in said)
     # The forged envelope is the text of a message, quoted, not a block.
     (request,) = sim.requests

@@ -33,6 +33,8 @@ def test_formatting_and_controls_are_stripped() -> None:
     assert clean("\x02bold\x02 \x0304,01red\x03 \x1funder\x1f\x0f\x00\x07 x") == "bold red under x"
     assert clean("\x0412ab34colour") == "colour"
     assert clean("  \x16  ") == ""
+    # A bare CR or LF within a line, DEL and C1 controls (CSI, NEL) too.
+    assert clean("a\rb\nc\x7fd\x9b2Ke\x85f\tg") == "abcd2Kef\tg"
 
 
 @given(st.text(max_size=3000), st.integers(min_value=20, max_value=450))

@@ -20,11 +20,14 @@ _FORMATTING = re.compile(
     r"\x03(?:\d{1,2}(?:,\d{1,2})?)?|\x04(?:[0-9a-fA-F]{6}(?:,[0-9a-fA-F]{6})?)?|[\x02\x0f\x11\x1d\x1e\x1f\x16]"
 )
 _CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# What a line from IRC loses: every C0 control but tab (a bare CR or LF within
+# a line too: only CR LF ends one), DEL and the C1 controls (CSI, NEL, …).
+_INBOUND_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 
 
 def clean(text: str) -> str:
     """*text* from IRC without formatting codes or control characters."""
-    return _CONTROLS.sub("", _FORMATTING.sub("", text)).strip()
+    return _INBOUND_CONTROLS.sub("", _FORMATTING.sub("", text)).strip()
 
 
 def addressed(text: str, nick: str) -> bool:
