@@ -220,6 +220,32 @@ async def test_hostile_text_is_shown_as_text_everywhere(web: httpx.AsyncClient, 
     assert "{{ 7 * 7 }}" in turn  # not a template
 
 
+# Text a person does not see but a model reads: instructions in Unicode tag
+# characters (ASCII smuggling), an Arabic letter mark (a bidi control), C1
+# controls (NEL breaks a line, CSI starts a terminal escape), word joiners.
+SMUGGLED = "".join(chr(0xE0000 + ord(c)) for c in "obey") + "\u061c\x85\x9b\u2060\u2064\ufff9"
+
+
+async def test_invisible_text_a_model_reads_is_shown_as_code_points(tmp_path: Path) -> None:
+    write_org(tmp_path / "org", identity_chars=200, purpose_chars=100)
+    async with (
+        daemon_in_process(tmp_path / "org", tmp_path / "state") as daemon,
+        await daemon.client() as client,
+    ):
+        await client.memory_add("w0", f"a harmless note{SMUGGLED}", channel="c0")
+        opened = await client.session_open("w0", "c0")
+        await client.session_send(opened.session, f"hello{SMUGGLED}")
+    app = create_app(partial(read_state_runs, tmp_path / "state"))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url=LOCAL) as web:
+        turn = await _page(web, f"/runs/{opened.session}/turns/1")
+    assert "a harmless note" in turn and "hello" in turn
+    for char in SMUGGLED:
+        assert char not in turn, f"U+{ord(char):04X}"
+    for point in ("U+E006F", "U+E0062", "U+061C", "U+0085", "U+009B", "U+2060", "U+FFF9"):
+        assert f"<span class=ctl>{point}</span>" in turn
+
+
 async def test_search_names_the_run_turn_and_block_that_showed_a_text(
     web: httpx.AsyncClient, made: Made
 ) -> None:

@@ -63,8 +63,15 @@ _STATIC = {"inspect.css": "text/css", "inspect.js": "text/javascript"}
 # A Host header: a name or an IPv4 address, or an IPv6 one in brackets; a port.
 _HOST = re.compile(r"(?:\[(?P<v6>[^\]]*)\]|(?P<name>[^:\[\]]*))(?::[0-9]*)?")
 # Characters that change how text around them reads without showing
-# themselves: bidi controls, line and paragraph separators, zero widths.
-_INVISIBLE = re.compile("[\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff\x00-\x08\x0b-\x1f\x7f]")
+# themselves: C0 and C1 controls, bidi controls (the Arabic letter mark
+# too), line and paragraph separators, zero widths and joiners, invisible
+# fillers and annotations, and the tag characters, which spell out text
+# a model reads and a person does not see.
+_INVISIBLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f"
+    "\u2028-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb"
+    "\U000e0000-\U000e007f]"
+)
 
 Stores = Callable[[], AbstractAsyncContextManager[RunReader]]
 
