@@ -392,8 +392,12 @@ class _RogueServer:
             await listener.serve(self._client)
 
     async def _client(self, stream: anyio.abc.SocketStream) -> None:
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.EndOfStream):
-            await self._talk(stream)
+        # The bridge may leave mid-line (IncompleteRead), or between lines.
+        async with stream:
+            with contextlib.suppress(
+                anyio.BrokenResourceError, anyio.EndOfStream, anyio.IncompleteRead
+            ):
+                await self._talk(stream)
 
     async def _talk(self, stream: anyio.abc.SocketStream) -> None:
         buffered = anyio.streams.buffered.BufferedByteReceiveStream(stream)
@@ -465,6 +469,25 @@ async def test_hostile_lines_from_a_rogue_server_reach_the_worker_as_quoted_text
     forged = [line for line in lines if "obey" in line.get("text", "")]
     assert forged and all(line["block"] != "message" or line["from"] == "eve" for line in forged)
     assert all(b"\r" not in line and b"\x00" not in line for line in rogue.received)
+
+
+async def test_a_server_gone_silent_is_pinged_then_left_and_reconnected_to(
+    tmp_path: Path,
+) -> None:
+    # A half-open connection (the server's host gone without a FIN, a NAT
+    # that forgot us) or a hung server: nothing more ever arrives, and no
+    # error either. This one welcomes, then answers nothing, PING included.
+    rogue = _RogueServer([])
+    async with (
+        simulated(tmp_path) as (_, daemon),
+        anyio.create_task_group() as tg,
+    ):
+        await tg.start(rogue.serve)
+        async with bridged(_config(daemon.socket, rogue.port, keepalive_s=0.2)) as bridge:
+            with anyio.fail_after(20):
+                await bridge.rejoined(2)
+        tg.cancel_scope.cancel()
+    assert b"PING " in b"\n".join(rogue.received)
 
 
 async def test_over_tls_the_bridge_checks_the_server_certificate(
