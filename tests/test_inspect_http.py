@@ -281,6 +281,19 @@ async def test_bad_ids_answer_404_before_any_lookup(web: httpx.AsyncClient, url:
     assert "content-security-policy" in response.headers
 
 
+async def test_a_state_gone_is_503_not_a_missing_page(tmp_path: Path) -> None:
+    # A state directory unmounted or moved (or a database down) is not "no
+    # such run": a monitor or a person must not read it as one.
+    app = create_app(partial(read_state_runs, tmp_path / "gone"))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url=LOCAL) as web:
+        for url in ("/", "/runs/s-1", "/runs/s-1/turns/1", "/search?q=x"):
+            response = await web.get(url)
+            assert response.status_code == 503, url
+            assert "no such state directory" in response.text
+            assert "content-security-policy" in response.headers
+
+
 async def test_with_a_token_every_request_carries_it(made: Made) -> None:
     app = create_app(partial(read_state_runs, made.state), TOKEN)
     transport = httpx.ASGITransport(app=app)

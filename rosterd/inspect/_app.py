@@ -31,7 +31,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._errors import RosterError
+from .._errors import InvalidIdError, NotFoundError, RosterError
 from ..compiler import ADVISORY_ORDER, iso_time
 from ..org import is_loopback
 from ..protocol import context_json_items
@@ -168,12 +168,16 @@ class _Pages:
         return Response(data, media_type=_STATIC[name])
 
     async def missing(self, request: Request, exc: Exception) -> Response:
+        """404 for what is not there; 503 for a state that cannot be read
+        (its directory gone, its database down), which is no answer."""
         message = str(exc) if isinstance(exc, RosterError) else "no such page"
-        return self._page("error.html", 404, message=message)
+        if isinstance(exc, InvalidIdError | NotFoundError):
+            return self._page("error.html", 404, heading="Nothing here", message=message)
+        return self._page("error.html", 503, heading="The runs cannot be read", message=message)
 
     async def refused(self, request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
-        return self._page("error.html", status, message=f"HTTP {status}")
+        return self._page("error.html", status, heading="Nothing here", message=f"HTTP {status}")
 
 
 class _Guard:
