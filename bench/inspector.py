@@ -92,7 +92,7 @@ async def run(turns: int) -> None:
         long, big = await write_runs(root, turns)
         app = create_app(partial(read_state_runs, root / "state"))
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as web:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as web:
             pages = {
                 f"run of {turns} turns": f"/runs/{long}",
                 "its last page of turns": f"/runs/{long}?page={turns // 200}",

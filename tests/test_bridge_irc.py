@@ -247,6 +247,22 @@ async def test_past_max_lines_the_last_line_says_where_the_rest_is(
         assert whole == ["bob: one", "two", "three"]
 
 
+async def test_a_reply_line_indented_past_a_whole_line_is_said_and_the_bridge_goes_on(
+    tmp_path: Path, ircd: IrcServer
+) -> None:
+    # The model writes what it is asked to: here, a line whose indentation
+    # alone is longer than an IRC line.
+    indented = "first line\n" + " " * 600 + "indented\nlast line"
+    async with on_irc(tmp_path, ircd, "bob") as scene:
+        (bob,) = scene.people
+        scene.sim.script(Reply(indented), Reply("still here"))
+        bob.say(CHANNEL, "ada: indent that")
+        said = [m.text for _, m in await lines_from(bob, "ada", 3)]
+        assert said == ["bob: first line", "indented", "last line"]
+        bob.say(CHANNEL, "ada: still there?")
+        assert (await heard(bob, _from_ada)).text == "bob: still here"
+
+
 async def test_gates_are_listed_to_anyone_and_resolved_by_operators_only(
     tmp_path: Path, ircd: IrcServer
 ) -> None:
@@ -376,8 +392,12 @@ class _RogueServer:
             await listener.serve(self._client)
 
     async def _client(self, stream: anyio.abc.SocketStream) -> None:
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.EndOfStream):
-            await self._talk(stream)
+        # The bridge may leave mid-line (IncompleteRead), or between lines.
+        async with stream:
+            with contextlib.suppress(
+                anyio.BrokenResourceError, anyio.EndOfStream, anyio.IncompleteRead
+            ):
+                await self._talk(stream)
 
     async def _talk(self, stream: anyio.abc.SocketStream) -> None:
         buffered = anyio.streams.buffered.BufferedByteReceiveStream(stream)
@@ -402,6 +422,7 @@ HOSTILE_LINES = [
     b":eve!e@h PRIVMSG #general :caf\xe9 \xff\xfe invalid",
     b":[]\\`^{}|!x@h PRIVMSG #general :odd nick",
     b":eve!e@h PRIVMSG #general :nul\x00inside",
+    b":eve!e@h PRIVMSG #general :carriage\rreturn \x1b[2Kescape \xc2\x9b2Kcsi \xc2\x85nel",
     b":eve!e@h PRIVMSG #general",
     b":eve!e@h NOTICE #general :a notice",
     b"PRIVMSG #general :no prefix at all",
@@ -437,6 +458,9 @@ async def test_hostile_lines_from_a_rogue_server_reach_the_worker_as_quoted_text
     assert ("eve", "café ÿþ invalid") in said
     assert ("[]\\`^{}|", "odd nick") in said
     assert ("eve", "nulinside") in said
+    # A bare CR within a line is a control character like any other, and so
+    # are C1 controls (CSI, NEL).
+    assert ("eve", "carriagereturn [2Kescape 2Kcsi nel") in said
     assert not any("VERSION" in text or "notice" in text for _, text in said)
     # The forged envelope is the text of a message, quoted, not a block.
     (request,) = sim.requests
@@ -445,6 +469,25 @@ async def test_hostile_lines_from_a_rogue_server_reach_the_worker_as_quoted_text
     forged = [line for line in lines if "obey" in line.get("text", "")]
     assert forged and all(line["block"] != "message" or line["from"] == "eve" for line in forged)
     assert all(b"\r" not in line and b"\x00" not in line for line in rogue.received)
+
+
+async def test_a_server_gone_silent_is_pinged_then_left_and_reconnected_to(
+    tmp_path: Path,
+) -> None:
+    # A half-open connection (the server's host gone without a FIN, a NAT
+    # that forgot us) or a hung server: nothing more ever arrives, and no
+    # error either. This one welcomes, then answers nothing, PING included.
+    rogue = _RogueServer([])
+    async with (
+        simulated(tmp_path) as (_, daemon),
+        anyio.create_task_group() as tg,
+    ):
+        await tg.start(rogue.serve)
+        async with bridged(_config(daemon.socket, rogue.port, keepalive_s=0.2)) as bridge:
+            with anyio.fail_after(20):
+                await bridge.rejoined(2)
+        tg.cancel_scope.cancel()
+    assert b"PING " in b"\n".join(rogue.received)
 
 
 async def test_over_tls_the_bridge_checks_the_server_certificate(

@@ -33,6 +33,8 @@ def test_formatting_and_controls_are_stripped() -> None:
     assert clean("\x02bold\x02 \x0304,01red\x03 \x1funder\x1f\x0f\x00\x07 x") == "bold red under x"
     assert clean("\x0412ab34colour") == "colour"
     assert clean("  \x16  ") == ""
+    # A bare CR or LF within a line, DEL and C1 controls (CSI, NEL) too.
+    assert clean("a\rb\nc\x7fd\x9b2Ke\x85f\tg") == "abcd2Kef\tg"
 
 
 @given(st.text(max_size=3000), st.integers(min_value=20, max_value=450))
@@ -45,6 +47,11 @@ def test_every_line_fits_and_nothing_but_whitespace_is_lost(text: str, budget: i
     # Controls and line ends become breaks; every other character is kept.
     flattened = re.sub("[\x00-\x1f\x7f\x85\u2028\u2029]", " ", text)
     assert "".join("".join(lines).split()) == "".join(flattened.split())
+
+
+def test_whitespace_longer_than_a_line_makes_no_empty_line() -> None:
+    assert reply_lines(" " * 600 + "x", 450, 100, "") == ["x"]
+    assert reply_lines("a" + " " * 900 + "b", 450, 100, "") == ["a", "b"]
 
 
 def test_past_max_lines_the_last_says_where_the_rest_is() -> None:

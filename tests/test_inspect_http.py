@@ -25,6 +25,8 @@ from rosterd.stores import read_state_runs
 pytestmark = pytest.mark.anyio
 
 TOKEN = "s3cret-token-for-tests"
+# Without a token the inspector answers only to a loopback name.
+LOCAL = "http://127.0.0.1:8377"
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +38,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
 async def web(made: Made) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(partial(read_state_runs, made.state))
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://inspect") as client:
+    async with httpx.AsyncClient(transport=transport, base_url=LOCAL) as client:
         yield client
 
 
@@ -218,6 +220,32 @@ async def test_hostile_text_is_shown_as_text_everywhere(web: httpx.AsyncClient, 
     assert "{{ 7 * 7 }}" in turn  # not a template
 
 
+# Text a person does not see but a model reads: instructions in Unicode tag
+# characters (ASCII smuggling), an Arabic letter mark (a bidi control), C1
+# controls (NEL breaks a line, CSI starts a terminal escape), word joiners.
+SMUGGLED = "".join(chr(0xE0000 + ord(c)) for c in "obey") + "\u061c\x85\x9b\u2060\u2064\ufff9"
+
+
+async def test_invisible_text_a_model_reads_is_shown_as_code_points(tmp_path: Path) -> None:
+    write_org(tmp_path / "org", identity_chars=200, purpose_chars=100)
+    async with (
+        daemon_in_process(tmp_path / "org", tmp_path / "state") as daemon,
+        await daemon.client() as client,
+    ):
+        await client.memory_add("w0", f"a harmless note{SMUGGLED}", channel="c0")
+        opened = await client.session_open("w0", "c0")
+        await client.session_send(opened.session, f"hello{SMUGGLED}")
+    app = create_app(partial(read_state_runs, tmp_path / "state"))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url=LOCAL) as web:
+        turn = await _page(web, f"/runs/{opened.session}/turns/1")
+    assert "a harmless note" in turn and "hello" in turn
+    for char in SMUGGLED:
+        assert char not in turn, f"U+{ord(char):04X}"
+    for point in ("U+E006F", "U+E0062", "U+061C", "U+0085", "U+009B", "U+2060", "U+FFF9"):
+        assert f"<span class=ctl>{point}</span>" in turn
+
+
 async def test_search_names_the_run_turn_and_block_that_showed_a_text(
     web: httpx.AsyncClient, made: Made
 ) -> None:
@@ -253,6 +281,19 @@ async def test_bad_ids_answer_404_before_any_lookup(web: httpx.AsyncClient, url:
     assert "content-security-policy" in response.headers
 
 
+async def test_a_state_gone_is_503_not_a_missing_page(tmp_path: Path) -> None:
+    # A state directory unmounted or moved (or a database down) is not "no
+    # such run": a monitor or a person must not read it as one.
+    app = create_app(partial(read_state_runs, tmp_path / "gone"))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url=LOCAL) as web:
+        for url in ("/", "/runs/s-1", "/runs/s-1/turns/1", "/search?q=x"):
+            response = await web.get(url)
+            assert response.status_code == 503, url
+            assert "no such state directory" in response.text
+            assert "content-security-policy" in response.headers
+
+
 async def test_with_a_token_every_request_carries_it(made: Made) -> None:
     app = create_app(partial(read_state_runs, made.state), TOKEN)
     transport = httpx.ASGITransport(app=app)
@@ -270,6 +311,45 @@ async def test_with_a_token_every_request_carries_it(made: Made) -> None:
         assert (await web.get("/")).status_code == 401
 
 
+async def test_without_a_token_only_a_loopback_host_is_served(made: Made) -> None:
+    # DNS rebinding: a page on evil.example points that name at 127.0.0.1 and
+    # reads the inspector as its own origin; only the Host header tells.
+    app = create_app(partial(read_state_runs, made.state))
+    transport = httpx.ASGITransport(app=app)
+    for base in (
+        "http://evil.example:8377",
+        "http://127.0.0.1.evil.example",
+        "http://localhost.evil",
+    ):
+        async with httpx.AsyncClient(transport=transport, base_url=base) as web:
+            refused = await web.get(f"/runs/{made.session}")
+        assert refused.status_code == 421, base
+        assert made.session not in refused.text and "content-security-policy" in refused.headers
+    for base in (LOCAL, "http://localhost:8377", "http://[::1]:8377", "http://127.1.2.3"):
+        async with httpx.AsyncClient(transport=transport, base_url=base) as web:
+            assert (await web.get(f"/runs/{made.session}")).status_code == 200, base
+
+
+async def test_a_token_that_is_not_ascii_is_refused_like_any_wrong_one(made: Made) -> None:
+    app = create_app(partial(read_state_runs, made.state), TOKEN)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://inspect") as web:
+        assert (await web.get("/?token=caf%C3%A9")).status_code == 401
+        latin = {b"authorization": "Bearer caf\xe9".encode("latin-1")}
+        assert (await web.get("/", headers=latin)).status_code == 401
+        cookie = {b"cookie": f"{COOKIE}=caf\xe9".encode("latin-1")}
+        assert (await web.get("/", headers=cookie)).status_code == 401
+
+
+async def test_a_turn_number_too_long_to_read_is_404(web: httpx.AsyncClient, made: Made) -> None:
+    for url in (
+        f"/runs/{made.session}/turns/" + "9" * 5000,
+        f"/runs/{made.session}/turns/" + "0" * 4999 + "1/request.json",
+    ):
+        response = await web.get(url)
+        assert response.status_code == 404 and "content-security-policy" in response.headers
+
+
 async def test_a_long_run_is_paged(tmp_path: Path) -> None:
     write_org(tmp_path / "org", identity_chars=200, purpose_chars=100)
     async with (
@@ -281,7 +361,7 @@ async def test_a_long_run_is_paged(tmp_path: Path) -> None:
             await client.session_send(opened.session, f"turn {turn}")
     app = create_app(partial(read_state_runs, tmp_path / "state"))
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://inspect") as web:
+    async with httpx.AsyncClient(transport=transport, base_url=LOCAL) as web:
         first = await _page(web, f"/runs/{opened.session}")
         later = await _page(web, f"/runs/{opened.session}?page=1")
     assert first.count("<tr data-turn=") == 200 and "page 1 of 2" in first
@@ -365,7 +445,7 @@ async def test_the_inspector_reads_a_postgresql_state_with_the_daemon_down(
         await client.session_send(opened.session, "hello <b>there</b>")
     app = create_app(partial(read_state_runs, postgres_url))
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://inspect") as web:
+    async with httpx.AsyncClient(transport=transport, base_url=LOCAL) as web:
         assert opened.session in await _page(web, "/")
         turn = await _page(web, f"/runs/{opened.session}/turns/1")
     assert "hello &lt;b&gt;there&lt;/b&gt;" in turn

@@ -57,6 +57,8 @@ class BridgeConfig(msgspec.Struct, frozen=True):
     operators: tuple[str, ...] = ()
     queue_limit: int = 1000
     backoff_s: float = 0.5
+    # A server silent this long is pinged; silent twice as long, it is left.
+    keepalive_s: float = 60.0
 
 
 class _Post(msgspec.Struct, frozen=True):
@@ -136,6 +138,7 @@ class IrcBridge:
             tls=config.tls,
             line_interval_s=config.line_interval_s,
             backoff_s=config.backoff_s,
+            keepalive_s=config.keepalive_s,
         )
         try:
             async with link, anyio.create_task_group() as tg:

@@ -6,8 +6,11 @@ lines leniently (a line that is not UTF-8 arrives with replacement
 characters instead of breaking the connection). This module keeps the
 connection up: it joins the mapped channels on welcome, takes another nick
 while its own is taken (and asks for it back), reconnects with backoff when
-the server goes away, and sends what the bridge says one line per
-``line_interval_s``, so a long reply never floods the channel.
+the server goes away, pings a server that has been silent for
+``keepalive_s`` and leaves one still silent as long again (a half-open
+connection raises no error: only silence tells), and sends what the
+bridge says one line per ``line_interval_s``, so a long reply never floods
+the channel.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ class IrcLink:
         tls: bool = False,
         line_interval_s: float = 1.0,
         backoff_s: float = 1.0,
+        keepalive_s: float = 60.0,
         clock: Callable[[], float] = anyio.current_time,
     ) -> None:
         self.host = host
@@ -80,7 +84,10 @@ class IrcLink:
         self._tls = tls
         self._interval = line_interval_s
         self._backoff = backoff_s
+        self._keepalive = keepalive_s
         self._clock = clock
+        # When the server last said anything, or the connection began.
+        self._heard_at = clock()
         self._send, self.messages = anyio.create_memory_object_stream[IrcMessage](math.inf)
         self._outbox: deque[tuple[str, str]] = deque(maxlen=_OUTBOX)
         self._queued = anyio.Event()
@@ -110,6 +117,7 @@ class IrcLink:
         await self._group.__aenter__()
         self._group.start_soon(self._stay_connected)
         self._group.start_soon(self._say_queued)
+        self._group.start_soon(self._keep_alive)
         return self
 
     async def __aexit__(
@@ -171,6 +179,7 @@ class IrcLink:
             reactor.add_global_handler(kind, self._on_nick_freed)
         for kind in ("pubmsg", "privmsg", "action"):
             reactor.add_global_handler(kind, self._on_message)
+        reactor.add_global_handler("all_raw_messages", self._on_line)
         connection = reactor.server()
         connection.buffer_class = LenientDecodingLineBuffer
         factory = (
@@ -180,6 +189,7 @@ class IrcLink:
         )
         self._lost = anyio.Event()
         self._connection = connection
+        self._heard_at = self._clock()
         await connection.connect(self.host, self.port, self.wanted_nick, connect_factory=factory)
 
     def _on_state(self, connection: Any, event: Any) -> None:
@@ -202,6 +212,25 @@ class IrcLink:
             case "disconnect":
                 self._in = set()
                 self._lost.set()
+
+    def _on_line(self, connection: Any, event: Any) -> None:
+        if connection is self._connection:
+            self._heard_at = self._clock()
+
+    async def _keep_alive(self) -> None:
+        """Ping the server once it has been silent for ``keepalive_s``; leave
+        it (and so reconnect) once silent for twice that."""
+        while True:
+            await anyio.sleep(self._keepalive / 2)
+            connection = self._connection
+            if connection is None or not connection.is_connected():
+                continue
+            silent = self._clock() - self._heard_at
+            if silent >= 2 * self._keepalive:
+                log.warning("%s:%d silent for %.0f s; leaving it", self.host, self.port, silent)
+                connection.disconnect("ping timeout")
+            elif silent >= self._keepalive:
+                connection.ping("rosterd")
 
     def _on_nick_freed(self, connection: Any, event: Any) -> None:
         """Take our own nick back once whoever held it leaves or renames."""

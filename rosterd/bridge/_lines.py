@@ -20,11 +20,14 @@ _FORMATTING = re.compile(
     r"\x03(?:\d{1,2}(?:,\d{1,2})?)?|\x04(?:[0-9a-fA-F]{6}(?:,[0-9a-fA-F]{6})?)?|[\x02\x0f\x11\x1d\x1e\x1f\x16]"
 )
 _CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# What a line from IRC loses: every C0 control but tab (a bare CR or LF within
+# a line too: only CR LF ends one), DEL and the C1 controls (CSI, NEL, …).
+_INBOUND_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 
 
 def clean(text: str) -> str:
     """*text* from IRC without formatting codes or control characters."""
-    return _CONTROLS.sub("", _FORMATTING.sub("", text)).strip()
+    return _INBOUND_CONTROLS.sub("", _FORMATTING.sub("", text)).strip()
 
 
 def addressed(text: str, nick: str) -> bool:
@@ -50,15 +53,17 @@ def reply_lines(text: str, budget: int, max_lines: int, more: str) -> list[str]:
 
 
 def _fit(line: str, budget: int) -> list[str]:
-    """*line* in pieces of at most *budget* UTF-8 bytes, cut at the last space
-    that fits, else between characters."""
+    """*line* in pieces of at most *budget* UTF-8 bytes, none empty, cut at
+    the last space that fits, else between characters."""
     pieces = []
     while len(line.encode()) > budget:
         cut = _prefix_chars(line, budget)
         space = line.rfind(" ", 0, cut + 1)
         if space > 0:
             cut = space
-        pieces.append(line[:cut].rstrip())
+        # Whitespace alone (an indentation longer than a line) is no line.
+        if piece := line[:cut].rstrip():
+            pieces.append(piece)
         line = line[cut:].lstrip()
     if line:
         pieces.append(line)

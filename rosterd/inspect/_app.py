@@ -5,7 +5,9 @@ model replies), so every page is rendered with Jinja2's autoescaping and a
 filter that makes invisible controls visible, under a Content-Security-
 Policy that allows no inline script or style and nothing from elsewhere.
 Only GET and HEAD are served. Off loopback, every request needs the token:
-as a bearer header, or a cookie set once from ``/?token=…``.
+as a bearer header, or a cookie set once from ``/?token=…``. Without one,
+only a request that names a loopback host is served: a page elsewhere that
+points its own name at 127.0.0.1 (DNS rebinding) reads nothing.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._errors import RosterError
+from .._errors import InvalidIdError, NotFoundError, RosterError
 from ..compiler import ADVISORY_ORDER, iso_time
+from ..org import is_loopback
 from ..protocol import context_json_items
 from ..stores import RunReader
 from ._views import (
@@ -57,9 +60,18 @@ _HEADERS = [
     (b"cache-control", b"no-store"),
 ]
 _STATIC = {"inspect.css": "text/css", "inspect.js": "text/javascript"}
+# A Host header: a name or an IPv4 address, or an IPv6 one in brackets; a port.
+_HOST = re.compile(r"(?:\[(?P<v6>[^\]]*)\]|(?P<name>[^:\[\]]*))(?::[0-9]*)?")
 # Characters that change how text around them reads without showing
-# themselves: bidi controls, line and paragraph separators, zero widths.
-_INVISIBLE = re.compile("[\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff\x00-\x08\x0b-\x1f\x7f]")
+# themselves: C0 and C1 controls, bidi controls (the Arabic letter mark
+# too), line and paragraph separators, zero widths and joiners, invisible
+# fillers and annotations, and the tag characters, which spell out text
+# a model reads and a person does not see.
+_INVISIBLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f"
+    "\u2028-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb"
+    "\U000e0000-\U000e007f]"
+)
 
 Stores = Callable[[], AbstractAsyncContextManager[RunReader]]
 
@@ -75,8 +87,8 @@ def create_app(stores: Stores, token: str | None = None) -> ASGIApp:
             Route("/static/{name}", pages.static, methods=["GET"]),
             Route("/runs/{run}", pages.run, methods=["GET"]),
             Route("/runs/{run}/turns.json", pages.live, methods=["GET"]),
-            Route("/runs/{run}/turns/{turn:int}", pages.turn, methods=["GET"]),
-            Route("/runs/{run}/turns/{turn:int}/request.json", pages.raw, methods=["GET"]),
+            Route("/runs/{run}/turns/{turn}", pages.turn, methods=["GET"]),
+            Route("/runs/{run}/turns/{turn}/request.json", pages.raw, methods=["GET"]),
         ],
         exception_handlers={RosterError: pages.missing, HTTPException: pages.refused},
     )
@@ -127,14 +139,14 @@ class _Pages:
         return JSONResponse({"status": info.status, "turns": turns})
 
     async def turn(self, request: Request) -> Response:
-        run, number = request.path_params["run"], request.path_params["turn"]
+        run, number = request.path_params["run"], _turn(request)
         async with self._stores() as store:
             view = await load_turn(store, run, number)
         return self._page("turn.html", view=view)
 
     async def raw(self, request: Request) -> Response:
         """The turn's requests, byte for byte as ``runs context --all --json``."""
-        run, number = request.path_params["run"], request.path_params["turn"]
+        run, number = request.path_params["run"], _turn(request)
         async with self._stores() as store:
             requests = await load_requests(store, run, number)
         body = b"[\n" + b",\n".join(context_json_items(requests)) + b"\n]\n"
@@ -156,12 +168,16 @@ class _Pages:
         return Response(data, media_type=_STATIC[name])
 
     async def missing(self, request: Request, exc: Exception) -> Response:
+        """404 for what is not there; 503 for a state that cannot be read
+        (its directory gone, its database down), which is no answer."""
         message = str(exc) if isinstance(exc, RosterError) else "no such page"
-        return self._page("error.html", 404, message=message)
+        if isinstance(exc, InvalidIdError | NotFoundError):
+            return self._page("error.html", 404, heading="Nothing here", message=message)
+        return self._page("error.html", 503, heading="The runs cannot be read", message=message)
 
     async def refused(self, request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
-        return self._page("error.html", status, message=f"HTTP {status}")
+        return self._page("error.html", status, heading="Nothing here", message=f"HTTP {status}")
 
 
 class _Guard:
@@ -188,9 +204,14 @@ class _Guard:
             response: Response = Response("only GET and HEAD\n", 405, {"allow": "GET, HEAD"})
             return await response(scope, receive, secured)
         request = Request(scope)
+        if self._token is None and not _loopback_host(request.headers.get("host", "")):
+            response = Response(
+                "without a token the inspector answers to a loopback name only\n", 421
+            )
+            return await response(scope, receive, secured)
         if self._token is not None and not self._allowed(request):
             given = request.query_params.get("token")
-            if given is not None and hmac.compare_digest(given, self._token):
+            if given is not None and _same(given, self._token):
                 # The one-time URL: the token moves into a cookie and out of the address.
                 response = RedirectResponse(request.url.path, 303)
                 response.set_cookie(COOKIE, self._token, httponly=True, samesite="strict", path="/")
@@ -204,7 +225,19 @@ class _Guard:
         header = request.headers.get("authorization", "")
         offered = header.removeprefix("Bearer ") if header.startswith("Bearer ") else None
         offered = offered or request.cookies.get(COOKIE)
-        return offered is not None and hmac.compare_digest(offered, self._token)
+        return offered is not None and _same(offered, self._token)
+
+
+def _same(offered: str, token: str) -> bool:
+    """Whether *offered* is *token*, in constant time (as bytes: a string
+    compare refuses any that is not ASCII)."""
+    return hmac.compare_digest(offered.encode(), token.encode())
+
+
+def _loopback_host(header: str) -> bool:
+    """Whether a Host header names this machine: localhost, 127.x or ::1."""
+    match = _HOST.fullmatch(header)
+    return match is not None and is_loopback((match["v6"] or match["name"] or "").lower())
 
 
 def _environment() -> jinja2.Environment:
@@ -238,6 +271,15 @@ def _filters(request: Request) -> Filters:
             for name in ("worker", "channel", "surface", "status", "verdict")
         }
     )
+
+
+def _turn(request: Request) -> int:
+    """The turn number in the path: digits, not so many that no run has it
+    (nor so many that Python refuses to read them)."""
+    text = request.path_params["turn"]
+    if re.fullmatch("[0-9]{1,9}", text) is None:
+        raise HTTPException(404)
+    return int(text)
 
 
 def _int(text: str | None, default: int) -> int:

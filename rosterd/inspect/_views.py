@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from .._errors import RosterError
+from .._errors import NotFoundError, RosterError
 from .._ids import check_id
 from ..compiler import SYSTEM_ORDER, BlockTrace, Boundary, ContextRecord
 from ..protocol import (
@@ -299,9 +299,9 @@ def _system_of(records: Sequence[ContextRecord]) -> ContextRecord | None:
     return next((r for r in records if r.kind in ("system", "run") and r.status == "ok"), None)
 
 
-class _NoSuchTurn(RosterError):
+class _NoSuchTurn(NotFoundError):
     def __init__(self, run: str, turn: int) -> None:
-        super().__init__(f"run {run!r} has no turn {turn}")
+        super().__init__("turn", str(turn), f"run {run!r} has no turn {turn}")
 
 
 def _steps(
