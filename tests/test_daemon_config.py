@@ -45,11 +45,19 @@ def symlink_outside(org: Path) -> None:
     os.symlink(outside, identity)
 
 
+def nest_toml(org: Path) -> None:
+    # Valid TOML up to a depth no parser recursion survives.
+    depth = 100_000
+    with (org / "org.toml").open("a") as toml:
+        toml.write(f"\n[engines.deep]\nfallback = {'[' * depth}{']' * depth}\n")
+
+
 # Each broken edit, and what the daemon reports of it.
 BREAKAGES: list[tuple[Callable[[Path], None], str]] = [
     (break_toml, "invalid TOML"),
     (delete_identity, "identity.md: file is missing"),
     (symlink_outside, "outside the org directory"),
+    (nest_toml, "nested too deeply"),
 ]
 
 

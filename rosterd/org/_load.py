@@ -65,6 +65,11 @@ def load_org(root: Path) -> Org:
         data = tomllib.loads(raw)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{toml_path}: invalid TOML: {exc}", path=str(toml_path)) from None
+    except RecursionError:
+        # tomllib recurses per level of nested arrays and inline tables.
+        raise ConfigError(
+            f"{toml_path}: invalid TOML: arrays or tables nested too deeply", path=str(toml_path)
+        ) from None
 
     sections: dict[str, Any] = {}
     for key, value in data.items():
