@@ -219,6 +219,12 @@ def test_non_utf8_identity_is_refused(tmp_path: Path) -> None:
     assert error.path.endswith(os.path.join("workers", "ada", "identity.md"))
 
 
+def test_line_ends_are_read_as_newlines(tmp_path: Path) -> None:
+    root = make_org(tmp_path)
+    (root / "workers" / "ada" / "identity.md").write_bytes(b"I am ada.\r\nOld Mac line.\rEnd.\n")
+    assert load_org(root).identities["ada"] == "I am ada.\nOld Mac line.\nEnd.\n"
+
+
 def test_worker_connection_naming_an_unknown_service(tmp_path: Path) -> None:
     toml = BASE_TOML.replace('connections = ["github"]', 'connections = ["github", "jira"]')
     error = load_error(make_org(tmp_path, toml))

@@ -7,7 +7,9 @@ may resolve outside the org directory (a symlink pointing out is refused).
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,6 +33,9 @@ from ._org import DEFAULT_ENGINE, Org
 _T = TypeVar("_T")
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _UNKNOWN_FIELD = re.compile(r"Object contains unknown field `(.*)`")
+# The largest file of an org: far above any budget, so a file this big is a
+# mistake (a log or a disk image copied in), which is not read into memory.
+MAX_FILE_BYTES = 16 * 1024 * 1024
 # Each top-level key of org.toml is a field of ``Org``. A Struct field is one
 # table (``[context]``); the tables of named entries, whose names are ids of
 # their kind, and ``[prices]``, keyed by model name, are read as below.
@@ -244,8 +249,37 @@ def _read_text(root: Path, path: Path, *, required: bool) -> str | None:
             f"{path}: resolves to {resolved}, outside the org directory {root}", path=str(path)
         )
     try:
-        return resolved.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason})", path=str(path)) from None
+        data = _read_regular(resolved)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}", path=str(path)) from None
+    if data is None:
+        raise ConfigError(f"{path}: not a regular file", path=str(path))
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(
+            f"{path}: over {MAX_FILE_BYTES} bytes, the largest file an org may hold",
+            path=str(path),
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason})", path=str(path)) from None
+    # Line ends as a file opened as text reads them: "\r\n" and "\r" are "\n".
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _read_regular(path: Path) -> bytes | None:
+    """Up to one byte past ``MAX_FILE_BYTES`` of *path*, or ``None`` when it
+    is not a regular file. A FIFO is opened without waiting for a writer, and
+    a symlink put in the resolved path's place since is not followed."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks: list[bytes] = []
+        left = MAX_FILE_BYTES + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
