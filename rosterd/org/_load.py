@@ -199,6 +199,7 @@ def _check_engines(
         base = default if worker.engine.use is None else engines.get(worker.engine.use, default)
         configs[f"workers.{name}.engine"] = worker.engine.over(base)
     for where, config in configs.items():
+        _check_reachable(path, where, config)
         for key, kind in PROVIDER_KEYS.items():
             if getattr(config, key) is not None and config.kind != kind:
                 raise ConfigError(
@@ -216,6 +217,24 @@ def _check_engines(
             _check_named(path, f"{where}.use", (overlay.use,), engines, "engines")
         if overlay.fallback is not None:
             _check_named(path, f"{where}.fallback", overlay.fallback, engines, "engines")
+
+
+def _check_reachable(path: Path, where: str, config: EngineConfig) -> None:
+    """A provider engine names its model, and its URL is one HTTP can reach:
+    found by ``roster check`` and on reload, not by the first turn (which
+    would retry a URL without a scheme as if the network had failed)."""
+    if config.kind != "echo" and not config.model:
+        raise ConfigError(
+            f"{path}: `{where}.model`: an {config.kind} engine needs a model",
+            path=str(path),
+            key=f"{where}.model",
+        )
+    if config.base_url and not config.base_url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"{path}: `{where}.base_url`: {config.base_url!r} is not an http:// or https:// URL",
+            path=str(path),
+            key=f"{where}.base_url",
+        )
 
 
 def _check_named(
