@@ -114,6 +114,18 @@ def test_bad_toml_fails_with_one_line(org_dir: Path, capsys: pytest.CaptureFixtu
     assert err[0].startswith(f"roster: {(org_dir / 'org.toml').resolve()}: invalid TOML: ")
 
 
+def test_toml_nested_too_deeply_fails_with_one_line(
+    org_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (org_dir / "org.toml").write_text(f"x = {'[' * 100_000}{']' * 100_000}\n")
+    code, _, err = _check(capsys, "--org", str(org_dir))
+    assert code == 1
+    assert err == [
+        f"roster: {(org_dir / 'org.toml').resolve()}: invalid TOML: "
+        "arrays or tables nested too deeply"
+    ]
+
+
 def test_unknown_key_names_the_key(org_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     toml = org_dir / "org.toml"
     toml.write_text(toml.read_text().replace("total = 48000", "totl = 48000"))

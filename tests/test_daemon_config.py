@@ -45,11 +45,33 @@ def symlink_outside(org: Path) -> None:
     os.symlink(outside, identity)
 
 
+def nest_toml(org: Path) -> None:
+    # Valid TOML up to a depth no parser recursion survives.
+    depth = 100_000
+    with (org / "org.toml").open("a") as toml:
+        toml.write(f"\n[engines.deep]\nfallback = {'[' * depth}{']' * depth}\n")
+
+
+def fifo_identity(org: Path) -> None:
+    # Reading a FIFO waits for a writer that never comes.
+    identity = org / "workers" / "ada" / "identity.md"
+    identity.unlink()
+    os.mkfifo(identity)
+
+
+def huge_identity(org: Path) -> None:
+    # Sparse: a disk image copied in by mistake costs the test no disk.
+    os.truncate(org / "workers" / "ada" / "identity.md", 1 << 30)
+
+
 # Each broken edit, and what the daemon reports of it.
 BREAKAGES: list[tuple[Callable[[Path], None], str]] = [
     (break_toml, "invalid TOML"),
     (delete_identity, "identity.md: file is missing"),
     (symlink_outside, "outside the org directory"),
+    (nest_toml, "nested too deeply"),
+    (fifo_identity, "identity.md: not a regular file"),
+    (huge_identity, "the largest file an org may hold"),
 ]
 
 

@@ -141,6 +141,32 @@ def test_out_of_range_budget_names_the_key(tmp_path: Path) -> None:
     assert ">= 1" in str(error)
 
 
+@pytest.mark.parametrize(
+    ("toml", "key", "says"),
+    [
+        ('[engine]\nkind = "openai"\n', "engine.model", "needs a model"),
+        ('[engines.big]\nkind = "anthropic"\n', "engines.big.model", "needs a model"),
+        ('[workers.ada.engine]\nkind = "openai"\n', "workers.ada.engine.model", "needs a model"),
+        (
+            '[engine]\nkind = "openai"\nmodel = "m"\nbase_url = "127.0.0.1:8080/v1"\n',
+            "engine.base_url",
+            "http:// or https://",
+        ),
+        (
+            '[workers.grace.engine]\nbase_url = "ftp://models.example/v1"\n',
+            "workers.grace.engine.base_url",
+            "http:// or https://",
+        ),
+    ],
+)
+def test_an_engine_that_cannot_be_reached_is_an_error_naming_the_key(
+    tmp_path: Path, toml: str, key: str, says: str
+) -> None:
+    error = load_error(make_org(tmp_path, BASE_TOML + "\n" + toml))
+    assert error.key == key
+    assert f"`{key}`" in str(error) and says in str(error)
+
+
 def test_named_section_must_be_a_table(tmp_path: Path) -> None:
     error = load_error(make_org(tmp_path, "workers = 3\n"))
     assert error.key == "workers"
@@ -217,6 +243,12 @@ def test_non_utf8_identity_is_refused(tmp_path: Path) -> None:
     error = load_error(root)
     assert "UTF-8" in str(error)
     assert error.path.endswith(os.path.join("workers", "ada", "identity.md"))
+
+
+def test_line_ends_are_read_as_newlines(tmp_path: Path) -> None:
+    root = make_org(tmp_path)
+    (root / "workers" / "ada" / "identity.md").write_bytes(b"I am ada.\r\nOld Mac line.\rEnd.\n")
+    assert load_org(root).identities["ada"] == "I am ada.\nOld Mac line.\nEnd.\n"
 
 
 def test_worker_connection_naming_an_unknown_service(tmp_path: Path) -> None:

@@ -78,3 +78,20 @@ async def test_an_identity_edit_is_a_change(tmp_path: Path) -> None:
 async def test_an_org_that_does_not_load_has_no_source(tmp_path: Path) -> None:
     with pytest.raises(ConfigError):
         await OrgSource.load(tmp_path / "missing")
+
+
+async def test_the_file_a_broken_edit_lacks_is_watched_until_it_comes(tmp_path: Path) -> None:
+    org_dir = copy_org(tmp_path / "org")
+    source = await OrgSource.load(org_dir)
+    _edit(org_dir / "org.toml", "[workers.grace]", "[workers.grace]\n[workers.bob]")
+    assert await source.reload() is None
+    assert source.error is not None and "bob" in source.error
+    assert not await source.changed()
+
+    # Not a file of the org in force, but the one the edit was missing.
+    (org_dir / "workers" / "bob").mkdir()
+    (org_dir / "workers" / "bob" / "identity.md").write_text("You are Bob.\n")
+    assert await source.changed()
+    fixed = await source.reload()
+    assert fixed is not None and source.error is None
+    assert fixed.identities["bob"] == "You are Bob.\n"

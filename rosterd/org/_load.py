@@ -7,7 +7,9 @@ may resolve outside the org directory (a symlink pointing out is refused).
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,6 +33,9 @@ from ._org import DEFAULT_ENGINE, Org
 _T = TypeVar("_T")
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _UNKNOWN_FIELD = re.compile(r"Object contains unknown field `(.*)`")
+# The largest file of an org: far above any budget, so a file this big is a
+# mistake (a log or a disk image copied in), which is not read into memory.
+MAX_FILE_BYTES = 16 * 1024 * 1024
 # Each top-level key of org.toml is a field of ``Org``. A Struct field is one
 # table (``[context]``); the tables of named entries, whose names are ids of
 # their kind, and ``[prices]``, keyed by model name, are read as below.
@@ -65,6 +70,11 @@ def load_org(root: Path) -> Org:
         data = tomllib.loads(raw)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{toml_path}: invalid TOML: {exc}", path=str(toml_path)) from None
+    except RecursionError:
+        # tomllib recurses per level of nested arrays and inline tables.
+        raise ConfigError(
+            f"{toml_path}: invalid TOML: arrays or tables nested too deeply", path=str(toml_path)
+        ) from None
 
     sections: dict[str, Any] = {}
     for key, value in data.items():
@@ -189,6 +199,7 @@ def _check_engines(
         base = default if worker.engine.use is None else engines.get(worker.engine.use, default)
         configs[f"workers.{name}.engine"] = worker.engine.over(base)
     for where, config in configs.items():
+        _check_reachable(path, where, config)
         for key, kind in PROVIDER_KEYS.items():
             if getattr(config, key) is not None and config.kind != kind:
                 raise ConfigError(
@@ -206,6 +217,24 @@ def _check_engines(
             _check_named(path, f"{where}.use", (overlay.use,), engines, "engines")
         if overlay.fallback is not None:
             _check_named(path, f"{where}.fallback", overlay.fallback, engines, "engines")
+
+
+def _check_reachable(path: Path, where: str, config: EngineConfig) -> None:
+    """A provider engine names its model, and its URL is one HTTP can reach:
+    found by ``roster check`` and on reload, not by the first turn (which
+    would retry a URL without a scheme as if the network had failed)."""
+    if config.kind != "echo" and not config.model:
+        raise ConfigError(
+            f"{path}: `{where}.model`: an {config.kind} engine needs a model",
+            path=str(path),
+            key=f"{where}.model",
+        )
+    if config.base_url and not config.base_url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"{path}: `{where}.base_url`: {config.base_url!r} is not an http:// or https:// URL",
+            path=str(path),
+            key=f"{where}.base_url",
+        )
 
 
 def _check_named(
@@ -239,8 +268,37 @@ def _read_text(root: Path, path: Path, *, required: bool) -> str | None:
             f"{path}: resolves to {resolved}, outside the org directory {root}", path=str(path)
         )
     try:
-        return resolved.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason})", path=str(path)) from None
+        data = _read_regular(resolved)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}", path=str(path)) from None
+    if data is None:
+        raise ConfigError(f"{path}: not a regular file", path=str(path))
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(
+            f"{path}: over {MAX_FILE_BYTES} bytes, the largest file an org may hold",
+            path=str(path),
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason})", path=str(path)) from None
+    # Line ends as a file opened as text reads them: "\r\n" and "\r" are "\n".
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _read_regular(path: Path) -> bytes | None:
+    """Up to one byte past ``MAX_FILE_BYTES`` of *path*, or ``None`` when it
+    is not a regular file. A FIFO is opened without waiting for a writer, and
+    a symlink put in the resolved path's place since is not followed."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks: list[bytes] = []
+        left = MAX_FILE_BYTES + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
-from .._errors import RosterError
+from .._errors import ConfigError, RosterError
 from ._load import identity_path, load_org, purpose_path
 from ._org import Org
 
@@ -35,6 +35,9 @@ class OrgSource:
     ) -> None:
         self.root = root
         self._org = org
+        # The files whose stamps ``changed()`` compares: those *org* was read
+        # from, and after a broken edit the file it names too.
+        self._paths = _files(root, org)
         self._stamps = stamps
         self._clock = clock
         self._lock = anyio.Lock()
@@ -47,7 +50,7 @@ class OrgSource:
         """The source of *root*; raises ``RosterError`` if its files do not load."""
         root = Path(await anyio.Path(root).resolve())
         org = await anyio.to_thread.run_sync(load_org, root)
-        return cls(root, org, await anyio.to_thread.run_sync(_stat, root, org), clock)
+        return cls(root, org, await anyio.to_thread.run_sync(_stamps, _files(root, org)), clock)
 
     def __repr__(self) -> str:
         return f"OrgSource({str(self.root)!r}, generation {self.generation})"
@@ -61,7 +64,7 @@ class OrgSource:
         reads: ``org.toml``, its identity and the channel's purpose. A run's
         check then costs three stats, not one per file of the org."""
         if worker is None:
-            return await anyio.to_thread.run_sync(_stat, self.root, self._org) != self._stamps
+            return await anyio.to_thread.run_sync(_stamps, self._paths) != self._stamps
         paths = [self.root / "org.toml", identity_path(self.root, worker)]
         if channel is not None:
             paths.append(purpose_path(self.root, channel))
@@ -78,10 +81,16 @@ class OrgSource:
                 if str(exc) != self.error:
                     log.error("org edit rejected, keeping the last good config: %s", exc)
                 self.error = str(exc)
-                self._stamps = await anyio.to_thread.run_sync(_stat, self.root, self._org)
+                self._paths = _files(self.root, self._org)
+                if isinstance(exc, ConfigError) and Path(exc.path) not in self._paths:
+                    # A file the edit lacks (a new worker's identity) or
+                    # has wrong: its fix is a change, seen by every check.
+                    self._paths.append(Path(exc.path))
+                self._stamps = await anyio.to_thread.run_sync(_stamps, self._paths)
                 return None
             self._org = org
-            self._stamps = await anyio.to_thread.run_sync(_stat, self.root, org)
+            self._paths = _files(self.root, org)
+            self._stamps = await anyio.to_thread.run_sync(_stamps, self._paths)
             self.error = None
             self.generation += 1
             self.loaded_at = self._clock()
@@ -89,12 +98,12 @@ class OrgSource:
             return org
 
 
-def _stat(root: Path, org: Org) -> _Stamps:
-    """Modification time and size of every file *org* was read from."""
+def _files(root: Path, org: Org) -> list[Path]:
+    """Every file *org* was read from."""
     paths = [root / "org.toml"]
     paths += [identity_path(root, w) for w in org.workers]
     paths += [purpose_path(root, c) for c in org.channels]
-    return _stamps(paths)
+    return paths
 
 
 def _stamps(paths: list[Path]) -> _Stamps:
