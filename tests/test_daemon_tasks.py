@@ -60,52 +60,33 @@ async def test_text_cannot_choose_the_channel(served: InProcessDaemon) -> None:
 
 
 @pytest.mark.anyio
-async def test_resolving_a_gate_of_a_paused_task_queues_a_continuation(
-    served: InProcessDaemon,
-) -> None:
-    async with await served.client() as client:
-        task = await client.task_submit("ada", "releases", "tag 1.4")
-        done = await wait_task(client, task.id, "done")
-        first_run = done.runs[0]
-        gate = await client.gate_file("ada", "sign-off for 1.4?", channel="releases", run=first_run)
-        paused = await client.task_get(task.id)
-        assert paused.status == "paused"
-        await client.gate_resolve(gate.id, "approved", note="go")
-        finished = await wait_task(client, task.id, "done")
-    assert len(finished.runs) == 2
-    briefing = [x for x in run_lines(served.state, finished.runs[1]) if x["block"] == "briefing"]
-    assert briefing[0] == {
-        "block": "briefing",
-        "kind": "continuation",
-        "gate": gate.id,
-        "summary": "sign-off for 1.4?",
-        "outcome": "approved",
-        "note": "go",
-    }
-
-
-@pytest.mark.anyio
-async def test_a_task_two_gates_paused_continues_once_both_are_resolved_showing_both(
-    served: InProcessDaemon,
+@pytest.mark.parametrize("count", [1, 2])
+async def test_resolving_the_gates_of_a_paused_task_queues_one_continuation_showing_each(
+    served: InProcessDaemon, count: int
 ) -> None:
     async with await served.client() as client:
         task = await client.task_submit("ada", "releases", "tag 1.4")
         done = await wait_task(client, task.id, "done")
         run = done.runs[0]
-        budget = await client.gate_file("ada", "budget for 1.4?", channel="releases", run=run)
-        sign_off = await client.gate_file("ada", "sign-off for 1.4?", channel="releases", run=run)
-        await client.gate_resolve(budget.id, "approved", note="within limits")
-        waiting = await client.task_get(task.id)
-        await client.gate_resolve(sign_off.id, "approved", note="go")
+        gates = [
+            await client.gate_file("ada", f"sign-off {n} for 1.4?", channel="releases", run=run)
+            for n in range(count)
+        ]
+        # The task waits for every gate filed against its run.
+        statuses = []
+        for gate in gates:
+            statuses.append((await client.task_get(task.id)).status)
+            await client.gate_resolve(gate.id, "approved", note=f"go {gate.id}")
         finished = await wait_task(client, task.id, "done")
-    assert waiting.status == "paused"
+    assert statuses == ["paused"] * count
     assert len(finished.runs) == 2
     briefing = [x for x in run_lines(served.state, finished.runs[1]) if x["block"] == "briefing"]
-    assert [(x["kind"], x["gate"]) for x in briefing] == [
-        ("continuation", sign_off.id),
-        ("resolved", budget.id),
+    *others, last = gates
+    assert briefing == [
+        {"block": "briefing", "kind": kind, "gate": g.id, "summary": g.summary}
+        | {"outcome": "approved", "note": f"go {g.id}"}
+        for kind, g in [("continuation", last), *(("resolved", g) for g in others)]
     ]
-    assert briefing[1]["note"] == "within limits"
 
 
 @pytest.mark.anyio
