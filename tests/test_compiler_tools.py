@@ -183,6 +183,11 @@ def test_a_call_inside_the_connection_is_validated(org: Org) -> None:
         # URL as a URL reference is (urljoin, httpx, WHATWG), it names the host.
         ("github", '{"method":"GET","host":"api.github.com","path":"//e/x"}', "error", "one /"),
         ("github", '{"method":"GET","host":"api.github.com","path":"/\\\\e/x"}', "error", "one /"),
+        # Out of the path prefix a gateway allows, once the URL is normalised.
+        ("github", '{"method":"GET","host":"api.github.com","path":"/r/o/../../x"}', "error", ".."),
+        ("github", '{"method":"GET","host":"api.github.com","path":"/r/%2e%2E/x"}', "error", ".."),
+        ("github", '{"method":"GET","host":"api.github.com","path":"/r/./x"}', "error", ".."),
+        ("github", '{"method":"GET","host":"api.github.com","path":"/r/..?q=1"}', "error", ".."),
         ("shell", "{}", "error", "no tool"),
         ("file_gate", '{"summary":"   "}', "error", "summary"),
         ("file_gate", "[1]", "error", "malformed"),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from typing import Literal
+from urllib.parse import unquote
 
 import msgspec
 
@@ -30,6 +31,8 @@ from ._trace import BlockTrace, ContextRecord, NoteTrace, context_record, sha256
 ToolStatus = Literal["ok", "refused", "error", "timeout"]
 NoteScope = Literal["channel", "worker"]
 _PATH_CHARS = 2048
+# Where a path's segments end: its query or fragment, if it carries one.
+_PATH_END = re.compile(r"[?#]")
 _SUMMARY_CHARS = 2000
 # The longest note ``remember`` takes, and the longest reason ``forget`` does.
 NOTE_CHARS = 2000
@@ -317,7 +320,9 @@ def _check_request(tool: ToolSpec, args: _RequestArgs) -> ToolRequest | Refusal:
         )
     # "//host/..." is no path but a network-path reference, and a URL parser
     # (WHATWG's) reads a backslash as a slash: joined to the connection's URL
-    # as a reference, either would name another host.
+    # as a reference, either would name another host. A "." or ".." segment
+    # (percent-encoded too) climbs out of whatever path prefix a gateway
+    # allows once the URL is normalised.
     if (
         not args.path.startswith("/")
         or args.path.startswith("//")
@@ -325,11 +330,12 @@ def _check_request(tool: ToolSpec, args: _RequestArgs) -> ToolRequest | Refusal:
         or len(args.path) > _PATH_CHARS
         or not args.path.isprintable()
         or " " in args.path
+        or any(unquote(part) in {".", ".."} for part in _PATH_END.split(args.path)[0].split("/"))
     ):
         return Refusal(
             "error",
             f"path must start with one / and be at most {_PATH_CHARS} printable characters, "
-            "without spaces or backslashes",
+            "without spaces, backslashes or . and .. segments",
         )
     return ToolRequest(
         connection=tool.name,
