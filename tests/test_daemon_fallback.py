@@ -176,6 +176,35 @@ async def test_the_client_hears_why_its_turn_waits(tmp_path: Path) -> None:
     assert waits[0].retry_in_s == 0
 
 
+async def test_the_fallback_answers_at_once_when_the_engine_asks_for_time(
+    tmp_path: Path,
+) -> None:
+    async with Simulator() as primary, Simulator() as fallback:
+        primary.script(Status(429, "Slow down", retry_after=3600))
+        fallback.script(Reply("from local"))
+        org = fallback_org(
+            tmp_path / "org",
+            primary.anthropic_url,
+            fallback.openai_url,
+            settings="max_retries = 3\n",
+        )
+        waits: list[Wait] = []
+        async with w0_session(org, tmp_path / "state") as (client, session_id):
+            with anyio.CancelScope() as waited_out:
+
+                async def heard(wait: Wait) -> None:
+                    waits.append(wait)
+                    if wait.reason == "rate_limited":
+                        waited_out.cancel()
+
+                result = await client.session_send(session_id, "hello", on_wait=heard)
+
+    assert not waited_out.cancel_called, "the call waited out the provider's retry-after"
+    assert result.text == "from local"
+    assert [w.reason for w in waits] == ["fallback"]
+    assert len(primary.requests) == 1
+
+
 def assistant_texts(body: bytes) -> list[str]:
     """The assistant messages of a request, as text, in either API's shape."""
     texts = []

@@ -176,6 +176,35 @@ async def test_a_429_with_retry_after_is_retried(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", sorted(k for k, stream in PROVIDER_REPLIES.items() if stream))
+async def test_an_impatient_call_does_not_wait_out_a_retry_after(kind: str) -> None:
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        return httpx.Response(
+            429, headers={"retry-after": "3600"}, json={"error": {"message": "slow down"}}
+        )
+
+    engine = _engine(kind, handler)
+    waits: list[WaitReason] = []
+
+    async def on_wait(reason: WaitReason, retry_in_s: float | None) -> None:
+        waits.append(reason)
+
+    async def ignore(text: str) -> None:
+        pass
+
+    try:
+        with pytest.raises(EngineError) as failed:
+            await engine.complete(_request(), ignore, on_wait, patient=False)
+    finally:
+        await engine.aclose()
+    assert calls == 1 and waits == []
+    assert failed.value.retryable and failed.value.retry_after == 3600
+
+
+@pytest.mark.parametrize("kind", sorted(k for k, stream in PROVIDER_REPLIES.items() if stream))
 async def test_a_refusal_fails_at_once_without_the_key(kind: str) -> None:
     calls = 0
 

@@ -100,9 +100,19 @@ class Engine(Protocol):
     measures_cache: bool
 
     async def complete(
-        self, request: EngineRequest, on_delta: DeltaSink, on_wait: WaitSink | None = None
+        self,
+        request: EngineRequest,
+        on_delta: DeltaSink,
+        on_wait: WaitSink | None = None,
+        *,
+        patient: bool = True,
     ) -> EngineReply:
-        """The reply to *request*; *on_wait* hears of each wait before a retry."""
+        """The reply to *request*; *on_wait* hears of each wait before a retry.
+
+        Unless *patient*, a provider that asks for time (``retry-after``)
+        is not waited for: the call fails at once, as retryable, so that
+        another engine can answer sooner.
+        """
         ...
 
     async def aclose(self) -> None: ...

@@ -149,20 +149,28 @@ class ProviderHttp:
         return text
 
     async def stream_events(
-        self, path: str, body: bytes, on_event: EventSink, on_wait: WaitSink | None = None
+        self,
+        path: str,
+        body: bytes,
+        on_event: EventSink,
+        on_wait: WaitSink | None = None,
+        *,
+        patient: bool = True,
     ) -> None:
         """POST *body* and feed each server-sent event of the reply to *on_event*.
 
         Retries 429/5xx and connection failures up to ``max_retries`` times,
         telling *on_wait* how long each wait is; raises ``EngineError`` when
-        they run out or the stream breaks.
+        they run out, the stream breaks, or the provider asks for time
+        (``retry-after``) and the caller is not *patient*.
         """
         attempt = 0
         while True:
             retry = await self._attempt(path, body, on_event)
             if retry is None:
                 return
-            if attempt >= self._max_retries:
+            asks_for_time = retry.retry_after is not None and retry.retry_after > 0
+            if attempt >= self._max_retries or (asks_for_time and not patient):
                 tries = f" (gave up after {attempt + 1} attempts)" if attempt else ""
                 raise self.error(
                     retry.message + tries,
@@ -328,10 +336,16 @@ class HttpEngine:
         raise NotImplementedError
 
     async def complete(
-        self, request: EngineRequest, on_delta: DeltaSink, on_wait: WaitSink | None = None
+        self,
+        request: EngineRequest,
+        on_delta: DeltaSink,
+        on_wait: WaitSink | None = None,
+        *,
+        patient: bool = True,
     ) -> EngineReply:
         parser = self.parser(on_delta)
-        await self._http.stream_events(self.path, self.body(request), parser.feed, on_wait)
+        body = self.body(request)
+        await self._http.stream_events(self.path, body, parser.feed, on_wait, patient=patient)
         return parser.reply()
 
     async def aclose(self) -> None:

@@ -529,8 +529,9 @@ class Host(AsyncResource):
     ) -> EngineReply:
         """One engine's reply, within its limits (waiting in its queue as
         *key*, a session or run) and unless its breaker is open. Only the
-        *last* engine to try waits out a provider's ``retry-after``: with
-        another engine after it, the call goes there instead."""
+        *last* engine to try waits out a provider's ``retry-after``, whether
+        its admission holds one or a response sends it: with another engine
+        after it, the call goes there instead."""
         config = named.config
         engine = self.engine(config)
         admission = self.admission(config)
@@ -554,7 +555,7 @@ class Host(AsyncResource):
         tokens = _input_tokens(request) if config.input_tokens_per_minute is not None else 0
         try:
             async with admission.slot(key, tokens, on_wait):
-                reply = await engine.complete(request, on_delta, on_wait)
+                reply = await engine.complete(request, on_delta, on_wait, patient=last)
         except EngineError as exc:
             # A provider that answered, if only to refuse, is up.
             if _falls_back(exc):
