@@ -86,6 +86,9 @@ class ToolRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class GateRequest(msgspec.Struct, frozen=True):
+    """A ``file_gate`` call that passed validation: the question, trimmed.
+    The gate is filed for the run's worker, channel and run."""
+
     summary: str
 
 

@@ -131,11 +131,18 @@ class BudgetTrace(msgspec.Struct, frozen=True):
 
 
 class PolicyTrace(msgspec.Struct, frozen=True):
+    """The policy template the system part was compiled with: its version
+    and the sha256 of its text (``compiler/policy/v<version>.md``)."""
+
     version: str
     sha256: str
 
 
 class FailureTrace(msgspec.Struct, frozen=True):
+    """On a ``failed`` record: the block that did not fit, its rendered size,
+    the room it had (``limit``: its own limit, or what the total left it)
+    and why; ``CompileError`` carries the same four."""
+
     block: str
     size: int
     limit: int
