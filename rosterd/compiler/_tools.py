@@ -406,7 +406,6 @@ def compile_step(
         first.engine_fingerprint,
         tuple(blocks),
         route_key=first.route_key,
-        system_sha256=first.system_sha256,
         input_sha256=sha256_text("".join(lines)),
         boundaries=first.boundaries,
         step=step,
