@@ -62,7 +62,6 @@ class SystemPrompt(msgspec.Struct, frozen=True):
             self.engine_fingerprint,
             self.blocks,
             route_key=self.route_key,
-            system_sha256=self.sha256,
             boundaries=self.boundaries,
             tools=tools_block(self.tools),
         )

@@ -86,6 +86,9 @@ class ToolRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class GateRequest(msgspec.Struct, frozen=True):
+    """A ``file_gate`` call that passed validation: the question, trimmed.
+    The gate is filed for the run's worker, channel and run."""
+
     summary: str
 
 
@@ -403,7 +406,6 @@ def compile_step(
         first.engine_fingerprint,
         tuple(blocks),
         route_key=first.route_key,
-        system_sha256=first.system_sha256,
         input_sha256=sha256_text("".join(lines)),
         boundaries=first.boundaries,
         step=step,

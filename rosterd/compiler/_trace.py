@@ -131,11 +131,18 @@ class BudgetTrace(msgspec.Struct, frozen=True):
 
 
 class PolicyTrace(msgspec.Struct, frozen=True):
+    """The policy template the system part was compiled with: its version
+    and the sha256 of its text (``compiler/policy/v<version>.md``)."""
+
     version: str
     sha256: str
 
 
 class FailureTrace(msgspec.Struct, frozen=True):
+    """On a ``failed`` record: the block that did not fit, its rendered size,
+    the room it had (``limit``: its own limit, or what the total left it)
+    and why; ``CompileError`` carries the same four."""
+
     block: str
     size: int
     limit: int
@@ -202,7 +209,6 @@ def context_record(
     blocks: tuple[BlockTrace, ...],
     *,
     route_key: str | None = None,
-    system_sha256: str | None = None,
     input_sha256: str | None = None,
     boundaries: tuple[Boundary, ...] = (),
     budget: BudgetTrace | None = None,
@@ -214,7 +220,8 @@ def context_record(
     """The one way a record is made: every kind, failed (with *error*) or ok.
 
     The run, turn and time come from *meta*, worker, channel and surface
-    from *scope*; what a failed compilation never reached stays unset.
+    from *scope*, and the system part's hash from the last of *boundaries*
+    (the end of system); what a failed compilation never reached stays unset.
     """
     return ContextRecord(
         kind=kind,
@@ -228,7 +235,7 @@ def context_record(
         policy=_POLICY,
         engine_fingerprint=engine_fingerprint,
         route_key=route_key,
-        system_sha256=system_sha256,
+        system_sha256=boundaries[-1].sha256 if boundaries else None,
         input_sha256=input_sha256,
         boundaries=boundaries,
         budget=budget,

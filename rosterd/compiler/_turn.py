@@ -109,7 +109,6 @@ def compile_turn(system: SystemPrompt, turn: TurnInput, meta: RunMeta) -> Compil
         system.engine_fingerprint,
         (*prior, *blocks),
         route_key=system.route_key,
-        system_sha256=system.sha256,
         input_sha256=input_sha256,
         boundaries=system.boundaries,
         budget=BudgetTrace(

@@ -42,11 +42,16 @@ DEFAULT_OPENAI_URL = "https://api.openai.com/v1"
 
 
 class _CallFunction(msgspec.Struct, frozen=True):
+    """A call's tool, and its arguments as JSON text (``sent_arguments``)."""
+
     name: str
     arguments: str
 
 
 class _OutCall(msgspec.Struct, frozen=True):
+    """A call an earlier reply made, sent back in its assistant message's
+    ``tool_calls`` so that the tool messages after it answer it."""
+
     id: str
     function: _CallFunction
     type: Literal["function"] = "function"

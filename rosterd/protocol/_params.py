@@ -71,10 +71,15 @@ class Call(msgspec.Struct, Generic[R], forbid_unknown_fields=True, frozen=True, 
 
 
 class DaemonStatus(Call[StatusResult], frozen=True):
+    """The daemon's state, after loading any org edit saved before the call."""
+
     method = "daemon.status"
 
 
 class SessionOpen(Call[SessionOpened], frozen=True):
+    """The warm session of *worker* in *channel*: the one open (frontends
+    share it), one resumed from the state after a restart, or a new one."""
+
     method = "session.open"
 
     worker: Id
@@ -93,24 +98,32 @@ class TurnCall(Call[TurnResult], frozen=True, kw_only=True):
 
 
 class SessionSend(TurnCall, frozen=True):
+    """A turn of *session*; if it rolls over, its successor answers."""
+
     method = "session.send"
 
     session: Id
 
 
 class SessionClose(Call[Closed], frozen=True):
+    """Close *session*; the pair's next ``session.open`` starts a new one."""
+
     method = "session.close"
 
     session: Id
 
 
 class RunDirect(TurnCall, frozen=True):
+    """A run of *worker* outside any channel: one compilation, one turn."""
+
     method = "run.direct"
 
     worker: Id
 
 
 class TaskSubmit(Call[TaskState], frozen=True):
+    """Queue a task of *worker* in *channel*; the task pool runs it."""
+
     method = "task.submit"
 
     worker: Id
@@ -133,10 +146,15 @@ class TaskGet(Call[TaskState], frozen=True):
 
 
 class TaskList(Call[list[TaskState]], frozen=True):
+    """Every task, oldest first."""
+
     method = "task.list"
 
 
 class ChannelPost(Call[ChannelMessage], frozen=True):
+    """Append *sender*'s message to *channel*'s log: history for the sessions
+    opened later, backlog for those open."""
+
     method = "channel.post"
 
     channel: Id
@@ -145,6 +163,9 @@ class ChannelPost(Call[ChannelMessage], frozen=True):
 
 
 class MemoryAdd(Call[MemoryNote], frozen=True):
+    """A note for *worker*'s compilations from the next on; with *channel*,
+    only runs in that channel see it."""
+
     method = "memory.add"
 
     worker: Id
@@ -172,6 +193,9 @@ class MemoryForget(Call[MemoryNote], frozen=True):
 
 
 class GateFile(Call[GateState], frozen=True):
+    """A gate for *worker*, shown in its next briefing; with *run*, that task
+    run pauses until the gate is resolved."""
+
     method = "gate.file"
 
     worker: Id
@@ -181,6 +205,9 @@ class GateFile(Call[GateState], frozen=True):
 
 
 class GateResolve(Call[GateState], frozen=True):
+    """Resolve *gate*: a task paused on it continues with the outcome, and a
+    session of the worker is shown it once."""
+
     method = "gate.resolve"
 
     gate: Id
@@ -189,12 +216,16 @@ class GateResolve(Call[GateState], frozen=True):
 
 
 class GateList(Call[list[GateState]], frozen=True):
+    """Every gate, oldest first; with *worker*, that worker's."""
+
     method = "gate.list"
 
     worker: Id | None = None
 
 
 class RunsList(Call[list[RunInfo]], frozen=True):
+    """Every run, oldest first."""
+
     method = "runs.list"
 
 

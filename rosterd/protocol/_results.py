@@ -17,6 +17,9 @@ from ._records import RunInfo, TranscriptEntry, Usage
 
 
 class BlockSummary(msgspec.Struct, frozen=True):
+    """One block of a turn's compilation, from its trace: ``chars`` as
+    rendered, ``items`` included and ``omitted`` under budget pressure."""
+
     block: str
     status: str
     chars: int
@@ -25,6 +28,9 @@ class BlockSummary(msgspec.Struct, frozen=True):
 
 
 class TurnResult(msgspec.Struct, frozen=True):
+    """``session.send`` and ``run.direct``: the run and turn that answered,
+    the reply, and the compilation's blocks and size (``used`` of ``total``)."""
+
     run: str
     turn: int
     text: str
@@ -40,6 +46,9 @@ class TurnResult(msgspec.Struct, frozen=True):
 
 
 class SessionOpened(msgspec.Struct, frozen=True):
+    """``session.open``: the pair's session (its id is its run's), its turns
+    so far, the size of its frozen system part and its route key."""
+
     session: str
     worker: str
     channel: str
@@ -49,6 +58,9 @@ class SessionOpened(msgspec.Struct, frozen=True):
 
 
 class StatusResult(msgspec.Struct, frozen=True):
+    """``daemon.status``: this daemon, its warm sessions and running tasks,
+    and the org in force (``config_error``: why the latest edit was refused)."""
+
     version: str
     pid: int
     sessions: int
@@ -73,17 +85,24 @@ def describe_over_budget(problem: OverBudget) -> str:
 
 
 class RunShown(msgspec.Struct, frozen=True):
+    """``runs.show``: a run's info, every trace record and every transcript entry."""
+
     info: RunInfo
     records: list[ContextRecord]
     transcript: list[TranscriptEntry]
 
 
 class Delta(msgspec.Struct, frozen=True):
+    """``turn.delta``: the next piece of *run*'s reply; in order, the pieces
+    are the result's ``text``."""
+
     run: str
     text: str
 
 
 class Closed(msgspec.Struct, frozen=True):
+    """``session.close``: the id of the session it closed."""
+
     closed: str
 
 
