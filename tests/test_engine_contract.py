@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable
 
 import httpx
+import msgspec
 import pytest
 from harness import REPO
 
@@ -197,7 +198,8 @@ async def test_an_impatient_call_does_not_wait_out_a_retry_after(kind: str) -> N
 
     try:
         with pytest.raises(EngineError) as failed:
-            await engine.complete(_request(), ignore, on_wait, patient=False)
+            impatient = msgspec.structs.replace(_request(), patient=False)
+            await engine.complete(impatient, ignore, on_wait)
     finally:
         await engine.aclose()
     assert calls == 1 and waits == []

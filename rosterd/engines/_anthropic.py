@@ -205,26 +205,21 @@ class AnthropicEngine(HttpEngine):
         return headers
 
     async def complete(
-        self,
-        request: EngineRequest,
-        on_delta: DeltaSink,
-        on_wait: WaitSink | None = None,
-        *,
-        patient: bool = True,
+        self, request: EngineRequest, on_delta: DeltaSink, on_wait: WaitSink | None = None
     ) -> EngineReply:
         """The reply; a request whose cache lifetime the server refuses is
         sent once more without it (and so are the engine's later ones)."""
         if request.cache_ttl == "1h" and self._lifetime_refused:
             request = msgspec.structs.replace(request, cache_ttl="5m")
         try:
-            return await super().complete(request, on_delta, on_wait, patient=patient)
+            return await super().complete(request, on_delta, on_wait)
         except EngineError as exc:
             if request.cache_ttl != "1h" or exc.status != 400 or "ttl" not in str(exc):
                 raise
             self._lifetime_refused = True
             self._http.deviation(f"the server refused a 1-hour cache lifetime ({exc})")
             return await super().complete(
-                msgspec.structs.replace(request, cache_ttl="5m"), on_delta, on_wait, patient=patient
+                msgspec.structs.replace(request, cache_ttl="5m"), on_delta, on_wait
             )
 
     def body(self, request: EngineRequest) -> bytes:

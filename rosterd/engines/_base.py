@@ -32,6 +32,9 @@ class EngineRequest(msgspec.Struct, frozen=True):
     # The id of the run's previous reply, for a provider that explains a
     # miss against it (Anthropic's diagnostics, where diagnose_cache is on).
     previous_message: str | None = None
+    # Whether a provider that asks for time (a retry-after) is waited out:
+    # not when another engine comes after this one, since it answers sooner.
+    patient: bool = True
 
 
 class EngineReply(msgspec.Struct, frozen=True):
@@ -100,19 +103,9 @@ class Engine(Protocol):
     measures_cache: bool
 
     async def complete(
-        self,
-        request: EngineRequest,
-        on_delta: DeltaSink,
-        on_wait: WaitSink | None = None,
-        *,
-        patient: bool = True,
+        self, request: EngineRequest, on_delta: DeltaSink, on_wait: WaitSink | None = None
     ) -> EngineReply:
-        """The reply to *request*; *on_wait* hears of each wait before a retry.
-
-        Unless *patient*, a provider that asks for time (``retry-after``)
-        is not waited for: the call fails at once, as retryable, so that
-        another engine can answer sooner.
-        """
+        """The reply to *request*; *on_wait* hears of each wait before a retry."""
         ...
 
     async def aclose(self) -> None: ...

@@ -33,12 +33,7 @@ class EchoEngine:
         return "EchoEngine()"
 
     async def complete(
-        self,
-        request: EngineRequest,
-        on_delta: DeltaSink,
-        on_wait: WaitSink | None = None,
-        *,
-        patient: bool = True,
+        self, request: EngineRequest, on_delta: DeltaSink, on_wait: WaitSink | None = None
     ) -> EngineReply:
         latest = request.messages[-1].content if request.messages else ""
         blocks: Counter[str] = Counter()

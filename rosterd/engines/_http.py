@@ -336,16 +336,13 @@ class HttpEngine:
         raise NotImplementedError
 
     async def complete(
-        self,
-        request: EngineRequest,
-        on_delta: DeltaSink,
-        on_wait: WaitSink | None = None,
-        *,
-        patient: bool = True,
+        self, request: EngineRequest, on_delta: DeltaSink, on_wait: WaitSink | None = None
     ) -> EngineReply:
         parser = self.parser(on_delta)
         body = self.body(request)
-        await self._http.stream_events(self.path, body, parser.feed, on_wait, patient=patient)
+        await self._http.stream_events(
+            self.path, body, parser.feed, on_wait, patient=request.patient
+        )
         return parser.reply()
 
     async def aclose(self) -> None:

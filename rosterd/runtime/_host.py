@@ -553,9 +553,11 @@ class Host(AsyncResource):
                 retry_after=retry_in,
             )
         tokens = _input_tokens(request) if config.input_tokens_per_minute is not None else 0
+        if not last:
+            request = msgspec.structs.replace(request, patient=False)
         try:
             async with admission.slot(key, tokens, on_wait):
-                reply = await engine.complete(request, on_delta, on_wait, patient=last)
+                reply = await engine.complete(request, on_delta, on_wait)
         except EngineError as exc:
             # A provider that answered, if only to refuse, is up.
             if _falls_back(exc):
