@@ -50,6 +50,16 @@ async def test_socket_is_mode_0660(served: InProcessDaemon) -> None:
             -32602,
         ),
         (b'{"jsonrpc":"2.0","id":1,"method":"task.get","params":{"task":"ada\\n"}}', -32602),
+        # A post without its text, or with an empty one, is no message.
+        (
+            b'{"jsonrpc":"2.0","id":1,"method":"channel.post","params":{"channel":"general","from":"bob"}}',
+            -32602,
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":1,"method":"channel.post",'
+            b'"params":{"channel":"general","from":"bob","text":""}}',
+            -32602,
+        ),
         (b"\xff\xfe not utf-8", -32700),
     ],
 )

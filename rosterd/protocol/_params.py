@@ -159,7 +159,7 @@ class ChannelPost(Call[ChannelMessage], frozen=True):
 
     channel: Id
     sender: Sender = msgspec.field(name="from")
-    text: MessageText = ""
+    text: MessageText
 
 
 class MemoryAdd(Call[MemoryNote], frozen=True):
