@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -75,6 +76,19 @@ async def test_an_identity_edit_is_a_change(tmp_path: Path) -> None:
     source = await OrgSource.load(org_dir)
     identity = next((org_dir / "workers").glob("*/identity.md"))
     identity.write_text(identity.read_text() + "\nOne more line, and a longer file.\n")
+    assert await source.changed()
+
+
+async def test_a_file_saved_over_with_the_same_size_and_time_is_a_change(tmp_path: Path) -> None:
+    org_dir = copy_org(tmp_path / "org")
+    source = await OrgSource.load(org_dir)
+    # As editors save: a new file renamed over the old one. Within one tick
+    # of the file system's clock it has the old one's time, set here.
+    toml = org_dir / "org.toml"
+    saved = org_dir / ".org.toml.new"
+    saved.write_text(toml.read_text().replace("total = 48000", "total = 40000"))
+    os.utime(saved, ns=(toml.stat().st_atime_ns, toml.stat().st_mtime_ns))
+    os.replace(saved, toml)
     assert await source.changed()
 
 

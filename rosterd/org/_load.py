@@ -31,8 +31,9 @@ from ._config import (
 from ._org import DEFAULT_ENGINE, Org
 
 _T = TypeVar("_T")
-# What tells an edit of a file: its modification time (ns) and size.
-Stamp = tuple[int, int]
+# What tells an edit of a file: its modification time (ns), size and inode
+# (a file saved over by rename is another inode, even at the same time).
+Stamp = tuple[int, int, int]
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _UNKNOWN_FIELD = re.compile(r"Object contains unknown field `(.*)`")
 # The largest file of an org: far above any budget, so a file this big is a
@@ -63,12 +64,12 @@ def purpose_path(root: Path, channel: str) -> Path:
 
 
 def stamp(path: Path) -> Stamp | None:
-    """*path*'s modification time and size, or ``None`` when it is not there."""
+    """*path*'s modification time, size and inode, or ``None`` when it is not there."""
     try:
         info = os.stat(path)
     except OSError:
         return None
-    return (info.st_mtime_ns, info.st_size)
+    return (info.st_mtime_ns, info.st_size, info.st_ino)
 
 
 def load_org(root: Path, stamps: dict[str, Stamp | None] | None = None) -> Org:
