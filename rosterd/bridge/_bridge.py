@@ -27,6 +27,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
+from .._clock import LOOP_CLOCK, Clock
 from .._errors import RosterError
 from ..client import RosterClient, RpcError
 from ..protocol import SESSION_ERROR, Delta
@@ -52,7 +53,9 @@ class BridgeConfig(msgspec.Struct, frozen=True):
     tls: bool = False
     debounce_s: float = 1.5
     max_lines: int = 8
-    line_interval_s: float = 1.0
+    # What the bridge sends: this many lines at once, then one per interval.
+    line_burst: int = 5
+    line_interval_s: float = 2.0
     # nick!user@host masks (glob) that may resolve gates.
     operators: tuple[str, ...] = ()
     queue_limit: int = 1000
@@ -103,10 +106,12 @@ class _Line(msgspec.Struct, frozen=True):
 
 
 class IrcBridge:
-    """Run with ``await bridge.run()``; ends when cancelled."""
+    """Run with ``await bridge.run()``; ends when cancelled. The pace of
+    what it sends runs on *clock*."""
 
-    def __init__(self, config: BridgeConfig) -> None:
+    def __init__(self, config: BridgeConfig, clock: Clock = LOOP_CLOCK) -> None:
         self.config = config
+        self._clock = clock
         self._jobs: deque[_Job] = deque()
         self._queued = anyio.Event()
         # Per IRC target (a channel, or a nick for private messages): the
@@ -136,9 +141,11 @@ class IrcBridge:
             config.nick,
             list(config.channels),
             tls=config.tls,
+            line_burst=config.line_burst,
             line_interval_s=config.line_interval_s,
             backoff_s=config.backoff_s,
             keepalive_s=config.keepalive_s,
+            clock=self._clock,
         )
         try:
             async with link, anyio.create_task_group() as tg:

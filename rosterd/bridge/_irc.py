@@ -9,8 +9,10 @@ while its own is taken (and asks for it back), reconnects with backoff when
 the server goes away, pings a server that has been silent for
 ``keepalive_s`` and leaves one still silent as long again (a half-open
 connection raises no error: only silence tells), and sends what the
-bridge says one line per ``line_interval_s``, so a long reply never floods
-the channel.
+bridge says through one queue paced by a token bucket: ``line_burst`` lines
+at once, then one per ``line_interval_s`` (see ``_budget``), so replies,
+however many, never flood the server into dropping the bridge. Its time is
+its clock: the pace, the keepalive and the reconnection backoff.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import logging
 import math
 import ssl
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
@@ -32,6 +34,9 @@ import irc.strings
 import msgspec
 from anyio.abc import TaskGroup
 from jaraco.stream.buffer import LenientDecodingLineBuffer
+
+from .._clock import LOOP_CLOCK, Clock
+from ._budget import TokenBucket
 
 log = logging.getLogger("rosterd.bridge")
 
@@ -72,17 +77,18 @@ class IrcLink:
         channels: Sequence[str],
         *,
         tls: bool = False,
-        line_interval_s: float = 1.0,
+        line_burst: int = 5,
+        line_interval_s: float = 2.0,
         backoff_s: float = 1.0,
         keepalive_s: float = 60.0,
-        clock: Callable[[], float] = anyio.current_time,
+        clock: Clock = LOOP_CLOCK,
     ) -> None:
         self.host = host
         self.port = port
         self.wanted_nick = nick
         self.channels = tuple(channels)
         self._tls = tls
-        self._interval = line_interval_s
+        self._pace = TokenBucket(line_burst, line_interval_s, clock())
         self._backoff = backoff_s
         self._keepalive = keepalive_s
         self._clock = clock
@@ -160,14 +166,14 @@ class IrcLink:
                 log.warning(
                     "cannot reach %s:%d (%s); retrying in %.0f s", self.host, self.port, exc, delay
                 )
-                await anyio.sleep(delay)
+                await self._clock.sleep(delay)
                 delay = min(delay * 2, 60.0)
                 continue
             delay = self._backoff
             await self._lost.wait()
             log.warning("lost %s:%d; reconnecting", self.host, self.port)
             self._joined = anyio.Event()
-            await anyio.sleep(self._backoff)
+            await self._clock.sleep(self._backoff)
 
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
@@ -221,7 +227,7 @@ class IrcLink:
         """Ping the server once it has been silent for ``keepalive_s``; leave
         it (and so reconnect) once silent for twice that."""
         while True:
-            await anyio.sleep(self._keepalive / 2)
+            await self._clock.sleep(self._keepalive / 2)
             connection = self._connection
             if connection is None or not connection.is_connected():
                 continue
@@ -267,20 +273,20 @@ class IrcLink:
         self._send.send_nowait(message)
 
     async def _say_queued(self) -> None:
-        """Send the outbox one line per interval, while connected."""
-        last = -math.inf
+        """Send the outbox while connected, as fast as the bucket allows."""
         while True:
             if not self._outbox:
                 self._queued = anyio.Event()
                 await self._queued.wait()
                 continue
             await self._joined.wait()
-            wait = last + self._interval - self._clock()
+            wait = self._pace.wait(self._clock())
             if wait > 0:
-                await anyio.sleep(wait)
+                # Not looked at again after: the bucket has the token then.
+                await self._clock.sleep(wait)
             connection = self._connection
             if connection is None or not connection.is_connected():
-                await anyio.sleep(self._backoff)
+                await self._clock.sleep(self._backoff)
                 continue
             target, line = self._outbox.popleft()
             try:
@@ -291,4 +297,4 @@ class IrcLink:
             except (irc.client.MessageTooLong, irc.client.InvalidCharacters) as exc:
                 log.warning("a line the server would refuse was dropped: %s", exc)
                 continue
-            last = self._clock()
+            self._pace.spend(self._clock())

@@ -167,6 +167,7 @@ def _bridge_irc(args: argparse.Namespace) -> int:
         tls=args.tls,
         debounce_s=args.debounce,
         max_lines=max(args.max_lines, 1),
+        line_burst=max(args.line_burst, 1),
         line_interval_s=args.line_interval,
         operators=tuple(args.operator),
     )
