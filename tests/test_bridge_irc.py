@@ -238,6 +238,41 @@ async def test_lines_go_out_in_a_burst_then_one_per_interval(
     assert said == ["alice: line 0", *(f"line {n}" for n in range(1, 6))]
 
 
+def _private(message: IrcMessage) -> bool:
+    return _from_ada(message) and message.private
+
+
+async def test_a_nick_past_its_private_budget_is_told_once_and_runs_no_turn(
+    tmp_path: Path, ircd: IrcServer
+) -> None:
+    clock = ManualClock()
+    async with on_irc(
+        tmp_path, ircd, "mallory", clock=clock, private_burst=2, private_interval_s=30.0
+    ) as scene:
+        (mallory,) = scene.people
+        for text in ("first question", "second question"):
+            mallory.say("ada", text)
+            answer = await heard(mallory, _private)
+            assert answer.text.startswith("Reply ") and not answer.notice
+        mallory.say("ada", "third question")
+        told = await heard(mallory, _private)
+        assert told.notice
+        assert told.text.endswith("did not read that one: please write again in 30 s.")
+        mallory.say("ada", "fourth question")
+        # The bridge reads what mallory says in order: by the answer to this
+        # it had read the fourth question, and said nothing more of it.
+        mallory.say(CHANNEL, "!gates")
+        after = await heard(mallory, _from_ada)
+        assert after.text == "mallory: no open gates in #c0"
+        clock.advance(30.0)
+        mallory.say("ada", "fifth question")
+        assert (await heard(mallory, _private)).text.startswith("Reply ")
+    asked = [request.body.decode() for request in scene.sim.requests]
+    assert len(asked) == 3
+    for text, body in zip(("first", "second", "fifth"), asked, strict=True):
+        assert f"{text} question" in body
+
+
 async def test_past_max_lines_the_last_line_says_where_the_rest_is(
     tmp_path: Path, ircd: IrcServer
 ) -> None:

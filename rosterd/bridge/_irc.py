@@ -24,7 +24,7 @@ import ssl
 from collections import deque
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import irc.client
@@ -45,13 +45,19 @@ _OUTBOX = 500
 
 
 class IrcMessage(msgspec.Struct, frozen=True):
-    """A line someone said: in a channel (``target``), or to us (``private``)."""
+    """A line someone said: in a channel (``target``), or to us (``private``);
+    a ``notice`` is one that must never be answered (RFC 2812)."""
 
     target: str
     nick: str
     mask: str
     text: str
     private: bool = False
+    notice: bool = False
+
+
+# How a line is sent: said, or a notice (an automatic reply).
+Command = Literal["privmsg", "notice"]
 
 
 class _TolerantConnection(irc.client_aio.AioConnection):  # type: ignore[misc]
@@ -95,7 +101,7 @@ class IrcLink:
         # When the server last said anything, or the connection began.
         self._heard_at = clock()
         self._send, self.messages = anyio.create_memory_object_stream[IrcMessage](math.inf)
-        self._outbox: deque[tuple[str, str]] = deque(maxlen=_OUTBOX)
+        self._outbox: deque[tuple[Command, str, str]] = deque(maxlen=_OUTBOX)
         self._queued = anyio.Event()
         self._lost = anyio.Event()
         self._joined = anyio.Event()
@@ -146,9 +152,10 @@ class IrcLink:
         while self.joins < times:
             await self._rejoined.wait()
 
-    def say(self, target: str, line: str) -> None:
-        """Queue *line* (one IRC line, already fitted) for *target*."""
-        self._outbox.append((target, line))
+    def say(self, target: str, line: str, command: Command = "privmsg") -> None:
+        """Queue *line* (one IRC line, already fitted) for *target*, said or
+        as a notice."""
+        self._outbox.append((command, target, line))
         self._queued.set()
 
     def line_budget(self, target: str) -> int:
@@ -183,7 +190,7 @@ class IrcLink:
             reactor.add_global_handler(kind, self._on_state)
         for kind in ("quit", "nick"):
             reactor.add_global_handler(kind, self._on_nick_freed)
-        for kind in ("pubmsg", "privmsg", "action"):
+        for kind in ("pubmsg", "privmsg", "action", "pubnotice", "privnotice"):
             reactor.add_global_handler(kind, self._on_message)
         reactor.add_global_handler("all_raw_messages", self._on_line)
         connection = reactor.server()
@@ -263,13 +270,14 @@ class IrcLink:
         if connection is not self._connection or not event.arguments or not event.source:
             return
         source = irc.client.NickMask(event.source)
-        private = event.type == "privmsg"
+        private = event.type in ("privmsg", "privnotice")
         text = event.arguments[0]
         if event.type == "action":
             text = f"* {source.nick} {text}"
         target = source.nick if private else event.target
+        notice = event.type.endswith("notice")
         # Plain strings: the library's are str subclasses.
-        message = IrcMessage(target[:], source.nick[:], source[:], text[:], private)
+        message = IrcMessage(target[:], source.nick[:], source[:], text[:], private, notice)
         self._send.send_nowait(message)
 
     async def _say_queued(self) -> None:
@@ -288,11 +296,14 @@ class IrcLink:
             if connection is None or not connection.is_connected():
                 await self._clock.sleep(self._backoff)
                 continue
-            target, line = self._outbox.popleft()
+            command, target, line = self._outbox.popleft()
             try:
-                connection.privmsg(target, line)
+                if command == "notice":
+                    connection.notice(target, line)
+                else:
+                    connection.privmsg(target, line)
             except irc.client.ServerNotConnectedError:
-                self._outbox.appendleft((target, line))
+                self._outbox.appendleft((command, target, line))
                 continue
             except (irc.client.MessageTooLong, irc.client.InvalidCharacters) as exc:
                 log.warning("a line the server would refuse was dropped: %s", exc)

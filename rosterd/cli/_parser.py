@@ -341,6 +341,20 @@ def _bridge_commands(commands: _Subparsers, client: _Parser) -> None:
         metavar="S",
         help="then one line per S seconds; default: 2",
     )
+    irc.add_argument(
+        "--private-burst",
+        type=int,
+        default=5,
+        metavar="N",
+        help="private messages one nick may send at once; default: 5",
+    )
+    irc.add_argument(
+        "--private-interval",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="then one per S seconds; default: 30",
+    )
 
 
 def _server_commands(commands: _Subparsers, state: _Parser) -> _Subparsers:
