@@ -1,6 +1,6 @@
 """rosterd: the host daemon of Roster, an organisation of AI workers."""
 
-from ._clock import SYSTEM_CLOCK, Clock, SystemClock
+from ._clock import LOOP_CLOCK, SYSTEM_CLOCK, Clock, LoopClock, SystemClock
 from ._errors import (
     ConfigError,
     ConflictError,
@@ -19,12 +19,14 @@ from ._ids import check_id, is_id
 __version__ = "0.1.0"
 
 __all__ = (
+    "LOOP_CLOCK",
     "SYSTEM_CLOCK",
     "Clock",
     "ConfigError",
     "ConflictError",
     "EngineError",
     "InvalidIdError",
+    "LoopClock",
     "NotFoundError",
     "ProtocolError",
     "RosterError",

@@ -3,7 +3,8 @@
 Idle expiry, leases and the loops that check them all take one ``Clock``,
 so a test that injects its own clock drives them in virtual time: moving
 that clock forward is what wakes the reaper and the lease keeper, never
-the wall clock (trio's ``MockClock`` is the model).
+the wall clock (trio's ``MockClock`` is the model). The IRC bridge's pace
+and budgets take one too, the event loop's by default.
 """
 
 from __future__ import annotations
@@ -37,4 +38,19 @@ class SystemClock:
         await anyio.sleep(seconds)
 
 
+class LoopClock:
+    """The event loop's clock, which never jumps: for intervals and pacing,
+    which a step of the wall clock must neither stretch nor cut short."""
+
+    def __repr__(self) -> str:
+        return "LoopClock()"
+
+    def __call__(self) -> float:
+        return anyio.current_time()
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+
+
 SYSTEM_CLOCK = SystemClock()
+LOOP_CLOCK = LoopClock()

@@ -284,6 +284,8 @@ class ManualClock:
         self._sleepers: list[tuple[float, anyio.Event]] = []
         self._woken = 0
         self._asleep = anyio.Event()
+        # Set, and replaced, each time a loop goes to sleep.
+        self._slept = anyio.Event()
 
     def __repr__(self) -> str:
         return f"ManualClock({self.now}, {len(self._sleepers)} asleep)"
@@ -294,6 +296,8 @@ class ManualClock:
     async def sleep(self, seconds: float) -> None:
         wake = anyio.Event()
         self._sleepers.append((self.now + seconds, wake))
+        self._slept.set()
+        self._slept = anyio.Event()
         if self._woken:
             self._woken -= 1
             if not self._woken:
@@ -317,6 +321,12 @@ class ManualClock:
         """Until every loop ``advance`` woke has done its round and sleeps again."""
         if self._woken:
             await self._asleep.wait()
+
+    async def asleep_until(self, at: float) -> None:
+        """Until a loop sleeps on this clock to wake at *at* or sooner: it
+        waits for the clock, and nothing else, to go on."""
+        while not any(wake_at <= at for wake_at, _ in self._sleepers):
+            await self._slept.wait()
 
 
 class InProcessDaemon:

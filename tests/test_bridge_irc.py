@@ -5,7 +5,6 @@ provider simulator as the worker's engine."""
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -17,11 +16,12 @@ import anyio
 import msgspec
 import pytest
 import trustme
-from harness import DaemonProcess, InProcessDaemon, daemon_in_process
+from harness import DaemonProcess, InProcessDaemon, ManualClock, daemon_in_process
 from ircd import IrcServer, heard, lines_from, user
 from orgs import simulated_engine, write_org
 from simulator import Reply, Simulator, Stall
 
+from rosterd import LOOP_CLOCK, Clock
 from rosterd.bridge import BridgeConfig, IrcBridge, IrcLink, IrcMessage, reply_lines
 from rosterd.client import RosterClient
 from rosterd.compiler import ChannelMessage
@@ -83,21 +83,25 @@ class Scene(NamedTuple):
 
 @asynccontextmanager
 async def on_irc(
-    root: Path, server: IrcServer, *nicks: str, **settings: object
+    root: Path,
+    server: IrcServer,
+    *nicks: str,
+    clock: Clock = LOOP_CLOCK,
+    **settings: object,
 ) -> AsyncIterator[Scene]:
     """A :class:`Scene`: a daemon in this process on the simulator, the
-    bridge (with *settings*) on *server*, *nicks* in its channel."""
+    bridge (with *settings*, on *clock*) on *server*, *nicks* in its channel."""
     async with (
         simulated(root) as (sim, daemon),
-        bridged(_config(daemon.socket, server.port, **settings)) as bridge,
+        bridged(_config(daemon.socket, server.port, **settings), clock) as bridge,
         people(server, *nicks) as links,
     ):
         yield Scene(sim, daemon, bridge, links)
 
 
 @asynccontextmanager
-async def bridged(config: BridgeConfig) -> AsyncIterator[IrcBridge]:
-    bridge = IrcBridge(config)
+async def bridged(config: BridgeConfig, clock: Clock = LOOP_CLOCK) -> AsyncIterator[IrcBridge]:
+    bridge = IrcBridge(config, clock)
     async with anyio.create_task_group() as tg:
         tg.start_soon(bridge.run)
         with anyio.fail_after(20):
@@ -214,21 +218,59 @@ async def test_a_long_reply_fits_irc_lines_comes_line_by_line_and_is_cut_with_a_
         assert " ".join(" ".join(texts).removeprefix("alice: ").split()) == words
 
 
-async def test_lines_go_out_one_per_interval(tmp_path: Path, ircd: IrcServer) -> None:
-    # An interval long beside the loopback's jitter: a line delayed on its
-    # way in shortens the gap seen after it by that delay, never by more.
-    interval = 0.3
-    async with on_irc(tmp_path, ircd, "alice", line_interval_s=interval) as scene:
+async def test_lines_go_out_in_a_burst_then_one_per_interval(
+    tmp_path: Path, ircd: IrcServer
+) -> None:
+    clock = ManualClock()
+    async with on_irc(
+        tmp_path, ircd, "alice", clock=clock, line_burst=3, line_interval_s=2.0
+    ) as scene:
         (alice,) = scene.people
         scene.sim.script(Reply("\n".join(f"line {n}" for n in range(6))))
         alice.say(CHANNEL, "ada: slowly, please")
-        got = await lines_from(alice, "ada", 6)
-    # Never faster than the flood limit. On a busy machine a line can reach
-    # the reader a tenth of a second late, shortening the gap after it: no
-    # gap is a burst, and the lines as a whole keep the pace.
-    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(got)]
-    assert min(gaps) >= 0.5 * interval
-    assert got[-1][0] - got[0][0] >= 0.8 * interval * len(gaps)
+        # The burst goes at once: the clock has not moved.
+        said = [m.text for _, m in await lines_from(alice, "ada", 3)]
+        for _ in range(3):
+            # Then the bridge waits for the clock: one line per interval.
+            await clock.asleep_until(clock() + 2.0)
+            clock.advance(2.0)
+            said += [m.text for _, m in await lines_from(alice, "ada", 1)]
+    assert said == ["alice: line 0", *(f"line {n}" for n in range(1, 6))]
+
+
+def _private(message: IrcMessage) -> bool:
+    return _from_ada(message) and message.private
+
+
+async def test_a_nick_past_its_private_budget_is_told_once_and_runs_no_turn(
+    tmp_path: Path, ircd: IrcServer
+) -> None:
+    clock = ManualClock()
+    async with on_irc(
+        tmp_path, ircd, "mallory", clock=clock, private_burst=2, private_interval_s=30.0
+    ) as scene:
+        (mallory,) = scene.people
+        for text in ("first question", "second question"):
+            mallory.say("ada", text)
+            answer = await heard(mallory, _private)
+            assert answer.text.startswith("Reply ") and not answer.notice
+        mallory.say("ada", "third question")
+        told = await heard(mallory, _private)
+        assert told.notice
+        assert told.text.endswith("did not read that one: please write again in 30 s.")
+        mallory.say("ada", "fourth question")
+        # The bridge reads what mallory says in order: by the answer to this
+        # it had read the fourth question, and said nothing more of it.
+        mallory.say(CHANNEL, "!gates")
+        after = await heard(mallory, _from_ada)
+        assert after.text == "mallory: no open gates in #c0"
+        clock.advance(30.0)
+        mallory.say("ada", "fifth question")
+        assert (await heard(mallory, _private)).text.startswith("Reply ")
+    asked = [request.body.decode() for request in scene.sim.requests]
+    assert len(asked) == 3
+    for text, body in zip(("first", "second", "fifth"), asked, strict=True):
+        assert f"{text} question" in body
 
 
 async def test_past_max_lines_the_last_line_says_where_the_rest_is(

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from harness import set_daemon
 
 from rosterd.cli import main
 
@@ -132,6 +133,18 @@ def test_unknown_key_names_the_key(org_dir: Path, capsys: pytest.CaptureFixture[
     code, _, err = _check(capsys, "--org", str(org_dir))
     assert code == 1
     assert len(err) == 1 and "totl" in err[0]
+
+
+def test_a_worker_count_past_its_bound_names_the_key(
+    org_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A typo for 4: without a bound it would start four million task workers.
+    set_daemon(org_dir, "task_workers = 4000000")
+    code, _, err = _check(capsys, "--org", str(org_dir))
+    assert code == 1
+    assert err == [
+        f"roster: {(org_dir / 'org.toml').resolve()}: `daemon.task_workers`: Expected `int` <= 1024"
+    ]
 
 
 def test_org_from_the_environment_and_usage_error_without_one(

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from harness import DaemonProcess, InProcessDaemon
+from harness import DaemonProcess, InProcessDaemon, set_daemon
 
 from rosterd.cli import main
 from rosterd.client import RosterClient, RpcError
@@ -64,6 +64,11 @@ def huge_identity(org: Path) -> None:
     os.truncate(org / "workers" / "ada" / "identity.md", 1 << 30)
 
 
+def endless_idle(org: Path) -> None:
+    # An "inf" meant as "never expire": a deadline that is no deadline.
+    set_daemon(org, "session_idle_s = inf")
+
+
 # Each broken edit, and what the daemon reports of it.
 BREAKAGES: list[tuple[Callable[[Path], None], str]] = [
     (break_toml, "invalid TOML"),
@@ -72,6 +77,7 @@ BREAKAGES: list[tuple[Callable[[Path], None], str]] = [
     (nest_toml, "nested too deeply"),
     (fifo_identity, "identity.md: not a regular file"),
     (huge_identity, "the largest file an org may hold"),
+    (endless_idle, "`daemon.session_idle_s`: Expected `float` <= 604800"),
 ]
 
 

@@ -60,6 +60,20 @@ async def test_socket_is_mode_0660(served: InProcessDaemon) -> None:
             b'"params":{"channel":"general","from":"bob","text":""}}',
             -32602,
         ),
+        # A wait past any float is out of range; JSON has no inf or nan.
+        (
+            b'{"jsonrpc":"2.0","id":1,"method":"task.get","params":{"task":"t","wait":1e400}}',
+            -32602,
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":1,"method":"runs.show","params":{"run":"s","wait":1e309}}',
+            -32602,
+        ),
+        (b'{"jsonrpc":"2.0","id":1,"method":"task.get","params":{"task":"t","wait":NaN}}', -32700),
+        (
+            b'{"jsonrpc":"2.0","id":1,"method":"task.get","params":{"task":"t","wait":Infinity}}',
+            -32700,
+        ),
         (b"\xff\xfe not utf-8", -32700),
     ],
 )

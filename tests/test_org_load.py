@@ -144,6 +144,43 @@ def test_out_of_range_budget_names_the_key(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("toml", "key", "says"),
     [
+        ("[daemon]\nsession_idle_s = inf\n", "daemon.session_idle_s", "<= 604800"),
+        ("[daemon]\nsession_idle_s = nan\n", "daemon.session_idle_s", "> 0"),
+        ("[daemon]\nsession_idle_s = -inf\n", "daemon.session_idle_s", "> 0"),
+        ("[daemon]\ndrain_s = 1e300\n", "daemon.drain_s", "<= 604800"),
+        ("[daemon]\nlease_s = inf\n", "daemon.lease_s", "<= 604800"),
+        ("[daemon]\nidle_timeout_s = 604801\n", "daemon.idle_timeout_s", "<= 604800"),
+        ("[daemon]\ntask_workers = 4000000\n", "daemon.task_workers", "<= 1024"),
+        ("[engine]\ntimeout_s = inf\n", "engine.timeout_s", "<= 604800"),
+        ("[engine]\nmax_retries = 100000\n", "engine.max_retries", "<= 100"),
+        (
+            "[workers.ada.engine]\nbreaker_cooldown_s = 1e300\n",
+            "workers.ada.engine.breaker_cooldown_s",
+            "<= 604800",
+        ),
+        ("[engines.big]\ntimeout_s = inf\n", "engines.big.timeout_s", "<= 604800"),
+        ("[gateway]\ntimeout_s = inf\n", "gateway.timeout_s", "<= 604800"),
+        ("[telemetry]\ntimeout_s = 1e300\n", "telemetry.timeout_s", "<= 604800"),
+    ],
+)
+def test_a_duration_or_count_past_its_bound_is_an_error_naming_the_key(
+    tmp_path: Path, toml: str, key: str, says: str
+) -> None:
+    error = load_error(make_org(tmp_path, BASE_TOML + "\n" + toml))
+    assert error.key == key
+    assert f"`{key}`" in str(error) and says in str(error)
+
+
+def test_durations_and_counts_at_their_bounds_load(tmp_path: Path) -> None:
+    bounds = "[daemon]\nsession_idle_s = 604800\nlease_s = 604800\ntask_workers = 1024\n"
+    org = load_org(make_org(tmp_path, BASE_TOML + "\n" + bounds + "[engine]\nmax_retries = 100\n"))
+    assert (org.daemon.session_idle_s, org.daemon.lease_s) == (604800, 604800)
+    assert (org.daemon.task_workers, org.engine.max_retries) == (1024, 100)
+
+
+@pytest.mark.parametrize(
+    ("toml", "key", "says"),
+    [
         ('[engine]\nkind = "openai"\n', "engine.model", "needs a model"),
         ('[engines.big]\nkind = "anthropic"\n', "engines.big.model", "needs a model"),
         ('[workers.ada.engine]\nkind = "openai"\n', "workers.ada.engine.model", "needs a model"),

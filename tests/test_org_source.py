@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Callable
 from pathlib import Path
 
+import anyio
+import anyio.to_thread
 import pytest
 from harness import ManualClock, copy_org
 
 from rosterd import ConfigError
-from rosterd.org import OrgSource
+from rosterd.org import Org, OrgSource
 
 pytestmark = pytest.mark.anyio
 
@@ -75,6 +79,19 @@ async def test_an_identity_edit_is_a_change(tmp_path: Path) -> None:
     assert await source.changed()
 
 
+async def test_a_file_saved_over_with_the_same_size_and_time_is_a_change(tmp_path: Path) -> None:
+    org_dir = copy_org(tmp_path / "org")
+    source = await OrgSource.load(org_dir)
+    # As editors save: a new file renamed over the old one. Within one tick
+    # of the file system's clock it has the old one's time, set here.
+    toml = org_dir / "org.toml"
+    saved = org_dir / ".org.toml.new"
+    saved.write_text(toml.read_text().replace("total = 48000", "total = 40000"))
+    os.utime(saved, ns=(toml.stat().st_atime_ns, toml.stat().st_mtime_ns))
+    os.replace(saved, toml)
+    assert await source.changed()
+
+
 async def test_an_org_that_does_not_load_has_no_source(tmp_path: Path) -> None:
     with pytest.raises(ConfigError):
         await OrgSource.load(tmp_path / "missing")
@@ -95,3 +112,72 @@ async def test_the_file_a_broken_edit_lacks_is_watched_until_it_comes(tmp_path: 
     fixed = await source.reload()
     assert fixed is not None and source.error is None
     assert fixed.identities["bob"] == "You are Bob.\n"
+
+
+async def _reload_with_an_edit_after_the_read(
+    source: OrgSource, edit: Callable[[], None]
+) -> Org | None:
+    """``source.reload()``, with *edit* made once the loader has read the
+    files and before the reload does anything more off the loop.
+
+    The reload reads the files in a worker thread. With one thread token,
+    held here while the reload queues for it, the token goes to the reload
+    for its read and, once the read is over, straight back to this task
+    (anyio hands a freed token to the first in line): the edit lands after
+    the read, before the reload's next thread call."""
+    limiter = anyio.to_thread.current_default_thread_limiter()
+    limiter.total_tokens = 1
+    reloaded: list[Org | None] = []
+
+    async def reload() -> None:
+        reloaded.append(await source.reload())
+
+    async with anyio.create_task_group() as tg:
+        await limiter.acquire()
+        tg.start_soon(reload)
+        await anyio.wait_all_tasks_blocked()  # the reload waits for the token
+        limiter.release()
+        await limiter.acquire()  # back once the read is over
+        edit()
+        limiter.release()
+    return reloaded[0]
+
+
+async def test_an_edit_landing_just_after_a_reload_read_the_files_is_a_change(
+    tmp_path: Path,
+) -> None:
+    org_dir = copy_org(tmp_path / "org")
+    source = await OrgSource.load(org_dir)
+    toml = org_dir / "org.toml"
+    _edit(toml, "total = 48000", "total = 40000")
+
+    read = await _reload_with_an_edit_after_the_read(
+        source, lambda: _edit(toml, "total = 40000", "total = 100000")
+    )
+    assert read is not None and read.context.total == 40000
+    # (An edit of another size: one of the same size within one tick of the
+    # file system's clock would leave the stamp as it was.)
+    # What was read is not what is on disk: the next check must say so.
+    assert await source.changed()
+    assert await source.changed("ada", "general")
+    reread = await source.reload()
+    assert reread is not None and reread.context.total == 100000
+
+
+async def test_a_fix_landing_just_after_a_reload_read_the_broken_files_is_a_change(
+    tmp_path: Path,
+) -> None:
+    org_dir = copy_org(tmp_path / "org")
+    source = await OrgSource.load(org_dir)
+    toml = org_dir / "org.toml"
+    _edit(toml, "[workers.grace]", "[workers.grace")
+
+    failed = await _reload_with_an_edit_after_the_read(
+        source, lambda: _edit(toml, "[workers.grace", "[workers.grace]")
+    )
+    assert failed is None and source.error is not None
+    # The fix came after the broken text was read: without a reload now the
+    # daemon would report the error, and keep the old org, until another edit.
+    assert await source.changed()
+    assert await source.reload() is not None
+    assert source.error is None

@@ -6,7 +6,10 @@ The worker answers when addressed (``nick: …``, ``@nick``, or a private
 message), or every line where a channel's ``reply`` is ``all``. A speaker's
 lines less than ``debounce_s`` apart are held together: once one of them
 addresses the worker they are one turn, else they are posted as they were
-said. Private messages are direct runs of the worker, one per turn.
+said. Private messages are direct runs of the worker, one per turn, within
+a budget per nick (``private_burst`` lines, then one per
+``private_interval_s``): a line past it is not read and its nick is told
+once, with a notice, so a flood costs no turns and draws no flood back.
 
 What reaches rosterd goes through one ordered queue: posts, turns and gate
 commands are delivered in the order they were said. While the daemon is
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import math
 from collections import deque
 from pathlib import Path
 from typing import Literal
@@ -27,9 +31,11 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
+from .._clock import LOOP_CLOCK, Clock
 from .._errors import RosterError
 from ..client import RosterClient, RpcError
 from ..protocol import SESSION_ERROR, Delta
+from ._budget import NickBudgets
 from ._irc import IrcLink, IrcMessage
 from ._lines import addressed, clean, reply_lines
 
@@ -52,7 +58,13 @@ class BridgeConfig(msgspec.Struct, frozen=True):
     tls: bool = False
     debounce_s: float = 1.5
     max_lines: int = 8
-    line_interval_s: float = 1.0
+    # What the bridge sends: this many lines at once, then one per interval.
+    line_burst: int = 5
+    line_interval_s: float = 2.0
+    # What one nick may send in private, turns that cost: this many lines at
+    # once, then one per interval.
+    private_burst: int = 5
+    private_interval_s: float = 30.0
     # nick!user@host masks (glob) that may resolve gates.
     operators: tuple[str, ...] = ()
     queue_limit: int = 1000
@@ -103,10 +115,13 @@ class _Line(msgspec.Struct, frozen=True):
 
 
 class IrcBridge:
-    """Run with ``await bridge.run()``; ends when cancelled."""
+    """Run with ``await bridge.run()``; ends when cancelled. The budgets and
+    the pace of what it sends run on *clock*."""
 
-    def __init__(self, config: BridgeConfig) -> None:
+    def __init__(self, config: BridgeConfig, clock: Clock = LOOP_CLOCK) -> None:
         self.config = config
+        self._clock = clock
+        self._private = NickBudgets(config.private_burst, config.private_interval_s)
         self._jobs: deque[_Job] = deque()
         self._queued = anyio.Event()
         # Per IRC target (a channel, or a nick for private messages): the
@@ -136,9 +151,11 @@ class IrcBridge:
             config.nick,
             list(config.channels),
             tls=config.tls,
+            line_burst=config.line_burst,
             line_interval_s=config.line_interval_s,
             backoff_s=config.backoff_s,
             keepalive_s=config.keepalive_s,
+            clock=self._clock,
         )
         try:
             async with link, anyio.create_task_group() as tg:
@@ -176,10 +193,12 @@ class IrcBridge:
     def _heard(self, message: IrcMessage) -> None:
         assert self._link is not None and self._group is not None
         text = clean(message.text)
-        if not text:
+        if not text or message.notice:
             return
         channel = None if message.private else self._mapped(message.target)
         if not message.private and channel is None:
+            return
+        if message.private and not self._within_budget(message.nick):
             return
         if text.startswith("!") and channel is not None:
             self._enqueue(_Command(message.target, channel, message.mask, message.nick, text))
@@ -193,6 +212,24 @@ class IrcBridge:
         burst.more.set()
         mode = self.config.reply.get(message.target.lower(), "mention")
         burst.addressed |= message.private or mode == "all" or addressed(text, self._link.nick)
+
+    def _within_budget(self, nick: str) -> bool:
+        """Whether a private line of *nick* fits its budget. The first line
+        past it gets a notice, the rest nothing: a flood draws no flood."""
+        assert self._link is not None
+        refused = self._private.take(nick.lower(), self._clock())
+        if refused is None:
+            return True
+        if refused.first:
+            log.warning("%s is over its private message budget: its lines are not read", nick)
+            wait = math.ceil(refused.wait_s)
+            self._link.say(
+                nick,
+                "Sorry, that is more messages than I can take for now, so I did not read "
+                f"that one: please write again in {wait} s.",
+                "notice",
+            )
+        return False
 
     def _mapped(self, target: str) -> str | None:
         for irc_channel, channel in self.config.channels.items():

@@ -9,8 +9,10 @@ while its own is taken (and asks for it back), reconnects with backoff when
 the server goes away, pings a server that has been silent for
 ``keepalive_s`` and leaves one still silent as long again (a half-open
 connection raises no error: only silence tells), and sends what the
-bridge says one line per ``line_interval_s``, so a long reply never floods
-the channel.
+bridge says through one queue paced by a token bucket: ``line_burst`` lines
+at once, then one per ``line_interval_s`` (see ``_budget``), so replies,
+however many, never flood the server into dropping the bridge. Its time is
+its clock: the pace, the keepalive and the reconnection backoff.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ import logging
 import math
 import ssl
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import irc.client
@@ -33,6 +35,9 @@ import msgspec
 from anyio.abc import TaskGroup
 from jaraco.stream.buffer import LenientDecodingLineBuffer
 
+from .._clock import LOOP_CLOCK, Clock
+from ._budget import TokenBucket
+
 log = logging.getLogger("rosterd.bridge")
 
 # Lines waiting to be said while the server is away: the oldest go first.
@@ -40,13 +45,19 @@ _OUTBOX = 500
 
 
 class IrcMessage(msgspec.Struct, frozen=True):
-    """A line someone said: in a channel (``target``), or to us (``private``)."""
+    """A line someone said: in a channel (``target``), or to us (``private``);
+    a ``notice`` is one that must never be answered (RFC 2812)."""
 
     target: str
     nick: str
     mask: str
     text: str
     private: bool = False
+    notice: bool = False
+
+
+# How a line is sent: said, or a notice (an automatic reply).
+Command = Literal["privmsg", "notice"]
 
 
 class _TolerantConnection(irc.client_aio.AioConnection):  # type: ignore[misc]
@@ -72,24 +83,25 @@ class IrcLink:
         channels: Sequence[str],
         *,
         tls: bool = False,
-        line_interval_s: float = 1.0,
+        line_burst: int = 5,
+        line_interval_s: float = 2.0,
         backoff_s: float = 1.0,
         keepalive_s: float = 60.0,
-        clock: Callable[[], float] = anyio.current_time,
+        clock: Clock = LOOP_CLOCK,
     ) -> None:
         self.host = host
         self.port = port
         self.wanted_nick = nick
         self.channels = tuple(channels)
         self._tls = tls
-        self._interval = line_interval_s
+        self._pace = TokenBucket(line_burst, line_interval_s, clock())
         self._backoff = backoff_s
         self._keepalive = keepalive_s
         self._clock = clock
         # When the server last said anything, or the connection began.
         self._heard_at = clock()
         self._send, self.messages = anyio.create_memory_object_stream[IrcMessage](math.inf)
-        self._outbox: deque[tuple[str, str]] = deque(maxlen=_OUTBOX)
+        self._outbox: deque[tuple[Command, str, str]] = deque(maxlen=_OUTBOX)
         self._queued = anyio.Event()
         self._lost = anyio.Event()
         self._joined = anyio.Event()
@@ -140,9 +152,10 @@ class IrcLink:
         while self.joins < times:
             await self._rejoined.wait()
 
-    def say(self, target: str, line: str) -> None:
-        """Queue *line* (one IRC line, already fitted) for *target*."""
-        self._outbox.append((target, line))
+    def say(self, target: str, line: str, command: Command = "privmsg") -> None:
+        """Queue *line* (one IRC line, already fitted) for *target*, said or
+        as a notice."""
+        self._outbox.append((command, target, line))
         self._queued.set()
 
     def line_budget(self, target: str) -> int:
@@ -160,14 +173,14 @@ class IrcLink:
                 log.warning(
                     "cannot reach %s:%d (%s); retrying in %.0f s", self.host, self.port, exc, delay
                 )
-                await anyio.sleep(delay)
+                await self._clock.sleep(delay)
                 delay = min(delay * 2, 60.0)
                 continue
             delay = self._backoff
             await self._lost.wait()
             log.warning("lost %s:%d; reconnecting", self.host, self.port)
             self._joined = anyio.Event()
-            await anyio.sleep(self._backoff)
+            await self._clock.sleep(self._backoff)
 
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
@@ -177,7 +190,7 @@ class IrcLink:
             reactor.add_global_handler(kind, self._on_state)
         for kind in ("quit", "nick"):
             reactor.add_global_handler(kind, self._on_nick_freed)
-        for kind in ("pubmsg", "privmsg", "action"):
+        for kind in ("pubmsg", "privmsg", "action", "pubnotice", "privnotice"):
             reactor.add_global_handler(kind, self._on_message)
         reactor.add_global_handler("all_raw_messages", self._on_line)
         connection = reactor.server()
@@ -221,7 +234,7 @@ class IrcLink:
         """Ping the server once it has been silent for ``keepalive_s``; leave
         it (and so reconnect) once silent for twice that."""
         while True:
-            await anyio.sleep(self._keepalive / 2)
+            await self._clock.sleep(self._keepalive / 2)
             connection = self._connection
             if connection is None or not connection.is_connected():
                 continue
@@ -257,38 +270,42 @@ class IrcLink:
         if connection is not self._connection or not event.arguments or not event.source:
             return
         source = irc.client.NickMask(event.source)
-        private = event.type == "privmsg"
+        private = event.type in ("privmsg", "privnotice")
         text = event.arguments[0]
         if event.type == "action":
             text = f"* {source.nick} {text}"
         target = source.nick if private else event.target
+        notice = event.type.endswith("notice")
         # Plain strings: the library's are str subclasses.
-        message = IrcMessage(target[:], source.nick[:], source[:], text[:], private)
+        message = IrcMessage(target[:], source.nick[:], source[:], text[:], private, notice)
         self._send.send_nowait(message)
 
     async def _say_queued(self) -> None:
-        """Send the outbox one line per interval, while connected."""
-        last = -math.inf
+        """Send the outbox while connected, as fast as the bucket allows."""
         while True:
             if not self._outbox:
                 self._queued = anyio.Event()
                 await self._queued.wait()
                 continue
             await self._joined.wait()
-            wait = last + self._interval - self._clock()
+            wait = self._pace.wait(self._clock())
             if wait > 0:
-                await anyio.sleep(wait)
+                # Not looked at again after: the bucket has the token then.
+                await self._clock.sleep(wait)
             connection = self._connection
             if connection is None or not connection.is_connected():
-                await anyio.sleep(self._backoff)
+                await self._clock.sleep(self._backoff)
                 continue
-            target, line = self._outbox.popleft()
+            command, target, line = self._outbox.popleft()
             try:
-                connection.privmsg(target, line)
+                if command == "notice":
+                    connection.notice(target, line)
+                else:
+                    connection.privmsg(target, line)
             except irc.client.ServerNotConnectedError:
-                self._outbox.appendleft((target, line))
+                self._outbox.appendleft((command, target, line))
                 continue
             except (irc.client.MessageTooLong, irc.client.InvalidCharacters) as exc:
                 log.warning("a line the server would refuse was dropped: %s", exc)
                 continue
-            last = self._clock()
+            self._pace.spend(self._clock())

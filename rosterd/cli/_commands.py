@@ -167,7 +167,10 @@ def _bridge_irc(args: argparse.Namespace) -> int:
         tls=args.tls,
         debounce_s=args.debounce,
         max_lines=max(args.max_lines, 1),
+        line_burst=max(args.line_burst, 1),
         line_interval_s=args.line_interval,
+        private_burst=max(args.private_burst, 1),
+        private_interval_s=args.private_interval,
         operators=tuple(args.operator),
     )
     anyio.run(IrcBridge(config).run)

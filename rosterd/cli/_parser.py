@@ -331,7 +331,30 @@ def _bridge_commands(commands: _Subparsers, client: _Parser) -> None:
     )
     irc.add_argument("--debounce", type=float, default=1.5, metavar="S", help="default: 1.5")
     irc.add_argument("--max-lines", type=int, default=8, metavar="N", help="default: 8")
-    irc.add_argument("--line-interval", type=float, default=1.0, metavar="S", help="default: 1")
+    irc.add_argument(
+        "--line-burst", type=int, default=5, metavar="N", help="lines sent at once; default: 5"
+    )
+    irc.add_argument(
+        "--line-interval",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="then one line per S seconds; default: 2",
+    )
+    irc.add_argument(
+        "--private-burst",
+        type=int,
+        default=5,
+        metavar="N",
+        help="private messages one nick may send at once; default: 5",
+    )
+    irc.add_argument(
+        "--private-interval",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="then one per S seconds; default: 30",
+    )
 
 
 def _server_commands(commands: _Subparsers, state: _Parser) -> _Subparsers:

@@ -13,7 +13,21 @@ import msgspec
 
 Chars = Annotated[int, msgspec.Meta(ge=0)]
 Positive = Annotated[int, msgspec.Meta(ge=1)]
-Seconds = Annotated[float, msgspec.Meta(gt=0)]
+# The longest duration a ``*_s`` key takes: a week. No timeout, drain, lease,
+# cooldown or idle period needs more, and a value past it is a mistake, such
+# as milliseconds written as seconds or ``inf`` meant as "never": a deadline
+# that far is none at all. TOML's ``nan`` fails every comparison, so ``gt``
+# refuses it.
+MAX_SECONDS = 604800.0
+Seconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_SECONDS)]
+# Each task worker is a task of its own that looks for work in the store;
+# past this many, the engines' limits decide how many runs go at once.
+MAX_TASK_WORKERS = 1024
+# Retries of one engine call: with the backoff's 8 s cap, 100 wait about ten
+# minutes, past which the provider is down and a fallback or the breaker is
+# the answer. The backoff doubles per attempt and overflows a float past 1023.
+MAX_RETRIES = 100
+Retries = Annotated[int, msgspec.Meta(ge=0, le=MAX_RETRIES)]
 EnvName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 HttpMethod = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 EngineKind = Literal["echo", "openai", "anthropic"]
@@ -100,7 +114,7 @@ class EngineConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     api_key_env: EnvName | None = None
     max_tokens: Positive = 1024
     timeout_s: Seconds = 60.0
-    max_retries: Chars = 3
+    max_retries: Retries = 3
     cache_min_tokens: Chars = 1024
     # Named [engines.*] to try, in order, when this one cannot answer.
     fallback: tuple[str, ...] = ()
@@ -133,7 +147,7 @@ class EngineOverlay(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     api_key_env: EnvName | None = None
     max_tokens: Positive | None = None
     timeout_s: Seconds | None = None
-    max_retries: Chars | None = None
+    max_retries: Retries | None = None
     cache_min_tokens: Chars | None = None
     fallback: tuple[str, ...] | None = None
     max_inflight: Positive | None = None
@@ -165,7 +179,7 @@ class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     session_idle_s: Seconds = 900.0
     allow_uids: list[Annotated[int, msgspec.Meta(ge=0)]] | None = None
     allow_gids: list[Annotated[int, msgspec.Meta(ge=0)]] = []
-    task_workers: Positive = 4
+    task_workers: Annotated[int, msgspec.Meta(ge=1, le=MAX_TASK_WORKERS)] = 4
     max_connections: Positive = 1024
     drain_s: Seconds = 30.0
     send_timeout_s: Seconds = 10.0
@@ -175,7 +189,7 @@ class DaemonConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_connections_per_uid: Positive | None = None
     # A session turn or task run holds a lease, renewed while it goes on;
     # a host that dies lets another take over once this much has passed.
-    lease_s: Annotated[float, msgspec.Meta(ge=1.0)] = 30.0
+    lease_s: Annotated[float, msgspec.Meta(ge=1.0, le=MAX_SECONDS)] = 30.0
 
 
 class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -31,6 +31,9 @@ from ._config import (
 from ._org import DEFAULT_ENGINE, Org
 
 _T = TypeVar("_T")
+# What tells an edit of a file: its modification time (ns), size and inode
+# (a file saved over by rename is another inode, even at the same time).
+Stamp = tuple[int, int, int]
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _UNKNOWN_FIELD = re.compile(r"Object contains unknown field `(.*)`")
 # The largest file of an org: far above any budget, so a file this big is a
@@ -60,11 +63,27 @@ def purpose_path(root: Path, channel: str) -> Path:
     return root / "channels" / check_id("channel", channel) / "purpose.md"
 
 
-def load_org(root: Path) -> Org:
-    """Load and validate ``root/org.toml`` and the files it refers to."""
+def stamp(path: Path) -> Stamp | None:
+    """*path*'s modification time, size and inode, or ``None`` when it is not there."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_mtime_ns, info.st_size, info.st_ino)
+
+
+def load_org(root: Path, stamps: dict[str, Stamp | None] | None = None) -> Org:
+    """Load and validate ``root/org.toml`` and the files it refers to.
+
+    With *stamps*, the stamp of each file it goes to read is entered there,
+    taken before the read (also when the load then fails): an edit that
+    lands during or after the read changes the file's stamp from this one,
+    so whoever compares stamps later sees it, never a text it did not read.
+    """
     root = root.resolve()
+    stamps = {} if stamps is None else stamps
     toml_path = root / "org.toml"
-    raw = _read_text(root, toml_path, required=True)
+    raw = _read_text(root, toml_path, stamps, required=True)
     assert raw is not None
     try:
         data = tomllib.loads(raw)
@@ -120,12 +139,12 @@ def load_org(root: Path) -> Org:
 
     identities: dict[str, str] = {}
     for name in workers:
-        text = _read_text(root, identity_path(root, name), required=True)
+        text = _read_text(root, identity_path(root, name), stamps, required=True)
         assert text is not None
         identities[name] = text
     purposes: dict[str, str] = {}
     for channel in channels:
-        text = _read_text(root, purpose_path(root, channel), required=False)
+        text = _read_text(root, purpose_path(root, channel), stamps, required=False)
         if text is not None:
             purposes[channel] = text
 
@@ -254,7 +273,11 @@ def _check_named(
             )
 
 
-def _read_text(root: Path, path: Path, *, required: bool) -> str | None:
+def _read_text(
+    root: Path, path: Path, stamps: dict[str, Stamp | None], *, required: bool
+) -> str | None:
+    # Stamped first: an edit from here on is a change from this stamp.
+    stamps[str(path)] = stamp(path)
     try:
         resolved = path.resolve(strict=True)
     except FileNotFoundError:

@@ -10,7 +10,6 @@ load again.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,12 +18,14 @@ import anyio
 import anyio.to_thread
 
 from .._errors import ConfigError, RosterError
-from ._load import identity_path, load_org, purpose_path
+from ._load import Stamp, identity_path, load_org, purpose_path, stamp
 from ._org import Org
 
 log = logging.getLogger("rosterd.config")
 
-_Stamps = dict[str, tuple[int, int]]
+# Per file of the org, its stamp from just before it was last read, or, if
+# the last load failed before reaching it, from just after (None: not there).
+_Stamps = dict[str, Stamp | None]
 
 
 class OrgSource:
@@ -49,8 +50,9 @@ class OrgSource:
     async def load(cls, root: Path, clock: Callable[[], float] = time.time) -> OrgSource:
         """The source of *root*; raises ``RosterError`` if its files do not load."""
         root = Path(await anyio.Path(root).resolve())
-        org = await anyio.to_thread.run_sync(load_org, root)
-        return cls(root, org, await anyio.to_thread.run_sync(_stamps, _files(root, org)), clock)
+        stamps: _Stamps = {}
+        org = await anyio.to_thread.run_sync(load_org, root, stamps)
+        return cls(root, org, stamps, clock)
 
     def __repr__(self) -> str:
         return f"OrgSource({str(self.root)!r}, generation {self.generation})"
@@ -69,14 +71,17 @@ class OrgSource:
         if channel is not None:
             paths.append(purpose_path(self.root, channel))
         now = await anyio.to_thread.run_sync(_stamps, paths)
-        return now != {key: self._stamps[key] for key in map(str, paths) if key in self._stamps}
+        return now != {key: self._stamps.get(key) for key in now}
 
     async def reload(self) -> Org | None:
         """Read the files again, off the loop: the new snapshot, or ``None``
         when they do not load (``error`` says why; the old snapshot stays)."""
         async with self._lock:
+            # Each file is stamped before it is read: an edit landing after
+            # that is a change at the next check, never taken as read.
+            stamps: _Stamps = {}
             try:
-                org = await anyio.to_thread.run_sync(load_org, self.root)
+                org = await anyio.to_thread.run_sync(load_org, self.root, stamps)
             except RosterError as exc:
                 if str(exc) != self.error:
                     log.error("org edit rejected, keeping the last good config: %s", exc)
@@ -86,11 +91,13 @@ class OrgSource:
                     # A file the edit lacks (a new worker's identity) or
                     # has wrong: its fix is a change, seen by every check.
                     self._paths.append(Path(exc.path))
-                self._stamps = await anyio.to_thread.run_sync(_stamps, self._paths)
+                # Files the failed load did not reach are stamped as they are now.
+                now = await anyio.to_thread.run_sync(_stamps, self._paths)
+                self._stamps = {key: stamps.get(key, now[key]) for key in now}
                 return None
             self._org = org
             self._paths = _files(self.root, org)
-            self._stamps = await anyio.to_thread.run_sync(_stamps, self._paths)
+            self._stamps = stamps
             self.error = None
             self.generation += 1
             self.loaded_at = self._clock()
@@ -107,12 +114,5 @@ def _files(root: Path, org: Org) -> list[Path]:
 
 
 def _stamps(paths: list[Path]) -> _Stamps:
-    """Modification time and size of each of *paths* that exists."""
-    stamps: _Stamps = {}
-    for path in paths:
-        try:
-            info = os.stat(path)
-        except OSError:
-            continue
-        stamps[str(path)] = (info.st_mtime_ns, info.st_size)
-    return stamps
+    """The stamp of each of *paths* now."""
+    return {str(path): stamp(path) for path in paths}

@@ -1,0 +1,104 @@
+"""Token buckets: how fast the bridge sends lines, and how many private
+messages one nick may send it.
+
+A bucket holds at most ``burst`` tokens and gains one each ``interval_s``
+of its clock; a line spends one. So a burst goes at once, and after it one
+line per interval: RFC 1459's flood control (each line puts the sender 2 s
+ahead, and a server stops reading a client more than 10 s ahead) is a
+bucket of 5 and 2 s, which is also what IRC clients send at (irssi's
+defaults). An interval of 0 is no limit.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class TokenBucket:
+    """At most *burst* tokens, one more each *interval_s*; full at *now*."""
+
+    def __init__(self, burst: int, interval_s: float, now: float) -> None:
+        self.burst = burst
+        self.interval_s = interval_s
+        self._tokens = float(burst)
+        self._at = now
+
+    def __repr__(self) -> str:
+        return f"TokenBucket({self._tokens:.2f} of {self.burst}, one per {self.interval_s} s)"
+
+    def wait(self, now: float) -> float:
+        """Seconds from *now* until a token is there; 0 when one is."""
+        self._refill(now)
+        return max(0.0, (1.0 - self._tokens) * self.interval_s)
+
+    def spend(self, now: float) -> None:
+        """Spend a token (one the caller waited for, so never far below 0)."""
+        self._refill(now)
+        self._tokens -= 1.0
+
+    def full(self, now: float) -> bool:
+        self._refill(now)
+        return self._tokens >= self.burst
+
+    def _refill(self, now: float) -> None:
+        if self.interval_s <= 0:
+            self._tokens = float(self.burst)
+        else:
+            # A clock read twice never goes back; max() keeps a bucket whole
+            # if one that can is ever given.
+            gained = max(0.0, now - self._at) / self.interval_s
+            self._tokens = min(float(self.burst), self._tokens + gained)
+        self._at = now
+
+
+class Refused(msgspec.Struct, frozen=True):
+    """A line over its nick's budget: the seconds until the nick may send
+    another, and whether this is the first refused since one was taken."""
+
+    wait_s: float
+    first: bool
+
+
+class _Account:
+    __slots__ = ("bucket", "told")
+
+    def __init__(self, bucket: TokenBucket) -> None:
+        self.bucket = bucket
+        self.told = False
+
+
+class NickBudgets:
+    """A bucket per nick, made at its first line and dropped once full again,
+    so a nick that stops costs nothing and the table holds only nicks that
+    spoke within the last ``burst`` intervals."""
+
+    def __init__(self, burst: int, interval_s: float) -> None:
+        self._burst = burst
+        self._interval_s = interval_s
+        # Least recently used first: the first to be full again.
+        self._accounts: dict[str, _Account] = {}
+
+    def __repr__(self) -> str:
+        return f"NickBudgets({len(self._accounts)} nicks, {self._burst} per {self._interval_s} s)"
+
+    def take(self, nick: str, now: float) -> Refused | None:
+        """Spend one of *nick*'s tokens (``None``), or say why not."""
+        self._forget_full(now)
+        account = self._accounts.pop(nick, None)
+        if account is None:
+            account = _Account(TokenBucket(self._burst, self._interval_s, now))
+        self._accounts[nick] = account
+        wait = account.bucket.wait(now)
+        if wait > 0:
+            first, account.told = not account.told, True
+            return Refused(wait, first)
+        account.bucket.spend(now)
+        account.told = False
+        return None
+
+    def _forget_full(self, now: float) -> None:
+        while self._accounts:
+            nick, account = next(iter(self._accounts.items()))
+            if not account.bucket.full(now):
+                return
+            del self._accounts[nick]
