@@ -5,6 +5,7 @@ Structs; against a daemon on the example org (echo engine)."""
 from __future__ import annotations
 
 import contextlib
+import math
 from pathlib import Path
 
 import anyio
@@ -19,6 +20,7 @@ from rosterd.client import RosterClient, RpcError
 from rosterd.compiler import ChannelMessage, MemoryItem
 from rosterd.daemon import HANDLED
 from rosterd.protocol import (
+    INVALID_PARAMS,
     METHODS,
     NOT_FOUND,
     SESSION_ERROR,
@@ -130,6 +132,22 @@ async def test_direct_runs_tasks_memory_gates_and_channels(served: InProcessDaem
         with pytest.raises(RpcError) as unknown:
             await client.runs_show("s-nothing")
         assert unknown.value.code == NOT_FOUND
+
+
+@pytest.mark.parametrize("wait", [math.inf, math.nan, -1.0, 601.0])
+async def test_params_the_daemon_would_refuse_are_refused_before_sending(
+    served: InProcessDaemon, wait: float
+) -> None:
+    """JSON has no inf or nan: sent, they would arrive as null, a task.get
+    that does not wait at all."""
+    async with await served.client() as client:
+        task = await client.task_submit("ada", "general", "write the notes")
+        with pytest.raises(RpcError) as refused:
+            await client.task_get(task.id, wait=wait)
+        assert refused.value.code == INVALID_PARAMS
+        assert "wait" in str(refused.value)
+        # The connection is as good as before.
+        assert (await client.task_get(task.id)).id == task.id
 
 
 async def test_a_notification_the_method_does_not_declare_is_a_broken_reply(

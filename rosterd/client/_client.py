@@ -24,7 +24,16 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from .. import protocol
 from .._errors import ProtocolError, RosterError, RpcError
 from ..compiler import ChannelMessage
-from ..protocol import PARSE_ERROR, Call, Delta, Reply, Wait, decode_reply, encode_request
+from ..protocol import (
+    INVALID_PARAMS,
+    PARSE_ERROR,
+    Call,
+    Delta,
+    Reply,
+    Wait,
+    decode_reply,
+    encode_request,
+)
 
 _T = TypeVar("_T")
 
@@ -190,6 +199,7 @@ class RosterClient(AsyncResource):
         as the method declares. A turn's deltas go to *on_delta* and its
         waits to *on_wait* as they arrive, before the result. A notification
         the method does not declare is a broken reply: ``ProtocolError``."""
+        _check(params)
         method = params.method
         declared = type(params).notifications
 
@@ -273,6 +283,15 @@ class RosterClient(AsyncResource):
 
     async def aclose(self) -> None:
         await self._stream.aclose()
+
+
+def _check(params: Call[Any]) -> None:
+    """Refuse, before sending, params the daemon would refuse: among them
+    ``inf`` and ``nan``, which JSON lacks and would send as null."""
+    try:
+        msgspec.convert(msgspec.to_builtins(params), type(params))
+    except msgspec.ValidationError as exc:
+        raise RpcError(INVALID_PARAMS, f"invalid params: {exc}") from None
 
 
 def _decode(raw: msgspec.Raw, kind: type[_T], what: str) -> _T:
