@@ -368,15 +368,46 @@ async def test_a_record_that_hits_a_full_disk_fails_1008_and_its_number_is_never
 
 
 @pytest.mark.anyio
+async def test_a_gate_whose_task_pause_fails_is_filed_once_and_its_resolution_continues_the_task(
+    on_tmpfs: DaemonProcess, tmpfs: Path
+) -> None:
+    # The gate's write is small and lands; its task's pause (the task's text
+    # and reply) does not fit. The gate is durable, so the filing stands and
+    # is answered as such: a 1008 would send the client filing a second
+    # gate. Resolving it continues the task, whose pause was never written.
+    with on_tmpfs.start() as daemon:
+        async with await daemon.client() as client:
+            task = await client.task_submit("ada", "releases", "z" * 20_000)
+            done = await wait_task(client, task.id, "done")
+            filler = fill(tmpfs, 16_000)
+            try:
+                gate = await client.gate_file(
+                    "ada", "sign-off?", channel="releases", run=done.runs[0]
+                )
+            finally:
+                filler.unlink()
+            listed = await client.gate_list()
+            await client.gate_resolve(gate.id, "approved", note="go")
+            finished = await wait_task(client, task.id, "done")
+        log = daemon.log()
+    assert listed == [gate]
+    assert f"gate {gate.id}: the task of run {done.runs[0]} is not paused yet" in log
+    assert len(finished.runs) == 2
+    assert finished.continuation is not None
+    assert (finished.continuation.gate, finished.continuation.outcome) == (gate.id, "approved")
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("failing", ["gate.file", "gate.resolve"])
 async def test_a_gate_whose_task_write_fails_still_moves_the_task_after_a_kill(
     on_tmpfs: DaemonProcess, tmpfs: Path, failing: str
 ) -> None:
     # The gate's write is small and lands; its task's new state (the task's
-    # text and reply) does not fit, and the call is answered 1008. A kill
-    # between the two writes leaves the same: the daemon that starts next
-    # must put the task where its gate says, paused while the gate waits,
-    # continued with its outcome once it is resolved.
+    # text and reply) does not fit: a filing is answered as filed, a
+    # resolution 1008. Killed then, the daemon leaves what a kill between
+    # the two writes leaves: the one that starts next must put the task
+    # where its gate says, paused while the gate waits, continued with its
+    # outcome once it is resolved.
     with on_tmpfs.start() as daemon:
         async with await daemon.client() as client:
             task = await client.task_submit("ada", "releases", "z" * 20_000)
@@ -387,14 +418,17 @@ async def test_a_gate_whose_task_write_fails_still_moves_the_task_after_a_kill(
             if failing == "gate.resolve":
                 gate = await file()
                 assert (await client.task_get(task.id)).status == "paused"
-            with full(tmpfs, 16_000) as failed:
-                try:
-                    if failing == "gate.file":
-                        await file()
-                    else:
+            filler = fill(tmpfs, 16_000)
+            try:
+                if failing == "gate.file":
+                    gate = await file()
+                else:
+                    with pytest.raises(RpcError) as failed:
                         await client.gate_resolve(gate.id, "approved", note="go")
-                finally:
-                    daemon.kill9()
+                    assert failed.value.code == 1008
+            finally:
+                daemon.kill9()
+                filler.unlink()
         daemon.start()
         async with await daemon.client() as client:
             if failing == "gate.file":
@@ -403,7 +437,6 @@ async def test_a_gate_whose_task_write_fails_still_moves_the_task_after_a_kill(
                 await client.gate_resolve(gate.id, "approved", note="go")
             (resolved,) = await client.gate_list()
             finished = await wait_task(client, task.id, "done")
-    assert failed.value.code == 1008
     assert resolved.outcome == "approved"
     assert len(finished.runs) == 2
     assert finished.continuation is not None

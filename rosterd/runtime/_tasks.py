@@ -35,6 +35,14 @@ async def _discard(_: str) -> None:
     pass
 
 
+def _waits(task: TaskState, gate: GateState) -> bool:
+    """Whether *task* waits on *gate*: paused, or done with the gate against
+    its last run (filed after the run ended, its pause not written yet)."""
+    if task.status == "done":
+        return bool(task.runs) and task.runs[-1] == gate.run
+    return task.status == "paused"
+
+
 class TaskRunner:
     """Runs queued tasks, at most ``[daemon] task_workers`` at a time."""
 
@@ -108,17 +116,26 @@ class TaskRunner:
         )
 
     async def gate_filed(self, gate: GateState) -> None:
-        """A gate against a finished task run pauses its task."""
-        task = await self._host.stores.tasks.by_run(gate.run) if gate.run else None
-        if task is not None and task.status == "done":
-            await self._set(task, status="paused")
+        """A gate against a finished task run pauses its task.
+
+        The gate is the filing: once it is durable the filing stands, and
+        a pause that cannot be written is logged, not answered as a failure
+        (a client told 1008 would file the gate again). Until the task is
+        paused, resolving the gate continues it all the same.
+        """
+        try:
+            task = await self._host.stores.tasks.by_run(gate.run) if gate.run else None
+            if task is not None and task.status == "done":
+                await self._set(task, status="paused")
+        except StorageError as exc:
+            log.warning("gate %s: the task of run %s is not paused yet: %s", gate.id, gate.run, exc)
 
     async def gate_resolved(self, gate: GateState) -> None:
         """Resolving the last open gate against a paused task's run queues
         its continuation run, which shows the outcomes of all of them."""
         stores = self._host.stores
         task = await stores.tasks.by_run(gate.run) if gate.run else None
-        if task is None or task.status != "paused":
+        if task is None or not _waits(task, gate):
             return
         assert gate.run is not None
         if await stores.gates.waiting_on(gate.run):
@@ -133,9 +150,9 @@ class TaskRunner:
         """Put each paused or done task where the gates against its runs say.
 
         A gate and the task it pauses or continues are two writes: a kill
-        between them, or a failed second one (answered 1008, the gate kept),
-        leaves a task paused although every gate against it is resolved, or
-        done although a gate filed against its last run waits. Looked at
+        between them, or a failed second one (the gate stands), leaves a
+        task paused although every gate against it is resolved, or done
+        although a gate filed against its last run waits. Looked at
         before any task is claimed; a store that cannot be written yet is
         looked at again by the next start.
         """
