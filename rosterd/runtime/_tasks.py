@@ -215,22 +215,28 @@ class TaskRunner:
         stores = self._host.stores
         again, self._unsettled = self._unsettled, False
         try:
+            # What waits, what is paused, and the gates against paused
+            # tasks: not every gate and task ever stored.
+            waiting: dict[str, GateState] = {}
+            for gate in await stores.gates.open_against_runs():
+                assert gate.run is not None
+                waiting.setdefault(gate.run, gate)
+            tasks = await stores.tasks.gated(waiting)
+            paused = {run for task in tasks if task.status == "paused" for run in task.runs}
             against: dict[str, list[GateState]] = {}
-            for gate in await stores.gates.all():
-                if gate.run is not None:
-                    against.setdefault(gate.run, []).append(gate)
-            for task in await stores.tasks.all():
-                if task.status == "done" and task.runs:
-                    waiting = [g for g in against.get(task.runs[-1], ()) if g.status == "open"]
-                    if waiting:
-                        log.warning("task %s: paused, a gate against its last run waits", task.id)
-                        await self._move(waiting[0])
-                elif task.status == "paused":
-                    gates = [gate for run in task.runs for gate in against.get(run, ())]
-                    if gates and all(gate.status == "resolved" for gate in gates):
-                        last = max(gates, key=lambda gate: gate.resolved_at or 0.0)
-                        log.warning("task %s: continued, gate %s is resolved", task.id, last.id)
-                        await self._move(last)
+            for gate in await stores.gates.against(paused):
+                assert gate.run is not None
+                against.setdefault(gate.run, []).append(gate)
+            for task in tasks:
+                if task.status == "done":
+                    log.warning("task %s: paused, a gate against its last run waits", task.id)
+                    await self._move(waiting[task.runs[-1]])
+                    continue
+                gates = [gate for run in task.runs for gate in against.get(run, ())]
+                if gates and all(gate.status == "resolved" for gate in gates):
+                    last = max(gates, key=lambda gate: gate.resolved_at or 0.0)
+                    log.warning("task %s: continued, gate %s is resolved", task.id, last.id)
+                    await self._move(last)
         except StorageError as exc:
             self._unsettled = True
             # Logged when it first failed: each try would repeat it.
