@@ -29,6 +29,7 @@ from typing import Any, Self
 from urllib.parse import quote
 
 import anyio
+import msgspec
 import psycopg
 from psycopg import AsyncPipeline, AsyncTransaction, pq, sql
 from psycopg.abc import Params, Query
@@ -443,6 +444,49 @@ class RoundTrips:
         """The round trips so far less the task pool's: it looks for
         queued tasks on its own, whatever the turns do."""
         return [trip for trip in self.trips if not any(" tasks " in s for s in trip)]
+
+
+class RecordsRead:
+    """The ids of the records a pool's connections fetch (a task's
+    ``task-N``, a gate's ``g-N``, a run's ``t-…``): give
+    ``connection_class`` to ``PostgresState``."""
+
+    def __init__(self) -> None:
+        self.ids: set[str] = set()
+        self.connection_class = self._connection_class()
+
+    def __repr__(self) -> str:
+        return f"RecordsRead({len(self.ids)})"
+
+    def _connection_class(self) -> type[psycopg.AsyncConnection[TupleRow]]:
+        ids = self.ids
+
+        def fetched(rows: list[TupleRow]) -> None:
+            for value in itertools.chain.from_iterable(rows):
+                if isinstance(value, str) and value.startswith("{"):
+                    record = msgspec.json.decode(value)
+                    if isinstance(record, dict) and isinstance(record.get("id"), str):
+                        ids.add(record["id"])
+
+        class Cursor(psycopg.AsyncCursor[TupleRow]):
+            async def fetchone(self) -> TupleRow | None:
+                row = await super().fetchone()
+                fetched([] if row is None else [row])
+                return row
+
+            async def fetchall(self) -> list[TupleRow]:
+                rows = await super().fetchall()
+                fetched(rows)
+                return rows
+
+        class Connection(psycopg.AsyncConnection[TupleRow]):
+            def __init__(
+                self, pgconn: PGconn, row_factory: AsyncRowFactory[TupleRow] = tuple_row
+            ) -> None:
+                super().__init__(pgconn, row_factory)
+                self.cursor_factory = Cursor
+
+        return Connection
 
 
 def _text(query: Query) -> str:

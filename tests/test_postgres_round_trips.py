@@ -1,18 +1,22 @@
-"""What a session turn costs on PostgreSQL, in round trips to the server.
+"""What a session turn costs on PostgreSQL, in round trips to the server,
+and what a start reads.
 
 The daemon runs in process on a real server, its pool's connections
-counting every request they wait for (``postgres.RoundTrips``); the clock
-is the test's, so no lease renewal or idle check runs between turns.
+counting every request they wait for (``postgres.RoundTrips``) or every
+record they fetch (``postgres.RecordsRead``); the clock is the test's, so
+no lease renewal or idle check runs between turns.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import anyio
 import pytest
 from harness import ManualClock, in_process_client
-from postgres import RoundTrips
+from msgspec.structs import replace
+from postgres import RecordsRead, RoundTrips
 
 from rosterd.stores.postgres import PostgresState
 
@@ -74,3 +78,39 @@ async def test_a_workers_notes_are_read_once_for_its_sessions_first_turns(
             assert sizes == [notes] * 20
             assert 1 <= len(reads) <= 2, reads
             await there.memory.add("ada", "the deploy is done", "general", 2.0)
+
+
+async def test_a_start_reads_the_tasks_a_gate_may_move_not_the_history(
+    org_dir: Path, tmp_path: Path, postgres_url: str
+) -> None:
+    # A kill fell between a gate's write and its task's pause, after a
+    # history of tasks continued by their gates: the next start pauses the
+    # task, reading the gate that waits and that task, no row of the history.
+    async with PostgresState(postgres_url) as before:
+        history = set()
+        for n in range(20):
+            task = await before.tasks.submit("ada", "releases", f"task {n}", float(n))
+            gate = await before.gates.file("ada", "ok?", float(n), "releases", f"t-{n}")
+            await before.gates.resolve(gate.id, "yes", "", float(n))
+            await before.tasks.update(replace(task, status="done", runs=(f"t-{n}", f"t-{n}-2")))
+            history |= {task.id, gate.id}
+        cut = await before.tasks.submit("ada", "releases", "cut off", 30.0)
+        await before.tasks.update(replace(cut, status="done", runs=("t-cut",)))
+        waits = await before.gates.file("ada", "sign-off?", 31.0, "releases", "t-cut")
+    read = RecordsRead()
+    async with PostgresState(postgres_url, connection_class=read.connection_class) as stores:
+        # Opening indexes every gate for the briefings, once per host: what
+        # the start reads to put tasks where their gates say comes after.
+        read.ids.clear()
+        async with in_process_client(
+            org_dir,
+            tmp_path / "state",
+            clock=ManualClock(),
+            database=postgres_url,
+            stores=nullcontext(stores),
+        ) as (_, client):
+            found = set(read.ids)
+            paused = await client.task_get(cut.id)
+    assert paused.status == "paused"
+    assert found == {cut.id, waits.id}
+    assert not history & read.ids

@@ -368,15 +368,86 @@ async def test_a_record_that_hits_a_full_disk_fails_1008_and_its_number_is_never
 
 
 @pytest.mark.anyio
+async def test_a_gate_whose_task_pause_fails_is_filed_once_and_its_resolution_continues_the_task(
+    on_tmpfs: DaemonProcess, tmpfs: Path
+) -> None:
+    # The gate's write is small and lands; its task's pause (the task's text
+    # and reply) does not fit. The gate is durable, so the filing stands and
+    # is answered as such: a 1008 would send the client filing a second
+    # gate. Resolving it continues the task, whose pause was never written.
+    with on_tmpfs.start() as daemon:
+        async with await daemon.client() as client:
+            task = await client.task_submit("ada", "releases", "z" * 20_000)
+            done = await wait_task(client, task.id, "done")
+            filler = fill(tmpfs, 16_000)
+            try:
+                gate = await client.gate_file(
+                    "ada", "sign-off?", channel="releases", run=done.runs[0]
+                )
+            finally:
+                filler.unlink()
+            listed = await client.gate_list()
+            await client.gate_resolve(gate.id, "approved", note="go")
+            finished = await wait_task(client, task.id, "done")
+        log = daemon.log()
+    assert listed == [gate]
+    assert f"gate {gate.id}: its task (run {done.runs[0]}) is not moved yet" in log
+    assert len(finished.runs) == 2
+    assert finished.continuation is not None
+    assert (finished.continuation.gate, finished.continuation.outcome) == (gate.id, "approved")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("failing", "moved"), [("gate.file", ("done", "paused")), ("gate.resolve", ("paused", "done"))]
+)
+async def test_a_task_whose_gate_write_stands_is_moved_once_the_disk_has_room_again(
+    on_tmpfs: DaemonProcess, tmpfs: Path, failing: str, moved: tuple[str, str]
+) -> None:
+    # The gate's write lands, its task's new state does not fit: the call
+    # is answered with the gate, and the running daemon puts the task where
+    # the gate says at its next look for work after the disk has room, not
+    # only at its next start.
+    with on_tmpfs.start() as daemon:
+        async with await daemon.client() as client:
+            task = await client.task_submit("ada", "releases", "z" * 20_000)
+            done = await wait_task(client, task.id, "done")
+            file = partial(
+                client.gate_file, "ada", "sign-off?", channel="releases", run=done.runs[0]
+            )
+            gate = await file() if failing == "gate.resolve" else None
+            filler = fill(tmpfs, 16_000)
+            try:
+                if gate is None:
+                    gate = await file()
+                else:
+                    gate = await client.gate_resolve(gate.id, "approved", note="go")
+                before = await client.task_get(task.id)
+            finally:
+                filler.unlink()
+            await daemon.logged(f"gate {gate.id}: its task is where the gate says now")
+            after = await wait_task(client, task.id, moved[1])
+    assert (before.status, after.status) == moved
+    if failing == "gate.resolve":
+        assert gate.outcome == "approved"
+        assert len(after.runs) == 2
+        assert after.continuation is not None
+        assert after.continuation.gate == gate.id
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("room", ["at the start", "after the start"])
 @pytest.mark.parametrize("failing", ["gate.file", "gate.resolve"])
 async def test_a_gate_whose_task_write_fails_still_moves_the_task_after_a_kill(
-    on_tmpfs: DaemonProcess, tmpfs: Path, failing: str
+    on_tmpfs: DaemonProcess, tmpfs: Path, failing: str, room: str
 ) -> None:
     # The gate's write is small and lands; its task's new state (the task's
-    # text and reply) does not fit, and the call is answered 1008. A kill
-    # between the two writes leaves the same: the daemon that starts next
-    # must put the task where its gate says, paused while the gate waits,
-    # continued with its outcome once it is resolved.
+    # text and reply) does not fit, and the call is answered with the gate.
+    # Killed before the disk has room, the daemon leaves what a kill between
+    # the two writes leaves: the one that starts next must put the task
+    # where its gate says, paused while the gate waits, continued with its
+    # outcome once it is resolved; on a disk still full at its start, once
+    # the disk has room.
     with on_tmpfs.start() as daemon:
         async with await daemon.client() as client:
             task = await client.task_submit("ada", "releases", "z" * 20_000)
@@ -387,15 +458,21 @@ async def test_a_gate_whose_task_write_fails_still_moves_the_task_after_a_kill(
             if failing == "gate.resolve":
                 gate = await file()
                 assert (await client.task_get(task.id)).status == "paused"
-            with full(tmpfs, 16_000) as failed:
-                try:
-                    if failing == "gate.file":
-                        await file()
-                    else:
-                        await client.gate_resolve(gate.id, "approved", note="go")
-                finally:
-                    daemon.kill9()
+            filler = fill(tmpfs, 16_000)
+            try:
+                if failing == "gate.file":
+                    gate = await file()
+                else:
+                    await client.gate_resolve(gate.id, "approved", note="go")
+            finally:
+                daemon.kill9()
+        if room == "at the start":
+            filler.unlink()
         daemon.start()
+        if room == "after the start":
+            await daemon.logged("tasks could not be put where their gates say yet")
+            filler.unlink()
+            await daemon.logged("tasks are where their gates say now")
         async with await daemon.client() as client:
             if failing == "gate.file":
                 (gate,) = await client.gate_list()
@@ -403,7 +480,6 @@ async def test_a_gate_whose_task_write_fails_still_moves_the_task_after_a_kill(
                 await client.gate_resolve(gate.id, "approved", note="go")
             (resolved,) = await client.gate_list()
             finished = await wait_task(client, task.id, "done")
-    assert failed.value.code == 1008
     assert resolved.outcome == "approved"
     assert len(finished.runs) == 2
     assert finished.continuation is not None

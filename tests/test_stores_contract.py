@@ -333,6 +333,24 @@ async def test_waiting_on_follows_open_gates_of_a_run(state: State) -> None:
     assert not await gates.waiting_on("r1")
 
 
+async def test_the_gates_against_runs_are_found_by_run_and_the_open_ones_alone(
+    state: State,
+) -> None:
+    gates = state.gates
+    late = await gates.file("ada", "one", 2.0, None, "r1")
+    other = await gates.file("ada", "two", 3.0, "c", "r2")
+    await gates.file("bob", "no run", 4.0, None, None)
+    early = await gates.file("ada", "three", 1.0, None, "r1")
+    resolved = await gates.resolve(other.id, "yes", "", 5.0)
+    # In filing order: early was filed first, whatever its number.
+    assert await gates.open_against_runs() == [early, late]
+    assert await gates.against(["r2", "r1"]) == [early, late, resolved]
+    assert await gates.against({"r2", "r9"}) == [resolved]
+    assert await gates.against([]) == []
+    await gates.resolve(early.id, "no", "", 6.0)
+    assert await gates.open_against_runs() == [late]
+
+
 # Tasks
 
 
@@ -373,6 +391,27 @@ async def test_a_task_update_is_stored_whole_and_found_by_its_runs(state: State)
     await tasks.update(paused)
     assert await tasks.by_run("run-1") == paused
     assert await tasks.by_run("run-2") == paused
+
+
+async def test_the_gated_tasks_are_the_paused_ones_and_the_done_ones_of_the_given_last_runs(
+    state: State,
+) -> None:
+    tasks = state.tasks
+
+    async def task(status: str, *runs: str) -> TaskState:
+        submitted = await tasks.submit("ada", "c", status, 1.0)
+        return await tasks.update(replace(submitted, status=status, runs=runs))
+
+    paused = await task("paused", "r1")
+    done = await task("done", "r2", "r3")
+    await task("done", "r4")
+    await task("failed", "r5")
+    await task("queued")
+    again = await task("paused", "r6", "r7")
+    # Once each, in submission order, however many of its runs are given.
+    assert await tasks.gated({"r2", "r3", "r5"}) == [paused, done, again]
+    assert await tasks.gated(["r2"]) == [paused, again]
+    assert await tasks.gated([]) == [paused, again]
 
 
 async def test_claims_take_the_tasks_queued_or_cut_off_while_running(state: State) -> None:

@@ -35,6 +35,14 @@ async def _discard(_: str) -> None:
     pass
 
 
+def _waits(task: TaskState, gate: GateState) -> bool:
+    """Whether *task* waits on *gate*: paused, or done with the gate against
+    its last run (filed after the run ended, its pause not written yet)."""
+    if task.status == "done":
+        return bool(task.runs) and task.runs[-1] == gate.run
+    return task.status == "paused"
+
+
 class TaskRunner:
     """Runs queued tasks, at most ``[daemon] task_workers`` at a time."""
 
@@ -53,6 +61,15 @@ class TaskRunner:
         # held up by the store (a lock, a pool with no free connection, for
         # as long as its timeout) must not hold up the stop.
         self._looking: set[anyio.CancelScope] = set()
+        # Moves of tasks by their gates, one at a time: each reads the task
+        # and writes it, and a move between the two would be written over.
+        self._moving = anyio.Lock()
+        # Gates whose task could not be moved (its write failed), in order,
+        # and whether the start's look at every gated task failed: both
+        # tried again at each look for work.
+        self._unmoved: dict[str, None] = {}
+        self._unsettled = False
+        self._retry = 0.0  # when they may be tried again (anyio's clock)
         self.stopped = anyio.Event()
 
     def __repr__(self) -> str:
@@ -65,7 +82,8 @@ class TaskRunner:
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run the pool until ``drain()``; what the store has queued goes first."""
         try:
-            await self._settle_gated()
+            async with self._moving:
+                await self._settle_gated()
             async with anyio.create_task_group() as tg:
                 for _ in range(self._workers):
                     tg.start_soon(self._work)
@@ -109,19 +127,45 @@ class TaskRunner:
 
     async def gate_filed(self, gate: GateState) -> None:
         """A gate against a finished task run pauses its task."""
-        task = await self._host.stores.tasks.by_run(gate.run) if gate.run else None
-        if task is not None and task.status == "done":
-            await self._set(task, status="paused")
+        await self._follow(gate)
 
     async def gate_resolved(self, gate: GateState) -> None:
         """Resolving the last open gate against a paused task's run queues
         its continuation run, which shows the outcomes of all of them."""
+        await self._follow(gate)
+
+    async def _follow(self, gate: GateState) -> None:
+        """Move the task *gate* is against where the gate says.
+
+        The gate is the filing or the resolution: once it is durable it
+        stands, and a task write that fails is logged, not answered as a
+        failure (a client told 1008 would file the gate again), and tried
+        again at the next look for work. Until then, resolving a gate
+        continues a task whose pause was not written all the same.
+        """
+        async with self._moving:
+            try:
+                await self._move(gate)
+            except StorageError as exc:
+                self._unmoved[gate.id] = None
+                log.warning(
+                    "gate %s: its task (run %s) is not moved yet: %s", gate.id, gate.run, exc
+                )
+
+    async def _move(self, gate: GateState) -> None:
+        """Pause the task of *gate*'s run while *gate* is open; queue its
+        continuation once *gate* is resolved and no other gate against the
+        run waits. Moves held up by another move: ``_moving`` is held."""
         stores = self._host.stores
         task = await stores.tasks.by_run(gate.run) if gate.run else None
-        if task is None or task.status != "paused":
+        if task is None:
+            return
+        if gate.status == "open":
+            if task.status == "done":
+                await self._set(task, status="paused")
             return
         assert gate.run is not None
-        if await stores.gates.waiting_on(gate.run):
+        if not _waits(task, gate) or await stores.gates.waiting_on(gate.run):
             return  # another gate against the run waits: the task too
         continuation = Continuation(
             gate=gate.id, summary=gate.summary, outcome=gate.outcome or "", note=gate.note
@@ -129,35 +173,75 @@ class TaskRunner:
         await self._set(task, status="queued", continuation=continuation)
         self._queued.notify()
 
+    async def _catch_up(self) -> None:
+        """Move the tasks whose move failed, at a look for work: the daemon
+        catches up once the store takes writes again, and a store still
+        failing costs one try a ``look_again_s``, however many workers look."""
+        now = anyio.current_time()
+        if not (self._unsettled or self._unmoved) or self._moving.locked() or now < self._retry:
+            return
+        self._retry = now + self._host.look_again_s
+        async with self._moving:
+            if self._unsettled:
+                await self._settle_gated()
+                if not self._unsettled:
+                    log.info("tasks are where their gates say now")
+            gates = self._host.stores.gates
+            for gate_id in list(self._unmoved):
+                try:
+                    await self._move(await gates.get(gate_id))
+                except StorageError as exc:
+                    # Logged when it first failed: each try would repeat it.
+                    log.debug("gate %s: its task is still not moved: %s", gate_id, exc)
+                    return
+                except RosterError as exc:
+                    # Not the store failing: trying again would not help, and
+                    # the look for work must go on.
+                    log.error("gate %s: its task cannot be moved: %s", gate_id, exc)
+                else:
+                    log.info("gate %s: its task is where the gate says now", gate_id)
+                del self._unmoved[gate_id]
+
     async def _settle_gated(self) -> None:
         """Put each paused or done task where the gates against its runs say.
 
         A gate and the task it pauses or continues are two writes: a kill
-        between them, or a failed second one (answered 1008, the gate kept),
-        leaves a task paused although every gate against it is resolved, or
-        done although a gate filed against its last run waits. Looked at
-        before any task is claimed; a store that cannot be written yet is
-        looked at again by the next start.
+        between them leaves a task paused although every gate against it
+        is resolved, or done although a gate filed against its last run
+        waits. Looked at before any task is claimed, ``_moving`` held; a
+        store that cannot be written yet is looked at again at the next
+        look for work.
         """
         stores = self._host.stores
+        again, self._unsettled = self._unsettled, False
         try:
+            # What waits, what is paused, and the gates against paused
+            # tasks: not every gate and task ever stored.
+            waiting: dict[str, GateState] = {}
+            for gate in await stores.gates.open_against_runs():
+                assert gate.run is not None
+                waiting.setdefault(gate.run, gate)
+            tasks = await stores.tasks.gated(waiting)
+            paused = {run for task in tasks if task.status == "paused" for run in task.runs}
             against: dict[str, list[GateState]] = {}
-            for gate in await stores.gates.all():
-                if gate.run is not None:
-                    against.setdefault(gate.run, []).append(gate)
-            for task in await stores.tasks.all():
-                if task.status == "done" and task.runs:
-                    if any(gate.status == "open" for gate in against.get(task.runs[-1], ())):
-                        log.warning("task %s: paused, a gate against its last run waits", task.id)
-                        await self._set(task, status="paused")
-                elif task.status == "paused":
-                    gates = [gate for run in task.runs for gate in against.get(run, ())]
-                    if gates and all(gate.status == "resolved" for gate in gates):
-                        last = max(gates, key=lambda gate: gate.resolved_at or 0.0)
-                        log.warning("task %s: continued, gate %s is resolved", task.id, last.id)
-                        await self.gate_resolved(last)
+            for gate in await stores.gates.against(paused):
+                assert gate.run is not None
+                against.setdefault(gate.run, []).append(gate)
+            for task in tasks:
+                if task.status == "done":
+                    log.warning("task %s: paused, a gate against its last run waits", task.id)
+                    await self._move(waiting[task.runs[-1]])
+                    continue
+                gates = [gate for run in task.runs for gate in against.get(run, ())]
+                if gates and all(gate.status == "resolved" for gate in gates):
+                    last = max(gates, key=lambda gate: gate.resolved_at or 0.0)
+                    log.warning("task %s: continued, gate %s is resolved", task.id, last.id)
+                    await self._move(last)
         except StorageError as exc:
-            log.error("tasks could not be put where their gates say: %s", exc)
+            self._unsettled = True
+            # Logged when it first failed: each try would repeat it.
+            level = logging.DEBUG if again else logging.ERROR
+            log.log(level, "tasks could not be put where their gates say yet: %s", exc)
 
     async def _work(self) -> None:
         host = self._host
@@ -193,6 +277,7 @@ class TaskRunner:
             try:
                 # Taken before the claim: a task queued while it runs still wakes us.
                 queued = self._queued.next()
+                await self._catch_up()
                 lease_s = host.org.daemon.lease_s
                 now = host.clock()
                 log.debug("looking for a task to run")

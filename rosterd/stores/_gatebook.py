@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bisect import insort
+from collections.abc import Iterable
 
 from ..compiler import GateIndex, GateView
 from ..protocol import GateState
@@ -10,6 +11,12 @@ from ..protocol import GateState
 
 def _resolved_at(gate: GateState) -> float:
     return gate.resolved_at or 0.0
+
+
+def filing_order(gates: Iterable[GateState]) -> list[GateState]:
+    """*gates* in filing order, as every backend lists them (ids compare
+    as strings)."""
+    return sorted(gates, key=lambda g: (g.filed_at, g.id))
 
 
 class GateBook:
@@ -60,6 +67,10 @@ class GateBook:
 
     def waiting_on(self, run: str) -> bool:
         return run in self._waiting
+
+    def open_against_runs(self) -> list[GateState]:
+        """Every open gate filed against a run, in filing order."""
+        return filing_order(g for g in self._open_gates.values() if g.run is not None)
 
     def clear(self) -> None:
         self._open.clear()

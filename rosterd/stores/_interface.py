@@ -132,6 +132,15 @@ class GateStore(Protocol):
         """Whether an open gate was filed against *run*."""
         ...
 
+    async def open_against_runs(self) -> list[GateState]:
+        """Every open gate filed against a run, in filing order: as many as
+        wait, however many were ever filed."""
+        ...
+
+    async def against(self, runs: Collection[str]) -> list[GateState]:
+        """Every gate filed against one of *runs*, in filing order."""
+        ...
+
 
 class TaskStore(Protocol):
     """Queued tasks and their lifecycle."""
@@ -150,6 +159,11 @@ class TaskStore(Protocol):
 
     async def all(self) -> list[TaskState]:
         """Every task, in submission order."""
+        ...
+
+    async def gated(self, runs: Collection[str]) -> list[TaskState]:
+        """The tasks a gate may still move, once each, in submission order:
+        every paused one, and each done one whose last run is one of *runs*."""
         ...
 
     async def claim(self, holder: str, now: float, until: float) -> TaskState | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 import msgspec
@@ -9,7 +10,7 @@ import msgspec
 from ..._errors import ConflictError
 from ...compiler import GateView
 from ...protocol import GateState
-from .._gatebook import GateBook
+from .._gatebook import GateBook, filing_order
 from ._jsonl import StateTable
 
 
@@ -58,7 +59,7 @@ class FileGates:
         return [g for g in self._sorted() if worker is None or g.worker == worker]
 
     def _sorted(self) -> list[GateState]:
-        return sorted(self._table.values(), key=lambda g: (g.filed_at, g.id))
+        return filing_order(self._table.values())
 
     async def briefing_for(
         self, worker: str, resolved_since: float | None, *, cached: bool = False
@@ -68,6 +69,14 @@ class FileGates:
 
     async def waiting_on(self, run: str) -> bool:
         return self._book.waiting_on(run)
+
+    async def open_against_runs(self) -> list[GateState]:
+        return self._book.open_against_runs()
+
+    async def against(self, runs: Collection[str]) -> list[GateState]:
+        # Every gate is in memory: looking at each costs no read.
+        wanted = set(runs)
+        return filing_order(g for g in self._table.values() if g.run in wanted)
 
     async def aclose(self) -> None:
         await self._table.aclose()

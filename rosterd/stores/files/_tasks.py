@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from ...protocol import TaskState
@@ -9,6 +10,16 @@ from ._jsonl import StateTable
 from ._leases import Leases
 
 _PENDING = ("queued", "running")
+
+
+def _submission_order(tasks: Iterable[TaskState]) -> list[TaskState]:
+    return sorted(tasks, key=lambda t: (t.submitted_at, t.id))
+
+
+def _gated(task: TaskState, runs: set[str]) -> bool:
+    if task.status == "done":
+        return bool(task.runs) and task.runs[-1] in runs
+    return task.status == "paused"
 
 
 class FileTasks:
@@ -57,7 +68,12 @@ class FileTasks:
         return None if task_id is None else self._table.find(task_id)
 
     async def all(self) -> list[TaskState]:
-        return sorted(self._table.values(), key=lambda t: (t.submitted_at, t.id))
+        return _submission_order(self._table.values())
+
+    async def gated(self, runs: Collection[str]) -> list[TaskState]:
+        # Every task is in memory: looking at each costs no read.
+        wanted = set(runs)
+        return _submission_order(t for t in self._table.values() if _gated(t, wanted))
 
     async def claim(self, holder: str, now: float, until: float) -> TaskState | None:
         tasks = (self._table.find(task_id) for task_id in self._pending)

@@ -3,14 +3,16 @@ by people, on any host."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import anyio
 import msgspec
 
 from ..._errors import ConflictError, NotFoundError
 from ...compiler import GateView
 from ...protocol import GateState
-from .._gatebook import GateBook
-from ._db import Database, Numbered, encode, scalar
+from .._gatebook import GateBook, filing_order
+from ._db import Database, Numbered, Row, encode, scalar
 
 _gate = msgspec.json.Decoder(GateState)
 
@@ -38,6 +40,10 @@ _RESOLVE = (
 _CHANGED = "SELECT change, record FROM gates WHERE change > %s ORDER BY change"
 _ALL = "SELECT record FROM gates"
 _OF_WORKER = "SELECT record FROM gates WHERE worker = %s"
+# On the partial index gates_open_by_run: what waits, not what was ever filed.
+_OPEN_AGAINST_RUNS = "SELECT record FROM gates WHERE status = 'open' AND run IS NOT NULL"
+# On index gates_by_run.
+_AGAINST = "SELECT record FROM gates WHERE run = ANY(%s::text[])"
 
 
 class PostgresGates:
@@ -100,10 +106,19 @@ class PostgresGates:
             rows = await self._db.fetchall("read gates", _ALL)
         else:
             rows = await self._db.fetchall("read gates", _OF_WORKER, (worker,))
-        # Sorted here, as the file backend sorts: ids compare as strings.
-        return sorted(
-            (self._db.decode(_gate, row[0]) for row in rows), key=lambda g: (g.filed_at, g.id)
-        )
+        return self._decoded(rows)
+
+    async def open_against_runs(self) -> list[GateState]:
+        return self._decoded(await self._db.fetchall("read open gates", _OPEN_AGAINST_RUNS))
+
+    async def against(self, runs: Collection[str]) -> list[GateState]:
+        if not runs:
+            return []
+        rows = await self._db.fetchall("read gates by run", _AGAINST, (list(runs),))
+        return self._decoded(rows)
+
+    def _decoded(self, rows: list[Row]) -> list[GateState]:
+        return filing_order(self._db.decode(_gate, row[0]) for row in rows)
 
     async def briefing_for(
         self, worker: str, resolved_since: float | None, *, cached: bool = False

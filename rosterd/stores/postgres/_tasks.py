@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import msgspec
 
 from ..._errors import NotFoundError, StaleError
@@ -35,6 +37,13 @@ _TASKS = Numbered("task", "task", _task, _GET)
 # On task_runs' primary key, then tasks' own.
 _BY_RUN = "SELECT t.record FROM task_runs r JOIN tasks t ON t.n = r.task WHERE r.run = %s"
 _ALL = "SELECT record FROM tasks"
+# The paused tasks on the partial index tasks_paused, and the done ones
+# through task_runs' primary key, each row with the run that found it.
+_GATED = (
+    "SELECT NULL, record FROM tasks WHERE status = 'paused'"
+    " UNION ALL SELECT r.run, t.record FROM task_runs r JOIN tasks t ON t.n = r.task"
+    " WHERE r.run = ANY(%s::text[]) AND t.status = 'done'"
+)
 # The oldest task to run that no live host holds, on the partial index
 # tasks_pending (only tasks still to run, however many have finished);
 # SKIP LOCKED: hosts claiming at once each get a different one, or none.
@@ -116,6 +125,12 @@ class PostgresTasks:
         """Every task, in submission order."""
         rows = await self._db.fetchall("read tasks", _ALL)
         return _submission_order([self._db.decode(_task, row[0]) for row in rows])
+
+    async def gated(self, runs: Collection[str]) -> list[TaskState]:
+        rows = await self._db.fetchall("read paused tasks", _GATED, (list(runs),))
+        tasks = ((run, self._db.decode(_task, record)) for run, record in rows)
+        # A done task is found once per run given; kept once, by its last.
+        return _submission_order([t for run, t in tasks if run is None or t.runs[-1:] == (run,)])
 
     async def claim(self, holder: str, now: float, until: float) -> TaskState | None:
         params = {"holder": holder, "until": until, "now": now}
