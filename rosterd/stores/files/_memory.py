@@ -9,7 +9,8 @@ import anyio
 
 from ..._ids import check_id
 from ...compiler import MemoryIndex, MemoryItem, Retirement
-from .._indexing import IndexedMemory, index_notes, retirable
+from .._indexing import index_notes, retirable
+from .._interface import MemoryStore
 from ._jsonl import JsonlLog, id_number, read_log
 from ._opened import Opened
 
@@ -44,7 +45,7 @@ class _Notes:
             await self.retired.aclose()
 
 
-class FileMemory(IndexedMemory, Opened[_Notes]):
+class FileMemory(MemoryStore, Opened[_Notes]):
     """One append-only log of notes per worker under ``memory/<worker>.jsonl``
     and one of retirements under ``memory/retired/<worker>.jsonl``.
 
