@@ -26,7 +26,7 @@ from ..protocol import (
     describe_over_budget,
 )
 from ._chat import stream_deltas
-from ._output import emit_json, listing, read_text, short, when
+from ._output import Columns, emit_json, listing, read_text, short, when
 from ._views import summary_line
 
 _T = TypeVar("_T")
@@ -81,41 +81,38 @@ def _show_task(task: TaskState, args: _Args, socket: Path) -> None:
         print(f"error: {task.error}")
 
 
+_TASKS: Columns[TaskState] = (
+    ("TASK", lambda t: t.id),
+    ("STATUS", lambda t: t.status),
+    ("WORKER", lambda t: t.worker),
+    ("CHANNEL", lambda t: f"#{t.channel}"),
+    ("SUBMITTED", lambda t: when(t.submitted_at)),
+    ("RUNS", lambda t: len(t.runs)),
+    ("TEXT", lambda t: short(t.text)),
+)
+
+
 def _show_tasks(tasks: list[TaskState], args: _Args, socket: Path) -> None:
-    rows = (
-        (
-            t.id,
-            t.status,
-            t.worker,
-            f"#{t.channel}",
-            when(t.submitted_at),
-            len(t.runs),
-            short(t.text),
-        )
-        for t in tasks
-    )
-    headers = ("TASK", "STATUS", "WORKER", "CHANNEL", "SUBMITTED", "RUNS", "TEXT")
-    print(listing(headers, rows, "no tasks"))
+    print(listing(_TASKS, tasks, "no tasks"))
 
 
 def _show_memory_added(item: MemoryNote, args: _Args, socket: Path) -> None:
     print(f"memory {item.id} added for {args.worker} ({_where(item.channel)})")
 
 
+_NOTES: Columns[MemoryNote] = (
+    ("ID", lambda m: m.id),
+    ("SCOPE", lambda m: f"#{m.channel}" if m.channel else "*"),
+    ("AUTHOR", lambda m: _author(m.author, m.run, m.turn)),
+    ("CREATED", lambda m: when(m.created_at)),
+    ("TEXT", lambda m: short(m.text, 60)),
+)
+# With --all, the retired notes too, and how each was retired.
+_EVERY_NOTE: Columns[MemoryNote] = (*_NOTES, ("RETIRED", lambda m: _retired(m.retired)))
+
+
 def _show_memory(notes: list[MemoryNote], args: _Args, socket: Path) -> None:
-    rows = (
-        (
-            m.id,
-            f"#{m.channel}" if m.channel else "*",
-            _author(m.author, m.run, m.turn),
-            when(m.created_at),
-            short(m.text, 60),
-            *([_retired(m.retired)] if args.all else []),
-        )
-        for m in notes
-    )
-    headers = ("ID", "SCOPE", "AUTHOR", "CREATED", "TEXT", *(["RETIRED"] if args.all else []))
-    print(listing(headers, rows, f"no memory for {args.worker}"))
+    print(listing(_EVERY_NOTE if args.all else _NOTES, notes, f"no memory for {args.worker}"))
 
 
 def _show_forgotten(note: MemoryNote, args: _Args, socket: Path) -> None:
@@ -142,22 +139,20 @@ def _show_resolved(gate: GateState, args: _Args, socket: Path) -> None:
     print(f"gate {gate.id} resolved: {gate.outcome}")
 
 
+_GATES: Columns[GateState] = (
+    ("GATE", lambda g: g.id),
+    ("STATUS", lambda g: g.status),
+    ("WORKER", lambda g: g.worker),
+    ("CHANNEL", lambda g: f"#{g.channel}" if g.channel else "*"),
+    ("RUN", lambda g: g.run),
+    ("FILED", lambda g: when(g.filed_at)),
+    ("SUMMARY", lambda g: short(g.summary, 40)),
+    ("OUTCOME", lambda g: short(g.outcome, 30)),
+)
+
+
 def _show_gates(gates: list[GateState], args: _Args, socket: Path) -> None:
-    rows = (
-        (
-            g.id,
-            g.status,
-            g.worker,
-            f"#{g.channel}" if g.channel else "*",
-            g.run,
-            when(g.filed_at),
-            short(g.summary, 40),
-            short(g.outcome, 30),
-        )
-        for g in gates
-    )
-    headers = ("GATE", "STATUS", "WORKER", "CHANNEL", "RUN", "FILED", "SUMMARY", "OUTCOME")
-    print(listing(headers, rows, "no gates"))
+    print(listing(_GATES, gates, "no gates"))
 
 
 def _show_posted(message: ChannelMessage, args: _Args, socket: Path) -> None:

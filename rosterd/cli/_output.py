@@ -7,13 +7,18 @@ JSON document on stdout and nothing else there.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeAlias, TypeVar
 
 import msgspec
 
 from ..compiler import iso_time
 
 _ELLIPSIS = "..."
+
+_T = TypeVar("_T")
+# A listing's columns: each a header and the cell of an item under it.
+Columns: TypeAlias = Sequence[tuple[str, Callable[[_T], object]]]
 
 
 class UsageError(Exception):
@@ -45,10 +50,11 @@ def short(text: str | None, width: int = 60) -> str:
     return flat if len(flat) <= width else flat[: width - len(_ELLIPSIS)] + _ELLIPSIS
 
 
-def listing(headers: Sequence[str], rows: Iterable[Sequence[object]], empty: str) -> str:
-    """A table of *rows*, or the line *empty* when there are none."""
-    body = list(rows)
-    return table(headers, body) if body else empty
+def listing(columns: Columns[_T], items: Iterable[_T], empty: str) -> str:
+    """A table of *items*, a row each and a column per ``(header, cell)``
+    of *columns*, or the line *empty* when there are none."""
+    rows = [[cell(item) for _, cell in columns] for item in items]
+    return table([header for header, _ in columns], rows) if rows else empty
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]], indent: str = "") -> str:

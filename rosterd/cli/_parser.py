@@ -117,7 +117,11 @@ def _actions(commands: _Subparsers, name: str, **options: Any) -> _Subparsers:
 def _command(group: _Subparsers, name: str, **options: Any) -> _Parser:
     """A leaf command; *options* go to ``add_parser``. Its ``handler``, the
     name ``_main`` dispatches on, is its words after ``roster`` (and after
-    ``server``, which only gathers the commands that read the state)."""
+    ``server``, which only gathers the commands that read the state). An
+    epilog is laid out by hand (a format, a list of checks): printed as
+    written, not rewrapped."""
+    if "epilog" in options:
+        options["formatter_class"] = argparse.RawDescriptionHelpFormatter
     command = group.add_parser(name, **options)
     command.set_defaults(handler=command.prog.removeprefix("roster ").removeprefix("server "))
     return command
@@ -284,7 +288,6 @@ def _check_commands(commands: _Subparsers) -> None:
         description="Validate an org directory and dry-run the compiler for every worker x "
         "channel x surface, printing each block's size against its limit.",
         epilog=_CHECK_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     check.add_argument("--org", metavar="DIR", help="org directory (default: $ROSTER_ORG)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -379,7 +382,6 @@ def _server_commands(commands: _Subparsers, state: _Parser) -> _Subparsers:
         description="Print the exact compiled prompts of a run, byte for byte what the "
         "engine received: the latest turn, or every turn with --all.",
         epilog=_CONTEXT_FORMAT,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     context.add_argument("--all", action="store_true", help="every turn, not only the latest")
     _run_command(

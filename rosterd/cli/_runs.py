@@ -38,7 +38,7 @@ from ..protocol import (
     context_page,
 )
 from ..stores import read_state_runs
-from ._output import emit_json, listing, when
+from ._output import Columns, emit_json, listing, when
 from ._show import UsageSummary, render_show, summarise_usage
 
 
@@ -57,29 +57,27 @@ async def _report(state: StateLocation, run: str) -> RunReport:
     return RunReport(info=info, records=records, transcript=entries, usage=summarise_usage(entries))
 
 
+_RUNS: Columns[RunInfo] = (
+    ("RUN", lambda i: i.id),
+    ("SURFACE", lambda i: i.surface),
+    ("WORKER", lambda i: i.worker),
+    ("CHANNEL", lambda i: f"#{i.channel}" if i.channel else "-"),
+    ("STATUS", lambda i: i.status),
+    ("CREATED", lambda i: when(i.created_at)),
+    ("ENDED", lambda i: when(i.ended_at)),
+    ("TASK", lambda i: i.task),
+)
+
+
 async def runs_list(state: StateLocation, as_json: bool) -> int:
     async with read_state_runs(state) as store:
         infos = await store.all()
     if as_json:
         emit_json(infos)
         return 0
-    rows = (
-        (
-            i.id,
-            i.surface,
-            i.worker,
-            f"#{i.channel}" if i.channel else "-",
-            i.status,
-            when(i.created_at),
-            when(i.ended_at),
-            i.task,
-        )
-        for i in infos
-    )
-    headers = ("RUN", "SURFACE", "WORKER", "CHANNEL", "STATUS", "CREATED", "ENDED", "TASK")
     # A URL may hold a password: never echoed.
     where = state if isinstance(state, Path) else "the database"
-    print(listing(headers, rows, f"no runs in {where}"))
+    print(listing(_RUNS, infos, f"no runs in {where}"))
     return 0
 
 

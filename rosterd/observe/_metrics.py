@@ -9,6 +9,7 @@ own, on a thread of its own: a scrape never waits on the event loop.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -31,96 +32,92 @@ class Metrics:
         self.config = config
         # The org.toml the address comes from, for the error if it is taken.
         self._where = where
-        self.registry = registry = CollectorRegistry()
-        ProcessCollector(namespace="", registry=registry)
-        self._define_turn_metrics(registry)
-        self._define_daemon_metrics(registry)
+        self.registry = CollectorRegistry()
+        ProcessCollector(namespace="", registry=self.registry)
+        self._define_turn_metrics()
+        self._define_daemon_metrics()
         self._server: WSGIServer | None = None
         self._series: dict[tuple[str, str, str], TurnSeries] = {}
 
-    def _define_turn_metrics(self, registry: CollectorRegistry) -> None:
+    # Each metric in this daemon's own registry, never in prometheus-client's
+    # global one (where a second Metrics in one process would clash).
+    def _counter(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Counter:
+        return Counter(name, documentation, labels, registry=self.registry)
+
+    def _gauge(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Gauge:
+        return Gauge(name, documentation, labels, registry=self.registry)
+
+    def _histogram(
+        self, name: str, documentation: str, labels: Sequence[str] = (), *, buckets: Sequence[float]
+    ) -> Histogram:
+        return Histogram(name, documentation, labels, buckets=buckets, registry=self.registry)
+
+    def _define_turn_metrics(self) -> None:
         """What turns and their engine calls count."""
-        self.turns = Counter(
+        self.turns = self._counter(
             "rosterd_turns",
             "Turns and runs answered, by surface, worker, engine kind and outcome.",
             ("surface", "worker", "engine", "outcome"),
-            registry=registry,
         )
-        self.turn_seconds = Histogram(
+        self.turn_seconds = self._histogram(
             "rosterd_turn_duration_seconds",
             "Time from compiling a turn to its last engine call's answer, tool steps included.",
             ("surface", "worker"),
             buckets=_TURN_BUCKETS,
-            registry=registry,
         )
-        self.first_token = Histogram(
+        self.first_token = self._histogram(
             "rosterd_engine_first_token_seconds",
             "Time from sending a request to the first piece of its reply.",
             ("engine",),
             buckets=_TURN_BUCKETS,
-            registry=registry,
         )
-        self.tokens = Counter(
+        self.tokens = self._counter(
             "rosterd_tokens",
             "Tokens as the provider reported them: fresh input, cached input, "
             "input written to the cache, output.",
             ("worker", "engine", "kind"),
-            registry=registry,
         )
-        self.cost = Counter(
+        self.cost = self._counter(
             "rosterd_cost_usd",
             "What engine calls cost, in USD, at their model's price; calls without a price "
             "are not counted here.",
             ("worker", "engine", "model"),
-            registry=registry,
         )
-        self.cache_misses = Counter(
+        self.cache_misses = self._counter(
             "rosterd_cache_misses",
             "Engine calls whose cache verdict was not a hit, by verdict.",
             ("cause",),
-            registry=registry,
         )
-        self.rollovers = Counter(
+        self.rollovers = self._counter(
             "rosterd_rollovers",
             "Sessions that rolled over to a new one, by reason.",
             ("reason",),
-            registry=registry,
         )
 
-    def _define_daemon_metrics(self, registry: CollectorRegistry) -> None:
+    def _define_daemon_metrics(self) -> None:
         """What the daemon around the turns counts: sessions, clients,
         tasks, failures, waits."""
-        self.sessions_warm = Gauge(
-            "rosterd_sessions_warm", "Sessions warm in this daemon.", registry=registry
-        )
-        self.connections = Gauge(
-            "rosterd_connections", "Clients connected to the socket.", registry=registry
-        )
-        self.tasks = Gauge(
-            "rosterd_tasks", "Tasks in the state, by status.", ("status",), registry=registry
-        )
-        self.engine_errors = Counter(
+        self.sessions_warm = self._gauge("rosterd_sessions_warm", "Sessions warm in this daemon.")
+        self.connections = self._gauge("rosterd_connections", "Clients connected to the socket.")
+        self.tasks = self._gauge("rosterd_tasks", "Tasks in the state, by status.", ("status",))
+        self.engine_errors = self._counter(
             "rosterd_engine_errors",
             "Engine calls that failed after their retries, by engine kind and code.",
             ("engine", "code"),
-            registry=registry,
         )
-        self.gateway_calls = Counter(
+        self.gateway_calls = self._counter(
             "rosterd_gateway_calls",
             "Tool calls forwarded to the gateway, by outcome.",
             ("outcome",),
-            registry=registry,
         )
-        self.queue_wait = Histogram(
+        self.queue_wait = self._histogram(
             "rosterd_queue_wait_seconds",
             "Time a turn waited for its session: earlier turns, another host's lease.",
             buckets=_WAIT_BUCKETS,
-            registry=registry,
         )
-        self.telemetry_dropped = Counter(
+        self.telemetry_dropped = self._counter(
             "rosterd_telemetry_dropped",
             "Spans dropped because the collector was down, slow or behind.",
-            registry=registry,
         )
 
     def series(self, surface: str, worker: str, engine: str) -> TurnSeries:

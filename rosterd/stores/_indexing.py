@@ -1,58 +1,16 @@
-"""What every backend does with a worker's notes alike: number them, index
-them on the first read, decide which note a retirement may take, and answer
-every read from the index."""
+"""What every backend's ``MemoryStore`` does with a worker's notes alike:
+number them, index them on the first read, and decide which note a
+retirement may take."""
 
 from __future__ import annotations
 
 import gc
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable
 
 import anyio.to_thread
 
 from .._errors import NotFoundError
-from ..compiler import MemoryIndex, MemoryItem, MemoryView, Retirement
-from ._interface import MemoryStore
-
-
-class IndexedMemory(MemoryStore, ABC):
-    """A ``MemoryStore`` that answers every read from one ``MemoryIndex`` per
-    worker. A backend says how it numbers and keeps a new note, how it keeps a
-    retirement, and how it brings a worker's index up to date.
-
-    Derived from the Protocol, not only shaped like it: the signatures
-    spelled here are checked against it where they are written, and its
-    docstrings are theirs."""
-
-    async def add(
-        self,
-        worker: str,
-        text: str,
-        channel: str | None,
-        at: float,
-        *,
-        run: str | None = None,
-        turn: int | None = None,
-    ) -> MemoryItem:
-        return await self._append(worker, lambda n: new_note(n, text, channel, at, run, turn))
-
-    async def items(self, worker: str) -> tuple[MemoryItem, ...]:
-        return (await self._index(worker)).items()
-
-    async def retirements(self, worker: str) -> Mapping[str, Retirement]:
-        return dict((await self._index(worker)).retirements())
-
-    async def view(self, worker: str, *, cached: bool = False) -> MemoryView:
-        return (await self._index(worker, cached=cached)).snapshot()
-
-    @abstractmethod
-    async def _append(self, worker: str, note: Callable[[int], MemoryItem]) -> MemoryItem:
-        """Keep ``note(n)``, durably, where *n* is the worker's next number."""
-
-    @abstractmethod
-    async def _index(self, worker: str, *, cached: bool = False) -> MemoryIndex:
-        """*worker*'s index, holding every note kept so far (*cached*: as
-        this host holds it, if it does)."""
+from ..compiler import MemoryIndex, MemoryItem, Retirement
 
 
 async def index_notes(

@@ -1,4 +1,6 @@
-"""What every state backend provides: one Protocol per kind of state.
+"""What every state backend provides: one Protocol per kind of state, but
+memory, whose reads every backend answers alike from one index per worker:
+``MemoryStore`` is an abstract class that implements them.
 
 Sessions, the task pool, the daemon and the CLI use only these. A backend
 (``files/`` today) implements each of them; ids, channel seqs and note
@@ -18,19 +20,22 @@ check, the trace and the user turn) and ``conclude`` (the reply that
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 from ..compiler import (
     ChannelMessage,
     ContextRecord,
     GateView,
+    MemoryIndex,
     MemoryItem,
     MemoryView,
     PrefixState,
     Retirement,
 )
 from ..protocol import GateState, RunInfo, RunStatus, TaskState, TranscriptEntry
+from ._indexing import new_note
 from ._records import Posts, SessionState
 
 
@@ -62,8 +67,13 @@ class ChannelStore(Protocol):
         ...
 
 
-class MemoryStore(Protocol):
-    """Each worker's notes, eligible from the next compilation on, until retired."""
+class MemoryStore(ABC):
+    """Each worker's notes, eligible from the next compilation on, until retired.
+
+    Every backend answers a worker's reads from one ``MemoryIndex``, as
+    implemented here: it says how it numbers and keeps a new note
+    (``_append``), how it keeps a retirement (``retire``), and how it brings
+    a worker's index up to date (``_index``)."""
 
     async def add(
         self,
@@ -77,8 +87,9 @@ class MemoryStore(Protocol):
     ) -> MemoryItem:
         """A new note, durable on return: an operator's, or (with *run* and
         *turn*) one the worker wrote in that turn."""
-        ...
+        return await self._append(worker, lambda n: new_note(n, text, channel, at, run, turn))
 
+    @abstractmethod
     async def retire(
         self, worker: str, retirement: Retirement, channels: Collection[str | None] | None = None
     ) -> MemoryItem:
@@ -86,20 +97,28 @@ class MemoryStore(Protocol):
         it; with *channels*, only a note whose channel (``None``:
         worker-wide) is one of them. ``NotFoundError`` when there is no such
         live note."""
-        ...
 
     async def items(self, worker: str) -> tuple[MemoryItem, ...]:
         """Every note of *worker*, oldest first, retired ones included."""
-        ...
+        return (await self._index(worker)).items()
 
     async def retirements(self, worker: str) -> Mapping[str, Retirement]:
         """How each retired note of *worker* was retired, by note id."""
-        ...
+        return dict((await self._index(worker)).retirements())
 
     async def view(self, worker: str, *, cached: bool = False) -> MemoryView:
         """A snapshot that later additions do not change, indexed so that a
         turn ranks only the notes sharing its message's words."""
-        ...
+        return (await self._index(worker, cached=cached)).snapshot()
+
+    @abstractmethod
+    async def _append(self, worker: str, note: Callable[[int], MemoryItem]) -> MemoryItem:
+        """Keep ``note(n)``, durably, where *n* is the worker's next number."""
+
+    @abstractmethod
+    async def _index(self, worker: str, *, cached: bool = False) -> MemoryIndex:
+        """*worker*'s index, holding every note kept so far (*cached*: as
+        this host holds it, if it does)."""
 
 
 class GateStore(Protocol):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from ..._ids import check_id
 from ...compiler import ChannelMessage
@@ -27,22 +26,15 @@ class _Channel:
         await self.log.aclose()
 
 
-class FileChannels:
+class FileChannels(Opened[_Channel]):
     """One append-only log per channel under ``channels/<id>.jsonl``."""
-
-    def __init__(self, root: Path) -> None:
-        self._root = root
-        self._channels = Opened(self._open)
-
-    def __repr__(self) -> str:
-        return f"FileChannels({str(self._root)!r}, {len(self._channels)} open)"
 
     async def post_many(
         self, channel: str, posts: Sequence[tuple[str, str, float]], *, run: str | None = None
     ) -> list[ChannelMessage]:
         """Append (sender, text, at) messages in order, with one fsync; *run*
         names the session whose turn they are."""
-        state = await self._channels.get(channel)
+        state = await self._get(channel)
         # Numbered and placed in the log with no await between, so the file
         # is in seq order; racing posts share a write. A failed write leaves
         # its numbers unused.
@@ -58,11 +50,11 @@ class FileChannels:
         """The newest *limit* messages, oldest first: a history snapshot."""
         if limit <= 0:
             return ()
-        return (await self._channels.get(channel)).tail.newest(limit)
+        return (await self._get(channel)).tail.newest(limit)
 
     async def last_seq(self, channel: str) -> int:
         """The seq of the channel's newest message; 0 when it has none."""
-        return (await self._channels.get(channel)).tail.last
+        return (await self._get(channel)).tail.last
 
     async def since(
         self, channel: str, after: int, *, exclude_run: str, limit: int, cached: bool = False
@@ -74,12 +66,9 @@ class FileChannels:
         daemon holding the directory writes every post: what it holds is
         always current, *cached* or not.
         """
-        return (await self._channels.get(channel)).tail.since(after, exclude_run, limit)
+        return (await self._get(channel)).tail.since(after, exclude_run, limit)
 
     async def _open(self, channel: str) -> _Channel:
         path = self._root / f"{check_id('channel', channel)}.jsonl"
         log, messages = await JsonlLog.open(path, ChannelMessage)
         return _Channel(log, messages)
-
-    async def aclose(self) -> None:
-        await self._channels.aclose()

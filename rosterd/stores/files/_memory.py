@@ -9,7 +9,8 @@ import anyio
 
 from ..._ids import check_id
 from ...compiler import MemoryIndex, MemoryItem, Retirement
-from .._indexing import IndexedMemory, index_notes, retirable
+from .._indexing import index_notes, retirable
+from .._interface import MemoryStore
 from ._jsonl import JsonlLog, id_number, read_log
 from ._opened import Opened
 
@@ -44,7 +45,7 @@ class _Notes:
             await self.retired.aclose()
 
 
-class FileMemory(IndexedMemory):
+class FileMemory(MemoryStore, Opened[_Notes]):
     """One append-only log of notes per worker under ``memory/<worker>.jsonl``
     and one of retirements under ``memory/retired/<worker>.jsonl``.
 
@@ -53,17 +54,10 @@ class FileMemory(IndexedMemory):
     notes that share its message's words.
     """
 
-    def __init__(self, root: Path) -> None:
-        self._root = root
-        self._workers = Opened(self._open)
-
-    def __repr__(self) -> str:
-        return f"FileMemory({str(self._root)!r})"
-
     async def retire(
         self, worker: str, retirement: Retirement, channels: Collection[str | None] | None = None
     ) -> MemoryItem:
-        notes = await self._workers.get(worker)
+        notes = await self._get(worker)
         async with notes.retiring:
             item = retirable(notes.index, retirement, channels)
             await notes.retire(retirement)
@@ -71,14 +65,14 @@ class FileMemory(IndexedMemory):
         return item
 
     async def _append(self, worker: str, note: Callable[[int], MemoryItem]) -> MemoryItem:
-        notes = await self._workers.get(worker)
+        notes = await self._get(worker)
         notes.numbered += 1
         item = note(notes.numbered)
         await notes.notes.append(item, lambda: notes.index.add(item))
         return item
 
     async def _index(self, worker: str, *, cached: bool = False) -> MemoryIndex:
-        return (await self._workers.get(worker)).index
+        return (await self._get(worker)).index
 
     async def _open(self, worker: str) -> _Notes:
         name = f"{check_id('worker', worker)}.jsonl"
@@ -86,6 +80,3 @@ class FileMemory(IndexedMemory):
         retired = self._root / "retired" / name
         retirements = await read_log(retired, Retirement)
         return _Notes(log, retired, await index_notes(loaded, retirements))
-
-    async def aclose(self) -> None:
-        await self._workers.aclose()

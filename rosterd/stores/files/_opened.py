@@ -1,9 +1,10 @@
-"""What a file store opens on first use, one per key (a channel's log, a
-worker's notes), and closes together."""
+"""A file store of what it opens on first use, one per key (a channel's log,
+a worker's notes), all closed together."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 
@@ -14,21 +15,25 @@ class _Closable(Protocol):
 R = TypeVar("R", bound=_Closable)
 
 
-class Opened(Generic[R]):
-    """Each key's resource, opened by *opener* on the key's first use and
-    held until ``aclose``."""
+class Opened(Generic[R], ABC):
+    """A store under *root* holding each key's resource, opened by ``_open``
+    on the key's first use and held until ``aclose``."""
 
-    def __init__(self, opener: Callable[[str], Awaitable[R]]) -> None:
-        self._opener = opener
+    def __init__(self, root: Path) -> None:
+        self._root = root
         self._held: dict[str, R] = {}
 
-    def __len__(self) -> int:
-        return len(self._held)
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self._root)!r}, {len(self._held)} open)"
 
-    async def get(self, key: str) -> R:
+    @abstractmethod
+    async def _open(self, key: str) -> R:
+        """*key*'s resource, read from its files under the root."""
+
+    async def _get(self, key: str) -> R:
         held = self._held.get(key)
         if held is None:
-            opened = await self._opener(key)
+            opened = await self._open(key)
             # Another task may have opened the key meanwhile: the first to
             # finish is the one every caller shares, the other is closed.
             held = self._held.setdefault(key, opened)

@@ -11,7 +11,8 @@ import msgspec
 
 from ..._ids import check_id
 from ...compiler import MemoryIndex, MemoryItem, Retirement
-from .._indexing import IndexedMemory, index_notes, retirable
+from .._indexing import index_notes, retirable
+from .._interface import MemoryStore
 from ._db import Database, encode
 
 _item = msgspec.json.Decoder(MemoryItem)
@@ -56,7 +57,7 @@ class _Notes:
     read: int = 0
 
 
-class PostgresMemory(IndexedMemory):
+class PostgresMemory(MemoryStore):
     """Notes in table ``memory_notes``, retirements in ``memory_retirements``;
     each worker's indexed on this host.
 
