@@ -25,31 +25,29 @@ class Clock(Protocol):
         ...
 
 
-class SystemClock:
-    """The wall clock; its sleeps are the event loop's."""
+class _SleepsOnTheLoop:
+    """A real clock: whatever it reads, its sleeps are the event loop's."""
 
     def __repr__(self) -> str:
-        return "SystemClock()"
+        return f"{type(self).__name__}()"
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+
+
+class SystemClock(_SleepsOnTheLoop):
+    """The wall clock."""
 
     def __call__(self) -> float:
         return time.time()
 
-    async def sleep(self, seconds: float) -> None:
-        await anyio.sleep(seconds)
 
-
-class LoopClock:
+class LoopClock(_SleepsOnTheLoop):
     """The event loop's clock, which never jumps: for intervals and pacing,
     which a step of the wall clock must neither stretch nor cut short."""
 
-    def __repr__(self) -> str:
-        return "LoopClock()"
-
     def __call__(self) -> float:
         return anyio.current_time()
-
-    async def sleep(self, seconds: float) -> None:
-        await anyio.sleep(seconds)
 
 
 SYSTEM_CLOCK = SystemClock()

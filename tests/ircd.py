@@ -15,7 +15,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rosterd.bridge import IrcLink, IrcMessage
+from rosterd.bridge import IrcLink, IrcMessage, Rate
+
+# Lines go out as fast as they come: for tests that are not about the pace.
+UNPACED = Rate(5, 0.0)
 
 __all__ = ("IrcServer", "heard", "user")
 
@@ -68,7 +71,7 @@ class IrcServer:
 def user(server: IrcServer, nick: str, *channels: str) -> IrcLink:
     """Someone in *channels*, saying lines the moment they are given."""
     return IrcLink(
-        "127.0.0.1", server.port, nick, list(channels), tls=server.tls, line_interval_s=0.0
+        "127.0.0.1", server.port, nick, list(channels), tls=server.tls, send_rate=UNPACED
     )
 
 

@@ -17,12 +17,12 @@ import msgspec
 import pytest
 import trustme
 from harness import DaemonProcess, InProcessDaemon, ManualClock, daemon_in_process
-from ircd import IrcServer, heard, lines_from, user
+from ircd import UNPACED, IrcServer, heard, lines_from, user
 from orgs import simulated_engine, write_org
 from simulator import Reply, Simulator, Stall
 
 from rosterd import LOOP_CLOCK, Clock
-from rosterd.bridge import BridgeConfig, IrcBridge, IrcLink, IrcMessage, reply_lines
+from rosterd.bridge import BridgeConfig, IrcBridge, IrcLink, IrcMessage, Rate, reply_lines
 from rosterd.client import RosterClient
 from rosterd.compiler import ChannelMessage
 
@@ -55,7 +55,7 @@ def _config(socket: Path, port: int, **settings: object) -> BridgeConfig:
         worker="w0",
         channels={CHANNEL: "c0"},
         debounce_s=0.2,
-        line_interval_s=0.0,
+        send_rate=UNPACED,
         operators=("op!*@*",),
         backoff_s=0.1,
     )
@@ -202,7 +202,7 @@ async def test_a_long_reply_fits_irc_lines_comes_line_by_line_and_is_cut_with_a_
     tmp_path: Path, ircd: IrcServer
 ) -> None:
     assert len(LONG) > 3000
-    async with on_irc(tmp_path, ircd, "alice", max_lines=40, line_interval_s=0.05) as scene:
+    async with on_irc(tmp_path, ircd, "alice", max_lines=40, send_rate=Rate(5, 0.05)) as scene:
         (alice,) = scene.people
         scene.sim.script(Reply(LONG))
         alice.say(CHANNEL, "ada: tell me everything")
@@ -222,9 +222,7 @@ async def test_lines_go_out_in_a_burst_then_one_per_interval(
     tmp_path: Path, ircd: IrcServer
 ) -> None:
     clock = ManualClock()
-    async with on_irc(
-        tmp_path, ircd, "alice", clock=clock, line_burst=3, line_interval_s=2.0
-    ) as scene:
+    async with on_irc(tmp_path, ircd, "alice", clock=clock, send_rate=Rate(3, 2.0)) as scene:
         (alice,) = scene.people
         scene.sim.script(Reply("\n".join(f"line {n}" for n in range(6))))
         alice.say(CHANNEL, "ada: slowly, please")
@@ -246,9 +244,7 @@ async def test_a_nick_past_its_private_budget_is_told_once_and_runs_no_turn(
     tmp_path: Path, ircd: IrcServer
 ) -> None:
     clock = ManualClock()
-    async with on_irc(
-        tmp_path, ircd, "mallory", clock=clock, private_burst=2, private_interval_s=30.0
-    ) as scene:
+    async with on_irc(tmp_path, ircd, "mallory", clock=clock, private_rate=Rate(2, 30.0)) as scene:
         (mallory,) = scene.people
         for text in ("first question", "second question"):
             mallory.say("ada", text)

@@ -221,6 +221,39 @@ def test_usage_errors_exit_2_in_one_line(roster: Cli) -> None:
         (["memory", "list", "--worker", "a/b"], "roster: invalid params"),
         (["run", "--worker", "../x", "hi"], "roster: invalid params"),
         (["memory", "add", "--worker", "ada", " "], "roster: the memory text is empty"),
+        # Numbers an option cannot mean: never, nothing, or too many.
+        (["task", "get", "t-1", "--wait", "inf"], "roster: task get: argument --wait: 'inf' is"),
+        (["chat", "--worker", "a", "--channel", "c", "--wait", "nan"], "roster: chat: argument"),
+        (
+            [
+                "bridge",
+                "irc",
+                "--server",
+                "h:1",
+                "--nick",
+                "n",
+                "--worker",
+                "w",
+                "--line-interval",
+                "inf",
+            ],
+            "roster: bridge irc: argument --line-interval: 'inf' is not",
+        ),
+        (
+            [
+                "bridge",
+                "irc",
+                "--server",
+                "h:1",
+                "--nick",
+                "n",
+                "--worker",
+                "w",
+                "--private-burst",
+                "0",
+            ],
+            "roster: bridge irc: argument --private-burst: '0' is not",
+        ),
     ]
     for argv, start in cases:
         code, out, err = roster(*argv)

@@ -1,6 +1,7 @@
 """Chat networks as rosterd frontends: ``roster bridge irc`` (``rosterd[irc]``)."""
 
 from ._bridge import BridgeConfig, IrcBridge
+from ._budget import Rate
 from ._irc import IrcLink, IrcMessage
 from ._lines import IRC_LINE_BYTES, addressed, clean, reply_lines
 
@@ -10,6 +11,7 @@ __all__ = (
     "IrcBridge",
     "IrcLink",
     "IrcMessage",
+    "Rate",
     "addressed",
     "clean",
     "reply_lines",

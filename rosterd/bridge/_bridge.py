@@ -7,8 +7,8 @@ message), or every line where a channel's ``reply`` is ``all``. A speaker's
 lines less than ``debounce_s`` apart are held together: once one of them
 addresses the worker they are one turn, else they are posted as they were
 said. Private messages are direct runs of the worker, one per turn, within
-a budget per nick (``private_burst`` lines, then one per
-``private_interval_s``): a line past it is not read and its nick is told
+a budget per nick (``private_rate``: a burst of lines, then one per
+interval): a line past it is not read and its nick is told
 once, with a notice, so a flood costs no turns and draws no flood back.
 
 What reaches rosterd goes through one ordered queue: posts, turns and gate
@@ -35,7 +35,7 @@ from .._clock import LOOP_CLOCK, Clock
 from .._errors import RosterError
 from ..client import RosterClient, RpcError
 from ..protocol import SESSION_ERROR, Delta
-from ._budget import NickBudgets
+from ._budget import PRIVATE_RATE, SEND_RATE, NickBudgets, Rate
 from ._irc import IrcLink, IrcMessage
 from ._lines import addressed, clean, reply_lines
 
@@ -58,13 +58,10 @@ class BridgeConfig(msgspec.Struct, frozen=True):
     tls: bool = False
     debounce_s: float = 1.5
     max_lines: int = 8
-    # What the bridge sends: this many lines at once, then one per interval.
-    line_burst: int = 5
-    line_interval_s: float = 2.0
-    # What one nick may send in private, turns that cost: this many lines at
-    # once, then one per interval.
-    private_burst: int = 5
-    private_interval_s: float = 30.0
+    # How fast the bridge sends lines.
+    send_rate: Rate = SEND_RATE
+    # What one nick may send in private: turns that cost.
+    private_rate: Rate = PRIVATE_RATE
     # nick!user@host masks (glob) that may resolve gates.
     operators: tuple[str, ...] = ()
     queue_limit: int = 1000
@@ -121,7 +118,7 @@ class IrcBridge:
     def __init__(self, config: BridgeConfig, clock: Clock = LOOP_CLOCK) -> None:
         self.config = config
         self._clock = clock
-        self._private = NickBudgets(config.private_burst, config.private_interval_s)
+        self._private = NickBudgets(config.private_rate)
         self._jobs: deque[_Job] = deque()
         self._queued = anyio.Event()
         # Per IRC target (a channel, or a nick for private messages): the
@@ -151,8 +148,7 @@ class IrcBridge:
             config.nick,
             list(config.channels),
             tls=config.tls,
-            line_burst=config.line_burst,
-            line_interval_s=config.line_interval_s,
+            send_rate=config.send_rate,
             backoff_s=config.backoff_s,
             keepalive_s=config.keepalive_s,
             clock=self._clock,

@@ -1,8 +1,8 @@
 """Token buckets: how fast the bridge sends lines, and how many private
 messages one nick may send it.
 
-A bucket holds at most ``burst`` tokens and gains one each ``interval_s``
-of its clock; a line spends one. So a burst goes at once, and after it one
+A bucket of a ``Rate`` holds at most its ``burst`` of tokens and gains one
+each ``interval_s`` of its clock; a line spends one. So a burst goes at once, and after it one
 line per interval: RFC 1459's flood control (each line puts the sender 2 s
 ahead, and a server stops reading a client more than 10 s ahead) is a
 bucket of 5 and 2 s, which is also what IRC clients send at (irssi's
@@ -14,13 +14,30 @@ from __future__ import annotations
 import msgspec
 
 
-class TokenBucket:
-    """At most *burst* tokens, one more each *interval_s*; full at *now*."""
+class Rate(msgspec.Struct, frozen=True):
+    """*burst* lines at once, then one per *interval_s* (0: no limit)."""
 
-    def __init__(self, burst: int, interval_s: float, now: float) -> None:
-        self.burst = burst
-        self.interval_s = interval_s
-        self._tokens = float(burst)
+    burst: int
+    interval_s: float
+
+    def __str__(self) -> str:
+        return f"{self.burst}, then one per {self.interval_s:g} s"
+
+
+# What IRC clients send at, within RFC 1459's flood control.
+SEND_RATE = Rate(5, 2.0)
+# What one nick may send the bridge in private: each line costs a turn.
+PRIVATE_RATE = Rate(5, 30.0)
+
+
+class TokenBucket:
+    """At most *rate*'s burst of tokens, one more each of its intervals;
+    full at *now*."""
+
+    def __init__(self, rate: Rate, now: float) -> None:
+        self.burst = rate.burst
+        self.interval_s = rate.interval_s
+        self._tokens = float(rate.burst)
         self._at = now
 
     def __repr__(self) -> str:
@@ -72,21 +89,20 @@ class NickBudgets:
     so a nick that stops costs nothing and the table holds only nicks that
     spoke within the last ``burst`` intervals."""
 
-    def __init__(self, burst: int, interval_s: float) -> None:
-        self._burst = burst
-        self._interval_s = interval_s
+    def __init__(self, rate: Rate) -> None:
+        self._rate = rate
         # Least recently used first: the first to be full again.
         self._accounts: dict[str, _Account] = {}
 
     def __repr__(self) -> str:
-        return f"NickBudgets({len(self._accounts)} nicks, {self._burst} per {self._interval_s} s)"
+        return f"NickBudgets({len(self._accounts)} nicks, {self._rate})"
 
     def take(self, nick: str, now: float) -> Refused | None:
         """Spend one of *nick*'s tokens (``None``), or say why not."""
         self._forget_full(now)
         account = self._accounts.pop(nick, None)
         if account is None:
-            account = _Account(TokenBucket(self._burst, self._interval_s, now))
+            account = _Account(TokenBucket(self._rate, now))
         self._accounts[nick] = account
         wait = account.bucket.wait(now)
         if wait > 0:

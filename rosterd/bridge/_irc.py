@@ -9,9 +9,9 @@ while its own is taken (and asks for it back), reconnects with backoff when
 the server goes away, pings a server that has been silent for
 ``keepalive_s`` and leaves one still silent as long again (a half-open
 connection raises no error: only silence tells), and sends what the
-bridge says through one queue paced by a token bucket: ``line_burst`` lines
-at once, then one per ``line_interval_s`` (see ``_budget``), so replies,
-however many, never flood the server into dropping the bridge. Its time is
+bridge says through one queue paced by a token bucket: ``send_rate``'s
+burst of lines at once, then one per its interval (see ``_budget``), so
+replies, however many, never flood the server into dropping the bridge. Its time is
 its clock: the pace, the keepalive and the reconnection backoff.
 """
 
@@ -36,7 +36,7 @@ from anyio.abc import TaskGroup
 from jaraco.stream.buffer import LenientDecodingLineBuffer
 
 from .._clock import LOOP_CLOCK, Clock
-from ._budget import TokenBucket
+from ._budget import SEND_RATE, Rate, TokenBucket
 
 log = logging.getLogger("rosterd.bridge")
 
@@ -83,8 +83,7 @@ class IrcLink:
         channels: Sequence[str],
         *,
         tls: bool = False,
-        line_burst: int = 5,
-        line_interval_s: float = 2.0,
+        send_rate: Rate = SEND_RATE,
         backoff_s: float = 1.0,
         keepalive_s: float = 60.0,
         clock: Clock = LOOP_CLOCK,
@@ -94,7 +93,7 @@ class IrcLink:
         self.wanted_nick = nick
         self.channels = tuple(channels)
         self._tls = tls
-        self._pace = TokenBucket(line_burst, line_interval_s, clock())
+        self._pace = TokenBucket(send_rate, clock())
         self._backoff = backoff_s
         self._keepalive = keepalive_s
         self._clock = clock

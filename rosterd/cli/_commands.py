@@ -141,7 +141,7 @@ def _bridge_irc(args: argparse.Namespace) -> int:
     )
     try:
         # The irc library loads for this command only.
-        from ..bridge import BridgeConfig, IrcBridge
+        from ..bridge import BridgeConfig, IrcBridge, Rate
     except ImportError as exc:
         raise UsageError(
             f"the IRC bridge needs the irc extra ({exc.name} is missing): "
@@ -166,11 +166,9 @@ def _bridge_irc(args: argparse.Namespace) -> int:
         reply={c.lower(): "all" for c in args.reply_all},
         tls=args.tls,
         debounce_s=args.debounce,
-        max_lines=max(args.max_lines, 1),
-        line_burst=max(args.line_burst, 1),
-        line_interval_s=args.line_interval,
-        private_burst=max(args.private_burst, 1),
-        private_interval_s=args.private_interval,
+        max_lines=args.max_lines,
+        send_rate=Rate(args.line_burst, args.line_interval),
+        private_rate=Rate(args.private_burst, args.private_interval),
         operators=tuple(args.operator),
     )
     anyio.run(IrcBridge(config).run)

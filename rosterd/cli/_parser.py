@@ -7,6 +7,7 @@ usage mistake is one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Sequence
 from typing import Any, NoReturn, TypeAlias
@@ -91,6 +92,34 @@ def _state_options() -> _Parser:
     )
     options.add_argument("--json", action="store_true", help="print JSON for scripts")
     return options
+
+
+# The longest wait or interval an option takes, a day: past it, a number
+# is a mistake (milliseconds written as seconds), and ``inf`` meant as
+# "never" is better said by leaving the option out.
+_MAX_SECONDS = 86400.0
+# The most lines an option counts: a burst or a reply past it is a typo.
+_MAX_COUNT = 1000
+
+
+def _seconds(text: str) -> float:
+    """An option's seconds: a finite number from 0 to a day."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= _MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds from 0 to {_MAX_SECONDS:g}"
+        )
+    return value
+
+
+def _count(text: str) -> int:
+    """An option's count of lines: a whole number from 1 to 1000."""
+    if not text.strip().isdigit() or not 1 <= int(text) <= _MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to {_MAX_COUNT}")
+    return int(text)
 
 
 def _text(parser: argparse.ArgumentParser, name: str, what: str) -> None:
@@ -197,7 +226,11 @@ def _talk_commands(commands: _Subparsers, client: _Parser) -> None:
     _sender(chat)
     chat.add_argument("--socket", default=None, metavar="PATH", help="socket ($ROSTER_SOCKET)")
     chat.add_argument(
-        "--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds for the daemon"
+        "--wait",
+        type=_seconds,
+        default=0.0,
+        metavar="S",
+        help="wait up to S seconds for the daemon",
     )
 
     run = _command(
@@ -223,7 +256,7 @@ def _task_commands(commands: _Subparsers, client: _Parser) -> None:
     get.add_argument("task", metavar="ID", help="the task id")
     get.add_argument(
         "--wait",
-        type=float,
+        type=_seconds,
         metavar="SECONDS",
         help="answer once the task is done, failed or paused, waiting at most this long",
     )
@@ -332,28 +365,28 @@ def _bridge_commands(commands: _Subparsers, client: _Parser) -> None:
         metavar="MASK",
         help="nick!user@host glob that may !approve and !reject gates (repeat for more)",
     )
-    irc.add_argument("--debounce", type=float, default=1.5, metavar="S", help="default: 1.5")
-    irc.add_argument("--max-lines", type=int, default=8, metavar="N", help="default: 8")
+    irc.add_argument("--debounce", type=_seconds, default=1.5, metavar="S", help="default: 1.5")
+    irc.add_argument("--max-lines", type=_count, default=8, metavar="N", help="default: 8")
     irc.add_argument(
-        "--line-burst", type=int, default=5, metavar="N", help="lines sent at once; default: 5"
+        "--line-burst", type=_count, default=5, metavar="N", help="lines sent at once; default: 5"
     )
     irc.add_argument(
         "--line-interval",
-        type=float,
+        type=_seconds,
         default=2.0,
         metavar="S",
         help="then one line per S seconds; default: 2",
     )
     irc.add_argument(
         "--private-burst",
-        type=int,
+        type=_count,
         default=5,
         metavar="N",
         help="private messages one nick may send at once; default: 5",
     )
     irc.add_argument(
         "--private-interval",
-        type=float,
+        type=_seconds,
         default=30.0,
         metavar="S",
         help="then one per S seconds; default: 30",

@@ -118,7 +118,7 @@ class Methods:
             session=session.id,
             worker=session.worker,
             channel=session.channel,
-            turns=session.turns,
+            turns=session.progress.turns,
             system_chars=len(session.system.text),
             route_key=session.system.route_key,
         )

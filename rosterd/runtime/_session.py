@@ -137,7 +137,7 @@ class Session:
         del self._transcript[progress.messages :]
 
     def __repr__(self) -> str:
-        return f"Session({self.id!r}, {self.worker}/{self.channel}, {self.turns} turns)"
+        return f"Session({self.id!r}, {self.worker}/{self.channel}, {self._progress.turns} turns)"
 
     @property
     def id(self) -> str:
@@ -153,17 +153,10 @@ class Session:
         return self._run.info.channel
 
     @property
-    def turns(self) -> int:
-        return self._progress.turns
-
-    @property
-    def last_activity(self) -> float:
-        return self._progress.last_activity
-
-    @property
-    def briefed_at(self) -> float:
-        """When this session was last briefed: a successor goes on from there."""
-        return self._progress.briefed_at
+    def progress(self) -> Progress:
+        """Where the session stands between turns: its turns, its last
+        activity, when it was last briefed (a successor goes on from there)."""
+        return self._progress
 
     @property
     def system(self) -> SystemPrompt:
@@ -337,7 +330,10 @@ class Session:
         ttl = plan.ttl if plan is not None else None
         answered = before.answered(turn, meta.now, host.clock(), ttl, outcome.reply)
         self._commit(self._sent(answered, turn, last_seq))
-        said = ((sender, text, meta.now), (self.worker, outcome.reply.text, self.last_activity))
+        said = (
+            (sender, text, meta.now),
+            (self.worker, outcome.reply.text, self._progress.last_activity),
+        )
         # The reply and the posts durable together, before the client hears of them.
         await self._run.conclude(Posts(self.channel, said, run=self.id))
         return outcome
@@ -545,7 +541,7 @@ class SessionManager:
         at its idle limit exactly, whatever the reaper's pace.
         """
         idle = self._host.org.daemon.session_idle_s
-        if session.busy or self._host.clock() - session.last_activity < idle:
+        if session.busy or self._host.clock() - session.progress.last_activity < idle:
             return False
         if await session.stale():
             # Busy on another host: the next turn here reads it again.
@@ -691,7 +687,7 @@ class SessionManager:
             raise
         history, seen = await self._snapshot(channel, system)
         log.info("session %s started for %s in %s", session_id, worker, channel)
-        briefed_at = rolled_from.briefed_at if rolled_from is not None else None
+        briefed_at = rolled_from.progress.briefed_at if rolled_from is not None else None
         return Session(host, self, run, state, [], history, seen, briefed_at=briefed_at)
 
     async def _snapshot(
