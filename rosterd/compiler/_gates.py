@@ -44,9 +44,6 @@ class GateIndex:
     def __repr__(self) -> str:
         return f"GateIndex({self.worker!r}, {len(self._entries)} open)"
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
     def add(self, gate: Gate) -> None:
         entry = (gate.filed_at, gate.id, len(self._added), gate)
         self._added.append(entry)

@@ -127,9 +127,6 @@ class MemoryIndex:
     def __repr__(self) -> str:
         return f"MemoryIndex({len(self._items)} notes, {len(self._postings)} terms)"
 
-    def __len__(self) -> int:
-        return len(self._items)
-
     def items(self) -> tuple[MemoryItem, ...]:
         """Every note, oldest first."""
         return tuple(self._items)

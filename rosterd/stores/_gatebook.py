@@ -62,7 +62,9 @@ class GateBook:
                     break
                 if gate.worker == worker:
                     recent.append(gate)
-        index = self._open.get(worker) or GateIndex(worker)
+        index = self._open.get(worker)
+        if index is None:
+            index = GateIndex(worker)
         return index.snapshot(reversed(recent))
 
     def waiting_on(self, run: str) -> bool:
