@@ -169,15 +169,7 @@ class MemoryIndex:
 
     def snapshot(self) -> MemoryView:
         """The notes added so far, unaffected by later additions."""
-        return MemoryView(
-            self,
-            self._table.columns(),
-            {channel: (ordinals, len(ordinals)) for channel, ordinals in self._recent.items()},
-            dict(self._totals),
-            dict(self._codes),
-            dict(self._shortest),
-            self._retired,
-        )
+        return MemoryView(self)
 
     def _enter(self, item: MemoryItem) -> int:
         channel = item.channel
@@ -250,24 +242,19 @@ class MemoryView:
         "_totals",
     )
 
-    def __init__(
-        self,
-        index: MemoryIndex,
-        columns: Columns,
-        recent: dict[str | None, tuple[list[int], int]],
-        totals: dict[str | None, tuple[int, int]],
-        codes: dict[str | None, int],
-        shortest: dict[str | None, int],
-        retired: frozenset[int] = frozenset(),
-    ) -> None:
+    def __init__(self, index: MemoryIndex) -> None:
+        """*index* as it is now: the lists and columns it appends to later
+        are cut at their length now, and what it replaces is copied."""
         self._index = index
-        self._columns = columns
-        self._size = columns.size
-        self._recent = recent
-        self._totals = totals
-        self._codes = codes
-        self._shortest = shortest
-        self._retired = retired
+        self._columns = index._table.columns()
+        self._size = self._columns.size
+        self._recent = {
+            channel: (ordinals, len(ordinals)) for channel, ordinals in index._recent.items()
+        }
+        self._totals = dict(index._totals)
+        self._codes = dict(index._codes)
+        self._shortest = dict(index._shortest)
+        self._retired = index._retired
 
     def __repr__(self) -> str:
         return f"MemoryView({self._size} notes)"
