@@ -252,21 +252,20 @@ def score(
 ) -> Scored:
     """The notes of *columns* whose scope code *admitted* admits, scored
     against *query* (term to weight); *feedback* gives a note's terms."""
-    held: dict[str, Packed] = {}
-    own_ordinals, own = _bm25(columns, postings, query, admitted, held)
-    ordinals, final = _with_neighbours(columns, own_ordinals, own)
-    expansion = _expansion(columns, postings, query, ordinals, final, feedback)
+    scoring = _Scoring(columns, postings, admitted)
+    own_ordinals, own = scoring.bm25(query)
+    ordinals, final = scoring.with_neighbours(own_ordinals, own)
+    expansion = scoring.expansion(query, ordinals, final, feedback)
     if expansion:
         # Scored again as one query: a note that holds only a lent term is
         # found, and no second merge of the two passes is needed.
-        expanded = {**query, **expansion}
-        own_ordinals, own = _bm25(columns, postings, expanded, admitted, held)
-        ordinals, final = _with_neighbours(columns, own_ordinals, own)
+        own_ordinals, own = scoring.bm25({**query, **expansion})
+        ordinals, final = scoring.with_neighbours(own_ordinals, own)
     # Every note that holds a term is a candidate: its own score by candidate.
     own_by_candidate = np.zeros(len(ordinals))
     own_by_candidate[np.searchsorted(ordinals, own_ordinals)] = own
     final_scores = np.rint(final * _SCALE).astype(np.int64)
-    return Scored(ordinals, final_scores, own_by_candidate, expansion, held, columns.common)
+    return Scored(ordinals, final_scores, own_by_candidate, expansion, scoring.held, columns.common)
 
 
 def lenders(scored: Scored, columns: Columns, ordinals: Sequence[int]) -> list[int]:
@@ -295,71 +294,157 @@ def in_scope(codes: int, admitted: Sequence[int]) -> npt.NDArray[np.bool_]:
     return mask
 
 
-def _bm25(
-    columns: Columns,
-    postings: Mapping[str, array[int]],
-    query: Mapping[str, float],
-    admitted: npt.NDArray[np.bool_],
-    held: dict[str, Packed],
-) -> tuple[Ints, Floats]:
-    """Each admitted note holding a term of *query*, with its BM25 score.
-    *held* keeps the postings of each term walked, as read, so a second
-    pass (feedback's) reads only the terms the first did not."""
-    size = columns.size
-    average = columns.total / size if size and columns.total else 1.0
-    rare: list[tuple[float, str, int]] = []
-    common: list[tuple[float, str, int]] = []
-    for term, weight in query.items():
-        entries = postings.get(term)
-        if entries is None or not (cut := prefix(entries, size)):
-            continue
-        # A term more than COMMON_SHARE of the notes hold only adds to the
-        # score of notes a rarer term found: walking it for every note would
-        # cost a turn what the whole memory holds, to tell them apart by little.
-        found = (weight * _idf(size, cut), term, cut)
-        (rare if cut <= COMMON_SHARE * size else common).append(found)
-    if not rare:
-        rare, common = common, []
-    if not rare:
-        return _NONE, _NO_SCORES
-    every = _walked(postings, held, rare)
-    weights = np.repeat([weight for weight, _, _ in rare], [cut for _, _, cut in rare])
-    ordinals, summed = _summed(
-        [every >> TF_BITS], [_weighted(columns, average, weights, every)], size
-    )
-    keep = admitted[columns.channel[ordinals]]
-    ordinals, summed = ordinals[keep], summed[keep]
-    for weight, term, _ in common:
-        # Read at the candidates' places in the term's column (see NoteTable).
-        counts = columns.common[term][ordinals]
-        hit = counts > 0
-        held_by: Ints = ordinals[hit] << TF_BITS | counts[hit]
-        summed[hit] += _weighted(columns, average, weight, held_by)
-    return ordinals, summed
+class _Scoring:
+    """One query's scoring over one snapshot: the notes of *columns* whose
+    scope code *admitted* admits, scored from *postings*. ``held`` keeps the
+    postings of each term walked, as read, so a second pass (feedback's)
+    reads only the terms the first did not."""
 
+    __slots__ = ("admitted", "average", "columns", "held", "postings", "size")
 
-def _walked(
-    postings: Mapping[str, array[int]],
-    held: dict[str, Packed],
-    terms: Sequence[tuple[float, str, int]],
-) -> Ints:
-    """The first *cut* postings of each of *terms* (weight, term, cut), end to
-    end; each term's read once per query, into *held*."""
-    unread = [(term, cut) for _, term, cut in terms if term not in held]
-    if unread:
-        # One copy of them all: a view would pin the arrays, which the loop
-        # appends to.
-        copied = array("I")
-        for term, cut in unread:
-            copied += postings[term][:cut]
-        read = np.frombuffer(copied, dtype=np.uint32)
-        at = 0
-        for term, cut in unread:
-            held[term] = read[at : at + cut]
-            at += cut
-        if len(unread) == len(terms):
-            return read.astype(np.int64)
-    return np.concatenate([held[term] for _, term, _ in terms]).astype(np.int64)
+    def __init__(
+        self,
+        columns: Columns,
+        postings: Mapping[str, array[int]],
+        admitted: npt.NDArray[np.bool_],
+    ) -> None:
+        self.columns = columns
+        self.postings = postings
+        self.admitted = admitted
+        self.held: dict[str, Packed] = {}
+        self.size = size = columns.size
+        self.average = columns.total / size if size and columns.total else 1.0
+
+    def bm25(self, query: Mapping[str, float]) -> tuple[Ints, Floats]:
+        """Each admitted note holding a term of *query*, with its BM25 score."""
+        columns, postings, size = self.columns, self.postings, self.size
+        rare: list[tuple[float, str, int]] = []
+        common: list[tuple[float, str, int]] = []
+        for term, weight in query.items():
+            entries = postings.get(term)
+            if entries is None or not (cut := prefix(entries, size)):
+                continue
+            # A term more than COMMON_SHARE of the notes hold only adds to the
+            # score of notes a rarer term found: walking it for every note would
+            # cost a turn what the whole memory holds, to tell them apart by little.
+            found = (weight * _idf(size, cut), term, cut)
+            (rare if cut <= COMMON_SHARE * size else common).append(found)
+        if not rare:
+            rare, common = common, []
+        if not rare:
+            return _NONE, _NO_SCORES
+        every = self._walked(rare)
+        weights = np.repeat([weight for weight, _, _ in rare], [cut for _, _, cut in rare])
+        ordinals, summed = _summed([every >> TF_BITS], [self._weighted(weights, every)], size)
+        keep = self.admitted[columns.channel[ordinals]]
+        ordinals, summed = ordinals[keep], summed[keep]
+        for weight, term, _ in common:
+            # Read at the candidates' places in the term's column (see NoteTable).
+            counts = columns.common[term][ordinals]
+            hit = counts > 0
+            held_by: Ints = ordinals[hit] << TF_BITS | counts[hit]
+            summed[hit] += self._weighted(weight, held_by)
+        return ordinals, summed
+
+    def with_neighbours(self, ordinals: Ints, scores: Floats) -> tuple[Ints, Floats]:
+        """*ordinals* and the notes written beside them, with *scores* and
+        what the best of them lend their neighbours summed."""
+        if not len(ordinals):
+            return ordinals, scores
+        # Only the best LENDERS lend: what a weaker note would lend its
+        # neighbours could not lift them to the top of the ranking.
+        lenders = ordinals
+        lending = scores
+        if len(ordinals) > LENDERS:
+            best = np.argpartition(-scores, LENDERS)[:LENDERS]
+            lenders, lending = ordinals[best], scores[best]
+        beside = self.columns.beside(lenders)
+        there = beside >= 0
+        # Nearest place first, each place's lenders in turn: the order each
+        # note's sum adds what it is lent in, and so its rounding.
+        lent = lending * _SHARES[:, None]
+        return _summed([ordinals, beside[there]], [scores, lent[there]], self.size)
+
+    def expansion(
+        self, query: Mapping[str, float], ordinals: Ints, final: Floats, feedback: FeedbackSource
+    ) -> dict[str, float]:
+        """Up to ``FEEDBACK_TERMS`` terms of the best notes, not in *query*,
+        each with its weight: how much of those notes it makes up, by their
+        score, times its rarity."""
+        if not len(ordinals):
+            return {}
+        size = self.size
+        # Best first, ties by ordinal; a few more than needed, for long notes.
+        # Only the notes scoring at least the k-th best are sorted.
+        scores = np.rint(final * _SCALE)
+        wanted = min(len(scores), 4 * FEEDBACK_NOTES)
+        least = np.partition(scores, len(scores) - wanted)[len(scores) - wanted]
+        near = np.flatnonzero(scores >= least)
+        best = near[np.lexsort((ordinals[near], -scores[near]))][:wanted]
+        top = float(final[best[0]])
+        if top <= 0.0:
+            return {}
+        weights: dict[str, float] = {}
+        lent = 0
+        for at in best.tolist():
+            terms = feedback(int(ordinals[at]))
+            # A long note lends each of its terms a sliver of its weight, and
+            # reading them all would cost a turn what the note holds.
+            if len(terms) > FEEDBACK_NOTE_TERMS:
+                continue
+            share = float(final[at]) / top / max(len(terms), 1)
+            # A query term is never lent, so its share is not even summed.
+            for term in terms:
+                if term not in query:
+                    weights[term] = weights.get(term, 0.0) + share
+            lent += 1
+            if lent == FEEDBACK_NOTES:
+                break
+        # Negated, so the strongest sort first and a tie by term, as tuples do.
+        rare: list[tuple[float, str]] = []
+        most = COMMON_SHARE * size
+        postings = self.postings
+        for term, weight in weights.items():
+            if (holders := postings.get(term)) is None:
+                continue
+            holding = prefix(holders, size)
+            if 2 <= holding <= most:
+                rare.append((-weight * _idf(size, holding), term))
+        rare.sort()
+        chosen = rare[:FEEDBACK_TERMS]
+        if not chosen:
+            return {}
+        strongest = -chosen[0][0]
+        return {term: FEEDBACK_WEIGHT * -weight / strongest for weight, term in chosen}
+
+    def _walked(self, terms: Sequence[tuple[float, str, int]]) -> Ints:
+        """The first *cut* postings of each of *terms* (weight, term, cut), end
+        to end; each term's read once per query, into ``held``."""
+        held = self.held
+        unread = [(term, cut) for _, term, cut in terms if term not in held]
+        if unread:
+            # One copy of them all: a view would pin the arrays, which the loop
+            # appends to.
+            copied = array("I")
+            postings = self.postings
+            for term, cut in unread:
+                copied += postings[term][:cut]
+            read = np.frombuffer(copied, dtype=np.uint32)
+            at = 0
+            for term, cut in unread:
+                held[term] = read[at : at + cut]
+                at += cut
+            if len(unread) == len(terms):
+                return read.astype(np.int64)
+        return np.concatenate([held[term] for _, term, _ in terms]).astype(np.int64)
+
+    def _weighted(self, weight: float | Floats, packed: Ints) -> Floats:
+        """BM25's weight of a term (or of each entry's own term, *weight* an
+        array) in the notes of *packed*, postings entries."""
+        tf = (packed & TF_MAX).astype(np.float64)
+        norm = K1 * (1.0 - B + B * self.columns.length[packed >> TF_BITS] / self.average)
+        weighted: Floats = (weight * (K1 + 1.0)) * tf / (tf + norm)
+        return weighted
 
 
 def _entries_of(packed: Packed, ordinals: Ints) -> Ints:
@@ -372,90 +457,6 @@ def _entries_of(packed: Packed, ordinals: Ints) -> Ints:
     at = np.searchsorted(packed, (ordinals << TF_BITS).astype(np.uint32))
     found = packed[np.minimum(at, len(packed) - 1)].astype(np.int64)
     return np.where((found >> TF_BITS) == ordinals, found, -1)
-
-
-def _weighted(columns: Columns, average: float, weight: float | Floats, packed: Ints) -> Floats:
-    """BM25's weight of a term (or of each entry's own term, *weight* an
-    array) in the notes of *packed*, postings entries."""
-    tf = (packed & TF_MAX).astype(np.float64)
-    norm = K1 * (1.0 - B + B * columns.length[packed >> TF_BITS] / average)
-    weighted: Floats = (weight * (K1 + 1.0)) * tf / (tf + norm)
-    return weighted
-
-
-def _with_neighbours(columns: Columns, ordinals: Ints, scores: Floats) -> tuple[Ints, Floats]:
-    if not len(ordinals):
-        return ordinals, scores
-    # Only the best LENDERS lend: what a weaker note would lend its
-    # neighbours could not lift them to the top of the ranking.
-    lenders = ordinals
-    lending = scores
-    if len(ordinals) > LENDERS:
-        best = np.argpartition(-scores, LENDERS)[:LENDERS]
-        lenders, lending = ordinals[best], scores[best]
-    beside = columns.beside(lenders)
-    there = beside >= 0
-    # Nearest place first, each place's lenders in turn: the order each
-    # note's sum adds what it is lent in, and so its rounding.
-    lent = lending * _SHARES[:, None]
-    return _summed([ordinals, beside[there]], [scores, lent[there]], columns.size)
-
-
-def _expansion(
-    columns: Columns,
-    postings: Mapping[str, array[int]],
-    query: Mapping[str, float],
-    ordinals: Ints,
-    final: Floats,
-    feedback: FeedbackSource,
-) -> dict[str, float]:
-    """Up to ``FEEDBACK_TERMS`` terms of the best notes, not in *query*,
-    each with its weight: how much of those notes it makes up, by their
-    score, times its rarity."""
-    if not len(ordinals):
-        return {}
-    size = columns.size
-    # Best first, ties by ordinal; a few more than needed, for long notes.
-    # Only the notes scoring at least the k-th best are sorted.
-    scores = np.rint(final * _SCALE)
-    wanted = min(len(scores), 4 * FEEDBACK_NOTES)
-    least = np.partition(scores, len(scores) - wanted)[len(scores) - wanted]
-    near = np.flatnonzero(scores >= least)
-    best = near[np.lexsort((ordinals[near], -scores[near]))][:wanted]
-    top = float(final[best[0]])
-    if top <= 0.0:
-        return {}
-    weights: dict[str, float] = {}
-    lent = 0
-    for at in best.tolist():
-        held = feedback(int(ordinals[at]))
-        # A long note lends each of its terms a sliver of its weight, and
-        # reading them all would cost a turn what the note holds.
-        if len(held) > FEEDBACK_NOTE_TERMS:
-            continue
-        share = float(final[at]) / top / max(len(held), 1)
-        # A query term is never lent, so its share is not even summed.
-        for term in held:
-            if term not in query:
-                weights[term] = weights.get(term, 0.0) + share
-        lent += 1
-        if lent == FEEDBACK_NOTES:
-            break
-    # Negated, so the strongest sort first and a tie by term, as tuples do.
-    rare: list[tuple[float, str]] = []
-    most = COMMON_SHARE * size
-    for term, weight in weights.items():
-        if (holders := postings.get(term)) is None:
-            continue
-        holding = prefix(holders, size)
-        if 2 <= holding <= most:
-            rare.append((-weight * _idf(size, holding), term))
-    rare.sort()
-    chosen = rare[:FEEDBACK_TERMS]
-    if not chosen:
-        return {}
-    strongest = -chosen[0][0]
-    return {term: FEEDBACK_WEIGHT * -weight / strongest for weight, term in chosen}
 
 
 def _summed(ordinals: list[Ints], scores: list[Floats], size: int) -> tuple[Ints, Floats]:
