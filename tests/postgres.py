@@ -25,7 +25,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 from urllib.parse import quote
 
 import anyio
@@ -348,6 +348,16 @@ async def waiting_on_locks(url: str, count: int) -> None:
             await anyio.sleep(0.01)
 
 
+class _WithCursors(psycopg.AsyncConnection[TupleRow]):
+    """A connection whose cursors are of ``cursor_class``: a counting one."""
+
+    cursor_class: ClassVar[type[psycopg.AsyncCursor[TupleRow]]]
+
+    def __init__(self, pgconn: PGconn, row_factory: AsyncRowFactory[TupleRow] = tuple_row) -> None:
+        super().__init__(pgconn, row_factory)
+        self.cursor_factory = self.cursor_class
+
+
 class RoundTrips:
     """The round trips a pool's connections make to the server, counted at
     psycopg's level: give ``connection_class`` to ``PostgresState``.
@@ -412,12 +422,8 @@ class RoundTrips:
                 if piped and self.pgresult is None:
                     synced(self.connection)
 
-        class Connection(psycopg.AsyncConnection[TupleRow]):
-            def __init__(
-                self, pgconn: PGconn, row_factory: AsyncRowFactory[TupleRow] = tuple_row
-            ) -> None:
-                super().__init__(pgconn, row_factory)
-                self.cursor_factory = Cursor
+        class Connection(_WithCursors):
+            cursor_class = Cursor
 
             @asynccontextmanager
             async def pipeline(self) -> AsyncIterator[AsyncPipeline]:
@@ -479,12 +485,8 @@ class RecordsRead:
                 fetched(rows)
                 return rows
 
-        class Connection(psycopg.AsyncConnection[TupleRow]):
-            def __init__(
-                self, pgconn: PGconn, row_factory: AsyncRowFactory[TupleRow] = tuple_row
-            ) -> None:
-                super().__init__(pgconn, row_factory)
-                self.cursor_factory = Cursor
+        class Connection(_WithCursors):
+            cursor_class = Cursor
 
         return Connection
 

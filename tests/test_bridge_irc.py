@@ -100,6 +100,18 @@ async def on_irc(
 
 
 @asynccontextmanager
+async def on_manual_clock(
+    root: Path, server: IrcServer, nick: str, **settings: object
+) -> AsyncIterator[tuple[Scene, IrcLink, ManualClock]]:
+    """:func:`on_irc` with one *nick* in the channel and the bridge on a
+    clock only the test moves: for its pace and budgets."""
+    clock = ManualClock()
+    async with on_irc(root, server, nick, clock=clock, **settings) as scene:
+        (person,) = scene.people
+        yield scene, person, clock
+
+
+@asynccontextmanager
 async def bridged(config: BridgeConfig, clock: Clock = LOOP_CLOCK) -> AsyncIterator[IrcBridge]:
     bridge = IrcBridge(config, clock)
     async with anyio.create_task_group() as tg:
@@ -221,9 +233,8 @@ async def test_a_long_reply_fits_irc_lines_comes_line_by_line_and_is_cut_with_a_
 async def test_lines_go_out_in_a_burst_then_one_per_interval(
     tmp_path: Path, ircd: IrcServer
 ) -> None:
-    clock = ManualClock()
-    async with on_irc(tmp_path, ircd, "alice", clock=clock, send_rate=Rate(3, 2.0)) as scene:
-        (alice,) = scene.people
+    pace = Rate(3, 2.0)
+    async with on_manual_clock(tmp_path, ircd, "alice", send_rate=pace) as (scene, alice, clock):
         scene.sim.script(Reply("\n".join(f"line {n}" for n in range(6))))
         alice.say(CHANNEL, "ada: slowly, please")
         # The burst goes at once: the clock has not moved.
@@ -243,9 +254,9 @@ def _private(message: IrcMessage) -> bool:
 async def test_a_nick_past_its_private_budget_is_told_once_and_runs_no_turn(
     tmp_path: Path, ircd: IrcServer
 ) -> None:
-    clock = ManualClock()
-    async with on_irc(tmp_path, ircd, "mallory", clock=clock, private_rate=Rate(2, 30.0)) as scene:
-        (mallory,) = scene.people
+    budget = Rate(2, 30.0)
+    async with on_manual_clock(tmp_path, ircd, "mallory", private_rate=budget) as scene_now:
+        scene, mallory, clock = scene_now
         for text in ("first question", "second question"):
             mallory.say("ada", text)
             answer = await heard(mallory, _private)

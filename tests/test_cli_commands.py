@@ -213,6 +213,7 @@ def test_status(roster: Cli, daemon: DaemonProcess) -> None:
 
 
 def test_usage_errors_exit_2_in_one_line(roster: Cli) -> None:
+    bridge = ["bridge", "irc", "--server", "h:1", "--nick", "n", "--worker", "w"]
     cases = [
         (["task"], "roster: task: the following arguments are required: ACTION"),
         (["run", "hello"], "roster: run: the following arguments are required: --worker"),
@@ -225,35 +226,10 @@ def test_usage_errors_exit_2_in_one_line(roster: Cli) -> None:
         (["task", "get", "t-1", "--wait", "inf"], "roster: task get: argument --wait: 'inf' is"),
         (["chat", "--worker", "a", "--channel", "c", "--wait", "nan"], "roster: chat: argument"),
         (
-            [
-                "bridge",
-                "irc",
-                "--server",
-                "h:1",
-                "--nick",
-                "n",
-                "--worker",
-                "w",
-                "--line-interval",
-                "inf",
-            ],
-            "roster: bridge irc: argument --line-interval: 'inf' is not",
+            [*bridge, "--line-interval", "inf"],
+            "roster: bridge irc: argument --line-interval: 'inf'",
         ),
-        (
-            [
-                "bridge",
-                "irc",
-                "--server",
-                "h:1",
-                "--nick",
-                "n",
-                "--worker",
-                "w",
-                "--private-burst",
-                "0",
-            ],
-            "roster: bridge irc: argument --private-burst: '0' is not",
-        ),
+        ([*bridge, "--private-burst", "0"], "roster: bridge irc: argument --private-burst: '0' is"),
     ]
     for argv, start in cases:
         code, out, err = roster(*argv)

@@ -17,7 +17,7 @@ from harness import REPO
 
 from rosterd import EngineError
 from rosterd.compiler import RunMeta, compile_system
-from rosterd.engines import ENGINES, Engine, EngineRequest, open_engine
+from rosterd.engines import ENGINES, Engine, EngineReply, EngineRequest, open_engine
 from rosterd.org import EngineConfig, EngineKind, Surface, load_org
 from rosterd.protocol import ChatMessage, WaitReason
 
@@ -147,86 +147,68 @@ async def test_the_reply_is_streamed_and_returned_whole(kind: str) -> None:
         assert json.loads(sent[0].content)["model"] == "contract-model"
 
 
-@pytest.mark.parametrize("kind", sorted(k for k, stream in PROVIDER_REPLIES.items() if stream))
-async def test_a_429_with_retry_after_is_retried(kind: str) -> None:
+HTTP_KINDS = sorted(k for k, stream in PROVIDER_REPLIES.items() if stream)
+
+
+def _stream(kind: str) -> httpx.Response:
     stream = PROVIDER_REPLIES[kind]
     assert stream is not None
-    answers = [
-        httpx.Response(429, headers={"retry-after": "0"}, json={"error": {"message": "slow down"}}),
-        httpx.Response(200, content=stream(), headers={"content-type": "text/event-stream"}),
-    ]
+    return httpx.Response(200, content=stream(), headers={"content-type": "text/event-stream"})
+
+
+async def _complete(
+    kind: str, answers: list[httpx.Response], request: EngineRequest, waits: list[WaitReason]
+) -> EngineReply:
+    """*request* to an engine of *kind* whose provider gives *answers*, one a
+    call (those left were never asked for); *waits* hears each wait."""
 
     def handler(request: httpx.Request) -> httpx.Response:
         return answers.pop(0)
 
-    engine = _engine(kind, handler)
-    waits: list[str] = []
-
     async def on_wait(reason: WaitReason, retry_in_s: float | None) -> None:
         waits.append(reason)
 
     async def ignore(text: str) -> None:
         pass
 
+    engine = _engine(kind, handler)
     try:
-        reply = await engine.complete(_request(), ignore, on_wait)
+        return await engine.complete(request, ignore, on_wait)
     finally:
         await engine.aclose()
+
+
+def _429(retry_after: str) -> httpx.Response:
+    headers = {"retry-after": retry_after}
+    return httpx.Response(429, headers=headers, json={"error": {"message": "slow down"}})
+
+
+@pytest.mark.parametrize("kind", HTTP_KINDS)
+async def test_a_429_with_retry_after_is_retried(kind: str) -> None:
+    answers, waits = [_429("0"), _stream(kind)], list[WaitReason]()
+    reply = await _complete(kind, answers, _request(), waits)
     assert reply.text == "".join(REPLY)
     assert answers == [] and waits == ["rate_limited"]
 
 
-@pytest.mark.parametrize("kind", sorted(k for k, stream in PROVIDER_REPLIES.items() if stream))
+@pytest.mark.parametrize("kind", HTTP_KINDS)
 async def test_an_impatient_call_does_not_wait_out_a_retry_after(kind: str) -> None:
-    calls = 0
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        nonlocal calls
-        calls += 1
-        return httpx.Response(
-            429, headers={"retry-after": "3600"}, json={"error": {"message": "slow down"}}
-        )
-
-    engine = _engine(kind, handler)
-    waits: list[WaitReason] = []
-
-    async def on_wait(reason: WaitReason, retry_in_s: float | None) -> None:
-        waits.append(reason)
-
-    async def ignore(text: str) -> None:
-        pass
-
-    try:
-        with pytest.raises(EngineError) as failed:
-            impatient = msgspec.structs.replace(_request(), patient=False)
-            await engine.complete(impatient, ignore, on_wait)
-    finally:
-        await engine.aclose()
-    assert calls == 1 and waits == []
+    answers, waits = [_429("3600"), _stream(kind)], list[WaitReason]()
+    impatient = msgspec.structs.replace(_request(), patient=False)
+    with pytest.raises(EngineError) as failed:
+        await _complete(kind, answers, impatient, waits)
+    assert len(answers) == 1 and waits == []
     assert failed.value.retryable and failed.value.retry_after == 3600
 
 
-@pytest.mark.parametrize("kind", sorted(k for k, stream in PROVIDER_REPLIES.items() if stream))
+@pytest.mark.parametrize("kind", HTTP_KINDS)
 async def test_a_refusal_fails_at_once_without_the_key(kind: str) -> None:
-    calls = 0
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        nonlocal calls
-        calls += 1
-        # A provider that echoes the key it was sent, as some do.
-        return httpx.Response(400, json={"error": {"message": f"bad request for key {SECRET}"}})
-
-    engine = _engine(kind, handler)
-
-    async def ignore(text: str) -> None:
-        pass
-
-    try:
-        with pytest.raises(EngineError) as failed:
-            await engine.complete(_request(), ignore)
-    finally:
-        await engine.aclose()
-    assert calls == 1
+    # A provider that echoes the key it was sent, as some do.
+    refusal = httpx.Response(400, json={"error": {"message": f"bad request for key {SECRET}"}})
+    answers, waits = [refusal, _stream(kind)], list[WaitReason]()
+    with pytest.raises(EngineError) as failed:
+        await _complete(kind, answers, _request(), waits)
+    assert len(answers) == 1 and waits == []
     assert SECRET not in str(failed.value)
     assert "400" in str(failed.value)
 

@@ -141,32 +141,27 @@ def test_out_of_range_budget_names_the_key(tmp_path: Path) -> None:
     assert ">= 1" in str(error)
 
 
+# Every table that takes durations, by one of its keys.
+DURATION_KEYS = [
+    *("daemon.session_idle_s", "daemon.drain_s", "daemon.lease_s", "daemon.idle_timeout_s"),
+    *("engine.timeout_s", "workers.ada.engine.breaker_cooldown_s", "engines.big.timeout_s"),
+    *("gateway.timeout_s", "telemetry.timeout_s"),
+]
+PAST_A_WEEK = [("inf", "<= 604800"), ("1e300", "<= 604800"), ("604801", "<= 604800")]
+# Under the least a key takes: 0, or a second for a lease.
+NOT_POSITIVE = [("nan", "Expected `float` >"), ("-inf", "Expected `float` >")]
+COUNTS = [("daemon.task_workers", "4000000", "<= 1024"), ("engine.max_retries", "100000", "<= 100")]
+
+
 @pytest.mark.parametrize(
-    ("toml", "key", "says"),
-    [
-        ("[daemon]\nsession_idle_s = inf\n", "daemon.session_idle_s", "<= 604800"),
-        ("[daemon]\nsession_idle_s = nan\n", "daemon.session_idle_s", "> 0"),
-        ("[daemon]\nsession_idle_s = -inf\n", "daemon.session_idle_s", "> 0"),
-        ("[daemon]\ndrain_s = 1e300\n", "daemon.drain_s", "<= 604800"),
-        ("[daemon]\nlease_s = inf\n", "daemon.lease_s", "<= 604800"),
-        ("[daemon]\nidle_timeout_s = 604801\n", "daemon.idle_timeout_s", "<= 604800"),
-        ("[daemon]\ntask_workers = 4000000\n", "daemon.task_workers", "<= 1024"),
-        ("[engine]\ntimeout_s = inf\n", "engine.timeout_s", "<= 604800"),
-        ("[engine]\nmax_retries = 100000\n", "engine.max_retries", "<= 100"),
-        (
-            "[workers.ada.engine]\nbreaker_cooldown_s = 1e300\n",
-            "workers.ada.engine.breaker_cooldown_s",
-            "<= 604800",
-        ),
-        ("[engines.big]\ntimeout_s = inf\n", "engines.big.timeout_s", "<= 604800"),
-        ("[gateway]\ntimeout_s = inf\n", "gateway.timeout_s", "<= 604800"),
-        ("[telemetry]\ntimeout_s = 1e300\n", "telemetry.timeout_s", "<= 604800"),
-    ],
+    ("key", "value", "says"),
+    [(key, *bad) for key in DURATION_KEYS for bad in PAST_A_WEEK + NOT_POSITIVE] + COUNTS,
 )
 def test_a_duration_or_count_past_its_bound_is_an_error_naming_the_key(
-    tmp_path: Path, toml: str, key: str, says: str
+    tmp_path: Path, key: str, value: str, says: str
 ) -> None:
-    error = load_error(make_org(tmp_path, BASE_TOML + "\n" + toml))
+    table, name = key.rsplit(".", 1)
+    error = load_error(make_org(tmp_path, f"{BASE_TOML}\n[{table}]\n{name} = {value}\n"))
     assert error.key == key
     assert f"`{key}`" in str(error) and says in str(error)
 

@@ -143,41 +143,32 @@ async def _reload_with_an_edit_after_the_read(
     return reloaded[0]
 
 
+@pytest.mark.parametrize(
+    ("first", "then", "read", "final"),
+    [
+        (("total = 48000", "total = 40000"), ("total = 40000", "total = 100000"), 40000, 100000),
+        # The fix of a broken org: without a reload the daemon would report
+        # the error, and keep the old org, until another edit.
+        (("[workers.grace]", "[workers.grace"), ("[workers.grace", "[workers.grace]"), None, 48000),
+    ],
+    ids=["edit", "fix"],
+)
 async def test_an_edit_landing_just_after_a_reload_read_the_files_is_a_change(
-    tmp_path: Path,
+    tmp_path: Path, first: tuple[str, str], then: tuple[str, str], read: int | None, final: int
 ) -> None:
     org_dir = copy_org(tmp_path / "org")
     source = await OrgSource.load(org_dir)
     toml = org_dir / "org.toml"
-    _edit(toml, "total = 48000", "total = 40000")
+    _edit(toml, *first)
 
-    read = await _reload_with_an_edit_after_the_read(
-        source, lambda: _edit(toml, "total = 40000", "total = 100000")
-    )
-    assert read is not None and read.context.total == 40000
-    # (An edit of another size: one of the same size within one tick of the
-    # file system's clock would leave the stamp as it was.)
-    # What was read is not what is on disk: the next check must say so.
+    reloaded = await _reload_with_an_edit_after_the_read(source, lambda: _edit(toml, *then))
+    assert (reloaded.context.total if reloaded is not None else None) == read
+    assert (source.error is None) == (reloaded is not None)
+    # What was read is not what is on disk: the next check must say so. (An
+    # edit of the same size within one tick of the file system's clock
+    # would leave the stamp as it was.)
     assert await source.changed()
     assert await source.changed("ada", "general")
     reread = await source.reload()
-    assert reread is not None and reread.context.total == 100000
-
-
-async def test_a_fix_landing_just_after_a_reload_read_the_broken_files_is_a_change(
-    tmp_path: Path,
-) -> None:
-    org_dir = copy_org(tmp_path / "org")
-    source = await OrgSource.load(org_dir)
-    toml = org_dir / "org.toml"
-    _edit(toml, "[workers.grace]", "[workers.grace")
-
-    failed = await _reload_with_an_edit_after_the_read(
-        source, lambda: _edit(toml, "[workers.grace", "[workers.grace]")
-    )
-    assert failed is None and source.error is not None
-    # The fix came after the broken text was read: without a reload now the
-    # daemon would report the error, and keep the old org, until another edit.
-    assert await source.changed()
-    assert await source.reload() is not None
+    assert reread is not None and reread.context.total == final
     assert source.error is None

@@ -11,7 +11,7 @@ import itertools
 import os
 import stat
 import subprocess
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,15 @@ from test_stores_runs import entry, session_info, system_record, with_content
 from rosterd import StorageError
 from rosterd.client import RosterClient, RpcError
 from rosterd.compiler import PrefixState
-from rosterd.protocol import Call, ChannelPost, GateFile, GateState, MemoryAdd, RunsContext
+from rosterd.protocol import (
+    Call,
+    ChannelPost,
+    GateFile,
+    GateState,
+    MemoryAdd,
+    RunsContext,
+    TaskState,
+)
 from rosterd.stores.files import FileChannels, FileGates, FilePrefixes, FileRuns
 
 
@@ -367,6 +375,24 @@ async def test_a_record_that_hits_a_full_disk_fails_1008_and_its_number_is_never
     assert all(b"yyyy" not in log.read_bytes() for log in (tmpfs / "state").rglob("*.jsonl"))
 
 
+async def _done_and_a_gate_filer(
+    client: RosterClient,
+) -> tuple[TaskState, Callable[[], Awaitable[GateState]]]:
+    """A task of ada's in #releases, done, whose state (its text and reply)
+    is too big for a disk a gate's small write still fits on; and a call
+    that files a gate against its run."""
+    task = await client.task_submit("ada", "releases", "z" * 20_000)
+    done = await wait_task(client, task.id, "done")
+    return done, partial(client.gate_file, "ada", "sign-off?", channel="releases", run=done.runs[0])
+
+
+def _assert_continued(task: TaskState, gate: str) -> None:
+    """*task* ran again, continued with *gate*'s approval."""
+    assert len(task.runs) == 2
+    assert task.continuation is not None
+    assert (task.continuation.gate, task.continuation.outcome) == (gate, "approved")
+
+
 @pytest.mark.anyio
 async def test_a_gate_whose_task_pause_fails_is_filed_once_and_its_resolution_continues_the_task(
     on_tmpfs: DaemonProcess, tmpfs: Path
@@ -377,24 +403,19 @@ async def test_a_gate_whose_task_pause_fails_is_filed_once_and_its_resolution_co
     # gate. Resolving it continues the task, whose pause was never written.
     with on_tmpfs.start() as daemon:
         async with await daemon.client() as client:
-            task = await client.task_submit("ada", "releases", "z" * 20_000)
-            done = await wait_task(client, task.id, "done")
+            done, file = await _done_and_a_gate_filer(client)
             filler = fill(tmpfs, 16_000)
             try:
-                gate = await client.gate_file(
-                    "ada", "sign-off?", channel="releases", run=done.runs[0]
-                )
+                gate = await file()
             finally:
                 filler.unlink()
             listed = await client.gate_list()
             await client.gate_resolve(gate.id, "approved", note="go")
-            finished = await wait_task(client, task.id, "done")
+            finished = await wait_task(client, done.id, "done")
         log = daemon.log()
     assert listed == [gate]
     assert f"gate {gate.id}: its task (run {done.runs[0]}) is not moved yet" in log
-    assert len(finished.runs) == 2
-    assert finished.continuation is not None
-    assert (finished.continuation.gate, finished.continuation.outcome) == (gate.id, "approved")
+    _assert_continued(finished, gate.id)
 
 
 @pytest.mark.anyio
@@ -410,11 +431,7 @@ async def test_a_task_whose_gate_write_stands_is_moved_once_the_disk_has_room_ag
     # only at its next start.
     with on_tmpfs.start() as daemon:
         async with await daemon.client() as client:
-            task = await client.task_submit("ada", "releases", "z" * 20_000)
-            done = await wait_task(client, task.id, "done")
-            file = partial(
-                client.gate_file, "ada", "sign-off?", channel="releases", run=done.runs[0]
-            )
+            task, file = await _done_and_a_gate_filer(client)
             gate = await file() if failing == "gate.resolve" else None
             filler = fill(tmpfs, 16_000)
             try:
@@ -430,9 +447,7 @@ async def test_a_task_whose_gate_write_stands_is_moved_once_the_disk_has_room_ag
     assert (before.status, after.status) == moved
     if failing == "gate.resolve":
         assert gate.outcome == "approved"
-        assert len(after.runs) == 2
-        assert after.continuation is not None
-        assert after.continuation.gate == gate.id
+        _assert_continued(after, gate.id)
 
 
 @pytest.mark.anyio
@@ -450,11 +465,7 @@ async def test_a_gate_whose_task_write_fails_still_moves_the_task_after_a_kill(
     # the disk has room.
     with on_tmpfs.start() as daemon:
         async with await daemon.client() as client:
-            task = await client.task_submit("ada", "releases", "z" * 20_000)
-            done = await wait_task(client, task.id, "done")
-            file = partial(
-                client.gate_file, "ada", "sign-off?", channel="releases", run=done.runs[0]
-            )
+            task, file = await _done_and_a_gate_filer(client)
             if failing == "gate.resolve":
                 gate = await file()
                 assert (await client.task_get(task.id)).status == "paused"
@@ -481,9 +492,7 @@ async def test_a_gate_whose_task_write_fails_still_moves_the_task_after_a_kill(
             (resolved,) = await client.gate_list()
             finished = await wait_task(client, task.id, "done")
     assert resolved.outcome == "approved"
-    assert len(finished.runs) == 2
-    assert finished.continuation is not None
-    assert (finished.continuation.gate, finished.continuation.outcome) == (gate.id, "approved")
+    _assert_continued(finished, gate.id)
 
 
 @pytest.mark.anyio
