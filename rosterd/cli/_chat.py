@@ -17,6 +17,7 @@ import anyio.to_thread
 from .._errors import RosterError
 from ..client import RosterClient, RpcError
 from ..protocol import COMPILE_FAILED, Delta, Wait
+from ._terminal import raw
 from ._views import summary_line
 
 
@@ -36,6 +37,10 @@ async def stream_deltas(delta: Delta) -> None:
     sys.stdout.write(delta.text)
     sys.stdout.flush()
 
+
+# Back to the start of the line, and clear it: the status line's own
+# control sequence, so it goes to the terminal as it is.
+_CLEAR_LINE = "\r\x1b[2K"
 
 _WAITING = {
     "queued": "queued behind other calls to the engine",
@@ -57,7 +62,8 @@ class _StatusLine:
         text = f"[{_WAITING[wait.reason]}"
         text += f", retrying in {wait.retry_in_s:.0f}s]" if wait.retry_in_s else "]"
         if self._terminal:
-            sys.stderr.write(f"\r\x1b[2K{text}")
+            raw(sys.stderr).write(_CLEAR_LINE)
+            sys.stderr.write(text)
         else:
             sys.stderr.write(f"{text}\n")
         sys.stderr.flush()
@@ -65,7 +71,7 @@ class _StatusLine:
 
     async def delta(self, delta: Delta) -> None:
         if self._shown and self._terminal:
-            sys.stderr.write("\r\x1b[2K")
+            raw(sys.stderr).write(_CLEAR_LINE)
             sys.stderr.flush()
         self._shown = False
         await stream_deltas(delta)

@@ -18,6 +18,9 @@ format, for people and for scripts that want the raw bytes::
 Every part is a header line, then exactly the stated number of bytes of
 content, then one newline that is not part of the content. With ``--json``
 it is a list of ``{turn, system, messages: [{role, content}]}`` instead.
+That holds for a pipe or a file; on a terminal the content's control
+characters are shown instead (``_terminal``), so the counts are of the
+exact bytes, not of what is shown.
 """
 
 from __future__ import annotations
