@@ -178,14 +178,24 @@ async def test_a_private_message_is_answered_privately(tmp_path: Path, ircd: Irc
         assert "a word in private" in scene.sim.requests[0].body.decode()
 
 
-async def test_quick_lines_are_one_turn_and_reply_all_answers_every_line(
-    tmp_path: Path, ircd: IrcServer
-) -> None:
+@asynccontextmanager
+async def bursting(
+    root: Path, server: IrcServer
+) -> AsyncIterator[tuple[Scene, RosterClient, IrcLink]]:
+    """:func:`on_irc` with alice in the channel, her lines up to a second
+    apart one burst, and a client of the daemon."""
     async with (
-        on_irc(tmp_path, ircd, "alice", debounce_s=1.0) as scene,
+        on_irc(root, server, "alice", debounce_s=1.0) as scene,
         await scene.daemon.client() as client,
     ):
         (alice,) = scene.people
+        yield scene, client, alice
+
+
+async def test_quick_lines_are_one_turn_and_reply_all_answers_every_line(
+    tmp_path: Path, ircd: IrcServer
+) -> None:
+    async with bursting(tmp_path, ircd) as (scene, client, alice):
         alice.say(CHANNEL, "first, the logs")
         alice.say(CHANNEL, "then the metrics")
         alice.say(CHANNEL, "@ada which one broke?")
@@ -195,6 +205,21 @@ async def test_quick_lines_are_one_turn_and_reply_all_answers_every_line(
     assert len(turns) == 1 and len(scene.sim.requests) == 1
     for line in ("first, the logs", "then the metrics", "@ada which one broke?"):
         assert json.dumps(line)[1:-1] in turns[0].content
+
+
+async def test_a_speaker_who_never_pauses_gets_a_turn_every_twenty_lines(
+    tmp_path: Path, ircd: IrcServer
+) -> None:
+    async with bursting(tmp_path, ircd) as (scene, client, alice):
+        for n in range(25):
+            alice.say(CHANNEL, f"@ada line {n}")
+        await heard(alice, _from_ada)
+        await heard(alice, _from_ada)
+        shown = await client.runs_show(await _session(client))
+    turns = [e.content for e in shown.transcript if e.role == "user"]
+    assert len(turns) == 2 and len(scene.sim.requests) == 2
+    assert [f"@ada line {n}" in turns[0] for n in (0, 19, 20)] == [True, True, False]
+    assert all(f"@ada line {n}" in turns[1] for n in range(20, 25))
 
 
 async def test_reply_all_answers_a_line_that_names_nobody(tmp_path: Path, ircd: IrcServer) -> None:

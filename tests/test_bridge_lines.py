@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import re
 
 import pytest
+from harness import ManualClock
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rosterd.bridge import addressed, clean, reply_lines
+from rosterd.bridge import IrcLink, addressed, clean, reply_lines
 
 
 @pytest.mark.parametrize(
@@ -64,3 +66,17 @@ def test_a_word_longer_than_a_line_is_cut_between_characters() -> None:
     lines = reply_lines("日本語" * 100, 31, 100, "")
     assert all(len(line.encode()) <= 31 for line in lines)
     assert "".join(lines) == "日本語" * 100
+
+
+@pytest.mark.anyio
+async def test_lines_dropped_from_a_full_outbox_are_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # No server there: everything said waits in the outbox.
+    async with IrcLink("127.0.0.1", 1, "ada", ["#ops"], clock=ManualClock()) as link:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="rosterd.bridge"):
+            for n in range(510):
+                link.say("#ops", f"line {n}")
+    dropped = [r.getMessage() for r in caplog.records if "said" in r.getMessage()]
+    assert dropped == ["500 lines wait to be said: the oldest are dropped"]

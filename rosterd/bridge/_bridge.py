@@ -4,12 +4,13 @@ Every line said in a mapped channel is posted to its rosterd channel under
 the speaker's nick, so the worker's session there sees the whole channel.
 The worker answers when addressed (``nick: …``, ``@nick``, or a private
 message), or every line where a channel's ``reply`` is ``all``. A speaker's
-lines less than ``debounce_s`` apart are held together: once one of them
-addresses the worker they are one turn, else they are posted as they were
-said. Private messages are direct runs of the worker, one per turn, within
-a budget per nick (``private_rate``: a burst of lines, then one per
-interval): a line past it is not read and its nick is told
-once, with a notice, so a flood costs no turns and draws no flood back.
+lines less than ``debounce_s`` apart are held together, up to
+``BURST_LINES`` of them: once one of them addresses the worker they are one
+turn, else they are posted as they were said. Private messages are direct
+runs of the worker, one per turn, within a budget per nick
+(``private_rate``: a burst of lines, then one per interval): a line past
+it is not read and its nick is told once, with a notice, so a flood costs
+no turns and draws no flood back.
 
 What reaches rosterd goes through one ordered queue: posts, turns and gate
 commands are delivered in the order they were said. While the daemon is
@@ -94,16 +95,27 @@ class _Command(msgspec.Struct, frozen=True):
 _Job = _Post | _Turn | _Command
 
 
+# The most lines one burst holds: a speaker who never pauses still gets a
+# turn this often, and the lines others say meanwhile do not wait behind
+# theirs without end.
+BURST_LINES = 20
+
+
 class _Burst:
     """A speaker's lines less than ``debounce_s`` apart: whether one
-    addresses the worker, whether it is over, and an event set when another
-    line comes."""
+    addresses the worker, how many there are, whether it is over, and an
+    event set when another line comes."""
 
     def __init__(self, nick: str) -> None:
         self.nick = nick
         self.addressed = False
+        self.lines = 0
         self.over = False
         self.more = anyio.Event()
+
+    @property
+    def full(self) -> bool:
+        return self.lines >= BURST_LINES
 
 
 class _Line(msgspec.Struct, frozen=True):
@@ -205,6 +217,10 @@ class IrcBridge:
             burst = self._bursts[key] = _Burst(message.nick)
             self._group.start_soon(self._close_when_quiet, message.target, burst)
         self._said.setdefault(message.target, deque()).append(_Line(burst, text))
+        burst.lines += 1
+        if burst.full:
+            # The speaker's next line starts a burst of its own.
+            del self._bursts[key]
         burst.more.set()
         mode = self.config.reply.get(message.target.lower(), "mention")
         burst.addressed |= message.private or mode == "all" or addressed(text, self._link.nick)
@@ -237,13 +253,15 @@ class IrcBridge:
         """Once *burst*'s speaker has been quiet for ``debounce_s``: a turn if
         it addressed the worker, with everything said before it posted
         first; else its lines are posted as they come to the head of the
-        line, so posts keep the order they were said in."""
-        while burst.more.is_set():
+        line, so posts keep the order they were said in. A full burst closes
+        at once."""
+        while burst.more.is_set() and not burst.full:
             burst.more = anyio.Event()
             with anyio.move_on_after(self.config.debounce_s):
                 await burst.more.wait()
         burst.over = True
-        del self._bursts[(target, burst.nick)]
+        if not burst.full:
+            del self._bursts[(target, burst.nick)]
         said = self._said[target]
         channel = self._mapped(target)
         if burst.addressed:

@@ -101,6 +101,8 @@ class IrcLink:
         self._heard_at = clock()
         self._send, self.messages = anyio.create_memory_object_stream[IrcMessage](math.inf)
         self._outbox: deque[tuple[Command, str, str]] = deque(maxlen=_OUTBOX)
+        # Lines dropped from the full outbox since it last had room.
+        self._dropped = 0
         self._queued = anyio.Event()
         self._lost = anyio.Event()
         self._joined = anyio.Event()
@@ -153,7 +155,14 @@ class IrcLink:
 
     def say(self, target: str, line: str, command: Command = "privmsg") -> None:
         """Queue *line* (one IRC line, already fitted) for *target*, said or
-        as a notice."""
+        as a notice. Past ``_OUTBOX`` lines waiting, the oldest goes."""
+        if len(self._outbox) == _OUTBOX:
+            if not self._dropped:
+                log.warning("%d lines wait to be said: the oldest are dropped", _OUTBOX)
+            self._dropped += 1
+        elif self._dropped:
+            log.warning("the outbox has room again: %d lines were dropped", self._dropped)
+            self._dropped = 0
         self._outbox.append((command, target, line))
         self._queued.set()
 
