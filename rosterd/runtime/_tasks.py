@@ -61,8 +61,10 @@ class TaskRunner:
         # held up by the store (a lock, a pool with no free connection, for
         # as long as its timeout) must not hold up the stop.
         self._looking: set[anyio.CancelScope] = set()
-        # Moves of tasks by their gates, one at a time: each reads the task
-        # and writes it, and a move between the two would be written over.
+        # Moves of tasks by their gates, and a run's end (paused or done by
+        # the gates against it), one at a time: each reads the task or its
+        # gates and writes the task, and a move between the two would be
+        # written over or missed.
         self._moving = anyio.Lock()
         # Gates whose task could not be moved (its write failed), in order,
         # and whether the start's look at every gated task failed: both
@@ -347,8 +349,11 @@ class TaskRunner:
             )
             await self._set(task, status="failed", error=failure_text(exc))
             return
-        waiting = await host.stores.gates.waiting_on(run_id)
-        await self._set(task, status="paused" if waiting else "done", reply=outcome.reply.text)
+        # A move by a gate too: a resolution between the look and the write
+        # would find the task still running, and leave it paused for good.
+        async with self._moving:
+            waiting = await host.stores.gates.waiting_on(run_id)
+            await self._set(task, status="paused" if waiting else "done", reply=outcome.reply.text)
 
     async def _answer(self, task: TaskState, run: ActiveRun, now: float) -> TurnOutcome:
         """The task's one turn: its text, and a continuation's gate outcome."""
