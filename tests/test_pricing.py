@@ -94,6 +94,11 @@ def test_a_bill_is_the_price_table_applied_to_the_raw_usage() -> None:
         ("input = -1\noutput = 2", "prices.sim-1.input"),
         ('input = "cheap"', "prices.sim-1.input"),
         ("inputs = 1", "prices.sim-1.inputs"),
+        # TOML's inf and nan: a bill at either is inf or nan, which JSON
+        # cannot hold, so the call's transcript entry would not read back.
+        ("input = 1\noutput = inf", "prices.sim-1.output"),
+        ("input = nan\noutput = 1", "prices.sim-1.input"),
+        ("input = 1\noutput = 1\ncached_input = 1e300", "prices.sim-1.cached_input"),
     ],
 )
 def test_a_bad_price_is_refused_naming_its_key(tmp_path: Path, row: str, key: str) -> None:
