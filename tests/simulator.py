@@ -213,6 +213,14 @@ class Omit(msgspec.Struct, frozen=True):
     text: str | None = None
 
 
+class Bent(msgspec.Struct, frozen=True):
+    """Answer normally, with these fields in the reply's usage object over
+    the simulator's own (OpenAI's usage chunk, Anthropic's ``message_start``):
+    a provider or proxy that reports negative, fractional or absurd counts."""
+
+    usage: dict[str, object]
+
+
 class Diagnose(msgspec.Struct, frozen=True):
     """Answer normally, with this cache miss reason (``None``: pending) in
     place of the one the simulator would find."""
@@ -236,6 +244,7 @@ Action = (
     | Omit
     | Calls
     | Diagnose
+    | Bent
 )
 
 Server = Literal["provider", "llama.cpp"]
@@ -608,8 +617,9 @@ class Simulator:
             text = action.text
         omit = action.part if isinstance(action, Omit) else None
         framing = self.framing
+        bent = action.usage if isinstance(action, Bent) else None
         answer = _Answer(
-            model, text, usage, self._delta_chars, framing.raw, calls, len(self.requests)
+            model, text, usage, self._delta_chars, framing.raw, calls, len(self.requests), bent
         )
         events = (_openai_events if api == "openai" else _anthropic_events)(answer)
         await _start_stream(stream)
@@ -1091,10 +1101,11 @@ class _Answer(NamedTuple):
     raw: bool
     calls: tuple[tuple[str, str], ...]
     number: int
+    bent: dict[str, object] | None = None
 
 
 def _openai_events(answer: _Answer) -> list[Frame]:
-    model, text, usage, size, raw, calls, number = answer
+    model, text, usage, size, raw, calls, number, bent = answer
     # With include_usage every chunk carries "usage": null but the last one.
     base = {"id": "chatcmpl-sim", "object": "chat.completion.chunk", "model": model, "usage": None}
     role = {"role": "assistant", "content": ""}
@@ -1126,6 +1137,7 @@ def _openai_events(answer: _Answer) -> list[Frame]:
             "cached_tokens": usage.read,
             "cache_write_tokens": usage.written,
         },
+        **(bent or {}),
     }
     frames.append((False, "usage", _sse({**base, "choices": [], "usage": counts}, raw)))
     frames.append((False, "done", b"data: [DONE]\n\n"))
@@ -1133,7 +1145,7 @@ def _openai_events(answer: _Answer) -> list[Frame]:
 
 
 def _anthropic_events(answer: _Answer) -> list[Frame]:
-    model, text, usage, size, raw, calls, number = answer
+    model, text, usage, size, raw, calls, number, bent = answer
     start: dict[str, Any] = {
         "type": "message_start",
         "message": {
@@ -1152,6 +1164,7 @@ def _anthropic_events(answer: _Answer) -> list[Frame]:
                     "ephemeral_1h_input_tokens": usage.written_1h,
                 },
                 "output_tokens": 1,
+                **(bent or {}),
             },
         },
     }

@@ -7,11 +7,14 @@ import json
 from pathlib import Path
 
 import anyio.to_thread
+import httpx
 import pytest
 from harness import Cli, daemon_in_process
 from httpx_sse import ServerSentEvent
 from orgs import simulated_engine, write_org
-from simulator import Reply, Simulator
+from otlp import collector
+from prometheus import free_port, promtool
+from simulator import Bent, Reply, Simulator
 
 from rosterd import ConfigError
 from rosterd.engines import AnthropicEngine, OpenAIEngine
@@ -94,6 +97,11 @@ def test_a_bill_is_the_price_table_applied_to_the_raw_usage() -> None:
         ("input = -1\noutput = 2", "prices.sim-1.input"),
         ('input = "cheap"', "prices.sim-1.input"),
         ("inputs = 1", "prices.sim-1.inputs"),
+        # TOML's inf and nan: a bill at either is inf or nan, which JSON
+        # cannot hold, so the call's transcript entry would not read back.
+        ("input = 1\noutput = inf", "prices.sim-1.output"),
+        ("input = nan\noutput = 1", "prices.sim-1.input"),
+        ("input = 1\noutput = 1\ncached_input = 1e300", "prices.sim-1.cached_input"),
     ],
 )
 def test_a_bad_price_is_refused_naming_its_key(tmp_path: Path, row: str, key: str) -> None:
@@ -170,6 +178,62 @@ async def test_an_unpriced_model_costs_unknown_never_0_and_check_warns(
     code, _, err = await anyio.to_thread.run_sync(cli, "check", "--org", str(org))
     assert code == 0
     assert "warning: model 'sim-1' has no price" in err and '[prices."sim-1"]' in err
+
+
+# Usage fields as providers and proxies have bent them: a negative count, a
+# fraction, and counts past any model's (as a float, and as a JSON integer
+# wider than int64); then a whole number sent as a float, which is a count.
+BENT: dict[str, tuple[dict[str, object], ...]] = {
+    "openai": (
+        {"prompt_tokens_details": {"cached_tokens": -4000}},
+        {"completion_tokens": 12.5},
+        {"prompt_tokens": 1e30},
+        {"completion_tokens": 10**30},
+        {"prompt_tokens_details": {"cached_tokens": 12.0}},
+    ),
+    "anthropic": (
+        {"cache_read_input_tokens": -4000},
+        {"input_tokens": 7.5},
+        {"cache_creation_input_tokens": 1e30},
+        {"input_tokens": 10**30},
+        {"cache_read_input_tokens": 12.0},
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_usage_a_provider_bends_is_unknown_and_fails_neither_a_turn_nor_a_metric(
+    tmp_path: Path, cli: Cli, kind: str
+) -> None:
+    state, listen = tmp_path / "state", f"127.0.0.1:{free_port()}"
+    async with Simulator() as sim, collector() as otlp:
+        sections = (
+            f'[prices."sim-1"]\ninput = 3\noutput = 15\n[metrics]\nlisten = "{listen}"\n'
+            f'[telemetry]\notlp_endpoint = "{otlp.url}"\n'
+        )
+        engine = simulated_engine(sim, kind)
+        org = write_org(tmp_path / "org", identity_chars=300, purpose_chars=100, engine=engine,
+                        sections=sections)  # fmt: skip
+        sim.script(*(Bent(fields) for fields in BENT[kind]))
+        async with daemon_in_process(org, state) as daemon, await daemon.client() as client:
+            opened = await client.session_open("w0", "c0")
+            for n in range(len(BENT[kind])):
+                reply = await client.session_send(opened.session, f"question {n}")
+                assert reply.text.startswith(f"Reply {n + 1}:")
+            shown = await client.runs_show(opened.session)
+            async with httpx.AsyncClient() as http:
+                exposition = (await http.get(f"http://{listen}/metrics")).content
+    *bent, whole = [e for e in shown.transcript if e.role == "assistant"]
+    # Counts that are no token counts are no usage at all: unknown, not billed.
+    assert [(e.usage, e.cost) for e in bent] == [(None, None)] * len(bent)
+    assert whole.usage is not None and whole.usage.cached_input_tokens == 12
+    assert whole.cost is not None and whole.cost.usd > 0
+    checked = promtool("check", "metrics", stdin=exposition)
+    assert (checked.returncode, checked.stderr) == (0, b"")
+    assert len(otlp.named("chat sim-1")) == len(bent) + 1
+    stats = ["server", "stats", "cost", "--state", str(state), "--json"]
+    (row,) = json.loads(await cli.in_thread(*stats))
+    assert row["calls"] == 1 and row["cost_usd"] == whole.cost.usd
 
 
 async def _reply_of(kind: str, events: list[tuple[str, dict[str, object]]]) -> Usage:

@@ -36,7 +36,7 @@ from ._base import (
     sent_arguments,
     system_segments,
 )
-from ._http import HttpEngine, ProviderHttp
+from ._http import Count, HttpEngine, ProviderHttp
 
 DEFAULT_ANTHROPIC_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
@@ -111,15 +111,15 @@ class _MessagesRequest(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 class _CacheCreation(msgspec.Struct):
-    ephemeral_5m_input_tokens: int = 0
-    ephemeral_1h_input_tokens: int = 0
+    ephemeral_5m_input_tokens: Count = 0
+    ephemeral_1h_input_tokens: Count = 0
 
 
 class _Usage(msgspec.Struct):
-    input_tokens: int | None = None
-    cache_read_input_tokens: int | None = None
-    cache_creation_input_tokens: int | None = None
-    output_tokens: int | None = None
+    input_tokens: Count | None = None
+    cache_read_input_tokens: Count | None = None
+    cache_creation_input_tokens: Count | None = None
+    output_tokens: Count | None = None
     # The writes split by lifetime, where the API reports it.
     cache_creation: _CacheCreation | None = None
 
@@ -381,21 +381,31 @@ class _Stream:
             ToolCall(id=use.id, name=use.name, arguments="".join(use.input) or "{}")
             for _, use in sorted(self._uses.items())
         )
-        u = self._usage
         text = "".join(self._parts)
+        return EngineReply(text, self._counted(), calls, self._id, self._diagnosis)
+
+    def _counted(self) -> Usage | None:
+        u = self._usage
         if u.input_tokens is None:
-            return EngineReply(text, None, calls, self._id, self._diagnosis)
-        read = u.cache_read_input_tokens or 0
-        written = u.cache_creation_input_tokens or 0
-        usage = Usage(
+            return None
+        counts = self._http.token_counts(
+            input_tokens=u.input_tokens,
+            cache_read_input_tokens=u.cache_read_input_tokens,
+            cache_creation_input_tokens=u.cache_creation_input_tokens,
+            output_tokens=u.output_tokens,
+            ephemeral_1h_input_tokens=(
+                u.cache_creation or _CacheCreation()
+            ).ephemeral_1h_input_tokens,
+        )
+        if counts is None:
+            return None
+        read, written = counts["cache_read_input_tokens"], counts["cache_creation_input_tokens"]
+        return Usage(
             # Anthropic's input_tokens counts only what came after the last
             # cache hit or write; ours includes the cached part.
-            input_tokens=(u.input_tokens or 0) + read + written,
+            input_tokens=counts["input_tokens"] + read + written,
             cached_input_tokens=read,
             cache_write_tokens=written,
-            output_tokens=u.output_tokens or 0,
-            cache_write_1h_tokens=(
-                u.cache_creation.ephemeral_1h_input_tokens if u.cache_creation else 0
-            ),
+            output_tokens=counts["output_tokens"],
+            cache_write_1h_tokens=counts["ephemeral_1h_input_tokens"],
         )
-        return EngineReply(text, usage, calls, self._id, self._diagnosis)

@@ -33,6 +33,11 @@ logger = logging.getLogger("rosterd.engines")
 # (Anthropic's 529 included) and transient gateway failures.
 _RETRY_STATUS = frozenset({408, 409, 429})
 _MESSAGE_CHARS = 500
+# A usage field as decoded: an integer, or a float where a server sends one.
+Count = int | float
+# The most tokens one usage field takes: about 10^12, far past any model's
+# context, and exact as a float (Prometheus) and an int64 (OTLP).
+MAX_TOKENS = 2**40
 
 
 class Backoff(msgspec.Struct, frozen=True):
@@ -142,6 +147,22 @@ class ProviderHttp:
             logger.warning(
                 "%s server deviation at %s: %s", self.provider, self._client.base_url, what
             )
+
+    def token_counts(self, **reported: Count | None) -> dict[str, int] | None:
+        """The provider's usage fields, by its names, as token counts (a
+        missing one is 0); ``None`` when one is none: negative, fractional
+        or past ``MAX_TOKENS``. Such usage is unknown, as if unreported,
+        rather than billed below zero or in the trillions, or refused by the
+        metrics and the trace exporter mid-turn."""
+        counts: dict[str, int] = {}
+        for name, value in reported.items():
+            value = value or 0
+            if not 0 <= value <= MAX_TOKENS or value != int(value):
+                # The field, not its value: a value per call would fill the set.
+                self.deviation(f"usage field {name} is no token count; such usage is unknown")
+                return None
+            counts[name] = int(value)
+        return counts
 
     def scrub(self, text: str) -> str:
         if self._secret is not None:

@@ -36,7 +36,7 @@ from ._base import (
     sent_arguments,
     system_segments,
 )
-from ._http import HttpEngine, ProviderHttp
+from ._http import Count, HttpEngine, ProviderHttp
 
 DEFAULT_OPENAI_URL = "https://api.openai.com/v1"
 
@@ -134,14 +134,14 @@ class _Choice(msgspec.Struct):
 
 
 class _PromptDetails(msgspec.Struct):
-    cached_tokens: int | None = None
+    cached_tokens: Count | None = None
     # Explicit prompt caching (gpt-5.6 and later): tokens written to the cache.
-    cache_write_tokens: int | None = None
+    cache_write_tokens: Count | None = None
 
 
 class _Usage(msgspec.Struct):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    prompt_tokens: Count = 0
+    completion_tokens: Count = 0
     prompt_tokens_details: _PromptDetails | None = None
 
 
@@ -292,13 +292,7 @@ class _Stream:
         # every chunk (vLLM's continuous stats, the latest wins) or not at
         # all (Ollama): then it stays unknown rather than zero.
         if chunk.usage is not None:
-            details = chunk.usage.prompt_tokens_details
-            self._usage = Usage(
-                input_tokens=chunk.usage.prompt_tokens,
-                cached_input_tokens=(details.cached_tokens or 0) if details else 0,
-                cache_write_tokens=(details.cache_write_tokens or 0) if details else 0,
-                output_tokens=chunk.usage.completion_tokens,
-            )
+            self._usage = self._counted(chunk.usage)
         for choice in chunk.choices[:1]:
             # Only the first delta of a call names its id and function; later
             # ones carry pieces of the arguments under the same index.
@@ -312,6 +306,23 @@ class _Stream:
             if choice.delta.content:
                 self._parts.append(choice.delta.content)
                 await self._on_delta(choice.delta.content)
+
+    def _counted(self, usage: _Usage) -> Usage | None:
+        details = usage.prompt_tokens_details or _PromptDetails()
+        counts = self._http.token_counts(
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            cached_tokens=details.cached_tokens,
+            cache_write_tokens=details.cache_write_tokens,
+        )
+        if counts is None:
+            return None
+        return Usage(
+            input_tokens=counts["prompt_tokens"],
+            cached_input_tokens=counts["cached_tokens"],
+            cache_write_tokens=counts["cache_write_tokens"],
+            output_tokens=counts["completion_tokens"],
+        )
 
     def reply(self) -> EngineReply:
         if not self._done:

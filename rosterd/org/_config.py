@@ -204,7 +204,12 @@ class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_steps: Positive = 8
 
 
-Usd = Annotated[float, msgspec.Meta(ge=0)]
+# The highest rate a ``[prices]`` key takes, in USD per million tokens: a
+# dollar a token, far above any model's. A bill at ``inf`` or ``nan`` (TOML
+# has both) is no number JSON holds: the call's transcript entry would not
+# read back, and its cost would be lost from ``stats cost``.
+MAX_USD_PER_MTOK = 1_000_000.0
+Usd = Annotated[float, msgspec.Meta(ge=0, le=MAX_USD_PER_MTOK)]
 
 
 class PriceConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
