@@ -3,12 +3,19 @@ provider's usage, and where operators read them (runs show, stats cost, check)."
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio.to_thread
+import genai_prices
 import httpx
+import msgspec
 import pytest
+from genai_prices import data_snapshot
 from harness import Cli, daemon_in_process
 from httpx_sse import ServerSentEvent
 from orgs import simulated_engine, write_org
@@ -20,7 +27,7 @@ from rosterd import ConfigError
 from rosterd.engines import AnthropicEngine, OpenAIEngine
 from rosterd.org import EngineConfig, PriceConfig, load_org
 from rosterd.pricing import bill, price_for
-from rosterd.protocol import Usage
+from rosterd.protocol import Price, Usage
 
 pytestmark = pytest.mark.anyio
 
@@ -89,6 +96,27 @@ def test_a_bill_is_the_price_table_applied_to_the_raw_usage() -> None:
     )
     expected = (1000 * 2 + 6000 * 0.2 + 3000 * 2.5 + 50 * 8) / 1e6
     assert bill(usage, openai, "openai").usd == pytest.approx(expected, rel=1e-3)
+
+
+def test_a_tier_applies_past_its_start_as_the_library_says_and_org_rates_stay_flat() -> None:
+    sol = EngineConfig(kind="openai", model="gpt-5.6-sol")
+    for tokens in (272_000, 272_001):
+        price = price_for(sol, None, input_tokens=tokens)
+        assert price is not None
+        usage = Usage(input_tokens=tokens, cached_input_tokens=2000, output_tokens=500)
+        counts = genai_prices.Usage(input_tokens=tokens, cache_read_tokens=2000, output_tokens=500)
+        library = genai_prices.calc_price(counts, "gpt-5.6-sol", provider_id="openai")
+        assert bill(usage, price, "openai").usd == pytest.approx(float(library.total_price))
+    base, past = price_for(sol, None), price_for(sol, None, input_tokens=272_001)
+    assert base is not None and past is not None and past.tier_above == 272_000
+    assert (base.tier_above, past.input, past.output) == (None, 2 * base.input, 1.5 * base.output)
+    # [prices] replaces a rate, tiers and all; the others keep the library's tiers.
+    mixed = price_for(sol, PriceConfig(input=4.0), input_tokens=300_000)
+    assert mixed is not None and (mixed.input, mixed.output) == (4.0, past.output)
+    # A row recorded before tiers reads as the base tier.
+    recorded = msgspec.to_builtins(past)
+    del recorded["tier_above"]
+    assert msgspec.convert(recorded, Price) == msgspec.structs.replace(past, tier_above=None)
 
 
 @pytest.mark.parametrize(
@@ -178,6 +206,74 @@ async def test_an_unpriced_model_costs_unknown_never_0_and_check_warns(
     code, _, err = await anyio.to_thread.run_sync(cli, "check", "--org", str(org))
     assert code == 0
     assert "warning: model 'sim-1' has no price" in err and '[prices."sim-1"]' in err
+
+
+@contextmanager
+def library_serving(provider_id: str, url: str) -> Iterator[None]:
+    """genai-prices' own data, with *provider_id*'s models also found at *url*
+    (as at a proxy of that provider): the library's public snapshot hook."""
+    bundled = data_snapshot.get_snapshot()
+    provider = data_snapshot.find_provider_by_id(bundled.providers, provider_id)
+    assert provider is not None
+    proxy = dataclasses.replace(provider, id="sim", api_pattern=re.escape(url))
+    providers = [proxy, *bundled.providers]
+    data_snapshot.set_custom_snapshot(data_snapshot.DataSnapshot(providers, False))
+    try:
+        yield
+    finally:
+        data_snapshot.set_custom_snapshot(None)
+
+
+def input_usage(kind: str, cached: int, fresh: int) -> dict[str, object]:
+    """A reply's input usage fields in *kind*'s shape: *cached* tokens read
+    from the cache and *fresh* ones, nothing written."""
+    if kind == "anthropic":
+        return {"input_tokens": fresh, "cache_read_input_tokens": cached,
+                "cache_creation_input_tokens": 0}  # fmt: skip
+    details = {"cached_tokens": cached, "cache_write_tokens": 0}
+    return {"prompt_tokens": cached + fresh, "prompt_tokens_details": details}
+
+
+@pytest.mark.parametrize(
+    ("kind", "model", "threshold"),
+    [("openai", "gpt-5.6-sol", 272_000), ("anthropic", "claude-haiku-5-5", 100_000)],
+)
+async def test_a_call_past_a_long_context_tier_is_billed_at_that_tier(
+    tmp_path: Path, cli: Cli, kind: str, model: str, threshold: int
+) -> None:
+    state = tmp_path / "state"
+    async with Simulator() as sim:
+        url = sim.anthropic_url if kind == "anthropic" else sim.openai_url
+        org = write_org(tmp_path / "org", identity_chars=300, purpose_chars=100,
+                        engine=simulated_engine(sim, kind, model=model))  # fmt: skip
+        # Below the tier, then past it with most of the input cached: the
+        # tier counts the whole input, as the library does, not the fresh part.
+        sim.script(Bent(input_usage(kind, 0, threshold - 2000)),
+                   Bent(input_usage(kind, threshold, 1000)))  # fmt: skip
+        with library_serving(kind, url):
+            async with daemon_in_process(org, state) as daemon, await daemon.client() as client:
+                opened = await client.session_open("w0", "c0")
+                await client.session_send(opened.session, "short")
+                await client.session_send(opened.session, "long")
+                shown = await client.runs_show(opened.session)
+            below, past = [e for e in shown.transcript if e.role == "assistant"]
+            for entry in (below, past):
+                assert entry.usage is not None and entry.cost is not None
+                u = entry.usage
+                counts = genai_prices.Usage(
+                    input_tokens=u.input_tokens, cache_read_tokens=u.cached_input_tokens,
+                    cache_write_tokens=u.cache_write_tokens, output_tokens=u.output_tokens,
+                )  # fmt: skip
+                library = genai_prices.calc_price(counts, model, provider_id=kind)
+                assert entry.cost.usd == pytest.approx(float(library.total_price), rel=1e-9)
+    assert below.cost is not None and past.cost is not None
+    assert (below.cost.price.tier_above, past.cost.price.tier_above) == (None, threshold)
+    total = below.cost.usd + past.cost.usd
+    out = await cli.in_thread("server", "runs", "show", opened.session, "--state", str(state))
+    assert f"${total:.6f}" in out and f"over {threshold:,} input tokens" in out
+    by_model = ["server", "stats", "cost", "--by", "model", "--state", str(state), "--json"]
+    (row,) = json.loads(await cli.in_thread(*by_model))
+    assert row["group"] == model and row["cost_usd"] == pytest.approx(total)
 
 
 # Usage fields as providers and proxies have bent them: a negative count, a

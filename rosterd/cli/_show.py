@@ -402,9 +402,10 @@ def usd(amount: float | None) -> str:
 
 
 def describe_price(price: Price) -> str:
-    """The price row a cost was computed at, and the rules that filled it in."""
+    """The price row a cost was computed at, its tier, and the rules that filled it in."""
+    tier = "" if price.tier_above is None else f", over {price.tier_above:,} input tokens"
     text = (
-        f"priced {price.model} ({price.source}), USD per million tokens: input "
+        f"priced {price.model} ({price.source}{tier}), USD per million tokens: input "
         f"{price.input:g}, cached input {price.cached_input:g}, cache write "
         f"{price.cache_write_5m:g} (5m) / {price.cache_write_1h:g} (1h) / "
         f"{price.cache_write:g}, output {price.output:g}"

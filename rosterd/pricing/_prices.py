@@ -3,8 +3,11 @@
 Rates come from the price library (pydantic's genai-prices, whose data
 ships in its wheel and works offline), with ``[prices."<model>"]`` over
 them key by key; a model the library does not know has only what the org
-gives it. Where a row lacks a cache rate, the provider's published rule
-supplies it, and the row says so:
+gives it. Where the library's rates are tiered (long-context prices), a
+call is billed at the tier its input tokens reach, cached and written
+ones included, and its row names the tier. Where a row lacks a cache
+rate, the provider's published rule supplies it (from the call's input
+rate), and the row says so:
 
 - Anthropic: a 5-minute cache write is 1.25x input, a 1-hour one 2x;
 - OpenAI: an explicit cache write is 1.25x input;
@@ -19,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from decimal import Decimal
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from ..org import EngineConfig, PriceConfig
@@ -45,21 +49,41 @@ _RULES = {
     "openai": (("cache_write", 1.25, "explicit cache write = 1.25x input (OpenAI)"),),
 }
 _DEFAULT_HOSTS = {"anthropic": "api.anthropic.com", "openai": "api.openai.com"}
-Library = Callable[[EngineConfig], Mapping[str, float]]
+
+
+class Tiered(NamedTuple):
+    """A library rate that depends on the call's input tokens: ``base`` up
+    to the first tier, then each ``(start, rate)`` of ``tiers`` (ascending)
+    once the input passes its start."""
+
+    base: float
+    tiers: tuple[tuple[int, float], ...]
+
+
+Library = Callable[[EngineConfig], Mapping[str, float | Tiered]]
 
 
 def price_for(
-    config: EngineConfig, override: PriceConfig | None, library: Library | None = None
+    config: EngineConfig,
+    override: PriceConfig | None,
+    library: Library | None = None,
+    input_tokens: int = 0,
 ) -> Price | None:
-    """The price row of *config*'s model, or ``None`` when it has none."""
+    """The price row of *config*'s model for a call of *input_tokens* (its
+    whole input: fresh, cached and written), or ``None`` when it has none.
+    With no input tokens it is the base row, below every tier."""
     if config.kind == "echo":
         return Price(config.kind, "echo", 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    rates: dict[str, float] = dict((library or _library_rates)(config))
-    source = "genai-prices" if rates else "config"
-    if override is not None:
-        rates.update(
-            {rate: value for rate in _RATES if (value := getattr(override, rate)) is not None}
-        )
+    known = (library or _library_rates)(config)
+    source = "genai-prices" if known else "config"
+    given = {
+        rate: value
+        for rate in _RATES
+        if override is not None and (value := getattr(override, rate)) is not None
+    }
+    # An org's rate replaces the library's, tiers and all: [prices] rows are flat.
+    rates, tier = _at({r: v for r, v in known.items() if r not in given}, input_tokens)
+    rates.update(given)
     if "input" not in rates or "output" not in rates:
         return None
     rules: list[str] = []
@@ -74,8 +98,37 @@ def price_for(
         model=config.model,
         source=source,
         rules=tuple(rules),
+        tier_above=tier,
         **{rate: rates.get(rate, rates["input"]) for rate in _RATES},
     )
+
+
+def _at(
+    rates: Mapping[str, float | Tiered], input_tokens: int
+) -> tuple[dict[str, float], int | None]:
+    """*rates* for a call of *input_tokens*, and the start of the tier they
+    are from (``None``: the base rates).
+
+    This is genai-prices' rule for its ``TieredPrices``: a tier applies
+    once the call's input tokens are more than its start, and then to the
+    whole call, not only the tokens past the start. It is restated here
+    because the library's own helper for it is not public (and has been
+    renamed between releases); tests/test_pricing.py holds the bills to the
+    library's ``calc_price`` on both sides of a tier.
+    """
+    flat: dict[str, float] = {}
+    starts: list[int] = []
+    for rate, value in rates.items():
+        if not isinstance(value, Tiered):
+            flat[rate] = value
+            continue
+        reached = [(start, price) for start, price in value.tiers if input_tokens > start]
+        if not reached:
+            flat[rate] = value.base
+            continue
+        start, flat[rate] = reached[-1]
+        starts.append(start)
+    return flat, max(starts, default=None)
 
 
 def bill(usage: Usage, price: Price, kind: str) -> CallCost:
@@ -102,14 +155,20 @@ def bill(usage: Usage, price: Price, kind: str) -> CallCost:
 
 
 class Pricing:
-    """Price rows by engine and org override, looked up once each."""
+    """Price rows by engine, org override and the call's input tokens; the
+    library is asked once per engine."""
 
     def __init__(self, library: Library | None = None) -> None:
-        self._library = library
-        self._rows: dict[tuple[EngineConfig, PriceConfig | None], Price | None] = {}
+        self._library = library or _library_rates
+        self._known: dict[EngineConfig, Mapping[str, float | Tiered]] = {}
 
     def __repr__(self) -> str:
-        return f"Pricing({len(self._rows)} rows)"
+        return f"Pricing({len(self._known)} engines)"
+
+    def _rates(self, config: EngineConfig) -> Mapping[str, float | Tiered]:
+        if config not in self._known:
+            self._known[config] = self._library(config)
+        return self._known[config]
 
     def cost(
         self, config: EngineConfig, prices: Mapping[str, PriceConfig], usage: Usage | None
@@ -119,17 +178,15 @@ class Pricing:
         if usage is None:
             return None
         override = prices.get(config.model)
-        key = (config, override)
-        if key not in self._rows:
-            self._rows[key] = price_for(config, override, self._library)
-        price = self._rows[key]
+        price = price_for(config, override, self._rates, usage.input_tokens)
         return bill(usage, price, config.kind) if price is not None else None
 
 
-def _library_rates(config: EngineConfig) -> dict[str, float]:
-    """The base rates genai-prices has for *config*'s model, or none."""
+def _library_rates(config: EngineConfig) -> dict[str, float | Tiered]:
+    """The rates genai-prices has for *config*'s model, or none."""
     # Loaded on the first priced call: the CLI and a free engine never pay for it.
     from genai_prices import data_snapshot
+    from genai_prices.types import TieredPrices
 
     host = urlsplit(config.base_url).hostname if config.base_url else _DEFAULT_HOSTS[config.kind]
     snapshot = data_snapshot.get_snapshot()
@@ -143,10 +200,12 @@ def _library_rates(config: EngineConfig) -> dict[str, float]:
     prices = model.prices
     if isinstance(prices, list):  # prices that changed over time: the newest
         prices = prices[-1].prices
-    rates = {}
+    rates: dict[str, float | Tiered] = {}
     for rate, key in _LIBRARY_KEYS.items():
         value = getattr(prices, key, None)
-        value = getattr(value, "base", value)  # tiered: the base tier
-        if isinstance(value, Decimal | int | float):
+        if isinstance(value, TieredPrices):
+            tiers = tuple((tier.start, float(tier.price)) for tier in value.tiers)
+            rates[rate] = Tiered(float(value.base), tiers)
+        elif isinstance(value, Decimal | int | float):
             rates[rate] = float(value)
     return rates

@@ -88,7 +88,9 @@ class Price(msgspec.Struct, frozen=True):
     ``source`` is ``config`` (``[prices]``), ``genai-prices`` (the price
     library's data, with ``[prices]`` over it) or ``echo`` (free);
     ``rules`` names each rate that came from a provider's published rule
-    because the row had none.
+    because the row had none. ``tier_above`` is set where the library's
+    rates are tiered and the call passed a tier: its rates are that tier's,
+    for calls of more input tokens (cached and written included) than this.
     """
 
     model: str
@@ -100,6 +102,7 @@ class Price(msgspec.Struct, frozen=True):
     cache_write: float
     output: float
     rules: tuple[str, ...] = ()
+    tier_above: int | None = None
 
 
 class CallCost(msgspec.Struct, frozen=True):
