@@ -1,4 +1,4 @@
-"""systemd integration of the real daemon: sd_notify, watchdog, socket activation."""
+"""The real daemon's lifetime: sd_notify, watchdog, socket activation, its socket file."""
 
 from __future__ import annotations
 
@@ -9,8 +9,12 @@ import socket
 import time
 from pathlib import Path
 
+import anyio
+import anyio.to_thread
 import pytest
 from harness import DaemonProcess
+from orgs import simulated_engine, write_org
+from simulator import Held, Simulator
 
 
 def datagrams(sock: socket.socket, until: bytes, timeout: float = 20.0) -> list[bytes]:
@@ -102,3 +106,31 @@ async def test_a_notify_socket_that_takes_no_more_datagrams_does_not_hold_up_sig
         finally:
             process.stop(signal.SIGKILL)
     assert "cannot notify systemd" in process.log()
+
+
+@pytest.mark.anyio
+async def test_a_draining_daemon_leaves_the_socket_of_the_daemon_that_took_its_path(
+    tmp_path: Path, simulator: Simulator
+) -> None:
+    org = write_org(tmp_path / "org", workers=["ada"], engine=simulated_engine(simulator))
+    path = tmp_path / "rosterd.sock"
+    old = DaemonProcess(org, tmp_path / "old", socket_path=path).start()
+    simulator.script(Held())
+    async with await old.client() as held, anyio.create_task_group() as tg:
+        tg.start_soon(held.run_direct, "ada", "hi")
+        await simulator.wait_for_requests(1)
+        assert old.process is not None
+        old.process.send_signal(signal.SIGTERM)
+        await anyio.to_thread.run_sync(old.wait_notified, b"STOPPING=1")
+        # The old one no longer accepts, so its successor may take the path.
+        new = DaemonProcess(org, tmp_path / "new", socket_path=path).start()
+        simulator.release()
+    try:
+        assert old.wait() == 0, old.log()
+        async with await new.client() as client:
+            status = await client.daemon_status()
+        assert new.process is not None
+        assert status.pid == new.process.pid
+    finally:
+        assert new.stop() == 0, new.log()
+    assert not path.exists()

@@ -159,9 +159,8 @@ async def _serve(
         idle_timeout_s=daemon.idle_timeout_s,
         on_accept=accepting,
     )
-    listener = await _listener(inherited, path)
     stop_watching = anyio.Event()
-    try:
+    async with _listening(inherited, path) as listener:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async with anyio.create_task_group() as tg:
                 await tg.start(server.serve, listener)
@@ -205,16 +204,37 @@ async def _serve(
                     if grace.cancel_called:
                         log.warning("interrupted turns did not finish; cancelling what is left")
                 tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def _listening(inherited: list[socket.socket], path: Path) -> AsyncIterator[SocketListener]:
+    """systemd's socket, or one bound at *path* and removed at the end, unless
+    by then it is another's: a successor may bind the path as soon as this
+    daemon stops accepting, long before its drain ends."""
+    if inherited:
+        yield await SocketListener.from_socket(inherited[0])
+        return
+    listener = await _bind(path)
+    bound = _file_identity(path)
+    try:
+        yield listener
     finally:
-        if not inherited:
-            # Synchronous on purpose: this runs while the task group is cancelled.
+        # Synchronous on purpose: this runs while the task group is cancelled.
+        if bound is not None and _file_identity(path) == bound:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 
 
-async def _listener(inherited: list[socket.socket], path: Path) -> SocketListener:
-    if inherited:
-        return await SocketListener.from_socket(inherited[0])
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at *path* itself, not what a symlink names."""
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+async def _bind(path: Path) -> SocketListener:
     if await _someone_listening(path):
         raise ConfigError(
             f"{path}: another daemon is already listening on this socket", path=str(path)
