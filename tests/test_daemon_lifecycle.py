@@ -134,3 +134,25 @@ async def test_a_draining_daemon_leaves_the_socket_of_the_daemon_that_took_its_p
     finally:
         assert new.stop() == 0, new.log()
     assert not path.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "in_the_way", "why"),
+    [
+        ("notes", "an operator's notes\n", "a file that is not a socket is in the way"),
+        ("long" * 30 + ".sock", None, "AF_UNIX path too long"),
+    ],
+)
+def test_a_socket_path_it_cannot_bind_fails_start_with_one_clear_line(
+    org_dir: Path, tmp_path: Path, name: str, in_the_way: str | None, why: str
+) -> None:
+    path = tmp_path / name
+    if in_the_way is not None:
+        path.write_text(in_the_way)
+    process = DaemonProcess(org_dir, tmp_path / "state", socket_path=path).start(wait=False)
+    assert process.wait(20) == 1
+    assert f"roster: {path}: cannot listen: {why}\n" in process.log()
+    assert "Traceback" not in process.log()
+    # Never taken for a stale socket and removed.
+    if in_the_way is not None:
+        assert path.read_text() == in_the_way

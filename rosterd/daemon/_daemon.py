@@ -10,6 +10,7 @@ each recorded and answered with 1010), then exits 0.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import resource
@@ -243,7 +244,13 @@ async def _bind(path: Path) -> SocketListener:
     try:
         return await anyio.create_unix_listener(path, mode=0o660)
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot listen: {exc.strerror}", path=str(path)) from None
+        # anyio removes a stale socket before it binds: what still holds the path is no socket.
+        why = (
+            "a file that is not a socket is in the way"
+            if exc.errno == errno.EADDRINUSE
+            else exc.strerror or str(exc)
+        )
+        raise ConfigError(f"{path}: cannot listen: {why}", path=str(path)) from None
 
 
 async def _someone_listening(path: Path) -> bool:
