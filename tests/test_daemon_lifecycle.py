@@ -136,23 +136,42 @@ async def test_a_draining_daemon_leaves_the_socket_of_the_daemon_that_took_its_p
     assert not path.exists()
 
 
+NOTES = "an operator's notes\n"
+
+
 @pytest.mark.parametrize(
-    ("name", "in_the_way", "why"),
+    ("socket_name", "org_toml", "fails_with"),
     [
-        ("notes", "an operator's notes\n", "a file that is not a socket is in the way"),
-        ("long" * 30 + ".sock", None, "AF_UNIX path too long"),
+        ("notes", "", "{socket}: cannot listen: a file that is not a socket is in the way"),
+        ("long" * 30 + ".sock", "", "{socket}: cannot listen: AF_UNIX path too long"),
+        (
+            "rosterd.sock",
+            '[inspect]\nlisten = "127.0.0.1:0"\ntoken_file = "missing"',
+            "[inspect] token_file {org}/missing: No such file or directory",
+        ),
+        (
+            "rosterd.sock",
+            '[inspect]\nlisten = "{taken}"',
+            "the inspector cannot listen on {taken}: Address already in use",
+        ),
     ],
 )
-def test_a_socket_path_it_cannot_bind_fails_start_with_one_clear_line(
-    org_dir: Path, tmp_path: Path, name: str, in_the_way: str | None, why: str
+def test_what_it_cannot_start_fails_start_with_one_clear_line(
+    org_dir: Path, tmp_path: Path, socket_name: str, org_toml: str, fails_with: str
 ) -> None:
-    path = tmp_path / name
-    if in_the_way is not None:
-        path.write_text(in_the_way)
-    process = DaemonProcess(org_dir, tmp_path / "state", socket_path=path).start(wait=False)
-    assert process.wait(20) == 1
-    assert f"roster: {path}: cannot listen: {why}\n" in process.log()
+    (tmp_path / "notes").write_text(NOTES)
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        names = {
+            "socket": tmp_path / socket_name,
+            "org": org_dir,
+            "taken": f"127.0.0.1:{taken.getsockname()[1]}",
+        }
+        with open(org_dir / "org.toml", "a") as toml:
+            toml.write(f"\n{org_toml.format(**names)}\n")
+        process = DaemonProcess(org_dir, tmp_path / "state", socket_path=tmp_path / socket_name)
+        assert process.start(wait=False).wait(20) == 1
+    assert f"roster: {fails_with.format(**names)}\n" in process.log()
     assert "Traceback" not in process.log()
-    # Never taken for a stale socket and removed.
-    if in_the_way is not None:
-        assert path.read_text() == in_the_way
+    # The file in the socket's place is never taken for a stale socket and removed.
+    assert (tmp_path / "notes").read_text() == NOTES
+    assert not (tmp_path / "rosterd.sock").exists()

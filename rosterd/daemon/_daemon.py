@@ -16,7 +16,7 @@ import os
 import resource
 import signal
 import socket
-from collections.abc import AsyncIterator, Callable, Coroutine, MutableMapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, MutableMapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -84,20 +84,35 @@ async def run_daemon(
         watcher = OrgWatcher(source)
         sessions = SessionManager(host, refresh_org=watcher.refresh)
         try:
-            await _serve(
-                host,
-                sessions,
-                watcher,
-                path,
-                inherited,
-                notifier,
-                watchdog_s,
-                stop or anyio.Event(),
-                task_status,
-            )
+            with _as_itself():
+                await _serve(
+                    host,
+                    sessions,
+                    watcher,
+                    path,
+                    inherited,
+                    notifier,
+                    watchdog_s,
+                    stop or anyio.Event(),
+                    task_status,
+                )
         finally:
             await sessions.aclose()
     log.info("stopped")
+
+
+@contextlib.contextmanager
+def _as_itself() -> Iterator[None]:
+    """A part that fails to start (the inspector, its port taken) raises its
+    ``RosterError`` as itself, not inside the task group's exception group:
+    ``roster serve`` shows it as one line, as it does a bad org."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        match group.exceptions:
+            case (RosterError() as error,):
+                raise error from None
+        raise
 
 
 def _inspector(host: Host, root: Path) -> Callable[..., Coroutine[Any, Any, None]]:
