@@ -175,3 +175,18 @@ def test_what_it_cannot_start_fails_start_with_one_clear_line(
     # The file in the socket's place is never taken for a stale socket and removed.
     assert (tmp_path / "notes").read_text() == NOTES
     assert not (tmp_path / "rosterd.sock").exists()
+
+
+@pytest.mark.anyio
+async def test_sighup_while_it_starts_is_not_its_end(org_dir: Path, tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as database:
+        url = f"postgresql://rosterd@127.0.0.1:{database.getsockname()[1]}/roster"
+        process = DaemonProcess(org_dir, tmp_path / "state", database=url).start(wait=False)
+        connection, _ = await anyio.to_thread.run_sync(database.accept)
+        with connection:
+            # It waits for the database to answer: start-up, before READY.
+            assert process.process is not None
+            process.process.send_signal(signal.SIGHUP)
+    # Its end is the database hanging up (a death by SIGHUP systemd would not restart).
+    assert process.wait(20) == 1, process.log()
+    assert f"roster: {url}" in process.log()

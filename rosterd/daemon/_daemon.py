@@ -63,41 +63,46 @@ async def run_daemon(
     ``[metrics] listen``. *stores*, when given, is the state *state* names,
     opened the caller's way (a test counting a database's round trips).
     """
-    notifier = Notifier.from_env(environ)
-    inherited = listen_fds(environ)
-    watchdog_s = watchdog_interval(environ)
-    source = await OrgSource.load(org_dir, clock)
-    if isinstance(state, Path):
-        state = Path(await anyio.Path(state).resolve())
-    # Named before the state is opened: a database without a socket path
-    # is a usage mistake, reported as one.
-    path = socket_path or default_socket_path(state, os.environ)
-    async with (
-        open_telemetry(
-            source.current(), source.root / "org.toml", environ, metrics_listen
-        ) as telemetry,
-        stores or open_state(state) as opened,
-        notifier,
-        Host(source, opened, environ, clock, telemetry) as host,
-    ):
-        await host.runs.recover(host.clock())
-        watcher = OrgWatcher(source)
-        sessions = SessionManager(host, refresh_org=watcher.refresh)
-        try:
-            with _as_itself():
-                await _serve(
-                    host,
-                    sessions,
-                    watcher,
-                    path,
-                    inherited,
-                    notifier,
-                    watchdog_s,
-                    stop or anyio.Event(),
-                    task_status,
-                )
-        finally:
-            await sessions.aclose()
+    # Before anything else: a signal while the daemon starts waits until it
+    # serves (SIGHUP then reloads, SIGTERM drains at once) instead of killing
+    # it, which systemd would count as a clean exit and not restart.
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        notifier = Notifier.from_env(environ)
+        inherited = listen_fds(environ)
+        watchdog_s = watchdog_interval(environ)
+        source = await OrgSource.load(org_dir, clock)
+        if isinstance(state, Path):
+            state = Path(await anyio.Path(state).resolve())
+        # Named before the state is opened: a database without a socket path
+        # is a usage mistake, reported as one.
+        path = socket_path or default_socket_path(state, os.environ)
+        async with (
+            open_telemetry(
+                source.current(), source.root / "org.toml", environ, metrics_listen
+            ) as telemetry,
+            stores or open_state(state) as opened,
+            notifier,
+            Host(source, opened, environ, clock, telemetry) as host,
+        ):
+            await host.runs.recover(host.clock())
+            watcher = OrgWatcher(source)
+            sessions = SessionManager(host, refresh_org=watcher.refresh)
+            try:
+                with _as_itself():
+                    await _serve(
+                        host,
+                        sessions,
+                        watcher,
+                        path,
+                        inherited,
+                        signals,
+                        notifier,
+                        watchdog_s,
+                        stop or anyio.Event(),
+                        task_status,
+                    )
+            finally:
+                await sessions.aclose()
     log.info("stopped")
 
 
@@ -152,6 +157,7 @@ async def _serve(
     watcher: OrgWatcher,
     path: Path,
     inherited: list[socket.socket],
+    signals: AsyncIterator[int],
     notifier: Notifier,
     watchdog_s: float | None,
     stop: anyio.Event,
@@ -176,50 +182,44 @@ async def _serve(
         on_accept=accepting,
     )
     stop_watching = anyio.Event()
-    async with _listening(inherited, path) as listener:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-            async with anyio.create_task_group() as tg:
-                await tg.start(server.serve, listener)
-                await tg.start(tasks.serve)
-                tg.start_soon(watcher.run, stop_watching)
-                tg.start_soon(sessions.run_reaper)
-                tg.start_soon(host.leases.keep)
-                host.telemetry.watch(lambda: len(sessions), lambda: server.connections)
-                tg.start_soon(host.telemetry.keep_task_counts, host.stores.tasks)
-                if watchdog_s is not None:
-                    tg.start_soon(_watchdog, notifier, watchdog_s / 2)
-                if host.org.inspect.listen is not None:
-                    await tg.start(_inspector(host, watcher.source.root))
-                log.info("ready on %s (org %s, %r)", where, watcher.source.root, host.stores)
-                await notifier.ready(status=f"serving on {where}")
-                task_status.started(path)
-                await _wait_for_stop(signals, watcher, stop)
+    async with _listening(inherited, path) as listener, anyio.create_task_group() as tg:
+        await tg.start(server.serve, listener)
+        await tg.start(tasks.serve)
+        tg.start_soon(watcher.run, stop_watching)
+        tg.start_soon(sessions.run_reaper)
+        tg.start_soon(host.leases.keep)
+        host.telemetry.watch(lambda: len(sessions), lambda: server.connections)
+        tg.start_soon(host.telemetry.keep_task_counts, host.stores.tasks)
+        if watchdog_s is not None:
+            tg.start_soon(_watchdog, notifier, watchdog_s / 2)
+        if host.org.inspect.listen is not None:
+            await tg.start(_inspector(host, watcher.source.root))
+        log.info("ready on %s (org %s, %r)", where, watcher.source.root, host.stores)
+        await notifier.ready(status=f"serving on {where}")
+        task_status.started(path)
+        await _wait_for_stop(signals, watcher, stop)
 
-                log.info(
-                    "draining: %d connections, %d tasks running", server.connections, tasks.running
-                )
-                await server.drain()
-                # After the drain began, so STOPPING=1 means no new client is taken.
-                await notifier.stopping(status="draining in-flight turns")
-                tasks.drain()
-                stop_watching.set()
-                tg.start_soon(_cancel_on_second_signal, signals, tg.cancel_scope)
-                with anyio.move_on_after(host.org.daemon.drain_s) as deadline:
-                    await server.stopped.wait()
-                    await tasks.stopped.wait()
-                if deadline.cancel_called:
-                    # Interrupted turns record an error entry and reply 1010 rather
-                    # than leave their clients with EOF and their transcripts open.
-                    log.warning(
-                        "drain cut short; interrupting %d engine calls", host.calls_in_flight
-                    )
-                    host.interrupt()
-                    with anyio.move_on_after(_INTERRUPT_GRACE_S) as grace:
-                        await server.stopped.wait()
-                        await tasks.stopped.wait()
-                    if grace.cancel_called:
-                        log.warning("interrupted turns did not finish; cancelling what is left")
-                tg.cancel_scope.cancel()
+        log.info("draining: %d connections, %d tasks running", server.connections, tasks.running)
+        await server.drain()
+        # After the drain began, so STOPPING=1 means no new client is taken.
+        await notifier.stopping(status="draining in-flight turns")
+        tasks.drain()
+        stop_watching.set()
+        tg.start_soon(_cancel_on_second_signal, signals, tg.cancel_scope)
+        with anyio.move_on_after(host.org.daemon.drain_s) as deadline:
+            await server.stopped.wait()
+            await tasks.stopped.wait()
+        if deadline.cancel_called:
+            # Interrupted turns record an error entry and reply 1010 rather
+            # than leave their clients with EOF and their transcripts open.
+            log.warning("drain cut short; interrupting %d engine calls", host.calls_in_flight)
+            host.interrupt()
+            with anyio.move_on_after(_INTERRUPT_GRACE_S) as grace:
+                await server.stopped.wait()
+                await tasks.stopped.wait()
+            if grace.cancel_called:
+                log.warning("interrupted turns did not finish; cancelling what is left")
+        tg.cancel_scope.cancel()
 
 
 @asynccontextmanager
