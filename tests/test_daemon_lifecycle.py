@@ -1,4 +1,4 @@
-"""systemd integration of the real daemon: sd_notify, watchdog, socket activation."""
+"""The real daemon's lifetime: sd_notify, watchdog, socket activation, its socket file."""
 
 from __future__ import annotations
 
@@ -9,8 +9,12 @@ import socket
 import time
 from pathlib import Path
 
+import anyio
+import anyio.to_thread
 import pytest
 from harness import DaemonProcess
+from orgs import simulated_engine, write_org
+from simulator import Held, Simulator
 
 
 def datagrams(sock: socket.socket, until: bytes, timeout: float = 20.0) -> list[bytes]:
@@ -102,3 +106,87 @@ async def test_a_notify_socket_that_takes_no_more_datagrams_does_not_hold_up_sig
         finally:
             process.stop(signal.SIGKILL)
     assert "cannot notify systemd" in process.log()
+
+
+@pytest.mark.anyio
+async def test_a_draining_daemon_leaves_the_socket_of_the_daemon_that_took_its_path(
+    tmp_path: Path, simulator: Simulator
+) -> None:
+    org = write_org(tmp_path / "org", workers=["ada"], engine=simulated_engine(simulator))
+    path = tmp_path / "rosterd.sock"
+    old = DaemonProcess(org, tmp_path / "old", socket_path=path).start()
+    simulator.script(Held())
+    async with await old.client() as held, anyio.create_task_group() as tg:
+        tg.start_soon(held.run_direct, "ada", "hi")
+        await simulator.wait_for_requests(1)
+        assert old.process is not None
+        old.process.send_signal(signal.SIGTERM)
+        await anyio.to_thread.run_sync(old.wait_notified, b"STOPPING=1")
+        # The old one no longer accepts, so its successor may take the path.
+        new = DaemonProcess(org, tmp_path / "new", socket_path=path).start()
+        simulator.release()
+    try:
+        assert old.wait() == 0, old.log()
+        async with await new.client() as client:
+            status = await client.daemon_status()
+        assert new.process is not None
+        assert status.pid == new.process.pid
+    finally:
+        assert new.stop() == 0, new.log()
+    assert not path.exists()
+
+
+NOTES = "an operator's notes\n"
+
+
+@pytest.mark.parametrize(
+    ("socket_name", "org_toml", "fails_with"),
+    [
+        ("notes", "", "{socket}: cannot listen: a file that is not a socket is in the way"),
+        ("long" * 30 + ".sock", "", "{socket}: cannot listen: AF_UNIX path too long"),
+        (
+            "rosterd.sock",
+            '[inspect]\nlisten = "127.0.0.1:0"\ntoken_file = "missing"',
+            "[inspect] token_file {org}/missing: No such file or directory",
+        ),
+        (
+            "rosterd.sock",
+            '[inspect]\nlisten = "{taken}"',
+            "the inspector cannot listen on {taken}: Address already in use",
+        ),
+    ],
+)
+def test_what_it_cannot_start_fails_start_with_one_clear_line(
+    org_dir: Path, tmp_path: Path, socket_name: str, org_toml: str, fails_with: str
+) -> None:
+    (tmp_path / "notes").write_text(NOTES)
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        names = {
+            "socket": tmp_path / socket_name,
+            "org": org_dir,
+            "taken": f"127.0.0.1:{taken.getsockname()[1]}",
+        }
+        with open(org_dir / "org.toml", "a") as toml:
+            toml.write(f"\n{org_toml.format(**names)}\n")
+        process = DaemonProcess(org_dir, tmp_path / "state", socket_path=tmp_path / socket_name)
+        assert process.start(wait=False).wait(20) == 1
+    assert f"roster: {fails_with.format(**names)}\n" in process.log()
+    assert "Traceback" not in process.log()
+    # The file in the socket's place is never taken for a stale socket and removed.
+    assert (tmp_path / "notes").read_text() == NOTES
+    assert not (tmp_path / "rosterd.sock").exists()
+
+
+@pytest.mark.anyio
+async def test_sighup_while_it_starts_is_not_its_end(org_dir: Path, tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as database:
+        url = f"postgresql://rosterd@127.0.0.1:{database.getsockname()[1]}/roster"
+        process = DaemonProcess(org_dir, tmp_path / "state", database=url).start(wait=False)
+        connection, _ = await anyio.to_thread.run_sync(database.accept)
+        with connection:
+            # It waits for the database to answer: start-up, before READY.
+            assert process.process is not None
+            process.process.send_signal(signal.SIGHUP)
+    # Its end is the database hanging up (a death by SIGHUP systemd would not restart).
+    assert process.wait(20) == 1, process.log()
+    assert f"roster: {url}" in process.log()

@@ -10,12 +10,13 @@ each recorded and answered with 1010), then exits 0.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import resource
 import signal
 import socket
-from collections.abc import AsyncIterator, Callable, Coroutine, MutableMapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, MutableMapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -62,41 +63,61 @@ async def run_daemon(
     ``[metrics] listen``. *stores*, when given, is the state *state* names,
     opened the caller's way (a test counting a database's round trips).
     """
-    notifier = Notifier.from_env(environ)
-    inherited = listen_fds(environ)
-    watchdog_s = watchdog_interval(environ)
-    source = await OrgSource.load(org_dir, clock)
-    if isinstance(state, Path):
-        state = Path(await anyio.Path(state).resolve())
-    # Named before the state is opened: a database without a socket path
-    # is a usage mistake, reported as one.
-    path = socket_path or default_socket_path(state, os.environ)
-    async with (
-        open_telemetry(
-            source.current(), source.root / "org.toml", environ, metrics_listen
-        ) as telemetry,
-        stores or open_state(state) as opened,
-        notifier,
-        Host(source, opened, environ, clock, telemetry) as host,
-    ):
-        await host.runs.recover(host.clock())
-        watcher = OrgWatcher(source)
-        sessions = SessionManager(host, refresh_org=watcher.refresh)
-        try:
-            await _serve(
-                host,
-                sessions,
-                watcher,
-                path,
-                inherited,
-                notifier,
-                watchdog_s,
-                stop or anyio.Event(),
-                task_status,
-            )
-        finally:
-            await sessions.aclose()
+    # Before anything else: a signal while the daemon starts waits until it
+    # serves (SIGHUP then reloads, SIGTERM drains at once) instead of killing
+    # it, which systemd would count as a clean exit and not restart.
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        notifier = Notifier.from_env(environ)
+        inherited = listen_fds(environ)
+        watchdog_s = watchdog_interval(environ)
+        source = await OrgSource.load(org_dir, clock)
+        if isinstance(state, Path):
+            state = Path(await anyio.Path(state).resolve())
+        # Named before the state is opened: a database without a socket path
+        # is a usage mistake, reported as one.
+        path = socket_path or default_socket_path(state, os.environ)
+        async with (
+            open_telemetry(
+                source.current(), source.root / "org.toml", environ, metrics_listen
+            ) as telemetry,
+            stores or open_state(state) as opened,
+            notifier,
+            Host(source, opened, environ, clock, telemetry) as host,
+        ):
+            await host.runs.recover(host.clock())
+            watcher = OrgWatcher(source)
+            sessions = SessionManager(host, refresh_org=watcher.refresh)
+            try:
+                with _as_itself():
+                    await _serve(
+                        host,
+                        sessions,
+                        watcher,
+                        path,
+                        inherited,
+                        signals,
+                        notifier,
+                        watchdog_s,
+                        stop or anyio.Event(),
+                        task_status,
+                    )
+            finally:
+                await sessions.aclose()
     log.info("stopped")
+
+
+@contextlib.contextmanager
+def _as_itself() -> Iterator[None]:
+    """A part that fails to start (the inspector, its port taken) raises its
+    ``RosterError`` as itself, not inside the task group's exception group:
+    ``roster serve`` shows it as one line, as it does a bad org."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        match group.exceptions:
+            case (RosterError() as error,):
+                raise error from None
+        raise
 
 
 def _inspector(host: Host, root: Path) -> Callable[..., Coroutine[Any, Any, None]]:
@@ -136,6 +157,7 @@ async def _serve(
     watcher: OrgWatcher,
     path: Path,
     inherited: list[socket.socket],
+    signals: AsyncIterator[int],
     notifier: Notifier,
     watchdog_s: float | None,
     stop: anyio.Event,
@@ -159,62 +181,76 @@ async def _serve(
         idle_timeout_s=daemon.idle_timeout_s,
         on_accept=accepting,
     )
-    listener = await _listener(inherited, path)
     stop_watching = anyio.Event()
-    try:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-            async with anyio.create_task_group() as tg:
-                await tg.start(server.serve, listener)
-                await tg.start(tasks.serve)
-                tg.start_soon(watcher.run, stop_watching)
-                tg.start_soon(sessions.run_reaper)
-                tg.start_soon(host.leases.keep)
-                host.telemetry.watch(lambda: len(sessions), lambda: server.connections)
-                tg.start_soon(host.telemetry.keep_task_counts, host.stores.tasks)
-                if watchdog_s is not None:
-                    tg.start_soon(_watchdog, notifier, watchdog_s / 2)
-                if host.org.inspect.listen is not None:
-                    await tg.start(_inspector(host, watcher.source.root))
-                log.info("ready on %s (org %s, %r)", where, watcher.source.root, host.stores)
-                await notifier.ready(status=f"serving on {where}")
-                task_status.started(path)
-                await _wait_for_stop(signals, watcher, stop)
+    async with _listening(inherited, path) as listener, anyio.create_task_group() as tg:
+        await tg.start(server.serve, listener)
+        await tg.start(tasks.serve)
+        tg.start_soon(watcher.run, stop_watching)
+        tg.start_soon(sessions.run_reaper)
+        tg.start_soon(host.leases.keep)
+        host.telemetry.watch(lambda: len(sessions), lambda: server.connections)
+        tg.start_soon(host.telemetry.keep_task_counts, host.stores.tasks)
+        if watchdog_s is not None:
+            tg.start_soon(_watchdog, notifier, watchdog_s / 2)
+        if host.org.inspect.listen is not None:
+            await tg.start(_inspector(host, watcher.source.root))
+        log.info("ready on %s (org %s, %r)", where, watcher.source.root, host.stores)
+        await notifier.ready(status=f"serving on {where}")
+        task_status.started(path)
+        await _wait_for_stop(signals, watcher, stop)
 
-                log.info(
-                    "draining: %d connections, %d tasks running", server.connections, tasks.running
-                )
-                await server.drain()
-                # After the drain began, so STOPPING=1 means no new client is taken.
-                await notifier.stopping(status="draining in-flight turns")
-                tasks.drain()
-                stop_watching.set()
-                tg.start_soon(_cancel_on_second_signal, signals, tg.cancel_scope)
-                with anyio.move_on_after(host.org.daemon.drain_s) as deadline:
-                    await server.stopped.wait()
-                    await tasks.stopped.wait()
-                if deadline.cancel_called:
-                    # Interrupted turns record an error entry and reply 1010 rather
-                    # than leave their clients with EOF and their transcripts open.
-                    log.warning(
-                        "drain cut short; interrupting %d engine calls", host.calls_in_flight
-                    )
-                    host.interrupt()
-                    with anyio.move_on_after(_INTERRUPT_GRACE_S) as grace:
-                        await server.stopped.wait()
-                        await tasks.stopped.wait()
-                    if grace.cancel_called:
-                        log.warning("interrupted turns did not finish; cancelling what is left")
-                tg.cancel_scope.cancel()
+        log.info("draining: %d connections, %d tasks running", server.connections, tasks.running)
+        await server.drain()
+        # After the drain began, so STOPPING=1 means no new client is taken.
+        await notifier.stopping(status="draining in-flight turns")
+        tasks.drain()
+        stop_watching.set()
+        tg.start_soon(_cancel_on_second_signal, signals, tg.cancel_scope)
+        with anyio.move_on_after(host.org.daemon.drain_s) as deadline:
+            await server.stopped.wait()
+            await tasks.stopped.wait()
+        if deadline.cancel_called:
+            # Interrupted turns record an error entry and reply 1010 rather
+            # than leave their clients with EOF and their transcripts open.
+            log.warning("drain cut short; interrupting %d engine calls", host.calls_in_flight)
+            host.interrupt()
+            with anyio.move_on_after(_INTERRUPT_GRACE_S) as grace:
+                await server.stopped.wait()
+                await tasks.stopped.wait()
+            if grace.cancel_called:
+                log.warning("interrupted turns did not finish; cancelling what is left")
+        tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def _listening(inherited: list[socket.socket], path: Path) -> AsyncIterator[SocketListener]:
+    """systemd's socket, or one bound at *path* and removed at the end, unless
+    by then it is another's: a successor may bind the path as soon as this
+    daemon stops accepting, long before its drain ends."""
+    if inherited:
+        yield await SocketListener.from_socket(inherited[0])
+        return
+    listener = await _bind(path)
+    bound = _file_identity(path)
+    try:
+        yield listener
     finally:
-        if not inherited:
-            # Synchronous on purpose: this runs while the task group is cancelled.
+        # Synchronous on purpose: this runs while the task group is cancelled.
+        if bound is not None and _file_identity(path) == bound:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 
 
-async def _listener(inherited: list[socket.socket], path: Path) -> SocketListener:
-    if inherited:
-        return await SocketListener.from_socket(inherited[0])
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at *path* itself, not what a symlink names."""
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+async def _bind(path: Path) -> SocketListener:
     if await _someone_listening(path):
         raise ConfigError(
             f"{path}: another daemon is already listening on this socket", path=str(path)
@@ -223,7 +259,13 @@ async def _listener(inherited: list[socket.socket], path: Path) -> SocketListene
     try:
         return await anyio.create_unix_listener(path, mode=0o660)
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot listen: {exc.strerror}", path=str(path)) from None
+        # anyio removes a stale socket before it binds: what still holds the path is no socket.
+        why = (
+            "a file that is not a socket is in the way"
+            if exc.errno == errno.EADDRINUSE
+            else exc.strerror or str(exc)
+        )
+        raise ConfigError(f"{path}: cannot listen: {why}", path=str(path)) from None
 
 
 async def _someone_listening(path: Path) -> bool:
