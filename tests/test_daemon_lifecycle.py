@@ -7,6 +7,7 @@ import shlex
 import signal
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -178,15 +179,31 @@ def test_what_it_cannot_start_fails_start_with_one_clear_line(
 
 
 @pytest.mark.anyio
-async def test_sighup_while_it_starts_is_not_its_end(org_dir: Path, tmp_path: Path) -> None:
+@contextlib.contextmanager
+def held_at_start(org_dir: Path, tmp_path: Path) -> Iterator[tuple[DaemonProcess, str]]:
+    """A daemon process whose start-up waits on a database that took its
+    connection and says nothing until the block ends, then hangs up."""
     with socket.create_server(("127.0.0.1", 0)) as database:
         url = f"postgresql://rosterd@127.0.0.1:{database.getsockname()[1]}/roster"
         process = DaemonProcess(org_dir, tmp_path / "state", database=url).start(wait=False)
-        connection, _ = await anyio.to_thread.run_sync(database.accept)
+        connection, _ = database.accept()
         with connection:
-            # It waits for the database to answer: start-up, before READY.
-            assert process.process is not None
-            process.process.send_signal(signal.SIGHUP)
+            yield process, url
+
+
+def test_sighup_while_it_starts_is_not_its_end(org_dir: Path, tmp_path: Path) -> None:
+    with held_at_start(org_dir, tmp_path) as (process, url):
+        assert process.process is not None
+        process.process.send_signal(signal.SIGHUP)
     # Its end is the database hanging up (a death by SIGHUP systemd would not restart).
     assert process.wait(20) == 1, process.log()
     assert f"roster: {url}" in process.log()
+
+
+def test_sigterm_while_it_starts_ends_the_start_at_once(org_dir: Path, tmp_path: Path) -> None:
+    with held_at_start(org_dir, tmp_path) as (process, _):
+        assert process.process is not None
+        process.process.send_signal(signal.SIGTERM)
+        # Not waiting for the database, which has not answered yet.
+        assert process.wait(20) == 0, process.log()
+    assert "SIGTERM while starting: not starting" in process.log()

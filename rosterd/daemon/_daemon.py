@@ -63,10 +63,7 @@ async def run_daemon(
     ``[metrics] listen``. *stores*, when given, is the state *state* names,
     opened the caller's way (a test counting a database's round trips).
     """
-    # Before anything else: a signal while the daemon starts waits until it
-    # serves (SIGHUP then reloads, SIGTERM drains at once) instead of killing
-    # it, which systemd would count as a clean exit and not restart.
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+    async with _signals_from_the_start() as signals:
         notifier = Notifier.from_env(environ)
         inherited = listen_fds(environ)
         watchdog_s = watchdog_interval(environ)
@@ -106,16 +103,61 @@ async def run_daemon(
     log.info("stopped")
 
 
+class _Signals:
+    """The daemon's signals, caught from its first line: a signal must not
+    kill it while it starts (systemd counts a death by SIGHUP as a clean
+    exit, and would not restart it). While it starts, SIGTERM or SIGINT ends
+    the start-up (cancels ``starting``) and a SIGHUP is kept for later;
+    once it serves, ``receiver`` is the serving daemon's."""
+
+    def __init__(self, receiver: AsyncIterator[int]) -> None:
+        self.receiver = receiver
+        self.starting = anyio.CancelScope()
+        # A SIGHUP came while it started: the org is loaded again once it serves.
+        self.reload = False
+        self._watching = anyio.CancelScope()
+
+    def __repr__(self) -> str:
+        return f"_Signals(serving={self._watching.cancel_called}, reload={self.reload})"
+
+    async def watch_start_up(self) -> None:
+        with self._watching:
+            async for signum in self.receiver:
+                if signum == signal.SIGHUP:
+                    self.reload = True
+                    continue
+                log.info("%s while starting: not starting", signal.Signals(signum).name)
+                self.starting.cancel()
+                return
+
+    def serving(self) -> None:
+        """From now on the serving daemon reads the signals."""
+        self._watching.cancel()
+
+
+@asynccontextmanager
+async def _signals_from_the_start() -> AsyncIterator[_Signals]:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as receiver:
+        signals = _Signals(receiver)
+        with _as_itself():
+            async with anyio.create_task_group() as early:
+                early.start_soon(signals.watch_start_up)
+                with signals.starting:
+                    yield signals
+                early.cancel_scope.cancel()
+
+
 @contextlib.contextmanager
 def _as_itself() -> Iterator[None]:
-    """A part that fails to start (the inspector, its port taken) raises its
-    ``RosterError`` as itself, not inside the task group's exception group:
-    ``roster serve`` shows it as one line, as it does a bad org."""
+    """One failure raises as itself, not inside a task group's exception
+    group: a part that cannot start (the inspector, its port taken; the
+    database) is a ``RosterError`` that ``roster serve`` shows as one line,
+    as it does a bad org."""
     try:
         yield
     except BaseExceptionGroup as group:
         match group.exceptions:
-            case (RosterError() as error,):
+            case (Exception() as error,):
                 raise error from None
         raise
 
@@ -157,7 +199,7 @@ async def _serve(
     watcher: OrgWatcher,
     path: Path,
     inherited: list[socket.socket],
-    signals: AsyncIterator[int],
+    signals: _Signals,
     notifier: Notifier,
     watchdog_s: float | None,
     stop: anyio.Event,
@@ -194,10 +236,14 @@ async def _serve(
             tg.start_soon(_watchdog, notifier, watchdog_s / 2)
         if host.org.inspect.listen is not None:
             await tg.start(_inspector(host, watcher.source.root))
+        signals.serving()
+        if signals.reload:
+            log.info("SIGHUP while starting: reloading the org")
+            await watcher.reload()
         log.info("ready on %s (org %s, %r)", where, watcher.source.root, host.stores)
         await notifier.ready(status=f"serving on {where}")
         task_status.started(path)
-        await _wait_for_stop(signals, watcher, stop)
+        await _wait_for_stop(signals.receiver, watcher, stop)
 
         log.info("draining: %d connections, %d tasks running", server.connections, tasks.running)
         await server.drain()
@@ -205,7 +251,7 @@ async def _serve(
         await notifier.stopping(status="draining in-flight turns")
         tasks.drain()
         stop_watching.set()
-        tg.start_soon(_cancel_on_second_signal, signals, tg.cancel_scope)
+        tg.start_soon(_cancel_on_second_signal, signals.receiver, tg.cancel_scope)
         with anyio.move_on_after(host.org.daemon.drain_s) as deadline:
             await server.stopped.wait()
             await tasks.stopped.wait()
