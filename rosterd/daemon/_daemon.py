@@ -110,11 +110,12 @@ class _Signals:
     the start-up (cancels ``starting``) and a SIGHUP is kept for later;
     once it serves, ``receiver`` is the serving daemon's."""
 
+    # A SIGHUP came while it started: the org is loaded again once it serves.
+    reload = False
+
     def __init__(self, receiver: AsyncIterator[int]) -> None:
         self.receiver = receiver
         self.starting = anyio.CancelScope()
-        # A SIGHUP came while it started: the org is loaded again once it serves.
-        self.reload = False
         self._watching = anyio.CancelScope()
 
     def __repr__(self) -> str:
