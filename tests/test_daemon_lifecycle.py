@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 import signal
 import socket
@@ -178,7 +179,23 @@ def test_what_it_cannot_start_fails_start_with_one_clear_line(
     assert not (tmp_path / "rosterd.sock").exists()
 
 
-@pytest.mark.anyio
+def test_a_live_socket_too_busy_to_answer_is_not_taken_for_a_stale_one(
+    org_dir: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "busy.sock"
+    with socket.socket(socket.AF_UNIX) as busy:
+        busy.bind(str(path))
+        busy.listen(0)
+        before = os.lstat(path).st_ino
+        with socket.socket(socket.AF_UNIX) as queued:
+            # Accepted by no one: the listener's backlog is full now.
+            queued.connect(str(path))
+            process = DaemonProcess(org_dir, tmp_path / "state", socket_path=path)
+            assert process.start(wait=False).wait(20) == 1, process.log()
+        assert f"roster: {path}: another daemon is already listening" in process.log()
+        assert os.lstat(path).st_ino == before
+
+
 @contextlib.contextmanager
 def held_at_start(org_dir: Path, tmp_path: Path) -> Iterator[tuple[DaemonProcess, str]]:
     """A daemon process whose start-up waits on a database that took its

@@ -315,14 +315,21 @@ async def _bind(path: Path) -> SocketListener:
         raise ConfigError(f"{path}: cannot listen: {why}", path=str(path)) from None
 
 
+# How long a socket at our path may take to accept a connection before it
+# counts as a live daemon's, too busy to answer (its backlog full, say,
+# while it is out of descriptors), rather than a stale file to take over.
+_LISTENING_CHECK_S = 2.0
+
+
 async def _someone_listening(path: Path) -> bool:
     if not await anyio.Path(path).exists():
         return False
-    try:
-        stream = await anyio.connect_unix(path)
-    except OSError:
-        return False
-    await stream.aclose()
+    with anyio.move_on_after(_LISTENING_CHECK_S):
+        try:
+            stream = await anyio.connect_unix(path)
+        except OSError:
+            return False
+        await stream.aclose()
     return True
 
 
