@@ -17,10 +17,11 @@ import anyio
 import anyio.abc
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
-from harness import Cli, in_process_client, wait_task
+from harness import Cli, DaemonProcess, in_process_client, process_client, wait_task
 from orgs import simulated_engine, write_org
 from simulator import Calls, Reply, Server, Simulator, prompt_bytes, tool_messages
 
+from rosterd import RosterError
 from rosterd.client import RosterClient
 from rosterd.protocol import Delta, TurnResult
 
@@ -456,6 +457,50 @@ async def test_a_resumed_session_sends_its_tool_steps_byte_for_byte(tmp_path: Pa
     prompts = [prompt_bytes(r) for r in sim.requests]
     assert all(b.startswith(a) for a, b in itertools.pairwise(prompts))
     assert len(tool_messages(sim.requests[2].body)) == 1
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_a_session_killed_while_the_gateway_held_a_call_goes_on_after_the_restart(
+    tmp_path: Path, api: str
+) -> None:
+    # The reply with the call is durable before the gateway is asked; its
+    # result never was. Sent as it stands, every later request of the
+    # session would be refused (a call without its result) for good.
+    asked = anyio.Event()
+
+    def hold(params: dict[str, Any]) -> None:
+        asked.set()
+
+    async with rig(tmp_path, api, "timeout_s = 600", answer=hold) as (sim, gw, org, state):
+        sim.script(Reply("first"), Calls((("github", POST),)), Reply("after"), Reply("later"))
+        process = DaemonProcess(org, state).start()
+        async with await process.client() as client:
+            session = (await client.session_open("w0", "c0")).session
+            await say(client, session, "one")
+            async with anyio.create_task_group() as tg:
+
+                async def cut_short() -> None:
+                    with pytest.raises(RosterError):
+                        await say(client, session, "open an issue")
+
+                tg.start_soon(cut_short)
+                await asked.wait()
+                process.kill9()
+        async with process_client(org, state) as (_, client):
+            assert (await client.session_open("w0", "c0")).session == session
+            after, _ = await say(client, session, "did it work?")
+            later, _ = await say(client, session, "and now?")
+    assert (after.text, after.turn, later.text, later.turn) == ("after", 3, "later", 4)
+    assert gw is not None and len(gw.calls) == 1
+    # The call is answered as cut short, traced as the next step of its turn.
+    (envelope,) = tool_messages(sim.requests[2].body)
+    assert envelope["status"] == "error" and "cut short" in envelope["text"]
+    step = records(state, session)[3]
+    assert (step["kind"], step["turn"], step["step"]) == ("step", 2, 2)
+    # Each request extends the one before it, the one the kill cut short too.
+    prompts = [prompt_bytes(r) for r in sim.requests]
+    assert len(prompts) == 4
+    assert all(b.startswith(a) for a, b in itertools.pairwise(prompts))
 
 
 async def test_tools_stay_frozen_for_the_session_when_the_org_changes(tmp_path: Path) -> None:

@@ -35,9 +35,11 @@ from ..compiler import (
     Compilation,
     CompileError,
     ContextRecord,
+    NoteTrace,
     PrefixState,
     RunMeta,
     SystemPrompt,
+    ToolResult,
     TurnInput,
     check_prefix,
     compile_step,
@@ -618,19 +620,36 @@ class Host(AsyncResource):
         self, call: _Call, step: int, reply: EngineReply, stop: str | None
     ) -> None:
         """Answer *reply*'s calls; trace and record the results, then append them."""
-        run, record = call.run, call.record
         results, notes = await call.tools.answer(reply.calls, call.system.tools, stop=stop)
-        meta = RunMeta(run=run.info.id, turn=record.turn, now=self.clock())
-        limit = call.system.budget.tool_result
-        lines, step_record = compile_step(record, results, limit, meta, step, notes)
+        with call.watch.phase("commit"):
+            await self.record_results(
+                call.run, call.record, call.system, call.transcript, step, results, notes
+            )
+
+    async def record_results(
+        self,
+        run: ActiveRun,
+        first: ContextRecord,
+        system: SystemPrompt,
+        transcript: list[ChatMessage],
+        step: int,
+        results: Sequence[ToolResult],
+        notes: Sequence[NoteTrace] = (),
+    ) -> None:
+        """Trace and record *results*, the tool messages of step *step* of
+        the turn *first* is the record of, then append them to *transcript*."""
+        meta = RunMeta(run=run.info.id, turn=first.turn, now=self.clock())
+        limit = system.budget.tool_result
+        lines, step_record = compile_step(first, results, limit, meta, step, notes)
         entries = [
-            msgspec.structs.replace(call.entry(step, "tool", line, meta.now), call=result.call)
+            TranscriptEntry(
+                turn=first.turn, role="tool", content=line, at=meta.now, step=step, call=result.call
+            )
             for result, line in zip(results, lines, strict=True)
         ]
         # Both are durable before the engine sees a byte of this step.
-        with call.watch.phase("commit"):
-            await run.append(step_record, entries)
-        call.transcript.extend(
+        await run.append(step_record, entries)
+        transcript.extend(
             ChatMessage(role="tool", content=line, call=result.call)
             for result, line in zip(results, lines, strict=True)
         )

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from itertools import pairwise
 from typing import Literal
 
@@ -52,6 +52,8 @@ from ..compiler import (
     RolloverTrace,
     RunMeta,
     SystemPrompt,
+    ToolCall,
+    ToolResult,
     TurnInput,
     compile_system,
     compile_turn,
@@ -60,7 +62,7 @@ from ..compiler import (
 )
 from ..engines import DeltaSink, WaitSink
 from ..org import Surface
-from ..protocol import TranscriptEntry, chat_messages
+from ..protocol import ChatMessage, TranscriptEntry, chat_messages
 from ..stores import ActiveRun, Posts, SessionState
 from ._host import Host, TurnOutcome
 from ._lifetime import RECENT_GAPS, plan_cache
@@ -72,6 +74,12 @@ log = logging.getLogger("rosterd.sessions")
 # A chain of rollovers longer than this is followed no further (a loop in
 # hand-edited state must not hang a request).
 _MAX_ROLLOVERS = 1000
+
+# The result of a call whose turn was cut short before its result was recorded.
+_CUT_SHORT = (
+    "not answered: the turn that made this call was cut short (the daemon stopped, or a "
+    "write failed) before its result was recorded; whether it took effect is unknown"
+)
 
 
 class _SessionFull(Exception):
@@ -286,6 +294,12 @@ class Session:
         warm: bool = False,
     ) -> TurnOutcome:
         host = self._host
+        cut = _unanswered(self._transcript)
+        if cut:
+            if warm:
+                # Their results are written before the turn is: under the lease.
+                raise StaleError(f"calls a turn of {self.id} cut short are answered first")
+            await self._answer_cut_short(cut)
         before = self._progress
         turn = before.turns + 1
         turn_input, last_seq = await self._input(text, sender, turn, cached=warm)
@@ -337,6 +351,30 @@ class Session:
         # The reply and the posts durable together, before the client hears of them.
         await self._run.conclude(Posts(self.channel, said, run=self.id))
         return outcome
+
+    async def _answer_cut_short(self, calls: Sequence[ToolCall]) -> None:
+        """Answer *calls*, those of a reply whose turn was cut short before
+        their results were recorded (kill -9, a failed write, a stop while
+        the gateway had them): both APIs refuse a request whose tool calls
+        have no results, so every later turn of the session would fail.
+        Each gets an ``error`` result, traced and recorded as the next step
+        of that turn, and the next request extends the last one sent."""
+        host = self._host
+        # Rare: read back which turn and step the calls were made at.
+        entries = await host.runs.transcript(self.id)
+        turn, step = next(
+            ((e.turn, e.step) for e in reversed(entries) if e.role == "assistant" and e.calls),
+            (self._progress.turns, 1),
+        )
+        log.warning(
+            "session %s: answering %d calls turn %d left unanswered", self.id, len(calls), turn
+        )
+        results = [ToolResult(call.id, call.name, "error", _CUT_SHORT) for call in calls]
+        system = self._state.system
+        first = system.record(RunMeta(run=self.id, turn=turn, now=host.clock()))
+        await host.record_results(self._run, first, system, self._transcript, step + 1, results)
+        progress = self._progress
+        self._commit(self._sent(progress, turn, progress.seen))
 
     def _cut_short(self, before: Progress, turn: int, sent_at: float, last_seq: int) -> Progress:
         """The session's progress after turn *turn* failed (compiling,
@@ -700,6 +738,19 @@ class SessionManager:
         history = await channels.recent(channel, system.budget.history_messages)
         # A post landing between the two reads goes to the backlog only.
         return tuple(m for m in history if m.seq <= seen), seen
+
+
+def _unanswered(transcript: Sequence[ChatMessage]) -> list[ToolCall]:
+    """The calls of the transcript's last reply that no tool message after
+    it answers: none unless a turn was cut short between the two."""
+    answered: set[str | None] = set()
+    for message in reversed(transcript):
+        if message.role != "tool":
+            if message.role != "assistant":
+                return []
+            return [call for call in message.calls if call.id not in answered]
+        answered.add(message.call)
+    return []
 
 
 async def _abandon(run: ActiveRun, at: float, error: str) -> None:
