@@ -141,9 +141,11 @@ class Stall(msgspec.Struct, frozen=True):
 
 
 class Held(msgspec.Struct, frozen=True):
-    """Send nothing until the test calls ``Simulator.release``, then answer
-    normally: a reply the test lets through once it has done what it must
-    meanwhile."""
+    """Send nothing until the test calls ``Simulator.release`` (of *gate*),
+    then answer normally: a reply the test lets through once it has done
+    what it must meanwhile."""
+
+    gate: str = ""
 
 
 class Hangup(msgspec.Struct, frozen=True):
@@ -463,7 +465,8 @@ class Simulator:
         self.server: Server = server
         self.requests: list[Recorded] = []
         self._arrived = anyio.Event()
-        self._released = anyio.Event()
+        # Per gate of ``Held``: set once the test released it.
+        self._released: dict[str, anyio.Event] = {}
         self._script: deque[Action] = deque()
         self.explicit_models = explicit_models
         # Anthropic's and OpenAI's explicit entries are global per model; the
@@ -498,9 +501,12 @@ class Simulator:
         while len(self.requests) < count:
             await self._arrived.wait()
 
-    def release(self) -> None:
-        """Let every ``Held`` request, and the ones to come, answer."""
-        self._released.set()
+    def release(self, gate: str = "") -> None:
+        """Let every request ``Held`` at *gate*, and the ones to come, answer."""
+        self._gate(gate).set()
+
+    def _gate(self, gate: str) -> anyio.Event:
+        return self._released.setdefault(gate, anyio.Event())
 
     def clear_cache(self) -> None:
         """Forget every cached prefix, as a provider-side eviction would."""
@@ -584,8 +590,8 @@ class Simulator:
                 return False
             case Delay(seconds=seconds):
                 await anyio.sleep(seconds)
-            case Held():
-                await self._released.wait()
+            case Held(gate=gate):
+                await self._gate(gate).wait()
             case Hangup():
                 return False
             case Page(body=page, content_type=content_type):

@@ -14,7 +14,7 @@ import msgspec
 import pytest
 from harness import Cli, in_process_client, process_client
 from orgs import simulated_engine, write_org
-from simulator import Simulator, Status
+from simulator import Held, Simulator, Status
 
 from rosterd.client import RpcError
 from rosterd.compiler import RunMeta, compile_system
@@ -210,6 +210,44 @@ async def test_turns_queued_behind_a_rollover_are_answered_by_the_new_session(
     for turns in by_run.values():
         assert sorted(turns) == list(range(1, len(turns) + 1))
     assert len(simulator.requests) == 8
+
+
+@pytest.mark.anyio
+async def test_turns_waiting_through_a_rollover_keep_their_order_against_later_ones(
+    tmp_path: Path, simulator: Simulator
+) -> None:
+    org = openai_org(tmp_path / "org", simulator)
+    waits = "a turn waits for the turn under way"
+    results: dict[str, TurnResult] = {}
+    async with in_process_client(org, tmp_path / "state") as (daemon, client):
+        old = (await client.session_open("ada", "c0")).session
+        await client.session_send(old, "one")
+        # x is held at the provider while a and b wait; a is refused as too
+        # long and answered by a new session, held while c comes (by the
+        # old id, which now names the new session).
+        simulator.script(Held("x"), TOO_LONG, Held("rolled"))
+
+        async def send(text: str) -> None:
+            async with await daemon.client() as frontend:
+                results[text] = await frontend.session_send(old, text)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, "x")
+            await simulator.wait_for_requests(2)
+            for waiting, text in enumerate("ab", start=1):
+                tg.start_soon(send, text)
+                await daemon.logged(waits, waiting)
+            simulator.release("x")
+            await simulator.wait_for_requests(4)
+            tg.start_soon(send, "c")
+            await daemon.logged(waits, 3)
+            simulator.release("rolled")
+    said = [lines(messages(body)[-1]["content"])[-1]["text"] for body in simulator.bodies()]
+    assert said == ["one", "x", "a", "a", "b", "c"]
+    new = results["a"].run
+    assert (results["x"].run, results["x"].turn) == (old, 2)
+    assert results["a"].rolled_from == old and new != old
+    assert [(results[t].run, results[t].turn) for t in "abc"] == [(new, 1), (new, 2), (new, 3)]
 
 
 @pytest.mark.anyio

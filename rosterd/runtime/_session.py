@@ -91,7 +91,10 @@ class _SessionFull(Exception):
 
 
 class Session:
-    """A warm chat. Turns are serialised in arrival order by a FIFO lock."""
+    """A warm chat. Turns are serialised in arrival order by a FIFO lock,
+    the one every session of its (worker, channel) on this host shares: a
+    turn that waited through a rollover goes to the successor in its place,
+    before any that came later."""
 
     def __init__(
         self,
@@ -108,7 +111,7 @@ class Session:
         self._host = host
         self._manager = manager
         self._state = state
-        self._lock = anyio.Lock()
+        self._lock = manager.turn_lock(run.info.worker, run.info.channel)
         self.closed = False
         # Set when this session rolled over: its turns go there from then on.
         self.successor: Session | None = None
@@ -172,27 +175,49 @@ class Session:
 
     @property
     def busy(self) -> bool:
+        """Whether a turn (or a close) of the pair is under way here."""
         return self._lock.locked()
 
     async def send(
         self, text: str, sender: str, on_delta: DeltaSink, on_wait: WaitSink | None = None
     ) -> TurnOutcome:
         arrived = time.perf_counter()
+        if self._lock.locked():
+            log.debug("session %s: a turn waits for the turn under way", self.id)
         async with self._lock:
+            session = self
+            while True:
+                # Rolled over while the turn waited, here or on another host.
+                while session.successor is not None:
+                    session = session.successor
+                if session.closed:
+                    raise SessionError(f"session {session.id!r} is closed")
+                outcome = await session._take_turn(text, sender, on_delta, on_wait, arrived)
+                if outcome is not None:
+                    return outcome
+
+    async def _take_turn(
+        self,
+        text: str,
+        sender: str,
+        on_delta: DeltaSink,
+        on_wait: WaitSink | None,
+        arrived: float,
+    ) -> TurnOutcome | None:
+        """The turn, with the pair's lock held; ``None`` when another host
+        closed the session or rolled it over meanwhile."""
+        host = self._host
+        try:
+            async with host.leases.turn(self._run):
+                host.telemetry.waited(time.perf_counter() - arrived)
+                return await self._send(text, sender, on_delta, on_wait, warm=True)
+        except StaleError as stale:
+            log.info("session %s: turn started again: %s", self.id, stale)
+        async with host.leases.run(self.id):
+            await self._catch_up()
             if self.successor is None and not self.closed:
-                try:
-                    async with self._host.leases.turn(self._run):
-                        self._host.telemetry.waited(time.perf_counter() - arrived)
-                        return await self._send(text, sender, on_delta, on_wait, warm=True)
-                except StaleError as stale:
-                    log.info("session %s: turn started again: %s", self.id, stale)
-                async with self._host.leases.run(self.id):
-                    await self._catch_up()
-                    if self.successor is None and not self.closed:
-                        return await self._send(text, sender, on_delta, on_wait)
-            if self.successor is not None:
-                return await self.successor.send(text, sender, on_delta, on_wait)
-            raise SessionError(f"session {self.id!r} is closed")
+                return await self._send(text, sender, on_delta, on_wait)
+        return None
 
     async def _catch_up(self) -> None:
         """Read the session again if another host wrote to it since we did."""
@@ -416,7 +441,7 @@ class Session:
     ) -> TurnOutcome:
         """End this session as ``rolled-over`` and answer *text* in a new one.
 
-        Called with this session's lock held. If the new session cannot
+        Called with the pair's lock held. If the new session cannot
         start (its scope is now over budget), or this one cannot be ended,
         this one stays as it was. It is ended, naming its successor, before
         the pair's pointer moves on: after a kill between the two, the
@@ -425,33 +450,34 @@ class Session:
         """
         log.debug("session %s: rolling over: %s", self.id, reason)
         successor = await self._manager.roll_over(self, reason)
-        async with successor._lock:
-            host = self._host
-            info = msgspec.structs.replace(
-                self._run.info,
-                status="rolled-over",
-                ended_at=host.clock(),
-                rolled_to=successor.id,
-                rollover=reason,
-            )
-            try:
-                await self._run.end(info)
-            except BaseException as exc:
-                # Nothing leads to the successor: it ends before its first turn.
-                successor.closed = True
-                with anyio.CancelScope(shield=True):
-                    error = f"the session it continues did not end: {exc}"
-                    await _abandon(successor._run, host.clock(), error)
-                raise
-            self.successor = successor
-            self.closed = True
-            log.info("session %s rolled over to %s: %s", self.id, successor.id, reason)
-            self._manager.adopt(self, successor)
-            await host.runs.set_session(self.worker, self.channel, successor.id)
-            async with host.leases.run(successor.id):
-                # The first turn of a fresh session never rolls over again.
-                outcome = await successor._turn(text, sender, on_delta, on_wait, may_roll=False)
-            return msgspec.structs.replace(outcome, rolled_from=self.id)
+        # It shares the pair's lock, held here: the turns waiting for it go
+        # to the successor after this one, in the order they came.
+        host = self._host
+        info = msgspec.structs.replace(
+            self._run.info,
+            status="rolled-over",
+            ended_at=host.clock(),
+            rolled_to=successor.id,
+            rollover=reason,
+        )
+        try:
+            await self._run.end(info)
+        except BaseException as exc:
+            # Nothing leads to the successor: it ends before its first turn.
+            successor.closed = True
+            with anyio.CancelScope(shield=True):
+                error = f"the session it continues did not end: {exc}"
+                await _abandon(successor._run, host.clock(), error)
+            raise
+        self.successor = successor
+        self.closed = True
+        log.info("session %s rolled over to %s: %s", self.id, successor.id, reason)
+        self._manager.adopt(self, successor)
+        await host.runs.set_session(self.worker, self.channel, successor.id)
+        async with host.leases.run(successor.id):
+            # The first turn of a fresh session never rolls over again.
+            outcome = await successor._turn(text, sender, on_delta, on_wait, may_roll=False)
+        return msgspec.structs.replace(outcome, rolled_from=self.id)
 
     async def close(self, status: Literal["closed", "expired"]) -> None:
         """End the session for good (``closed`` or ``expired``); closing one
@@ -503,10 +529,17 @@ class SessionManager:
         self._refresh_org = refresh_org
         self._by_pair: dict[tuple[str, str], Session] = {}
         self._by_id: dict[str, Session] = {}
+        # One per pair ever served here (a few hundred bytes each): its
+        # sessions' turns, across rollovers, wait on it in arrival order.
+        self._turn_locks: dict[tuple[str, str | None], anyio.Lock] = {}
         self._open_lock = anyio.Lock()
 
     def __repr__(self) -> str:
         return f"SessionManager({len(self)} warm)"
+
+    def turn_lock(self, worker: str, channel: str | None) -> anyio.Lock:
+        """The lock the turns of every session of the pair take."""
+        return self._turn_locks.setdefault((worker, channel), anyio.Lock())
 
     def sessions(self) -> list[Session]:
         # Ids of rolled-over sessions are kept as aliases of their successor.
