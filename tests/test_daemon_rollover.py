@@ -251,6 +251,38 @@ async def test_turns_waiting_through_a_rollover_keep_their_order_against_later_o
 
 
 @pytest.mark.anyio
+async def test_a_pointer_left_on_the_rolled_over_session_is_moved_by_the_next_open(
+    tmp_path: Path, simulator: Simulator
+) -> None:
+    # A kill between the old session's end and the pointer's move, or a
+    # failed write of the pointer, leaves the pair pointing at the old
+    # session. It leads to the new one; left so, every open of the pair
+    # dropped the warm session and read it from the store again, and a turn
+    # of the dropped copy could run beside one of the copy read meanwhile.
+    org = openai_org(tmp_path / "org", simulator)
+    state = tmp_path / "state"
+    pointer = state / "sessions" / "ada" / "c0.json"
+    reads = "reading it from the store"
+    async with in_process_client(org, state) as (daemon, client):
+        old = (await client.session_open("ada", "c0")).session
+        await client.session_send(old, "one")
+        simulator.script(TOO_LONG)
+        new = (await client.session_send(old, "two")).run
+        pointer.write_bytes(msgspec.json.encode({"session": old}))
+        opened = [(await client.session_open("ada", "c0")).session for _ in range(2)]
+        moved = msgspec.json.decode(pointer.read_bytes())
+        pointer.write_bytes(msgspec.json.encode({"session": old}))
+    assert opened == [new, new] and moved == {"session": new}
+    assert reads not in daemon.log()
+    async with in_process_client(org, state) as (daemon, client):
+        reopened = [(await client.session_open("ada", "c0")).session for _ in range(3)]
+        result = await client.session_send(old, "three")
+    assert reopened == [new, new, new] and (result.run, result.turn) == (new, 2)
+    assert msgspec.json.decode(pointer.read_bytes()) == {"session": new}
+    assert daemon.log().count(reads) == 1
+
+
+@pytest.mark.anyio
 async def test_the_first_request_after_a_rollover_reads_the_old_system_part_from_the_cache(
     tmp_path: Path,
 ) -> None:

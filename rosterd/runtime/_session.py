@@ -446,7 +446,8 @@ class Session:
         this one stays as it was. It is ended, naming its successor, before
         the pair's pointer moves on: after a kill between the two, the
         pointer leads through this session to the successor, and the pair
-        never has two open sessions.
+        never has two open sessions; a pointer that did not move is moved
+        by the pair's next open.
         """
         log.debug("session %s: rolling over: %s", self.id, reason)
         successor = await self._manager.roll_over(self, reason)
@@ -473,7 +474,7 @@ class Session:
         self.closed = True
         log.info("session %s rolled over to %s: %s", self.id, successor.id, reason)
         self._manager.adopt(self, successor)
-        await host.runs.set_session(self.worker, self.channel, successor.id)
+        await self._manager.move_pointer(successor)
         async with host.leases.run(successor.id):
             # The first turn of a fresh session never rolls over again.
             outcome = await successor._turn(text, sender, on_delta, on_wait, may_roll=False)
@@ -575,10 +576,15 @@ class SessionManager:
             session = self._by_pair.get((worker, channel))
             current = await host.runs.session_for(worker, channel)
             if session is not None and session.id != current:
-                # Another host rolled it over or closed it: drop the old copy.
-                self.forget(session)
-                await session.detach()
-                session = None
+                if current is not None and self._by_id.get(current) is session:
+                    # The pointer names a session this one continues: it
+                    # did not move with the rollover (a failed write).
+                    await self.move_pointer(session)
+                else:
+                    # Another host rolled it over or closed it: drop the old copy.
+                    self.forget(session)
+                    await session.detach()
+                    session = None
             if session is not None and not session.closed and not await self._expired(session):
                 await session.refresh()
                 if not session.closed:  # closed or rolled over elsewhere meanwhile
@@ -648,7 +654,20 @@ class SessionManager:
         session = await self._wake(session_id)
         if session is None:
             await host.runs.clear_session(worker, channel)
+        elif session.id != session_id:
+            # Reached through a rollover whose pointer never moved (a kill
+            # between the old session's end and the move).
+            await self.move_pointer(session)
         return session
+
+    async def move_pointer(self, session: Session) -> None:
+        """Point the pair at *session*, from a session it continues. One
+        left behind still leads to it (the pair's next open or start moves
+        it): a rollover goes on without it."""
+        try:
+            await self._host.runs.set_session(session.worker, session.channel, session.id)
+        except StorageError as exc:
+            log.warning("session %s: the pair's pointer stays behind it: %s", session.id, exc)
 
     async def _wake(self, session_id: str) -> Session | None:
         """The open session *session_id* read from the store, rollovers
