@@ -490,7 +490,12 @@ async def test_a_session_killed_while_the_gateway_held_a_call_goes_on_after_the_
             assert (await client.session_open("w0", "c0")).session == session
             after, _ = await say(client, session, "did it work?")
             later, _ = await say(client, session, "and now?")
+            shown = await client.runs_context(session, all=True)
     assert (after.text, after.turn, later.text, later.turn) == ("after", 3, "later", 4)
+    # runs.context shows the results as the request after the kill sent them.
+    (third,) = [request for request in shown.turns if request.turn == 3]
+    results = [json.loads(m.content) for m in third.messages if m.role == "tool"]
+    assert results == tool_messages(sim.requests[2].body)
     assert gw is not None and len(gw.calls) == 1
     # The call is answered as cut short, traced as the next step of its turn.
     (envelope,) = tool_messages(sim.requests[2].body)
