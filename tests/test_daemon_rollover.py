@@ -251,6 +251,42 @@ async def test_turns_waiting_through_a_rollover_keep_their_order_against_later_o
 
 
 @pytest.mark.anyio
+async def test_a_close_that_waited_through_a_rollover_closes_and_forgets_the_new_session(
+    tmp_path: Path, simulator: Simulator
+) -> None:
+    org = openai_org(tmp_path / "org", simulator)
+    async with in_process_client(org, tmp_path / "state") as (daemon, client):
+        old = (await client.session_open("ada", "c0")).session
+        await client.session_send(old, "one")
+        # x is held while a waits and the close of the old id comes; a is
+        # refused as too long and answered by a new session.
+        simulator.script(Held("x"), TOO_LONG)
+        results: dict[str, TurnResult] = {}
+
+        async def send(text: str) -> None:
+            async with await daemon.client() as frontend:
+                results[text] = await frontend.session_send(old, text)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, "x")
+            await simulator.wait_for_requests(2)
+            tg.start_soon(send, "a")
+            await daemon.logged("a turn waits for the turn under way")
+            tg.start_soon(client.session_close, old)
+            await daemon.logged("a close waits for the turn under way")
+            simulator.release("x")
+        new = results["a"].run
+        status = await client.daemon_status()
+        with pytest.raises(RpcError) as closed:
+            await client.session_send(new, "after")
+        fresh = (await client.session_open("ada", "c0")).session
+    assert results["a"].rolled_from == old and new != old
+    assert status.sessions == 0
+    assert closed.value.code == 1004
+    assert fresh not in (old, new)
+
+
+@pytest.mark.anyio
 async def test_a_pointer_left_on_the_rolled_over_session_is_moved_by_the_next_open(
     tmp_path: Path, simulator: Simulator
 ) -> None:

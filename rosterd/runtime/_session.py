@@ -481,8 +481,11 @@ class Session:
         return msgspec.structs.replace(outcome, rolled_from=self.id)
 
     async def close(self, status: Literal["closed", "expired"]) -> None:
-        """End the session for good (``closed`` or ``expired``); closing one
-        that rolled over on another host closes its successor."""
+        """End the session for good (``closed`` or ``expired``), and forget
+        it; closing one that rolled over, on another host or while the close
+        waited for its turn, closes its successor."""
+        if self._lock.locked():
+            log.debug("session %s: a close waits for the turn under way", self.id)
         async with self._lock:
             if not self.closed:
                 async with self._host.leases.run(self.id):
@@ -493,6 +496,7 @@ class Session:
                         # an ended session is cleared by the pair's next open.
                         await self._run.finish(status, self._host.clock())
                         self.closed = True
+                        self._manager.forget(self)
                         try:
                             await self._host.runs.clear_session(self.worker, self.channel)
                         except StorageError as exc:
@@ -597,7 +601,6 @@ class SessionManager:
     async def close(self, session_id: str) -> None:
         session = await self.get(session_id)
         await session.close("closed")
-        self.forget(session)
 
     async def expire_idle(self) -> None:
         for session in self.sessions():
@@ -625,7 +628,6 @@ class SessionManager:
             return False
         log.info("session %s expired after %.0f s idle", session.id, idle)
         await session.close("expired")
-        self.forget(session)
         return True
 
     async def run_reaper(self) -> None:
