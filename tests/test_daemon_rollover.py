@@ -6,17 +6,18 @@ the daemon made is recorded byte for byte.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 import anyio
 import msgspec
 import pytest
-from harness import Cli, in_process_client, process_client
+from harness import Cli, InProcessDaemon, in_process_client, process_client
 from orgs import simulated_engine, write_org
 from simulator import Held, Simulator, Status
 
-from rosterd.client import RpcError
+from rosterd.client import RosterClient, RpcError
 from rosterd.compiler import RunMeta, compile_system
 from rosterd.org import Surface, load_org
 from rosterd.protocol import TurnResult
@@ -35,6 +36,12 @@ def openai_org(root: Path, simulator: Simulator, context: str = "") -> Path:
     engine = simulated_engine(simulator, settings="max_retries = 0")
     sections = f"[context]\n{context}" if context else ""
     return write_org(root, workers=["ada"], engine=engine, sections=sections)
+
+
+@pytest.fixture
+def org(tmp_path: Path, simulator: Simulator) -> Path:
+    """:func:`openai_org` in the test's directory, on the test's simulator."""
+    return openai_org(tmp_path / "org", simulator)
 
 
 def system_chars(org: Path) -> int:
@@ -63,9 +70,8 @@ def run_info(state: Path, run: str) -> dict[str, Any]:
 
 @pytest.mark.anyio
 async def test_a_session_past_session_chars_rolls_over_and_the_call_succeeds(
-    tmp_path: Path, simulator: Simulator, cli: Cli
+    tmp_path: Path, simulator: Simulator, org: Path, cli: Cli
 ) -> None:
-    org = openai_org(tmp_path / "org", simulator)
     limit = system_chars(org) + 900
     # A short history, so the new session's first turn leaves room for more.
     openai_org(org, simulator, f"session_chars = {limit}\nhistory_messages = 2")
@@ -135,18 +141,35 @@ async def test_a_session_past_session_chars_rolls_over_and_the_call_succeeds(
     assert f"continues session {old}" in shown
 
 
+def sender(
+    daemon: InProcessDaemon, session: str, results: dict[str, TurnResult]
+) -> Callable[[str], Coroutine[Any, Any, None]]:
+    """Sends a text as a turn of *session* from a frontend of its own; the
+    result goes to *results* under the text."""
+
+    async def send(text: str) -> None:
+        async with await daemon.client() as frontend:
+            results[text] = await frontend.session_send(session, text)
+
+    return send
+
+
+async def rolled_over(client: RosterClient, simulator: Simulator) -> tuple[str, TurnResult]:
+    """A session of ada in c0 whose second turn the provider refuses as too
+    long: the session, and the turn its successor answered."""
+    old = (await client.session_open("ada", "c0")).session
+    await client.session_send(old, "one")
+    simulator.script(TOO_LONG)
+    return old, await client.session_send(old, "two")
+
+
 @pytest.mark.anyio
 async def test_a_provider_length_refusal_rolls_over_exactly_once_per_turn(
-    tmp_path: Path, simulator: Simulator
+    tmp_path: Path, simulator: Simulator, org: Path
 ) -> None:
-    org = openai_org(tmp_path / "org", simulator)
     state = tmp_path / "state"
     async with process_client(org, state) as (_, client):
-        opened = await client.session_open("ada", "c0")
-        first = opened.session
-        await client.session_send(first, "one")
-        simulator.script(TOO_LONG)
-        rolled = await client.session_send(first, "two")
+        first, rolled = await rolled_over(client, simulator)
         second = rolled.run
         sent_before = len(simulator.requests)
         after = await client.session_send(second, "three")
@@ -184,9 +207,8 @@ async def test_a_provider_length_refusal_rolls_over_exactly_once_per_turn(
 
 @pytest.mark.anyio
 async def test_turns_queued_behind_a_rollover_are_answered_by_the_new_session(
-    tmp_path: Path, simulator: Simulator
+    tmp_path: Path, simulator: Simulator, org: Path
 ) -> None:
-    org = openai_org(tmp_path / "org", simulator)
     limit = system_chars(org) + 700
     openai_org(org, simulator, f"session_chars = {limit}")
     results: dict[int, TurnResult] = {}
@@ -214,9 +236,8 @@ async def test_turns_queued_behind_a_rollover_are_answered_by_the_new_session(
 
 @pytest.mark.anyio
 async def test_turns_waiting_through_a_rollover_keep_their_order_against_later_ones(
-    tmp_path: Path, simulator: Simulator
+    tmp_path: Path, simulator: Simulator, org: Path
 ) -> None:
-    org = openai_org(tmp_path / "org", simulator)
     waits = "a turn waits for the turn under way"
     results: dict[str, TurnResult] = {}
     async with in_process_client(org, tmp_path / "state") as (daemon, client):
@@ -226,11 +247,7 @@ async def test_turns_waiting_through_a_rollover_keep_their_order_against_later_o
         # long and answered by a new session, held while c comes (by the
         # old id, which now names the new session).
         simulator.script(Held("x"), TOO_LONG, Held("rolled"))
-
-        async def send(text: str) -> None:
-            async with await daemon.client() as frontend:
-                results[text] = await frontend.session_send(old, text)
-
+        send = sender(daemon, old, results)
         async with anyio.create_task_group() as tg:
             tg.start_soon(send, "x")
             await simulator.wait_for_requests(2)
@@ -252,9 +269,8 @@ async def test_turns_waiting_through_a_rollover_keep_their_order_against_later_o
 
 @pytest.mark.anyio
 async def test_a_close_that_waited_through_a_rollover_closes_and_forgets_the_new_session(
-    tmp_path: Path, simulator: Simulator
+    tmp_path: Path, simulator: Simulator, org: Path
 ) -> None:
-    org = openai_org(tmp_path / "org", simulator)
     async with in_process_client(org, tmp_path / "state") as (daemon, client):
         old = (await client.session_open("ada", "c0")).session
         await client.session_send(old, "one")
@@ -262,11 +278,7 @@ async def test_a_close_that_waited_through_a_rollover_closes_and_forgets_the_new
         # refused as too long and answered by a new session.
         simulator.script(Held("x"), TOO_LONG)
         results: dict[str, TurnResult] = {}
-
-        async def send(text: str) -> None:
-            async with await daemon.client() as frontend:
-                results[text] = await frontend.session_send(old, text)
-
+        send = sender(daemon, old, results)
         async with anyio.create_task_group() as tg:
             tg.start_soon(send, "x")
             await simulator.wait_for_requests(2)
@@ -288,26 +300,24 @@ async def test_a_close_that_waited_through_a_rollover_closes_and_forgets_the_new
 
 @pytest.mark.anyio
 async def test_a_pointer_left_on_the_rolled_over_session_is_moved_by_the_next_open(
-    tmp_path: Path, simulator: Simulator
+    tmp_path: Path, simulator: Simulator, org: Path
 ) -> None:
     # A kill between the old session's end and the pointer's move, or a
     # failed write of the pointer, leaves the pair pointing at the old
     # session. It leads to the new one; left so, every open of the pair
     # dropped the warm session and read it from the store again, and a turn
     # of the dropped copy could run beside one of the copy read meanwhile.
-    org = openai_org(tmp_path / "org", simulator)
     state = tmp_path / "state"
-    pointer = state / "sessions" / "ada" / "c0.json"
     reads = "reading it from the store"
     async with in_process_client(org, state) as (daemon, client):
-        old = (await client.session_open("ada", "c0")).session
-        await client.session_send(old, "one")
-        simulator.script(TOO_LONG)
-        new = (await client.session_send(old, "two")).run
-        pointer.write_bytes(msgspec.json.encode({"session": old}))
+        old, rolled = await rolled_over(client, simulator)
+        left_on_old = msgspec.json.encode({"session": old})
+        pointer = state / "sessions" / "ada" / "c0.json"
+        pointer.write_bytes(left_on_old)
         opened = [(await client.session_open("ada", "c0")).session for _ in range(2)]
         moved = msgspec.json.decode(pointer.read_bytes())
-        pointer.write_bytes(msgspec.json.encode({"session": old}))
+        pointer.write_bytes(left_on_old)
+    new = rolled.run
     assert opened == [new, new] and moved == {"session": new}
     assert reads not in daemon.log()
     async with in_process_client(org, state) as (daemon, client):
