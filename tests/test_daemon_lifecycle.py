@@ -179,6 +179,15 @@ def test_what_it_cannot_start_fails_start_with_one_clear_line(
     assert not (tmp_path / "rosterd.sock").exists()
 
 
+def test_a_state_path_that_is_a_file_fails_start_in_one_line(org_dir: Path, tmp_path: Path) -> None:
+    notes = tmp_path / "notes"
+    notes.write_text(NOTES)
+    process = DaemonProcess(org_dir, notes, socket_path=tmp_path / "rosterd.sock")
+    assert process.start(wait=False).wait(20) == 1
+    assert f"roster: {notes}: not a directory for the state\n" in process.log()
+    assert notes.read_text() == NOTES
+
+
 def test_a_live_socket_too_busy_to_answer_is_not_taken_for_a_stale_one(
     org_dir: Path, tmp_path: Path
 ) -> None:

@@ -100,7 +100,11 @@ async def _read_database(location: StateLocation) -> AsyncIterator[RunReader]:
 def _lock_directory(state: Path) -> tuple[Path, int]:
     """Create and lock the state directory: one daemon per state, ever."""
     state = state.resolve()
-    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except (FileExistsError, NotADirectoryError):
+        # It, or a directory it would be in, is a file.
+        raise ConfigError(f"{state}: not a directory for the state", path=str(state)) from None
     fd = os.open(state / "rosterd.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
