@@ -36,7 +36,8 @@ def failing(where: str, op: str, conninfo: object) -> Iterator[None]:
     try:
         yield
     except (psycopg.Error, PoolTimeout) as exc:
-        message = str(exc).strip() or type(exc).__name__
+        # One line: libpq's own messages run over several, tab-indented.
+        message = " ".join(str(exc).split()) or type(exc).__name__
         # libpq names host, port and user in its messages, never the
         # password; cut it out anyway should one ever quote the conninfo.
         password = _password(conninfo)
