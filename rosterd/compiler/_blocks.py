@@ -29,6 +29,7 @@ from ._envelopes import (
     MessageEnvelope,
     MessagesOmitted,
     TaskEnvelope,
+    escape_line_breaks,
     render_line,
 )
 from ._items import ChannelMessage, Continuation, RunMeta
@@ -127,7 +128,8 @@ def connections_block(org: Org, worker: str) -> BlockTrace:
             "env": f"${connection.env}" if connection.env else None,
             "note": connection.note,
         }
-        lines.append(_canonical.encode(entry).decode())
+        # The note is free text: a line break JSON leaves raw would split its line.
+        lines.append(escape_line_breaks(_canonical.encode(entry).decode()))
     body = "\n".join([*lines, _CONNECTIONS_NOTE]) + "\n"
     block = _trusted_block("connections", body, f"org.toml [connections] {' '.join(names)}")
     return msgspec.structs.replace(block, items=len(names))

@@ -107,16 +107,20 @@ def render_lines(envelopes: Sequence[Envelope]) -> list[str]:
         # Repairing an envelope without lone surrogates leaves it unchanged,
         # so repairing the whole batch renders each line as it would alone.
         data = _encoder.encode_lines([_without_lone_surrogates(e) for e in envelopes])
-    text = data.decode("utf-8")
+    # JSON escapes every other line break, so the only ones left are ours.
+    return escape_line_breaks(data.decode("utf-8")).splitlines(keepends=True)
+
+
+def escape_line_breaks(json_text: str) -> str:
+    """*json_text* with the line breaks JSON leaves raw (NEL, LS, PS) escaped."""
     # ASCII text holds none of them; the flag is free to check.
-    if not text.isascii():
+    if not json_text.isascii():
         for raw, escaped in _LINE_BREAKS:
             # These characters can only occur inside JSON strings, where the
             # escape means the same character.
-            if raw in text:
-                text = text.replace(raw, escaped)
-    # JSON escapes every other line break, so the only ones left are ours.
-    return text.splitlines(keepends=True)
+            if raw in json_text:
+                json_text = json_text.replace(raw, escaped)
+    return json_text
 
 
 def _without_lone_surrogates(envelope: Envelope) -> Envelope:

@@ -24,7 +24,7 @@ from urllib.parse import unquote
 import msgspec
 
 from ..org import FILE_GATE, FORGET, REMEMBER, MemoryScope, Org, RunScope, Surface
-from ._envelopes import ToolEnvelope, render_line
+from ._envelopes import ToolEnvelope, escape_line_breaks, render_line
 from ._items import RunMeta
 from ._trace import BlockTrace, ContextRecord, NoteTrace, context_record, sha256_text
 
@@ -416,14 +416,18 @@ def compile_step(
 
 def tools_block(tools: Sequence[ToolSpec]) -> BlockTrace:
     """The trace form of the definitions: one canonical JSON line per tool."""
+    # A description holds its connection's note, free text: readers split
+    # the lines on the breaks JSON leaves raw too.
     lines = [
-        _canonical.encode(
-            {
-                "name": t.name,
-                "description": t.description,
-                "parameters": msgspec.Raw(t.schema.encode()),
-            }
-        ).decode()
+        escape_line_breaks(
+            _canonical.encode(
+                {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": msgspec.Raw(t.schema.encode()),
+                }
+            ).decode()
+        )
         + "\n"
         for t in tools
     ]
