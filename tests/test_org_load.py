@@ -283,6 +283,20 @@ def test_line_ends_are_read_as_newlines(tmp_path: Path) -> None:
     assert load_org(root).identities["ada"] == "I am ada.\nOld Mac line.\nEnd.\n"
 
 
+def test_a_byte_order_mark_is_no_part_of_a_file(tmp_path: Path) -> None:
+    # Some editors start a UTF-8 file with one: the worker must not see it,
+    # nor a cached prefix change for it.
+    plain = load_org(make_org(tmp_path / "plain"))
+    root = make_org(tmp_path / "marked")
+    bom = b"\xef\xbb\xbf"
+    (root / "org.toml").write_bytes(bom + BASE_TOML.encode())
+    (root / "workers" / "ada" / "identity.md").write_bytes(bom + b"I am ada.\r\n")
+    (root / "channels" / "general" / "purpose.md").write_bytes(bom + b"Everyday talk.\n")
+    marked = load_org(root)
+    assert (marked.identities, marked.purposes) == (plain.identities, plain.purposes)
+    assert marked.workers == plain.workers
+
+
 def test_worker_connection_naming_an_unknown_service(tmp_path: Path) -> None:
     toml = BASE_TOML.replace('connections = ["github"]', 'connections = ["github", "jira"]')
     error = load_error(make_org(tmp_path, toml))

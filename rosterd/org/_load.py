@@ -302,7 +302,9 @@ def _read_text(
             path=str(path),
         )
     try:
-        text = data.decode("utf-8")
+        # A leading byte order mark marks the encoding, as some editors
+        # save UTF-8: it is no part of the text a worker sees.
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason})", path=str(path)) from None
     # Line ends as a file opened as text reads them: "\r\n" and "\r" are "\n".
