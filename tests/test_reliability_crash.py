@@ -446,3 +446,28 @@ async def test_recovery_marks_cut_off_runs_interrupted_trims_torn_tails_and_remo
     assert (runs / finished / "transcript.jsonl").read_bytes().endswith(b"\n")
     assert not orphan.exists()
     assert jsonl_problems(daemon.state, killed=False) == []
+
+
+async def test_files_the_daemon_did_not_write_beside_its_own_are_left_alone(
+    daemon: DaemonProcess,
+) -> None:
+    async with opened_session(daemon) as (client, session):
+        await client.session_send(session, "hello")
+    daemon.stop()
+    state = daemon.state
+    strays = [
+        state / "runs" / ".notes.swp",
+        state / "runs" / "README",
+        state / "channels" / ".general.jsonl.swp",
+        state / "sessions" / "ada" / ".general.json.swp",
+    ]
+    for stray in strays:
+        stray.write_bytes(b"not the daemon's")
+    (state / "runs" / "scratch").mkdir()
+    daemon.start()
+    async with await daemon.client() as client:
+        listed = [r.id for r in await client.runs_list()]
+        reopened = await client.session_open("ada", "general")
+    assert listed == [session]
+    assert reopened.session == session
+    assert all(stray.exists() for stray in strays)

@@ -404,7 +404,9 @@ def _read_documents(paths: list[str], document_type: type[T]) -> list[T]:
         try:
             with open(path, "rb") as handle:
                 data = handle.read()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
+            # Not a run's directory: a file left beside them (an editor's
+            # swap file, a note) belongs to someone else.
             continue
         except OSError as exc:
             raise _storage_error(Path(path), "read", exc) from None
