@@ -20,9 +20,9 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, BinaryIO, Generic, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -35,6 +35,8 @@ log = logging.getLogger("rosterd.stores")
 
 T = TypeVar("T")
 _encoder = msgspec.json.Encoder()
+# How much of a log ``read_tail`` reads at a time, from its end.
+_CHUNK = 64 * 1024
 
 
 class _Append:
@@ -73,8 +75,14 @@ class JsonlLog(AsyncResource, Generic[T]):
         return f"JsonlLog({str(self.path)!r}{', closed' if self._closed else ''})"
 
     @classmethod
-    async def open(cls, path: Path, record_type: type[T]) -> tuple[JsonlLog[T], list[T]]:
-        records = await read_log(path, record_type, repair=True)
+    async def open(
+        cls, path: Path, record_type: type[T], enough: Callable[[T], bool] | None = None
+    ) -> tuple[JsonlLog[T], list[T]]:
+        """With *enough*, only the newest records are read (``read_tail``)."""
+        if enough is None:
+            records = await read_log(path, record_type, repair=True)
+        else:
+            records = await read_tail(path, record_type, enough)
         fd, size = await anyio.to_thread.run_sync(_open_append, path)
         return cls(path, fd, size), records
 
@@ -219,6 +227,81 @@ async def read_log(path: Path, record_type: type[T], *, repair: bool = False) ->
         except OSError as exc:
             raise _storage_error(path, "truncate a torn tail", exc) from None
     return records
+
+
+async def read_tail(path: Path, record_type: type[T], enough: Callable[[T], bool]) -> list[T]:
+    """The newest records of a JSONL file, oldest first: read from its end
+    until *enough* (shown each record, newest first) says so, or the file
+    ends. A torn last line is dropped and cut from the file as ``read_log``
+    with *repair* does: the first use of a log of years costs what the
+    caller keeps of it, not the whole file in memory.
+    """
+    try:
+        newest, cut = await anyio.to_thread.run_sync(_read_tail, path, record_type, enough)
+        if cut is not None:
+            await anyio.to_thread.run_sync(_truncate, path, cut)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise _storage_error(path, "read the tail of", exc) from None
+    newest.reverse()
+    return newest
+
+
+def _read_tail(
+    path: Path, record_type: type[T], enough: Callable[[T], bool]
+) -> tuple[list[T], int | None]:
+    """The newest records of *path*, newest first, and where a torn or
+    unreadable tail to cut begins (``None`` when there is none)."""
+    decoder = msgspec.json.Decoder(record_type)
+    newest: list[T] = []
+    cut: int | None = None
+    whole = 0
+    with open(path, "rb") as handle:
+        for offset, line in _lines_backwards(handle, handle.seek(0, os.SEEK_END)):
+            if not line.endswith(b"\n"):
+                log.warning("%s: dropped a torn last line of %d bytes", path, len(line))
+                cut = offset
+                continue
+            whole += 1
+            try:
+                record = decoder.decode(line)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                # As read_log: only the last whole line can be a kill's.
+                if whole == 1:
+                    log.warning("%s: dropped an unreadable last line: %s", path, exc)
+                    cut = offset
+                else:
+                    log.error("%s: skipped an unreadable line at byte %d: %s", path, offset, exc)
+                continue
+            newest.append(record)
+            if enough(record):
+                break
+    return newest, cut
+
+
+def _lines_backwards(handle: BinaryIO, size: int) -> Iterator[tuple[int, bytes]]:
+    """The offset and bytes of each line of *handle*'s first *size* bytes,
+    newest first, each with its newline (a torn last one has none)."""
+    # buffer holds the file from pos on; its lines from end on are yielded.
+    pos, buffer, end = size, b"", 0
+    while True:
+        newline = buffer.rfind(b"\n", 0, max(end - 1, 0))
+        if newline >= 0:
+            yield pos + newline + 1, buffer[newline + 1 : end]
+            end = newline + 1
+        elif pos == 0:
+            if end:
+                yield 0, buffer[:end]
+            return
+        else:
+            # Growing with what is held: a line of megabytes is read in a
+            # few steps, not re-joined chunk by chunk.
+            step = min(max(_CHUNK, end), pos)
+            pos -= step
+            handle.seek(pos)
+            buffer = handle.read(step) + buffer[:end]
+            end += step
 
 
 async def line_end(path: Path, lines: int) -> int:
