@@ -31,18 +31,9 @@ from ...protocol import RunInfo, TranscriptEntry
 from .._open_run import OpenRun
 from .._records import Posts, SessionState, cut_off, ended, new_run_id
 from ._channels import FileChannels
-from ._jsonl import (
-    JsonlLog,
-    line_end,
-    read_document,
-    read_documents,
-    read_log,
-    read_whole_lines,
-    remove_document,
-    repair_tail,
-    write_document,
-)
+from ._jsonl import JsonlLog, read_document, read_documents, remove_document, write_document
 from ._leases import Leases
+from ._reading import line_end, read_log, read_whole_lines, repair_tail
 
 log = logging.getLogger("rosterd.stores")
 
