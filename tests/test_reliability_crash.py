@@ -464,6 +464,7 @@ async def test_files_the_daemon_did_not_write_beside_its_own_are_left_alone(
     for stray in strays:
         stray.write_bytes(b"not the daemon's")
     (state / "runs" / "scratch").mkdir()
+    (state / "sessions" / "ada" / "old.json").mkdir()
     daemon.start()
     async with await daemon.client() as client:
         listed = [r.id for r in await client.runs_list()]

@@ -252,7 +252,7 @@ class FileRuns:
     async def _reached_sessions(self, infos: dict[str, RunInfo]) -> set[str]:
         """The sessions the pairs' pointers name, and those their rollovers lead to."""
         paths = await anyio.to_thread.run_sync(
-            lambda: [str(path) for path in self._pointers.glob("*/*.json")]
+            lambda: [str(path) for path in self._pointers.glob("*/*.json") if path.is_file()]
         )
         reached: set[str] = set()
         for pointer in await read_documents(paths, _SessionPointer):
