@@ -446,3 +446,65 @@ async def test_recovery_marks_cut_off_runs_interrupted_trims_torn_tails_and_remo
     assert (runs / finished / "transcript.jsonl").read_bytes().endswith(b"\n")
     assert not orphan.exists()
     assert jsonl_problems(daemon.state, killed=False) == []
+
+
+async def test_files_the_daemon_did_not_write_beside_its_own_are_left_alone(
+    daemon: DaemonProcess,
+) -> None:
+    async with opened_session(daemon) as (client, session):
+        await client.session_send(session, "hello")
+    daemon.stop()
+    state = daemon.state
+    strays = [
+        state / "runs" / ".notes.swp",
+        state / "runs" / "README",
+        state / "channels" / ".general.jsonl.swp",
+        state / "sessions" / "ada" / ".general.json.swp",
+    ]
+    for stray in strays:
+        stray.write_bytes(b"not the daemon's")
+    (state / "runs" / "scratch").mkdir()
+    (state / "sessions" / "ada" / "old.json").mkdir()
+    daemon.start()
+    async with await daemon.client() as client:
+        listed = [r.id for r in await client.runs_list()]
+        reopened = await client.session_open("ada", "general")
+    assert listed == [session]
+    assert reopened.session == session
+    assert all(stray.exists() for stray in strays)
+
+
+async def test_a_successor_a_kill_left_before_the_old_session_ended_is_ended_failed(
+    org_dir: Path, tmp_path: Path
+) -> None:
+    toml = org_dir / "org.toml"
+    toml.write_text(toml.read_text().replace("[context]\n", "[context]\nsession_chars = 50000\n"))
+    daemon = DaemonProcess(org_dir, tmp_path / "state")
+    runs, pointer = daemon.state / "runs", daemon.state / "sessions" / "ada" / "general.json"
+    with daemon.start():
+        async with opened_session(daemon) as (client, old):
+            await client.session_send(old, "a" * 20_000)
+            await client.session_send(old, "b" * 20_000)
+            old_info, old_pointer = (runs / old / "run.json").read_bytes(), pointer.read_bytes()
+            new = (await client.session_send(old, "c" * 20_000)).run
+    # What kill -9 leaves between the successor's start and the old
+    # session's end: the successor open with its system trace only, the old
+    # session open and the pair's pointer still on it.
+    (runs / old / "run.json").write_bytes(old_info)
+    pointer.write_bytes(old_pointer)
+    (runs / new / "transcript.jsonl").write_bytes(b"")
+    context = runs / new / "context.jsonl"
+    context.write_bytes(context.read_bytes().split(b"\n")[0] + b"\n")
+    channel = daemon.state / "channels" / "general.jsonl"
+    lines = channel.read_bytes().splitlines(keepends=True)
+    channel.write_bytes(b"".join(line for line in lines if new.encode() not in line))
+    with daemon.start():
+        async with await daemon.client() as client:
+            statuses = {r.id: r.status for r in await client.runs_list()}
+            after = await client.session_send(old, "after")
+            (successor,) = [r for r in await client.runs_list() if r.id == new]
+    assert new != old
+    assert statuses == {old: "open", new: "failed"}
+    assert (after.run, after.turn) == (old, 3)
+    assert successor.ended_at is not None
+    assert "no pair leads to it" in (successor.error or "")

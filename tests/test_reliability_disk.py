@@ -25,7 +25,7 @@ from test_stores_runs import entry, session_info, system_record, with_content
 
 from rosterd import StorageError
 from rosterd.client import RosterClient, RpcError
-from rosterd.compiler import PrefixState
+from rosterd.compiler import ChannelMessage, PrefixState
 from rosterd.protocol import (
     Call,
     ChannelPost,
@@ -340,6 +340,35 @@ async def test_the_channel_tail_in_memory_is_bounded_in_characters(tmp_path: Pat
         await reopened.aclose()
     assert sum(len(m.text) for m in after) <= 4 * 1024 * 1024
     assert [m.seq for m in after] == [m.seq for m in kept]
+
+
+@pytest.mark.anyio
+async def test_a_channel_log_torn_anywhere_keeps_its_whole_lines_read_back_from_its_end(
+    tmp_path: Path,
+) -> None:
+    # Lines of up to 40 KB: its tail is read back across several chunks.
+    lines = [
+        msgspec.json.encode(ChannelMessage(seq=n, sender="bo", text="é" * 8_000 * n, at=n)) + b"\n"
+        for n in range(1, 6)
+    ]
+    log = b"".join(lines)
+    ends = list(itertools.accumulate(map(len, lines)))
+    tears = {0, *range(0, len(log), 4_093)} | {e + d for e in ends for d in (-2, -1, 1, 2)}
+    for size in sorted(t for t in tears if t <= len(log)):
+        root = tmp_path / str(size)
+        root.mkdir()
+        (root / "general.jsonl").write_bytes(log[:size])
+        kept = log[:size].count(b"\n")
+        store = FileChannels(root)
+        try:
+            held = await store.recent("general", 10)
+            (posted,) = await store.post_many("general", [("al", "after", 9.0)])
+        finally:
+            await store.aclose()
+        assert [m.seq for m in held] == list(range(1, kept + 1))
+        assert posted.seq == kept + 1
+        after = b"".join(lines[:kept]) + msgspec.json.encode(posted) + b"\n"
+        assert (root / "general.jsonl").read_bytes() == after
 
 
 @pytest.mark.anyio

@@ -9,10 +9,12 @@ import string
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 from harness import DaemonProcess
 
 from rosterd.client import RosterClient
+from rosterd.compiler import ChannelMessage
 
 NOTES = 10
 WORDS_PER_NOTE = 7_000  # 8 letters and a space each: 63,000 characters, under the note limit
@@ -68,3 +70,39 @@ async def test_seventy_thousand_distinct_words_keep_rss_and_turn_time_bounded(
     # ranking reads the message's words only. A ratio, never an absolute time.
     ratio = statistics.median(big[1:]) / statistics.median(small[1:])
     assert ratio < 10, f"turns took {ratio:.1f}x as long with the big notes"
+
+
+def peak_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM line")
+
+
+@pytest.mark.anyio
+async def test_a_long_channel_log_is_read_from_its_tail_only(org_dir: Path, tmp_path: Path) -> None:
+    # 100,000 posts of 1 KB, as months of a busy channel leave its log, with
+    # a torn last line: the first use after a start costs what the channel's
+    # tail holds, not the whole log in memory.
+    state = tmp_path / "state"
+    log = state / "channels" / "general.jsonl"
+    log.parent.mkdir(parents=True)
+    text = "x" * 1000
+    log.write_bytes(
+        b"".join(
+            msgspec.json.encode(ChannelMessage(seq=n, sender="bo", text=f"{n} {text}", at=n))
+            + b"\n"
+            for n in range(1, 100_001)
+        )
+        + b'{"seq": 100001, "sender": "bo", "te'
+    )
+    with DaemonProcess(org_dir, state).start() as daemon:
+        assert daemon.process is not None
+        before = peak_rss_kib(daemon.process.pid)
+        async with await daemon.client() as client:
+            await client.session_open("ada", "general")
+            posted = await client.channel_post("general", "bo", "after")
+        grew = peak_rss_kib(daemon.process.pid) - before
+    assert posted.seq == 100_001
+    assert log.read_bytes().endswith(msgspec.json.encode(posted) + b"\n")
+    assert grew < 32 * 1024, f"the first use of the channel took {grew} KiB"

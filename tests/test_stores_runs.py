@@ -246,8 +246,11 @@ async def test_recover_interrupts_open_task_and_direct_runs_only(runs: RunStore)
     def info(run: str, surface: str) -> RunInfo:
         return RunInfo(id=run, surface=surface, worker="grace", channel=None, created_at=NOW)
 
-    for run_id, surface in [("task-a", "task"), ("direct-a", "direct"), ("s-open", "session")]:
+    for run_id, surface in [("task-a", "task"), ("direct-a", "direct")]:
         await (await runs.create(info(run_id, surface))).aclose()
+    # A session its pair's pointer names: it resumes from its transcript.
+    await (await runs.create(session_info("s-open"))).aclose()
+    await runs.set_session("ada", "general", "s-open")
     done = await runs.create(info("direct-done", "direct"))
     await done.finish("done", NOW + 1)
 

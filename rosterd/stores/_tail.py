@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..compiler import ChannelMessage
 
@@ -12,6 +12,20 @@ from ..compiler import ChannelMessage
 # gigabytes.
 _KEEP = 1000
 _KEEP_CHARS = 4 * 1024 * 1024
+
+
+def tail_filled() -> Callable[[ChannelMessage], bool]:
+    """Shown a channel's messages newest first, whether a tail holds no
+    older one: a log need be read back only that far."""
+    count = chars = 0
+
+    def filled(message: ChannelMessage) -> bool:
+        nonlocal count, chars
+        count += 1
+        chars += len(message.text)
+        return count >= _KEEP or chars >= _KEEP_CHARS
+
+    return filled
 
 
 class ChannelTail:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from ..._ids import check_id
 from ...compiler import ChannelMessage
-from .._tail import ChannelTail
+from .._tail import ChannelTail, tail_filled
 from ._jsonl import JsonlLog
 from ._opened import Opened
 
@@ -70,5 +70,6 @@ class FileChannels(Opened[_Channel]):
 
     async def _open(self, channel: str) -> _Channel:
         path = self._root / f"{check_id('channel', channel)}.jsonl"
-        log, messages = await JsonlLog.open(path, ChannelMessage)
+        # Only the tail: the log may hold years of posts.
+        log, messages = await JsonlLog.open(path, ChannelMessage, tail_filled())
         return _Channel(log, messages)

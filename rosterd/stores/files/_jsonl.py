@@ -1,8 +1,9 @@
 """Durable files: append-only JSONL logs and atomically replaced documents.
 
 Every append is written and fsynced before it returns, so an acknowledged
-write survives kill -9. A crash can tear only the last line; recovery drops
-that line (with a log line), truncates it away and carries on. Appends that
+write survives kill -9. A crash can tear only the last line; recovery
+(``_reading``) drops that line (with a log line), truncates it away and
+carries on. Appends that
 arrive while a log is being written share its next write and fsync (group
 commit): the file holds them in call order, and each returns only once its
 bytes are durable.
@@ -30,6 +31,7 @@ import msgspec
 from anyio.abc import AsyncResource
 
 from ..._errors import NotFoundError, StorageError
+from ._reading import read_bytes, read_log, read_tail, storage_error
 
 log = logging.getLogger("rosterd.stores")
 
@@ -73,8 +75,14 @@ class JsonlLog(AsyncResource, Generic[T]):
         return f"JsonlLog({str(self.path)!r}{', closed' if self._closed else ''})"
 
     @classmethod
-    async def open(cls, path: Path, record_type: type[T]) -> tuple[JsonlLog[T], list[T]]:
-        records = await read_log(path, record_type, repair=True)
+    async def open(
+        cls, path: Path, record_type: type[T], enough: Callable[[T], bool] | None = None
+    ) -> tuple[JsonlLog[T], list[T]]:
+        """With *enough*, only the newest records are read (``read_tail``)."""
+        if enough is None:
+            records = await read_log(path, record_type, repair=True)
+        else:
+            records = await read_tail(path, record_type, enough)
         fd, size = await anyio.to_thread.run_sync(_open_append, path)
         return cls(path, fd, size), records
 
@@ -135,7 +143,7 @@ class JsonlLog(AsyncResource, Generic[T]):
             try:
                 await anyio.to_thread.run_sync(_write_all, self._fd, data)
             except OSError as exc:
-                error = _storage_error(self.path, "append", exc)
+                error = storage_error(self.path, "append", exc)
                 await self._cut_back()
             else:
                 self._size += len(data)
@@ -162,89 +170,13 @@ class JsonlLog(AsyncResource, Generic[T]):
         try:
             await anyio.to_thread.run_sync(_cut_back, self._fd, self._size)
         except OSError as cut:
-            self._broken = _storage_error(self.path, "truncate after failed append", cut)
+            self._broken = storage_error(self.path, "truncate after failed append", cut)
             log.error("%s: stopped taking appends: %s", self.path, self._broken)
 
     async def aclose(self) -> None:
         if not self._closed:
             self._closed = True
             await anyio.to_thread.run_sync(os.close, self._fd)
-
-
-async def _read_bytes(path: Path) -> bytes:
-    """The bytes of *path*, read through aiofiles (the store's async read
-    path), which loads with the first read: the client commands that never
-    read a state do not pay for it."""
-    import aiofiles
-
-    async with aiofiles.open(path, "rb") as handle:
-        return await handle.read()
-
-
-async def read_log(path: Path, record_type: type[T], *, repair: bool = False) -> list[T]:
-    """All whole records of a JSONL file; a torn last line is dropped.
-
-    With *repair*, the torn tail is also cut from the file so that the next
-    append starts on a fresh line. Readers that only look (the CLI) leave
-    the file alone.
-    """
-    try:
-        data = await _read_bytes(path)
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise _storage_error(path, "read", exc) from None
-    decoder = msgspec.json.Decoder(record_type)
-    records: list[T] = []
-    good_end = 0
-    start = 0
-    while start < len(data):
-        end = data.find(b"\n", start)
-        if end < 0:
-            log.warning("%s: dropped a torn last line of %d bytes", path, len(data) - start)
-            break
-        try:
-            records.append(decoder.decode(data[start:end]))
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            if data.find(b"\n", end + 1) < 0:
-                log.warning("%s: dropped an unreadable last line: %s", path, exc)
-                break
-            # A middle line can only be damaged by hand; skip it, keep the rest.
-            log.error("%s: skipped an unreadable line at byte %d: %s", path, start, exc)
-        start = end + 1
-        good_end = start
-    if repair and good_end < len(data):
-        try:
-            await anyio.to_thread.run_sync(_truncate, path, good_end)
-        except OSError as exc:
-            raise _storage_error(path, "truncate a torn tail", exc) from None
-    return records
-
-
-async def line_end(path: Path, lines: int) -> int:
-    """The offset in *path* just past its first *lines* lines."""
-    data = await _read_bytes(path)
-    end = 0
-    for _ in range(lines):
-        end = data.index(b"\n", end) + 1
-    return end
-
-
-async def read_whole_lines(path: Path) -> bytes:
-    """A log's bytes up to its last newline: a torn last line is left out."""
-    try:
-        data = await _read_bytes(path)
-    except FileNotFoundError:
-        return b""
-    except OSError as exc:
-        raise _storage_error(path, "read", exc) from None
-    return data[: data.rfind(b"\n") + 1]
-
-
-def _storage_error(path: Path, op: str, exc: OSError) -> StorageError:
-    return StorageError(
-        f"{path}: {op} failed: {exc.strerror or exc}", path=str(path), op=op, errno=exc.errno
-    )
 
 
 def make_private_dir(path: Path) -> None:
@@ -265,7 +197,7 @@ def _open_append(path: Path) -> tuple[int, int]:
         os.fchmod(fd, 0o600)
         return fd, os.fstat(fd).st_size
     except OSError as exc:
-        raise _storage_error(path, "open", exc) from None
+        raise storage_error(path, "open", exc) from None
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -278,32 +210,6 @@ def _write_all(fd: int, data: bytes) -> None:
 def _cut_back(fd: int, size: int) -> None:
     os.ftruncate(fd, size)
     os.fsync(fd)
-
-
-async def repair_tail(path: Path, record_type: type[T]) -> None:
-    """Cut a torn last line from a log nobody appends to any more.
-
-    Only the last byte is read unless the tail is torn: recovery visits
-    every run, and most end cleanly.
-    """
-    try:
-        torn = await anyio.to_thread.run_sync(_ends_torn, path)
-    except OSError as exc:
-        raise _storage_error(path, "read", exc) from None
-    if not torn:
-        return
-    await read_log(path, record_type, repair=True)
-
-
-def _ends_torn(path: Path) -> bool:
-    try:
-        with open(path, "rb") as handle:
-            if handle.seek(0, os.SEEK_END) == 0:
-                return False
-            handle.seek(-1, os.SEEK_END)
-            return handle.read(1) != b"\n"
-    except FileNotFoundError:
-        return False
 
 
 def remove_leftover_tmp(root: Path) -> int:
@@ -321,19 +227,12 @@ def remove_leftover_tmp(root: Path) -> int:
     return removed
 
 
-def _truncate(path: Path, size: int) -> None:
-    with open(path, "r+b") as handle:
-        handle.truncate(size)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
 async def write_document(path: Path, value: Any) -> None:
     """Replace *path* atomically with *value* as JSON: old or new, never half."""
     try:
         await anyio.to_thread.run_sync(_replace, path, _encoder.encode(value))
     except OSError as exc:
-        raise _storage_error(path, "write", exc) from None
+        raise storage_error(path, "write", exc) from None
 
 
 def _replace(path: Path, data: bytes) -> None:
@@ -360,7 +259,7 @@ async def remove_document(path: Path) -> None:
     try:
         await anyio.to_thread.run_sync(_remove, path)
     except OSError as exc:
-        raise _storage_error(path, "remove", exc) from None
+        raise storage_error(path, "remove", exc) from None
 
 
 def _remove(path: Path) -> None:
@@ -383,11 +282,11 @@ def _sync_directory(path: Path) -> None:
 async def read_document(path: Path, document_type: type[T]) -> T | None:
     """The document at *path*, or ``None`` when there is none yet."""
     try:
-        data = await _read_bytes(path)
+        data = await read_bytes(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise _storage_error(path, "read", exc) from None
+        raise storage_error(path, "read", exc) from None
     return _decode_document(msgspec.json.Decoder(document_type), path, data)
 
 
@@ -404,10 +303,12 @@ def _read_documents(paths: list[str], document_type: type[T]) -> list[T]:
         try:
             with open(path, "rb") as handle:
                 data = handle.read()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
+            # Not a run's directory: a file left beside them (an editor's
+            # swap file, a note) belongs to someone else.
             continue
         except OSError as exc:
-            raise _storage_error(Path(path), "read", exc) from None
+            raise storage_error(Path(path), "read", exc) from None
         found.append(_decode_document(decoder, path, data))
     return found
 

@@ -11,8 +11,9 @@ from ..._ids import check_id
 from ...compiler import MemoryIndex, MemoryItem, Retirement
 from .._indexing import index_notes, retirable
 from .._interface import MemoryStore
-from ._jsonl import JsonlLog, id_number, read_log
+from ._jsonl import JsonlLog, id_number
 from ._opened import Opened
+from ._reading import read_log
 
 
 class _Notes:

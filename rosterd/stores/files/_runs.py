@@ -29,22 +29,16 @@ from ...compiler import ContextRecord
 from ...org import Surface
 from ...protocol import RunInfo, TranscriptEntry
 from .._open_run import OpenRun
-from .._records import Posts, SessionState, cut_off, new_run_id
+from .._records import Posts, SessionState, cut_off, ended, new_run_id
 from ._channels import FileChannels
-from ._jsonl import (
-    JsonlLog,
-    line_end,
-    read_document,
-    read_documents,
-    read_log,
-    read_whole_lines,
-    remove_document,
-    repair_tail,
-    write_document,
-)
+from ._jsonl import JsonlLog, read_document, read_documents, remove_document, write_document
 from ._leases import Leases
+from ._reading import line_end, read_log, read_whole_lines, repair_tail
 
 log = logging.getLogger("rosterd.stores")
+
+
+_UNREACHED = "the daemon stopped while this session started: no pair leads to it"
 
 
 class _SessionPointer(msgspec.Struct, frozen=True):
@@ -220,20 +214,30 @@ class FileRuns:
         return FileRun(self, info, context, transcript, last_turn), entries
 
     async def recover(self, now: float) -> int:
-        """After a kill: mark cut-off task/direct runs interrupted; their count.
+        """After a kill: mark cut-off task/direct runs interrupted, and end
+        ``failed`` each open session no pair's pointer leads to; their count.
 
-        Sessions stay ``open``: they resume from their transcript. Every run
-        no longer open gets its torn last lines cut, since nothing will
-        reopen its logs to do it.
+        Sessions a pointer leads to (directly or through rollovers) stay
+        ``open``: they resume from their transcript. One nothing leads to
+        was cut off while it started, or while its rollover ended the old
+        session: no open or send could ever reach or end it. The daemon
+        holding the directory is its only host, so no one else is half way
+        through such a start. Every run no longer open gets its torn last
+        lines cut, since nothing will reopen its logs to do it.
         """
         if self._recovered:
             return 0
         self._recovered = True
-        interrupted = 0
-        for info in await self.all():
+        infos = await self.all()
+        reached = await self._reached_sessions({info.id: info for info in infos})
+        interrupted = abandoned = 0
+        for info in infos:
             if info.status == "open" and info.surface == Surface.SESSION.value:
-                continue
-            if info.status == "open" and self.leases.free(info.id, now):
+                if info.id in reached:
+                    continue
+                await self.write_info(ended(info, "failed", now, _UNREACHED))
+                abandoned += 1
+            elif info.status == "open" and self.leases.free(info.id, now):
                 await self.write_info(cut_off(info, now))
                 interrupted += 1
             directory = self.path(info.id)
@@ -241,7 +245,22 @@ class FileRuns:
             await repair_tail(directory / "transcript.jsonl", TranscriptEntry)
         if interrupted:
             log.warning("marked %d runs cut off by a stop as interrupted", interrupted)
-        return interrupted
+        if abandoned:
+            log.warning("ended %d sessions no pair leads to as failed", abandoned)
+        return interrupted + abandoned
+
+    async def _reached_sessions(self, infos: dict[str, RunInfo]) -> set[str]:
+        """The sessions the pairs' pointers name, and those their rollovers lead to."""
+        paths = await anyio.to_thread.run_sync(
+            lambda: [str(path) for path in self._pointers.glob("*/*.json") if path.is_file()]
+        )
+        reached: set[str] = set()
+        for pointer in await read_documents(paths, _SessionPointer):
+            session = pointer.session
+            while session not in reached and (info := infos.get(session)) is not None:
+                reached.add(session)
+                session = info.rolled_to or session
+        return reached
 
     async def write_info(self, info: RunInfo) -> None:
         await write_document(self.path(info.id) / "run.json", info)
