@@ -13,10 +13,12 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
-from harness import ManualClock, in_process_client
+from harness import ManualClock, daemon_in_process, in_process_client
 from msgspec.structs import replace
 from postgres import RecordsRead, RoundTrips
+from prometheus import free_port
 
 from rosterd.stores.postgres import PostgresState
 
@@ -113,4 +115,38 @@ async def test_a_start_reads_the_tasks_a_gate_may_move_not_the_history(
             paused = await client.task_get(cut.id)
     assert paused.status == "paused"
     assert found == {cut.id, waits.id}
+    assert not history & read.ids
+
+
+async def test_the_task_gauge_counts_the_tasks_without_reading_one(
+    org_dir: Path, tmp_path: Path, postgres_url: str
+) -> None:
+    # The gauge used to read every task each round: the whole table every
+    # ten seconds, growing with the history. A history of finished tasks,
+    # which the start has no reason to read, shows what the gauge reads.
+    async with PostgresState(postgres_url) as before:
+        tasks = before.tasks
+        finished = [await tasks.submit("bob", "ops", f"job {n}", 1.0) for n in range(20)]
+        for n, task in enumerate(finished):
+            await tasks.update(replace(task, status="failed" if n % 4 == 0 else "done"))
+    history = {task.id for task in finished}
+    listen = f"127.0.0.1:{free_port()}"
+    with (org_dir / "org.toml").open("a") as toml:
+        toml.write(f'\n[metrics]\nlisten = "{listen}"\n')
+    read = RecordsRead()
+    async with (
+        PostgresState(postgres_url, connection_class=read.connection_class) as stores,
+        daemon_in_process(
+            org_dir,
+            tmp_path / "state",
+            clock=ManualClock(),
+            database=postgres_url,
+            stores=nullcontext(stores),
+        ),
+        httpx.AsyncClient() as http,
+    ):
+        # The first count is in before the daemon is ready.
+        exposition = (await http.get(f"http://{listen}/metrics")).text
+    for status, count in (("done", 15), ("failed", 5), ("queued", 0)):
+        assert f'rosterd_tasks{{status="{status}"}} {count}.0' in exposition, status
     assert not history & read.ids

@@ -414,6 +414,23 @@ async def test_the_gated_tasks_are_the_paused_ones_and_the_done_ones_of_the_give
     assert await tasks.gated([]) == [paused, again]
 
 
+async def test_tasks_are_counted_by_status_as_they_move(state: State) -> None:
+    tasks = state.tasks
+    assert await tasks.counts() == {}
+    for status in ["done", "paused", "done", "failed", "queued", "done"]:
+        submitted = await tasks.submit("ada", "c", status, 1.0)
+        await tasks.update(replace(submitted, status=status, updated_at=2.0))
+    claimed = await tasks.claim("host-a", 10.0, 40.0)
+    assert claimed is not None
+    await tasks.update(replace(claimed, status="running"))
+    await tasks.submit("bob", "d", "next", 3.0)
+    counted = {"done": 3, "paused": 1, "failed": 1, "running": 1, "queued": 1}
+    assert await tasks.counts() == counted
+    # A file backend counts what it read back, as the database does.
+    async with reopened(state) as again:
+        assert await again.tasks.counts() == counted
+
+
 async def test_claims_take_the_tasks_queued_or_cut_off_while_running(state: State) -> None:
     tasks = state.tasks
     by_status: dict[str, list[TaskState]] = {}

@@ -232,7 +232,7 @@ async def _serve(
         tg.start_soon(sessions.run_reaper)
         tg.start_soon(host.leases.keep)
         host.telemetry.watch(lambda: len(sessions), lambda: server.connections)
-        tg.start_soon(host.telemetry.keep_task_counts, host.stores.tasks)
+        await tg.start(host.telemetry.keep_task_counts, host.stores.tasks)
         if watchdog_s is not None:
             tg.start_soon(_watchdog, notifier, watchdog_s / 2)
         if host.org.inspect.listen is not None:

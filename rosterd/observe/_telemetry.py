@@ -18,15 +18,16 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 import anyio
+from anyio.abc import TaskStatus as Started
 
 from .._errors import EngineError, RosterError
 from ..compiler import ToolStatus
 from ..engines import DeltaSink, EngineReply
 from ..org import EngineConfig
-from ..protocol import CallCost, ChatMessage, RunInfo, Verdict
+from ..protocol import CallCost, ChatMessage, RunInfo, TaskStatus, Verdict
 
 if TYPE_CHECKING:
     from ..stores import TaskStore
@@ -39,6 +40,8 @@ OutcomeLabel = Literal["ok", "compile_failed", "engine_failed", "interrupted", "
 RolloverReason = Literal["session_chars", "provider_too_long"]
 # How often the task gauge is read from the store.
 _TASK_COUNTS_S = 10.0
+# Each status has its series from the start, 0 while no task has it.
+_TASK_STATUSES: tuple[TaskStatus, ...] = get_args(TaskStatus)
 
 
 class Telemetry:
@@ -70,22 +73,31 @@ class Telemetry:
             self.metrics.sessions_warm.set_function(sessions)
             self.metrics.connections.set_function(connections)
 
-    async def keep_task_counts(self, tasks: TaskStore) -> None:
-        """Keep the task gauge up to date from the store, until cancelled."""
+    async def keep_task_counts(
+        self, tasks: TaskStore, *, task_status: Started[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Keep the task gauge up to date from the store, until cancelled;
+        started once the first count is in, so that a scrape as soon as the
+        daemon is ready finds the tasks."""
         metrics = self.metrics
         if metrics is None:
+            task_status.started()
             return
+        await _count_tasks(metrics, tasks)
+        task_status.started()
         while True:
-            try:
-                counts: dict[str, int] = {}
-                for task in await tasks.all():
-                    counts[task.status] = counts.get(task.status, 0) + 1
-            except RosterError as exc:  # a gauge never stops the daemon
-                log.warning("task counts for the metrics failed: %s", exc)
-            else:
-                for status in ("queued", "running", "paused", "done", "failed"):
-                    metrics.tasks.labels(status).set(counts.get(status, 0))
             await anyio.sleep(_TASK_COUNTS_S)
+            await _count_tasks(metrics, tasks)
+
+
+async def _count_tasks(metrics: Metrics, tasks: TaskStore) -> None:
+    try:
+        counts = await tasks.counts()
+    except RosterError as exc:  # a gauge never stops the daemon
+        log.warning("task counts for the metrics failed: %s", exc)
+        return
+    for status in _TASK_STATUSES:
+        metrics.tasks.labels(status).set(counts.get(status, 0))
 
 
 NO_TELEMETRY = Telemetry()

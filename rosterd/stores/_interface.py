@@ -34,7 +34,7 @@ from ..compiler import (
     PrefixState,
     Retirement,
 )
-from ..protocol import GateState, RunInfo, RunStatus, TaskState, TranscriptEntry
+from ..protocol import GateState, RunInfo, RunStatus, TaskState, TaskStatus, TranscriptEntry
 from ._indexing import new_note
 from ._records import Posts, SessionState
 
@@ -178,6 +178,12 @@ class TaskStore(Protocol):
 
     async def all(self) -> list[TaskState]:
         """Every task, in submission order."""
+        ...
+
+    async def counts(self) -> dict[TaskStatus, int]:
+        """How many tasks there are of each status, a status no task has
+        left out; without reading the tasks (a gauge asks every few
+        seconds, however many tasks the history holds)."""
         ...
 
     async def gated(self, runs: Collection[str]) -> list[TaskState]:

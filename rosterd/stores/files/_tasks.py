@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Iterable
 from pathlib import Path
 
-from ...protocol import TaskState
+from ...protocol import TaskState, TaskStatus
 from ._jsonl import StateTable
 from ._leases import Leases
 
@@ -69,6 +70,12 @@ class FileTasks:
 
     async def all(self) -> list[TaskState]:
         return _submission_order(self._table.values())
+
+    async def counts(self) -> dict[TaskStatus, int]:
+        # Counted from the table rather than kept as counters: a failed
+        # write puts its task's previous state back, and counters would
+        # have to follow it.
+        return dict(Counter(task.status for task in self._table.values()))
 
     async def gated(self, runs: Collection[str]) -> list[TaskState]:
         # Every task is in memory: looking at each costs no read.

@@ -7,7 +7,7 @@ from collections.abc import Collection
 import msgspec
 
 from ..._errors import NotFoundError, StaleError
-from ...protocol import TaskState
+from ...protocol import TaskState, TaskStatus
 from ._db import Database, Numbered, encode, scalar
 
 _task = msgspec.json.Decoder(TaskState)
@@ -37,6 +37,9 @@ _TASKS = Numbered("task", "task", _task, _GET)
 # On task_runs' primary key, then tasks' own.
 _BY_RUN = "SELECT t.record FROM task_runs r JOIN tasks t ON t.n = r.task WHERE r.run = %s"
 _ALL = "SELECT record FROM tasks"
+# From the index tasks_by_status alone, never a task's record: what a
+# status count costs is the index, not the records of the whole history.
+_COUNTS = "SELECT status, count(*) FROM tasks GROUP BY status"
 # The paused tasks on the partial index tasks_paused, and the done ones
 # through task_runs' primary key, each row with the run that found it.
 _GATED = (
@@ -125,6 +128,10 @@ class PostgresTasks:
         """Every task, in submission order."""
         rows = await self._db.fetchall("read tasks", _ALL)
         return _submission_order([self._db.decode(_task, row[0]) for row in rows])
+
+    async def counts(self) -> dict[TaskStatus, int]:
+        rows = await self._db.fetchall("count tasks", _COUNTS)
+        return {status: int(count) for status, count in rows}
 
     async def gated(self, runs: Collection[str]) -> list[TaskState]:
         rows = await self._db.fetchall("read paused tasks", _GATED, (list(runs),))
