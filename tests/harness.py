@@ -209,6 +209,11 @@ class DaemonProcess:
         assert self.process is not None
         try:
             return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            # The test fails here: it must not leave its daemon running.
+            self.process.kill()
+            self.process.wait()
+            raise
         finally:
             self._close_notify()
 
