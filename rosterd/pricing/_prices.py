@@ -117,18 +117,30 @@ def _at(
     library's ``calc_price`` on both sides of a tier.
     """
     flat: dict[str, float] = {}
-    starts: list[int] = []
     for rate, value in rates.items():
         if not isinstance(value, Tiered):
             flat[rate] = value
             continue
-        reached = [(start, price) for start, price in value.tiers if input_tokens > start]
-        if not reached:
-            flat[rate] = value.base
-            continue
-        start, flat[rate] = reached[-1]
-        starts.append(start)
-    return flat, max(starts, default=None)
+        flat[rate] = value.base
+        for start, price in value.tiers:
+            if input_tokens > start:
+                flat[rate] = price
+    return flat, _reached(rates, input_tokens)
+
+
+def _reached(rates: Mapping[str, float | Tiered], input_tokens: int) -> int | None:
+    """The start of the highest tier, of any of *rates*, that a call of
+    *input_tokens* passes (``None``: none). Every lower start is passed
+    too, so it fixes the tier each rate is at: calls with the same value
+    are billed from the same row."""
+    starts = (
+        start
+        for value in rates.values()
+        if isinstance(value, Tiered)
+        for start, _ in value.tiers
+        if input_tokens > start
+    )
+    return max(starts, default=None)
 
 
 def bill(usage: Usage, price: Price, kind: str) -> CallCost:
@@ -155,15 +167,16 @@ def bill(usage: Usage, price: Price, kind: str) -> CallCost:
 
 
 class Pricing:
-    """Price rows by engine, org override and the call's input tokens; the
-    library is asked once per engine."""
+    """Price rows by engine, org override and the tier a call's input
+    tokens reach, each made once; the library is asked once per engine."""
 
     def __init__(self, library: Library | None = None) -> None:
         self._library = library or _library_rates
         self._known: dict[EngineConfig, Mapping[str, float | Tiered]] = {}
+        self._rows: dict[tuple[EngineConfig, PriceConfig | None, int | None], Price | None] = {}
 
     def __repr__(self) -> str:
-        return f"Pricing({len(self._known)} engines)"
+        return f"Pricing({len(self._known)} engines, {len(self._rows)} rows)"
 
     def _rates(self, config: EngineConfig) -> Mapping[str, float | Tiered]:
         if config not in self._known:
@@ -178,7 +191,10 @@ class Pricing:
         if usage is None:
             return None
         override = prices.get(config.model)
-        price = price_for(config, override, self._rates, usage.input_tokens)
+        key = (config, override, _reached(self._rates(config), usage.input_tokens))
+        if key not in self._rows:
+            self._rows[key] = price_for(config, override, self._rates, usage.input_tokens)
+        price = self._rows[key]
         return bill(usage, price, config.kind) if price is not None else None
 
 
