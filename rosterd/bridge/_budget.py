@@ -2,8 +2,8 @@
 messages one nick may send it.
 
 A bucket of a ``Rate`` holds at most its ``burst`` of tokens and gains one
-each ``interval_s`` of its clock; a line spends one. So a burst goes at once, and after it one
-line per interval: RFC 1459's flood control (each line puts the sender 2 s
+each ``interval_s`` of its clock; a line spends one. So a burst goes at
+once, and after it one line per interval: RFC 1459's flood control (each line puts the sender 2 s
 ahead, and a server stops reading a client more than 10 s ahead) is a
 bucket of 5 and 2 s, which is also what IRC clients send at (irssi's
 defaults). An interval of 0 is no limit.
@@ -35,18 +35,17 @@ class TokenBucket:
     full at *now*."""
 
     def __init__(self, rate: Rate, now: float) -> None:
-        self.burst = rate.burst
-        self.interval_s = rate.interval_s
+        self._rate = rate
         self._tokens = float(rate.burst)
         self._at = now
 
     def __repr__(self) -> str:
-        return f"TokenBucket({self._tokens:.2f} of {self.burst}, one per {self.interval_s} s)"
+        return f"TokenBucket({self._tokens:.2f} left of {self._rate})"
 
     def wait(self, now: float) -> float:
         """Seconds from *now* until a token is there; 0 when one is."""
         self._refill(now)
-        return max(0.0, (1.0 - self._tokens) * self.interval_s)
+        return max(0.0, (1.0 - self._tokens) * self._rate.interval_s)
 
     def spend(self, now: float) -> None:
         """Spend a token (one the caller waited for, so never far below 0)."""
@@ -55,16 +54,17 @@ class TokenBucket:
 
     def full(self, now: float) -> bool:
         self._refill(now)
-        return self._tokens >= self.burst
+        return self._tokens >= self._rate.burst
 
     def _refill(self, now: float) -> None:
-        if self.interval_s <= 0:
-            self._tokens = float(self.burst)
+        burst, interval_s = self._rate.burst, self._rate.interval_s
+        if interval_s <= 0:
+            self._tokens = float(burst)
         else:
             # A clock read twice never goes back; max() keeps a bucket whole
             # if one that can is ever given.
-            gained = max(0.0, now - self._at) / self.interval_s
-            self._tokens = min(float(self.burst), self._tokens + gained)
+            gained = max(0.0, now - self._at) / interval_s
+            self._tokens = min(float(burst), self._tokens + gained)
         self._at = now
 
 
