@@ -3,10 +3,10 @@ messages one nick may send it.
 
 A bucket of a ``Rate`` holds at most its ``burst`` of tokens and gains one
 each ``interval_s`` of its clock; a line spends one. So a burst goes at
-once, and after it one line per interval: RFC 1459's flood control (each line puts the sender 2 s
-ahead, and a server stops reading a client more than 10 s ahead) is a
-bucket of 5 and 2 s, which is also what IRC clients send at (irssi's
-defaults). An interval of 0 is no limit.
+once, and after it one line per interval: RFC 1459's flood control (each
+line puts the sender 2 s ahead, and a server stops reading a client more
+than 10 s ahead) is a bucket of 5 and 2 s, which is also what IRC clients
+send at (irssi's defaults). An interval of 0 is no limit.
 """
 
 from __future__ import annotations
