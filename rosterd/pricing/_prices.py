@@ -180,7 +180,9 @@ class Pricing:
 
     def _rates(self, config: EngineConfig) -> Mapping[str, float | Tiered]:
         if config not in self._known:
-            self._known[config] = self._library(config)
+            # The echo engine is free (``price_for``): the library, which
+            # knows nothing of it, is never loaded for it.
+            self._known[config] = {} if config.kind == "echo" else self._library(config)
         return self._known[config]
 
     def cost(
