@@ -208,19 +208,17 @@ def term_forms(text: str) -> dict[str, str]:
 
 
 def _analysed(text: str) -> Iterator[tuple[str, str]]:
-    stem = _stemmer()
-    found = _RUN.findall
-    if not text.isascii():
-        text = unicodedata.normalize("NFKC", text)
-        found = _marked_run().findall
-    for run in found(text.casefold()):
-        if run.isascii():
-            if run not in STOPWORDS and (len(run) > 1 or run.isdigit()):
-                yield stem(run), run
-            continue
+    if text.isascii():
+        # Case folding is lowering in ASCII, and no run in it is spaceless.
+        for run in _RUN.findall(text.lower()):
+            if term := _word_term(run):
+                yield term, run
+        return
+    text = unicodedata.normalize("NFKC", text)
+    for run in _marked_run().findall(text.casefold()):
         at = 0
         for spaceless in _SPACELESS.finditer(run):
-            yield from _words(run[at : spaceless.start()], stem)
+            yield from _words(run[at : spaceless.start()])
             chars = spaceless.group()
             if len(chars) == 1:
                 yield chars, chars
@@ -228,12 +226,22 @@ def _analysed(text: str) -> Iterator[tuple[str, str]]:
                 pair = chars[first : first + 2]
                 yield pair, pair
             at = spaceless.end()
-        yield from _words(run[at:], stem)
+        yield from _words(run[at:])
 
 
-def _words(run: str, stem: Callable[[str], str]) -> Iterator[tuple[str, str]]:
-    if run and run not in STOPWORDS and (len(run) > 1 or run.isdigit()):
-        yield stem(run), run
+def _words(run: str) -> Iterator[tuple[str, str]]:
+    if run and (term := _word_term(run)):
+        yield term, run
+
+
+# Messages and notes reuse a working vocabulary: most words are a lookup.
+@lru_cache(maxsize=1 << 16)
+def _word_term(word: str) -> str:
+    """The term of *word*, a run of one script that has spaces; empty for a
+    stopword or a single letter (digits stay)."""
+    if word in STOPWORDS or (len(word) == 1 and not word.isdigit()):
+        return ""
+    return _stemmer()(word)
 
 
 @cache
@@ -260,9 +268,7 @@ def _marked_run() -> re.Pattern[str]:
 def _stemmer() -> Callable[[str], str]:
     import Stemmer
 
-    stemmer = Stemmer.Stemmer("english")
-    # Notes reuse a working vocabulary: a larger cache than the default
-    # 10,000 words keeps most stems a dict lookup.
-    stemmer.maxCacheSize = 100_000
+    # _word_term keeps the words seen: the stemmer's own cache would hold them twice.
+    stemmer = Stemmer.Stemmer("english", 0)
     stem: Callable[[str], str] = stemmer.stemWord
     return stem
