@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -189,14 +189,19 @@ class DaemonProcess:
         except FileNotFoundError:
             return ""
 
-    async def logged(self, text: str) -> None:
-        """Until the daemon's log holds *text*, looked at again at each write
-        to the file (watchfiles): for a daemon that goes on logging."""
-        if text in self.log():
-            return
+    async def logged(self, *texts: str) -> str:
+        """Until the daemon's log holds one of *texts*, looked at again at
+        each write to the file (watchfiles): the first of them it holds."""
+        if found := self._holds(texts):
+            return found
         async for _ in watchfiles.awatch(self.log_path, debounce=50, step=10):
-            if text in self.log():
-                return
+            if found := self._holds(texts):
+                return found
+        raise AssertionError(f"the log stopped changing without any of {texts}")
+
+    def _holds(self, texts: Sequence[str]) -> str | None:
+        log = self.log()
+        return next((text for text in texts if text in log), None)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         assert self.process is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shlex
 import signal
@@ -235,3 +236,30 @@ def test_sigterm_while_it_starts_ends_the_start_at_once(org_dir: Path, tmp_path:
         # Not waiting for the database, which has not answered yet.
         assert process.wait(20) == 0, process.log()
     assert "SIGTERM while starting: not starting" in process.log()
+
+
+@pytest.mark.anyio
+async def test_two_daemons_starting_at_once_on_one_socket_path_leave_one_serving(
+    org_dir: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "rosterd.sock"
+    daemons = [DaemonProcess(org_dir, tmp_path / name, socket_path=path) for name in "ab"]
+    with contextlib.ExitStack() as stopped, anyio.fail_after(60):
+        lock = os.open(tmp_path / "rosterd.sock.lock", os.O_RDWR | os.O_CREAT)
+        try:
+            # Held here, the lock keeps both at the step where, without it, each
+            # finds the path free and the later bind removes the earlier socket.
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for daemon in daemons:
+                stopped.enter_context(daemon.start(wait=False))
+                await daemon.logged("another daemon is starting on this socket")
+        finally:
+            os.close(lock)
+        outcomes = [await d.logged("ready on", "already listening") for d in daemons]
+        assert sorted(outcomes) == ["already listening", "ready on"]
+        serving, refused = daemons if outcomes[0] == "ready on" else daemons[::-1]
+        assert refused.wait(20) == 1
+        async with await serving.client() as client:
+            status = await client.daemon_status()
+        assert serving.process is not None
+        assert status.pid == serving.process.pid

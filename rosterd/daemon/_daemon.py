@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import logging
 import os
 import resource
@@ -298,21 +299,47 @@ def _file_identity(path: Path) -> tuple[int, int] | None:
 
 
 async def _bind(path: Path) -> SocketListener:
-    if await _someone_listening(path):
-        raise ConfigError(
-            f"{path}: another daemon is already listening on this socket", path=str(path)
-        )
     await anyio.Path(path.parent).mkdir(parents=True, exist_ok=True)
+    async with _binding_alone(path):
+        if await _someone_listening(path):
+            raise ConfigError(
+                f"{path}: another daemon is already listening on this socket", path=str(path)
+            )
+        try:
+            return await anyio.create_unix_listener(path, mode=0o660)
+        except OSError as exc:
+            # anyio removes a stale socket before it binds: what still holds the path is no socket.
+            why = (
+                "a file that is not a socket is in the way"
+                if exc.errno == errno.EADDRINUSE
+                else exc.strerror or str(exc)
+            )
+            raise ConfigError(f"{path}: cannot listen: {why}", path=str(path)) from None
+
+
+@asynccontextmanager
+async def _binding_alone(path: Path) -> AsyncIterator[None]:
+    """The lock on ``<path>.lock``, from the look for a live daemon to the
+    bind: two daemons started at once would both find the path free, and
+    the later bind would remove the earlier one's socket, leaving it
+    serving no one. The file stays: removing it would let a third daemon
+    lock a new file while the second still holds the old one."""
+    lock = path.with_name(path.name + ".lock")
     try:
-        return await anyio.create_unix_listener(path, mode=0o660)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as exc:
-        # anyio removes a stale socket before it binds: what still holds the path is no socket.
-        why = (
-            "a file that is not a socket is in the way"
-            if exc.errno == errno.EADDRINUSE
-            else exc.strerror or str(exc)
-        )
-        raise ConfigError(f"{path}: cannot listen: {why}", path=str(path)) from None
+        raise ConfigError(f"{lock}: cannot lock: {exc.strerror}", path=str(lock)) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("%s: another daemon is starting on this socket; waiting for it", path)
+            # Held only while the other looks and binds: a short wait.
+            await anyio.to_thread.run_sync(fcntl.flock, fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        # Closing the file releases the lock.
+        os.close(fd)
 
 
 # How long a socket at our path may take to accept a connection before it
