@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,67 @@ def test_oversized_identity_against_a_worker_override(
     assert err[0].startswith("roster: workers/grace/identity.md: block 'identity' is ")
     assert "over its limit of 100" in err[0]
     assert err[0].endswith("[grace session #general, grace task #general, grace direct]")
+
+
+def set_context(org: Path, table: str, settings: str) -> None:
+    """Add *settings* (TOML lines) to the example org's *table* (``[context]``
+    or a worker's ``[workers.<name>.context]``, made if it has none)."""
+    toml = org / "org.toml"
+    head, found, rest = toml.read_text().partition(f"[{table}]\n")
+    found = found or f"\n[{table}]\n"
+    toml.write_text(f"{head}{found}{settings.strip()}\n{rest}")
+
+
+def test_a_task_budget_is_checked_against_the_smallest_request_not_a_sample_message(
+    org_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Room for a short message, but not for the dry run's own sample one:
+    # the org is fine, and the check says so.
+    set_context(org_dir, "context", "task = 100")
+    code, out, err = _check(capsys, "--org", str(org_dir))
+    assert (code, err) == (0, []), out
+    request = out.splitlines()[1].split().index("REQUEST")
+    sizes = {row.split()[request] for row in out.splitlines()[2:-1]}
+    assert all(size.endswith("/100") for size in sizes) and len(sizes) == 2
+
+
+def test_a_task_budget_no_request_fits_names_the_budget(
+    org_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    set_context(org_dir, "context", "task = 5")
+    set_context(org_dir, "workers.grace.context", "task = 6")
+    code, out, err = _check(capsys, "--org", str(org_dir))
+    assert code == 1
+    assert sum(line.endswith("FAILED") for line in out.splitlines()) == 8
+    empty = ": its envelope alone, with no text: no {} fits [{}]"
+    assert [re.sub(r"\d+ characters", "N characters", line) for line in err] == [
+        "roster: context.task: block 'message' is N characters, over its limit of 5"
+        + empty.format("message", "ada session #general, ada session #releases, ada direct"),
+        "roster: context.task: block 'task' is N characters, over its limit of 5"
+        + empty.format("task", "ada task #general, ada task #releases"),
+        "roster: workers.grace.context.task: block 'message' is N characters, over its limit of 6"
+        + empty.format("message", "grace session #general, grace direct"),
+        "roster: workers.grace.context.task: block 'task' is N characters, over its limit of 6"
+        + empty.format("task", "grace task #general"),
+    ]
+
+
+def test_a_total_only_the_system_part_fits_names_the_total(
+    org_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, out, _ = _check(capsys, "--org", str(org_dir), "--json")
+    run = next(
+        r for r in json.loads(out)["runs"] if r["worker"] == "grace" and r["surface"] == "direct"
+    )
+    request = next(b["chars"] for b in run["blocks"] if b["block"] == "message")
+    system = run["used"] - request
+    set_context(org_dir, "workers.grace.context", f"total = {system + 1}")
+    code, _, err = _check(capsys, "--org", str(org_dir))
+    assert code == 1
+    assert (
+        f"roster: workers.grace.context.total: block 'message' is {request} characters, over its "
+        f"limit of 1: the system part takes {system} of the total {system + 1} [grace direct]"
+    ) in err
 
 
 def test_missing_identity_fails_with_the_file(

@@ -105,7 +105,8 @@ def _whole(request: Recorded) -> str:
 
 def _billed(entries: list[TranscriptEntry]) -> float:
     config = EngineConfig(kind="openai", model="gpt-5.6-sim")
-    row = price_for(config, PriceConfig(1.25, 0.125, cache_write=1.5625, output=10), lambda _: {})
+    # Every rate OpenAI bills is set: whatever the library has for the model is not used.
+    row = price_for(config, PriceConfig(1.25, 0.125, cache_write=1.5625, output=10))
     assert row is not None and "gpt-5.6-sim" in PRICES
     return sum(bill(e.usage, row, "openai").usd for e in entries if e.usage is not None)
 

@@ -8,6 +8,8 @@ import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import anyio.to_thread
@@ -16,7 +18,14 @@ import httpx
 import msgspec
 import pytest
 from genai_prices import data_snapshot
-from harness import Cli, daemon_in_process
+from genai_prices.types import (
+    ClauseEquals,
+    ConditionalPrice,
+    ModelInfo,
+    ModelPrice,
+    StartDateConstraint,
+)
+from harness import Cli, ManualClock, daemon_in_process
 from httpx_sse import ServerSentEvent
 from orgs import simulated_engine, write_org
 from otlp import collector
@@ -209,13 +218,16 @@ async def test_an_unpriced_model_costs_unknown_never_0_and_check_warns(
 
 
 @contextmanager
-def library_serving(provider_id: str, url: str) -> Iterator[None]:
-    """genai-prices' own data, with *provider_id*'s models also found at *url*
-    (as at a proxy of that provider): the library's public snapshot hook."""
+def library_serving(provider_id: str, url: str, *models: ModelInfo) -> Iterator[None]:
+    """genai-prices' own data, with *provider_id*'s models, and *models*,
+    also found at *url* (as at a proxy of that provider, provider id
+    ``sim``): the library's public snapshot hook."""
     bundled = data_snapshot.get_snapshot()
     provider = data_snapshot.find_provider_by_id(bundled.providers, provider_id)
     assert provider is not None
-    proxy = dataclasses.replace(provider, id="sim", api_pattern=re.escape(url))
+    proxy = dataclasses.replace(
+        provider, id="sim", api_pattern=re.escape(url), models=[*models, *provider.models]
+    )
     providers = [proxy, *bundled.providers]
     data_snapshot.set_custom_snapshot(data_snapshot.DataSnapshot(providers, False))
     try:
@@ -232,6 +244,19 @@ def input_usage(kind: str, cached: int, fresh: int) -> dict[str, object]:
                 "cache_creation_input_tokens": 0}  # fmt: skip
     details = {"cached_tokens": cached, "cache_write_tokens": 0}
     return {"prompt_tokens": cached + fresh, "prompt_tokens_details": details}
+
+
+def library_cost(usage: Usage, model: str, provider_id: str, at: datetime | None = None) -> float:
+    """What genai-prices itself bills *usage* of *model* at *provider_id*,
+    for a call at *at* (``None``: now)."""
+    counts = genai_prices.Usage(
+        input_tokens=usage.input_tokens, cache_read_tokens=usage.cached_input_tokens,
+        cache_write_tokens=usage.cache_write_tokens, output_tokens=usage.output_tokens,
+    )  # fmt: skip
+    library = genai_prices.calc_price(
+        counts, model, provider_id=provider_id, genai_request_timestamp=at
+    )
+    return float(library.total_price)
 
 
 @pytest.mark.parametrize(
@@ -259,13 +284,8 @@ async def test_a_call_past_a_long_context_tier_is_billed_at_that_tier(
             below, past = [e for e in shown.transcript if e.role == "assistant"]
             for entry in (below, past):
                 assert entry.usage is not None and entry.cost is not None
-                u = entry.usage
-                counts = genai_prices.Usage(
-                    input_tokens=u.input_tokens, cache_read_tokens=u.cached_input_tokens,
-                    cache_write_tokens=u.cache_write_tokens, output_tokens=u.output_tokens,
-                )  # fmt: skip
-                library = genai_prices.calc_price(counts, model, provider_id=kind)
-                assert entry.cost.usd == pytest.approx(float(library.total_price), rel=1e-9)
+                library = library_cost(entry.usage, model, kind)
+                assert entry.cost.usd == pytest.approx(library, rel=1e-9)
     assert below.cost is not None and past.cost is not None
     assert (below.cost.price.tier_above, past.cost.price.tier_above) == (None, threshold)
     total = below.cost.usd + past.cost.usd
@@ -274,6 +294,53 @@ async def test_a_call_past_a_long_context_tier_is_billed_at_that_tier(
     by_model = ["server", "stats", "cost", "--by", "model", "--state", str(state), "--json"]
     (row,) = json.loads(await cli.in_thread(*by_model))
     assert row["group"] == model and row["cost_usd"] == pytest.approx(total)
+
+
+def rates(input_mtok: int, output_mtok: int) -> ModelPrice:
+    """A library price list: cached reads at a tenth of input, writes at 1.25x."""
+    return ModelPrice(
+        input_mtok=Decimal(input_mtok), cache_read_mtok=Decimal(input_mtok) / 10,
+        cache_write_mtok=Decimal(input_mtok) * Decimal("1.25"), output_mtok=Decimal(output_mtok),
+    )  # fmt: skip
+
+
+async def test_a_call_is_billed_at_the_library_s_price_list_in_effect_when_it_was_made(
+    tmp_path: Path,
+) -> None:
+    change = datetime(2027, 2, 1, tzinfo=UTC)
+    # Two price lists, the second from the day of the change, as the
+    # library's data has them for a model whose prices changed.
+    dated = ModelInfo(
+        id="sim-dated",
+        match=ClauseEquals("sim-dated"),
+        prices=[
+            ConditionalPrice(prices=rates(3, 15)),
+            ConditionalPrice(StartDateConstraint(change.date()), prices=rates(6, 30)),
+        ],
+    )
+    clock = ManualClock(change.timestamp() - 60)
+    state = tmp_path / "state"
+    async with Simulator() as sim:
+        org = write_org(tmp_path / "org", identity_chars=300, purpose_chars=100,
+                        engine=simulated_engine(sim, "anthropic", model="sim-dated"))  # fmt: skip
+        sim.script(Bent(input_usage("anthropic", 0, 1000)), Bent(input_usage("anthropic", 0, 1000)))
+        with library_serving("anthropic", sim.anthropic_url, dated):
+            daemon = daemon_in_process(org, state, clock=clock)
+            async with daemon as running, await running.client() as client:
+                opened = await client.session_open("w0", "c0")
+                await client.session_send(opened.session, "the day before")
+                clock.advance(120)
+                await client.session_send(opened.session, "the day of the change")
+                shown = await client.runs_show(opened.session)
+            before, after = [e for e in shown.transcript if e.role == "assistant"]
+            for entry in (before, after):
+                assert entry.usage is not None and entry.cost is not None
+                at = datetime.fromtimestamp(entry.at, UTC)
+                library = library_cost(entry.usage, "sim-dated", "sim", at)
+                assert entry.cost.usd == pytest.approx(library, rel=1e-9)
+    assert before.cost is not None and after.cost is not None
+    assert (before.cost.price.input, before.cost.price.output) == (3.0, 15.0)
+    assert (after.cost.price.input, after.cost.price.output) == (6.0, 30.0)
 
 
 # Usage fields as providers and proxies have bent them: a negative count, a

@@ -1,12 +1,12 @@
 """``roster check``: validate an org and dry-run every compilation it allows.
 
 For every worker x channel it may run in x surface (session, task), and a
-direct run per worker, the real compiler runs with empty stores and a short
-placeholder message, so what is checked is exactly what the daemon would
-compile. The table shows each block's rendered size against its limit and
-the total. Problems (an unloadable org, a mandatory block over budget) are
-printed one per line on stderr and make the exit status 1, so the command
-can gate a deploy.
+direct run per worker, the real compiler runs with empty stores and an
+empty message (its envelope alone, the least a message or task can be), so
+what is checked is exactly what the daemon would compile. The table shows
+each block's rendered size against its limit and the total. Problems (an
+unloadable org, a mandatory block over budget) are printed one per line on
+stderr and make the exit status 1, so the command can gate a deploy.
 """
 
 from __future__ import annotations

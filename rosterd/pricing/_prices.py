@@ -3,11 +3,14 @@
 Rates come from the price library (pydantic's genai-prices, whose data
 ships in its wheel and works offline), with ``[prices."<model>"]`` over
 them key by key; a model the library does not know has only what the org
-gives it. Where the library's rates are tiered (long-context prices), a
-call is billed at the tier its input tokens reach, cached and written
-ones included, and its row names the tier. Where a row lacks a cache
-rate, the provider's published rule supplies it (from the call's input
-rate), and the row says so:
+gives it. Where the library lists several prices for a model (prices that
+changed on a date, off-peak hours), a call is billed at the list the
+library itself picks for the time the call was recorded. Where the
+library's rates are tiered (long-context prices), a call is billed at the
+tier its input tokens reach, cached and written ones included, and its
+row names the tier. Where a row lacks a cache rate, the provider's
+published rule supplies it (from the call's input rate), and the row
+says so:
 
 - Anthropic: a 5-minute cache write is 1.25x input, a 1-hour one 2x;
 - OpenAI: an explicit cache write is 1.25x input;
@@ -20,13 +23,18 @@ cost is unknown, never 0. The echo engine is free.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from decimal import Decimal
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlsplit
 
 from ..org import EngineConfig, PriceConfig
 from ..protocol import CallCost, Price, Usage
+
+if TYPE_CHECKING:
+    from genai_prices.types import ModelPrice
 
 log = logging.getLogger("rosterd.pricing")
 
@@ -60,21 +68,47 @@ class Tiered(NamedTuple):
     tiers: tuple[tuple[int, float], ...]
 
 
-Library = Callable[[EngineConfig], Mapping[str, float | Tiered]]
+Rates = Mapping[str, float | Tiered]
+
+
+class Schedule(NamedTuple):
+    """A model's rates in the library: one set per price list it has, and
+    the library's own choice of the list in effect at a time (its index)."""
+
+    rates: tuple[Rates, ...]
+    in_effect: Callable[[datetime], int]
+
+    def at(self, when: float) -> tuple[int, Rates]:
+        """The index and the rates of the list in effect at *when* (seconds
+        since the epoch)."""
+        listed = self.in_effect(datetime.fromtimestamp(when, UTC))
+        return listed, self.rates[listed]
+
+
+# What a model the library does not price has from it, and the echo engine.
+_UNLISTED = Schedule(({},), lambda when: 0)
+
+Library = Callable[[EngineConfig], Schedule]
 
 
 def price_for(
-    config: EngineConfig,
-    override: PriceConfig | None,
-    library: Library | None = None,
-    input_tokens: int = 0,
+    config: EngineConfig, override: PriceConfig | None, input_tokens: int = 0
 ) -> Price | None:
-    """The price row of *config*'s model for a call of *input_tokens* (its
-    whole input: fresh, cached and written), or ``None`` when it has none.
-    With no input tokens it is the base row, below every tier."""
+    """The price row of *config*'s model as the library prices it now, for
+    a call of *input_tokens* (its whole input: fresh, cached and written),
+    or ``None`` when it has none. With no input tokens it is the base row,
+    below every tier."""
+    schedule = _UNLISTED if config.kind == "echo" else _library_schedule(config)
+    return _row(config, override, schedule.at(time.time())[1], input_tokens)
+
+
+def _row(
+    config: EngineConfig, override: PriceConfig | None, known: Rates, input_tokens: int
+) -> Price | None:
+    """The price row of *config*'s model from the library's *known* rates
+    and *override* over them, for a call of *input_tokens*."""
     if config.kind == "echo":
         return Price(config.kind, "echo", 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    known = (library or _library_rates)(config)
     source = "genai-prices" if known else "config"
     given = {
         rate: value
@@ -103,9 +137,7 @@ def price_for(
     )
 
 
-def _at(
-    rates: Mapping[str, float | Tiered], input_tokens: int
-) -> tuple[dict[str, float], int | None]:
+def _at(rates: Rates, input_tokens: int) -> tuple[dict[str, float], int | None]:
     """*rates* for a call of *input_tokens*, and the start of the tier they
     are from (``None``: the base rates).
 
@@ -128,7 +160,7 @@ def _at(
     return flat, _reached(rates, input_tokens)
 
 
-def _reached(rates: Mapping[str, float | Tiered], input_tokens: int) -> int | None:
+def _reached(rates: Rates, input_tokens: int) -> int | None:
     """The start of the highest tier, of any of *rates*, that a call of
     *input_tokens* passes (``None``: none). Every lower start is passed
     too, so it fixes the tier each rate is at: calls with the same value
@@ -167,44 +199,54 @@ def bill(usage: Usage, price: Price, kind: str) -> CallCost:
 
 
 class Pricing:
-    """Price rows by engine, org override and the tier a call's input
-    tokens reach, each made once; the library is asked once per engine."""
+    """Price rows by engine, org override, the library's price list in
+    effect and the tier a call's input tokens reach, each made once; the
+    library is asked once per engine."""
 
     def __init__(self, library: Library | None = None) -> None:
-        self._library = library or _library_rates
-        self._known: dict[EngineConfig, Mapping[str, float | Tiered]] = {}
-        self._rows: dict[tuple[EngineConfig, PriceConfig | None, int | None], Price | None] = {}
+        self._library = library or _library_schedule
+        self._schedules: dict[EngineConfig, Schedule] = {}
+        self._rows: dict[
+            tuple[EngineConfig, PriceConfig | None, int, int | None], Price | None
+        ] = {}
 
     def __repr__(self) -> str:
-        return f"Pricing({len(self._known)} engines, {len(self._rows)} rows)"
+        return f"Pricing({len(self._schedules)} engines, {len(self._rows)} rows)"
 
-    def _rates(self, config: EngineConfig) -> Mapping[str, float | Tiered]:
-        if config not in self._known:
-            # The echo engine is free (``price_for``): the library, which
-            # knows nothing of it, is never loaded for it.
-            self._known[config] = {} if config.kind == "echo" else self._library(config)
-        return self._known[config]
+    def _schedule(self, config: EngineConfig) -> Schedule:
+        if config not in self._schedules:
+            # The echo engine is free (``_row``): the library, which knows
+            # nothing of it, is never loaded for it.
+            free = config.kind == "echo"
+            self._schedules[config] = _UNLISTED if free else self._library(config)
+        return self._schedules[config]
 
     def cost(
-        self, config: EngineConfig, prices: Mapping[str, PriceConfig], usage: Usage | None
+        self,
+        config: EngineConfig,
+        prices: Mapping[str, PriceConfig],
+        usage: Usage | None,
+        at: float,
     ) -> CallCost | None:
-        """What a call of *config* reporting *usage* cost; ``None`` when
-        unknown (no usage, or no price for the model)."""
+        """What a call of *config* reporting *usage* at *at* (seconds since
+        the epoch) cost; ``None`` when unknown (no usage, or no price for
+        the model)."""
         if usage is None:
             return None
         override = prices.get(config.model)
-        key = (config, override, _reached(self._rates(config), usage.input_tokens))
+        listed, known = self._schedule(config).at(at)
+        key = (config, override, listed, _reached(known, usage.input_tokens))
         if key not in self._rows:
-            self._rows[key] = price_for(config, override, self._rates, usage.input_tokens)
+            self._rows[key] = _row(config, override, known, usage.input_tokens)
         price = self._rows[key]
         return bill(usage, price, config.kind) if price is not None else None
 
 
-def _library_rates(config: EngineConfig) -> dict[str, float | Tiered]:
-    """The rates genai-prices has for *config*'s model, or none."""
+def _library_schedule(config: EngineConfig) -> Schedule:
+    """The price lists genai-prices has for *config*'s model, or none."""
     # Loaded on the first priced call: the CLI and a free engine never pay for it.
     from genai_prices import data_snapshot
-    from genai_prices.types import TieredPrices
+    from genai_prices.types import ModelPrice
 
     host = urlsplit(config.base_url).hostname if config.base_url else _DEFAULT_HOSTS[config.kind]
     snapshot = data_snapshot.get_snapshot()
@@ -214,10 +256,25 @@ def _library_rates(config: EngineConfig) -> dict[str, float | Tiered]:
         else:
             _, model = snapshot.find_provider_model(config.model, None, None, config.base_url)
     except LookupError:
-        return {}
-    prices = model.prices
-    if isinstance(prices, list):  # prices that changed over time: the newest
-        prices = prices[-1].prices
+        return _UNLISTED
+    lists = (
+        [model.prices]
+        if isinstance(model.prices, ModelPrice)
+        else [listed.prices for listed in model.prices]
+    )
+
+    def in_effect(when: datetime) -> int:
+        # The library picks by each list's constraint (a start date, hours
+        # of the day); which of the lists it picked is all we need of it.
+        return lists.index(model.get_prices(when))
+
+    return Schedule(tuple(_rates_of(prices) for prices in lists), in_effect)
+
+
+def _rates_of(prices: ModelPrice) -> dict[str, float | Tiered]:
+    """The rates of one of the library's price lists."""
+    from genai_prices.types import TieredPrices
+
     rates: dict[str, float | Tiered] = {}
     for rate, key in _LIBRARY_KEYS.items():
         value = getattr(prices, key, None)

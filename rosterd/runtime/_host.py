@@ -596,9 +596,10 @@ class Host(AsyncResource):
             cache = with_diagnosis(cache, reply.diagnosis)
         call.previous_message = reply.message_id or call.previous_message
         call.watch.cache(cache.verdict)
-        cost = self.pricing.cost(engine, self.org.prices, reply.usage)
+        now = self.clock()
+        cost = self.pricing.cost(engine, self.org.prices, reply.usage, now)
         call.watch.billed(cost)
-        entry = call.entry(step, "assistant", reply.text, self.clock())
+        entry = call.entry(step, "assistant", reply.text, now)
         entry = msgspec.structs.replace(
             entry,
             usage=reply.usage,
