@@ -7,7 +7,7 @@ message), or every line where a channel's ``reply`` is ``all``. A speaker's
 lines less than ``debounce_s`` apart are held together, up to
 ``BURST_LINES`` of them: once one of them addresses the worker they are one
 turn, else they are posted as they were said. Private messages are direct
-runs of the worker, one per turn, within a budget per nick
+runs of the worker, one per turn, within a budget per host
 (``private_rate``: a burst of lines, then one per interval): a line past
 it is not read and its nick is told once, with a notice, so a flood costs
 no turns and draws no flood back.
@@ -36,7 +36,7 @@ from .._clock import LOOP_CLOCK, Clock
 from .._errors import RosterError
 from ..client import RosterClient, RpcError
 from ..protocol import SESSION_ERROR, Delta
-from ._budget import PRIVATE_RATE, SEND_RATE, NickBudgets, Rate
+from ._budget import PRIVATE_RATE, SEND_RATE, HostBudgets, Rate
 from ._irc import IrcLink, IrcMessage
 from ._lines import addressed, clean, reply_lines
 
@@ -61,7 +61,7 @@ class BridgeConfig(msgspec.Struct, frozen=True):
     max_lines: int = 8
     # How fast the bridge sends lines.
     send_rate: Rate = SEND_RATE
-    # What one nick may send in private: turns that cost.
+    # What one host may send in private: turns that cost.
     private_rate: Rate = PRIVATE_RATE
     # nick!user@host masks (glob) that may resolve gates.
     operators: tuple[str, ...] = ()
@@ -130,7 +130,12 @@ class IrcBridge:
     def __init__(self, config: BridgeConfig, clock: Clock = LOOP_CLOCK) -> None:
         self.config = config
         self._clock = clock
-        self._private = NickBudgets(config.private_rate)
+        # Budgets go by host, not nick: a nick changes with /nick, and the
+        # ident before the @ with a reconnection (the client picks it), but
+        # the host is the address the server saw (or its cloak), so a new
+        # budget costs a new address. People behind one address (a NAT, a
+        # bouncer) share one.
+        self._private = HostBudgets(config.private_rate)
         self._jobs: deque[_Job] = deque()
         self._queued = anyio.Event()
         # Per IRC target (a channel, or a nick for private messages): the
@@ -206,7 +211,7 @@ class IrcBridge:
         channel = None if message.private else self._mapped(message.target)
         if not message.private and channel is None:
             return
-        if message.private and not self._within_budget(message.nick):
+        if message.private and not self._within_budget(message.host.lower(), message.nick):
             return
         if text.startswith("!") and channel is not None:
             self._enqueue(_Command(message.target, channel, message.mask, message.nick, text))
@@ -225,11 +230,12 @@ class IrcBridge:
         mode = self.config.reply.get(message.target.lower(), "mention")
         burst.addressed |= message.private or mode == "all" or addressed(text, self._link.nick)
 
-    def _within_budget(self, nick: str) -> bool:
-        """Whether a private line of *nick* fits its budget. The first line
-        past it gets a notice, the rest nothing: a flood draws no flood."""
+    def _within_budget(self, host: str, nick: str) -> bool:
+        """Whether a private line of *nick*'s fits its host's budget. The
+        first line past it gets a notice, the rest nothing: a flood draws no
+        flood."""
         assert self._link is not None
-        refused = self._private.take(nick.lower(), self._clock())
+        refused = self._private.take(host, self._clock())
         if refused is None:
             return True
         if refused.first:

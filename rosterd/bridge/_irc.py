@@ -55,6 +55,12 @@ class IrcMessage(msgspec.Struct, frozen=True):
     private: bool = False
     notice: bool = False
 
+    @property
+    def host(self) -> str:
+        """The host of ``mask`` (``nick!user@host``): the address the server
+        saw the speaker connect from, or the cloak it shows instead."""
+        return self.mask.rpartition("@")[2]
+
 
 # How a line is sent: said, or a notice (an automatic reply).
 Command = Literal["privmsg", "notice"]
