@@ -306,6 +306,43 @@ async def test_a_nick_past_its_private_budget_is_told_once_and_runs_no_turn(
         assert f"{text} question" in body
 
 
+async def test_a_nick_past_its_mention_budget_is_told_once_in_private_and_only_posted(
+    tmp_path: Path, ircd: IrcServer
+) -> None:
+    clock = ManualClock()
+    settings = {"mention_rate": Rate(2, 30.0), "debounce_s": 1.0}
+    async with (
+        on_irc(tmp_path, ircd, "mallory", "bob", clock=clock, **settings) as scene,
+        await scene.daemon.client() as client,
+    ):
+        (mallory, bob) = scene.people
+        # Quick lines are one burst, and one turn: the budget counts turns.
+        for text in ("first question", "second question"):
+            mallory.say(CHANNEL, f"ada: {text}")
+            mallory.say(CHANNEL, "ada: and another thing")
+            assert (await heard(mallory, _from_ada)).text.startswith("mallory: Reply ")
+        mallory.say(CHANNEL, "ada: third question")
+        told = await heard(mallory, _from_ada)
+        assert told.private and told.notice
+        assert told.text.endswith("did not answer that one: please ask again in 30 s.")
+        mallory.say(CHANNEL, "ada: fourth question")
+        # Bob speaks once mallory's line is out, so the bridge closes her
+        # burst before his: by his answer it had refused hers, silently.
+        await heard(bob, partial(_says, "ada: fourth question"))
+        bob.say("ada", "a word in private")
+        assert (await heard(bob, _private)).text.startswith("Reply ")
+        clock.advance(30.0)
+        mallory.say(CHANNEL, "ada: fifth question")
+        # Nothing came between: no second notice for the fourth question.
+        assert (await heard(mallory, _from_ada)).text.startswith("mallory: Reply ")
+        shown = await client.runs_show(await _session(client))
+    turns = [e.content for e in shown.transcript if e.role == "user"]
+    assert len(turns) == 3 and len(scene.sim.requests) == 4
+    # The refused lines were posted, like any other: the worker saw them.
+    fifth = scene.sim.requests[-1].body.decode()
+    assert "third question" in fifth and "fourth question" in fifth
+
+
 async def test_past_max_lines_the_last_line_says_where_the_rest_is(
     tmp_path: Path, ircd: IrcServer
 ) -> None:

@@ -36,7 +36,8 @@ from anyio.abc import TaskGroup
 from jaraco.stream.buffer import LenientDecodingLineBuffer
 
 from .._clock import LOOP_CLOCK, Clock
-from ._budget import SEND_RATE, Rate, TokenBucket
+from .._rates import SEND_RATE, Rate
+from ._budget import TokenBucket
 
 log = logging.getLogger("rosterd.bridge")
 
