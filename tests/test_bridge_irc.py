@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -16,6 +16,7 @@ import anyio
 import msgspec
 import pytest
 import trustme
+from anyio.streams.buffered import BufferedByteStream
 from harness import DaemonProcess, InProcessDaemon, ManualClock, daemon_in_process
 from ircd import UNPACED, IrcServer, heard, lines_from, user
 from orgs import simulated_engine, write_org
@@ -305,6 +306,43 @@ async def test_a_nick_past_its_private_budget_is_told_once_and_runs_no_turn(
         assert f"{text} question" in body
 
 
+async def test_a_nick_past_its_mention_budget_is_told_once_in_private_and_only_posted(
+    tmp_path: Path, ircd: IrcServer
+) -> None:
+    clock = ManualClock()
+    settings = {"mention_rate": Rate(2, 30.0), "debounce_s": 1.0}
+    async with (
+        on_irc(tmp_path, ircd, "mallory", "bob", clock=clock, **settings) as scene,
+        await scene.daemon.client() as client,
+    ):
+        (mallory, bob) = scene.people
+        # Quick lines are one burst, and one turn: the budget counts turns.
+        for text in ("first question", "second question"):
+            mallory.say(CHANNEL, f"ada: {text}")
+            mallory.say(CHANNEL, "ada: and another thing")
+            assert (await heard(mallory, _from_ada)).text.startswith("mallory: Reply ")
+        mallory.say(CHANNEL, "ada: third question")
+        told = await heard(mallory, _from_ada)
+        assert told.private and told.notice
+        assert told.text.endswith("did not answer that one: please ask again in 30 s.")
+        mallory.say(CHANNEL, "ada: fourth question")
+        # Bob speaks once mallory's line is out, so the bridge closes her
+        # burst before his: by his answer it had refused hers, silently.
+        await heard(bob, partial(_says, "ada: fourth question"))
+        bob.say("ada", "a word in private")
+        assert (await heard(bob, _private)).text.startswith("Reply ")
+        clock.advance(30.0)
+        mallory.say(CHANNEL, "ada: fifth question")
+        # Nothing came between: no second notice for the fourth question.
+        assert (await heard(mallory, _from_ada)).text.startswith("mallory: Reply ")
+        shown = await client.runs_show(await _session(client))
+    turns = [e.content for e in shown.transcript if e.role == "user"]
+    assert len(turns) == 3 and len(scene.sim.requests) == 4
+    # The refused lines were posted, like any other: the worker saw them.
+    fifth = scene.sim.requests[-1].body.decode()
+    assert "third question" in fifth and "fourth question" in fifth
+
+
 async def test_past_max_lines_the_last_line_says_where_the_rest_is(
     tmp_path: Path, ircd: IrcServer
 ) -> None:
@@ -584,26 +622,35 @@ async def test_over_tls_the_bridge_checks_the_server_certificate(
         server.stop()
 
 
-async def _hold_nick(server: IrcServer, nick: str) -> anyio.abc.SocketStream:
-    """A bare connection registered as *nick* and in the channel (so that
-    its leaving is seen there), holding the nick until it quits."""
-    stream = await anyio.connect_tcp("127.0.0.1", server.port)
+async def _bare_user(server: IrcServer, nick: str) -> BufferedByteStream:
+    """A bare connection registered as *nick* (its ident too) and in the
+    channel (so that its leaving is seen there), holding the nick until it
+    quits: it speaks the protocol raw."""
+    stream = BufferedByteStream(await anyio.connect_tcp("127.0.0.1", server.port))
     await stream.send(f"NICK {nick}\r\nUSER {nick} 0 * :{nick}\r\n".encode())
-    lines = anyio.streams.buffered.BufferedByteReceiveStream(stream)
-    with anyio.fail_after(20):
-        while b" 001 " not in await lines.receive_until(b"\r\n", 4096):
-            pass
-        await stream.send(f"JOIN {CHANNEL}\r\n".encode())
-        while b" JOIN " not in await lines.receive_until(b"\r\n", 4096):
-            pass
+    await _raw_line(stream, lambda line: b" 001 " in line)
+    await stream.send(f"JOIN {CHANNEL}\r\n".encode())
+    await _raw_line(stream, lambda line: b" JOIN " in line)
     return stream
+
+
+async def _raw_line(user: BufferedByteStream, match: Callable[[bytes], bool]) -> bytes:
+    """The next line *user*'s bare connection gets that *match*es."""
+    with anyio.fail_after(20):
+        while not match(line := await user.receive_until(b"\r\n", 4096)):
+            pass
+    return line
+
+
+def _raw_from_ada(line: bytes) -> bool:
+    return line.startswith(b":ada!")
 
 
 async def test_a_taken_nick_is_taken_back_once_it_is_free(tmp_path: Path, ircd: IrcServer) -> None:
     async with (
         simulated(tmp_path) as (_sim, daemon),
         people(ircd, "alice") as (alice,),
-        await _hold_nick(ircd, "ada") as impostor,
+        await _bare_user(ircd, "ada") as impostor,
         bridged(_config(daemon.socket, ircd.port)) as bridge,
     ):
         assert bridge.nick == "ada_"
@@ -615,3 +662,24 @@ async def test_a_taken_nick_is_taken_back_once_it_is_free(tmp_path: Path, ircd: 
         assert bridge.nick == "ada"
         alice.say(CHANNEL, "ada: and now?")
         assert (await heard(alice, _from_ada)).text.startswith("alice: ")
+
+
+async def test_a_spent_budget_stays_spent_through_a_new_nick_and_a_new_connection(
+    tmp_path: Path, ircd: IrcServer
+) -> None:
+    clock = ManualClock()
+    async with on_irc(tmp_path, ircd, clock=clock, private_rate=Rate(1, 30.0)) as scene:
+        async with await _bare_user(ircd, "mallory") as mallory:
+            await mallory.send(b"PRIVMSG ada :first question\r\n")
+            assert b" PRIVMSG mallory :Reply " in await _raw_line(mallory, _raw_from_ada)
+            await mallory.send(b"NICK mallory2\r\nPRIVMSG ada :second question\r\n")
+            assert b" NOTICE mallory2 :Sorry" in await _raw_line(mallory, _raw_from_ada)
+            clock.advance(30.0)
+            await mallory.send(b"PRIVMSG ada :third question\r\n")
+            assert b" PRIVMSG mallory2 :Reply " in await _raw_line(mallory, _raw_from_ada)
+        # Back from the same host under another nick and ident.
+        async with await _bare_user(ircd, "eve") as eve:
+            await eve.send(b"PRIVMSG ada :fourth question\r\n")
+            assert b" NOTICE eve :Sorry" in await _raw_line(eve, _raw_from_ada)
+    asked = [request.body.decode() for request in scene.sim.requests]
+    assert len(asked) == 2 and "third question" in asked[1]

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from harness import Cli, DaemonProcess
+
+from rosterd.bridge import MENTION_RATE, PRIVATE_RATE, SEND_RATE
 
 
 def _cli(*argv: str, stdin: str = "", env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -238,6 +241,14 @@ def test_usage_errors_exit_2_in_one_line(roster: Cli) -> None:
         assert err.count("\n") == 1, err
     code, out, _ = roster("--help")
     assert code == 0 and "server" in out
+
+
+def test_the_bridge_states_its_rates_as_its_defaults(cli: Cli) -> None:
+    out = " ".join(cli.text("bridge", "irc", "--help").split())
+    shown = dict(re.findall(r"(--[\w-]+) [A-Z]+ [^-]*?default: ([\d.]+)", out))
+    for option, rate in (("line", SEND_RATE), ("private", PRIVATE_RATE), ("mention", MENTION_RATE)):
+        assert float(shown[f"--{option}-burst"]) == rate.burst
+        assert float(shown[f"--{option}-interval"]) == rate.interval_s
 
 
 def test_daemon_down_is_one_line_and_exit_1(tmp_path: Path) -> None:

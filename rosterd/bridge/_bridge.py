@@ -7,10 +7,15 @@ message), or every line where a channel's ``reply`` is ``all``. A speaker's
 lines less than ``debounce_s`` apart are held together, up to
 ``BURST_LINES`` of them: once one of them addresses the worker they are one
 turn, else they are posted as they were said. Private messages are direct
-runs of the worker, one per turn, within a budget per nick
-(``private_rate``: a burst of lines, then one per interval): a line past
-it is not read and its nick is told once, with a notice, so a flood costs
-no turns and draws no flood back.
+runs of the worker, one per turn.
+
+Turns cost, so each host has budgets (a burst, then one per interval): one
+for private lines (``private_rate``), each line counted; one for turns
+asked in channels (``mention_rate``), each addressed burst counted once it
+closes. A private line past its budget is not read; an addressed burst
+past it runs no turn and is posted like any other. Either way the nick is
+told once, with a notice to it alone, so a flood costs no turns and draws
+no flood back, in private or in the channel.
 
 What reaches rosterd goes through one ordered queue: posts, turns and gate
 commands are delivered in the order they were said. While the daemon is
@@ -34,9 +39,10 @@ from anyio.abc import TaskGroup
 
 from .._clock import LOOP_CLOCK, Clock
 from .._errors import RosterError
+from .._rates import MENTION_RATE, PRIVATE_RATE, SEND_RATE, Rate
 from ..client import RosterClient, RpcError
 from ..protocol import SESSION_ERROR, Delta
-from ._budget import PRIVATE_RATE, SEND_RATE, NickBudgets, Rate
+from ._budget import HostBudgets
 from ._irc import IrcLink, IrcMessage
 from ._lines import addressed, clean, reply_lines
 
@@ -61,8 +67,9 @@ class BridgeConfig(msgspec.Struct, frozen=True):
     max_lines: int = 8
     # How fast the bridge sends lines.
     send_rate: Rate = SEND_RATE
-    # What one nick may send in private: turns that cost.
+    # What one host may send in private, and ask in channels: turns that cost.
     private_rate: Rate = PRIVATE_RATE
+    mention_rate: Rate = MENTION_RATE
     # nick!user@host masks (glob) that may resolve gates.
     operators: tuple[str, ...] = ()
     queue_limit: int = 1000
@@ -95,6 +102,17 @@ class _Command(msgspec.Struct, frozen=True):
 _Job = _Post | _Turn | _Command
 
 
+# What a nick past a budget is told, once: a private line past it is not
+# read, an addressed burst past it is not answered (only posted).
+_UNREAD = (
+    "Sorry, that is more messages than I can take for now, so I did not read "
+    "that one: please write again in {wait} s."
+)
+_UNANSWERED = (
+    "Sorry, that is more questions than I can take for now, so I did not answer "
+    "that one: please ask again in {wait} s."
+)
+
 # The most lines one burst holds: a speaker who never pauses still gets a
 # turn this often, and the lines others say meanwhile do not wait behind
 # theirs without end.
@@ -106,8 +124,9 @@ class _Burst:
     addresses the worker, how many there are, whether it is over, and an
     event set when another line comes."""
 
-    def __init__(self, nick: str) -> None:
+    def __init__(self, nick: str, host: str) -> None:
         self.nick = nick
+        self.host = host
         self.addressed = False
         self.lines = 0
         self.over = False
@@ -130,7 +149,13 @@ class IrcBridge:
     def __init__(self, config: BridgeConfig, clock: Clock = LOOP_CLOCK) -> None:
         self.config = config
         self._clock = clock
-        self._private = NickBudgets(config.private_rate)
+        # Budgets go by host, not nick: a nick changes with /nick, and the
+        # ident before the @ with a reconnection (the client picks it), but
+        # the host is the address the server saw (or its cloak), so a new
+        # budget costs a new address. People behind one address (a NAT, a
+        # bouncer) share one.
+        self._private = HostBudgets(config.private_rate)
+        self._mentions = HostBudgets(config.mention_rate)
         self._jobs: deque[_Job] = deque()
         self._queued = anyio.Event()
         # Per IRC target (a channel, or a nick for private messages): the
@@ -206,7 +231,8 @@ class IrcBridge:
         channel = None if message.private else self._mapped(message.target)
         if not message.private and channel is None:
             return
-        if message.private and not self._within_budget(message.nick):
+        host = message.host.lower()
+        if message.private and not self._within_budget(self._private, host, message.nick, _UNREAD):
             return
         if text.startswith("!") and channel is not None:
             self._enqueue(_Command(message.target, channel, message.mask, message.nick, text))
@@ -214,7 +240,7 @@ class IrcBridge:
         key = (message.target, message.nick)
         burst = self._bursts.get(key)
         if burst is None:
-            burst = self._bursts[key] = _Burst(message.nick)
+            burst = self._bursts[key] = _Burst(message.nick, host)
             self._group.start_soon(self._close_when_quiet, message.target, burst)
         self._said.setdefault(message.target, deque()).append(_Line(burst, text))
         burst.lines += 1
@@ -225,22 +251,18 @@ class IrcBridge:
         mode = self.config.reply.get(message.target.lower(), "mention")
         burst.addressed |= message.private or mode == "all" or addressed(text, self._link.nick)
 
-    def _within_budget(self, nick: str) -> bool:
-        """Whether a private line of *nick* fits its budget. The first line
-        past it gets a notice, the rest nothing: a flood draws no flood."""
+    def _within_budget(self, budgets: HostBudgets, host: str, nick: str, refusal: str) -> bool:
+        """Whether a turn of *nick*'s fits its host's budget. The first one
+        past it gets *refusal*, a notice to *nick* alone, the rest nothing:
+        a flood draws no flood."""
         assert self._link is not None
-        refused = self._private.take(nick.lower(), self._clock())
+        refused = budgets.take(host, self._clock())
         if refused is None:
             return True
         if refused.first:
-            log.warning("%s is over its private message budget: its lines are not read", nick)
-            wait = math.ceil(refused.wait_s)
-            self._link.say(
-                nick,
-                "Sorry, that is more messages than I can take for now, so I did not read "
-                f"that one: please write again in {wait} s.",
-                "notice",
-            )
+            told = refusal.format(wait=math.ceil(refused.wait_s))
+            log.warning("%s (%s) is past its budget of %s: told %r", nick, host, budgets.rate, told)
+            self._link.say(nick, told, "notice")
         return False
 
     def _mapped(self, target: str) -> str | None:
@@ -251,10 +273,10 @@ class IrcBridge:
 
     async def _close_when_quiet(self, target: str, burst: _Burst) -> None:
         """Once *burst*'s speaker has been quiet for ``debounce_s``: a turn if
-        it addressed the worker, with everything said before it posted
-        first; else its lines are posted as they come to the head of the
-        line, so posts keep the order they were said in. A full burst closes
-        at once."""
+        it addressed the worker within its host's budget, with everything
+        said before it posted first; else its lines are posted as they come
+        to the head of the line, so posts keep the order they were said in.
+        A full burst closes at once."""
         while burst.more.is_set() and not burst.full:
             burst.more = anyio.Event()
             with anyio.move_on_after(self.config.debounce_s):
@@ -264,6 +286,13 @@ class IrcBridge:
             del self._bursts[(target, burst.nick)]
         said = self._said[target]
         channel = self._mapped(target)
+        if burst.addressed and channel is not None:
+            # Charged here, as the turn is made: a burst is one turn however
+            # many of its lines address the worker. Private lines were, as
+            # they came.
+            burst.addressed = self._within_budget(
+                self._mentions, burst.host, burst.nick, _UNANSWERED
+            )
         if burst.addressed:
             last = max(i for i, line in enumerate(said) if line.burst is burst)
             asked = []

@@ -1,33 +1,17 @@
-"""Token buckets: how fast the bridge sends lines, and how many private
-messages one nick may send it.
+"""Token buckets: how fast the bridge sends lines, and how many turns one
+host may cost it.
 
-A bucket of a ``Rate`` holds at most its ``burst`` of tokens and gains one
-each ``interval_s`` of its clock; a line spends one. So a burst goes at
-once, and after it one line per interval: RFC 1459's flood control (each
-line puts the sender 2 s ahead, and a server stops reading a client more
-than 10 s ahead) is a bucket of 5 and 2 s, which is also what IRC clients
-send at (irssi's defaults). An interval of 0 is no limit.
+A bucket of a ``Rate`` (``rosterd._rates``, with the rates and why) holds
+at most its ``burst`` of tokens and gains one each ``interval_s`` of its
+clock; a line spends one. So a burst goes at once, and after it one line
+per interval. An interval of 0 is no limit.
 """
 
 from __future__ import annotations
 
 import msgspec
 
-
-class Rate(msgspec.Struct, frozen=True):
-    """*burst* lines at once, then one per *interval_s* (0: no limit)."""
-
-    burst: int
-    interval_s: float
-
-    def __str__(self) -> str:
-        return f"{self.burst}, then one per {self.interval_s:g} s"
-
-
-# What IRC clients send at, within RFC 1459's flood control.
-SEND_RATE = Rate(5, 2.0)
-# What one nick may send the bridge in private: each line costs a turn.
-PRIVATE_RATE = Rate(5, 30.0)
+from .._rates import Rate
 
 
 class TokenBucket:
@@ -69,7 +53,7 @@ class TokenBucket:
 
 
 class Refused(msgspec.Struct, frozen=True):
-    """A line over its nick's budget: the seconds until the nick may send
+    """A turn over its host's budget: the seconds until the host may have
     another, and whether this is the first refused since one was taken."""
 
     wait_s: float
@@ -84,26 +68,26 @@ class _Account:
         self.told = False
 
 
-class NickBudgets:
-    """A bucket per nick, made at its first line and dropped once full again,
-    so a nick that stops costs nothing and the table holds only nicks that
-    spoke within the last ``burst`` intervals."""
+class HostBudgets:
+    """A bucket per host, made at its first turn and dropped once full
+    again, so a host that stops costs nothing and the table holds only
+    hosts that spoke within the last ``burst`` intervals."""
 
     def __init__(self, rate: Rate) -> None:
-        self._rate = rate
+        self.rate = rate
         # Least recently used first: the first to be full again.
         self._accounts: dict[str, _Account] = {}
 
     def __repr__(self) -> str:
-        return f"NickBudgets({len(self._accounts)} nicks, {self._rate})"
+        return f"HostBudgets({len(self._accounts)} hosts, {self.rate})"
 
-    def take(self, nick: str, now: float) -> Refused | None:
-        """Spend one of *nick*'s tokens (``None``), or say why not."""
+    def take(self, host: str, now: float) -> Refused | None:
+        """Spend one of *host*'s tokens (``None``), or say why not."""
         self._forget_full(now)
-        account = self._accounts.pop(nick, None)
+        account = self._accounts.pop(host, None)
         if account is None:
-            account = _Account(TokenBucket(self._rate, now))
-        self._accounts[nick] = account
+            account = _Account(TokenBucket(self.rate, now))
+        self._accounts[host] = account
         wait = account.bucket.wait(now)
         if wait > 0:
             first, account.told = not account.told, True
@@ -114,7 +98,7 @@ class NickBudgets:
 
     def _forget_full(self, now: float) -> None:
         while self._accounts:
-            nick, account = next(iter(self._accounts.items()))
+            host, account = next(iter(self._accounts.items()))
             if not account.bucket.full(now):
                 return
-            del self._accounts[nick]
+            del self._accounts[host]

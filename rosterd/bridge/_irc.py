@@ -36,7 +36,8 @@ from anyio.abc import TaskGroup
 from jaraco.stream.buffer import LenientDecodingLineBuffer
 
 from .._clock import LOOP_CLOCK, Clock
-from ._budget import SEND_RATE, Rate, TokenBucket
+from .._rates import SEND_RATE, Rate
+from ._budget import TokenBucket
 
 log = logging.getLogger("rosterd.bridge")
 
@@ -54,6 +55,12 @@ class IrcMessage(msgspec.Struct, frozen=True):
     text: str
     private: bool = False
     notice: bool = False
+
+    @property
+    def host(self) -> str:
+        """The host of ``mask`` (``nick!user@host``): the address the server
+        saw the speaker connect from, or the cloak it shows instead."""
+        return self.mask.rpartition("@")[2]
 
 
 # How a line is sent: said, or a notice (an automatic reply).

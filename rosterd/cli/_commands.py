@@ -169,6 +169,7 @@ def _bridge_irc(args: argparse.Namespace) -> int:
         max_lines=args.max_lines,
         send_rate=Rate(args.line_burst, args.line_interval),
         private_rate=Rate(args.private_burst, args.private_interval),
+        mention_rate=Rate(args.mention_burst, args.mention_interval),
         operators=tuple(args.operator),
     )
     anyio.run(IrcBridge(config).run)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn, TypeAlias
 
 from .. import __version__
+from .._rates import MENTION_RATE, PRIVATE_RATE, SEND_RATE
 
 _CONTEXT_FORMAT = """\
 output format (without --json): for each turn, the system text and then every
@@ -367,30 +368,26 @@ def _bridge_commands(commands: _Subparsers, client: _Parser) -> None:
     )
     irc.add_argument("--debounce", type=_seconds, default=1.5, metavar="S", help="default: 1.5")
     irc.add_argument("--max-lines", type=_count, default=8, metavar="N", help="default: 8")
-    irc.add_argument(
-        "--line-burst", type=_count, default=5, metavar="N", help="lines sent at once; default: 5"
+    rates = (
+        ("line", SEND_RATE, "lines sent at once"),
+        ("private", PRIVATE_RATE, "private messages one host may send at once"),
+        ("mention", MENTION_RATE, "turns one host may ask for in channels at once"),
     )
-    irc.add_argument(
-        "--line-interval",
-        type=_seconds,
-        default=2.0,
-        metavar="S",
-        help="then one line per S seconds; default: 2",
-    )
-    irc.add_argument(
-        "--private-burst",
-        type=_count,
-        default=5,
-        metavar="N",
-        help="private messages one nick may send at once; default: 5",
-    )
-    irc.add_argument(
-        "--private-interval",
-        type=_seconds,
-        default=30.0,
-        metavar="S",
-        help="then one per S seconds; default: 30",
-    )
+    for name, rate, burst in rates:
+        irc.add_argument(
+            f"--{name}-burst",
+            type=_count,
+            default=rate.burst,
+            metavar="N",
+            help=f"{burst}; default: %(default)s",
+        )
+        irc.add_argument(
+            f"--{name}-interval",
+            type=_seconds,
+            default=rate.interval_s,
+            metavar="S",
+            help="then one per S seconds; default: %(default)g",
+        )
 
 
 def _server_commands(commands: _Subparsers, state: _Parser) -> _Subparsers:
