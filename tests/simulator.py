@@ -204,6 +204,15 @@ class Calls(msgspec.Struct, frozen=True):
     text: str = ""
 
 
+class CallsOnce(msgspec.Struct, frozen=True):
+    """Answer as ``Calls`` does, unless the request shows each of these calls
+    made already (the same tool, the same arguments, answered): then reply
+    *text*. A model makes again a call it cannot see it made."""
+
+    calls: tuple[tuple[str, str], ...]
+    text: str
+
+
 class Omit(msgspec.Struct, frozen=True):
     """Answer normally but leave out *part* of the stream, as some servers do.
 
@@ -245,6 +254,7 @@ Action = (
     | Reply
     | Omit
     | Calls
+    | CallsOnce
     | Diagnose
     | Bent
 )
@@ -619,6 +629,12 @@ class Simulator:
             text = action.text
         if isinstance(action, Calls):
             text, calls = action.text, action.calls
+        if isinstance(action, CallsOnce):
+            made = made_calls(body)
+            if all(_parsed(call) in made for call in action.calls):
+                text = action.text
+            else:
+                calls = action.calls
         if isinstance(action, Omit) and action.text is not None:
             text = action.text
         omit = action.part if isinstance(action, Omit) else None
@@ -1027,6 +1043,25 @@ def tool_messages(body: bytes) -> list[dict[str, Any]]:
     for content in found:
         assert content.count("\n") == 1 and content.endswith("\n")
     return [json.loads(content) for content in found]
+
+
+def made_calls(body: bytes) -> list[tuple[str, Any]]:
+    """The tool calls a request's history holds, each (name, parsed
+    arguments), in either API's shape; each is answered (``_check_*_tools``)."""
+    found = []
+    for message in json.loads(body)["messages"]:
+        for call in message.get("tool_calls") or []:
+            found.append(_parsed((call["function"]["name"], call["function"]["arguments"])))
+        if isinstance(message.get("content"), list):
+            found += [
+                (b["name"], b["input"]) for b in message["content"] if b["type"] == "tool_use"
+            ]
+    return found
+
+
+def _parsed(call: tuple[str, str]) -> tuple[str, Any]:
+    name, arguments = call
+    return name, json.loads(arguments)
 
 
 def prompt_bytes(recorded: Recorded) -> bytes:

@@ -19,10 +19,20 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 from harness import Cli, DaemonProcess, in_process_client, process_client, wait_task
 from orgs import simulated_engine, write_org
-from simulator import Calls, Reply, Server, Simulator, prompt_bytes, tool_messages
+from simulator import (
+    Action,
+    Calls,
+    CallsOnce,
+    Reply,
+    Server,
+    Simulator,
+    Status,
+    prompt_bytes,
+    tool_messages,
+)
 
 from rosterd import RosterError
-from rosterd.client import RosterClient
+from rosterd.client import RosterClient, RpcError
 from rosterd.protocol import Delta, TurnResult
 
 pytestmark = pytest.mark.anyio
@@ -35,6 +45,8 @@ MALFORMED = '{"method":"GET","host":"api.github.com","path":'
 # Valid JSON nested deeper than a recursive parser goes (msgspec's and
 # Python's stop near 1,000 levels).
 DEEP = "[" * 5000 + "]" * 5000
+# Both APIs' engines read this as a refusal of the prompt as too long.
+TOO_LONG = Status(400, "prompt is too long: 9001 tokens > 8192 maximum")
 
 Answer = Callable[[dict[str, Any]], dict[str, Any] | bytes | None]
 
@@ -73,6 +85,10 @@ class FakeGateway:
 
 def echo_answer(params: dict[str, Any]) -> dict[str, Any]:
     return {"result": {"status": "ok", "text": f"HTTP 200 for {params['method']} {params['path']}"}}
+
+
+def never_answer(params: dict[str, Any]) -> None:
+    return None
 
 
 @asynccontextmanager
@@ -288,7 +304,7 @@ async def test_an_unreachable_gateway_gives_an_error_result(tmp_path: Path) -> N
 
 
 async def test_a_gateway_that_does_not_answer_gives_a_timeout_result(tmp_path: Path) -> None:
-    async with rig(tmp_path, "openai", "timeout_s = 0.3", answer=lambda params: None) as tools:
+    async with rig(tmp_path, "openai", "timeout_s = 0.3", answer=never_answer) as tools:
         envelope = await look(tools, "The gateway is slow.")
     assert envelope["status"] == "timeout"
     assert tools.gw is not None and len(tools.gw.calls) == 1
@@ -533,3 +549,99 @@ async def test_tools_stay_frozen_for_the_session_when_the_org_changes(tmp_path: 
     (envelope,) = tool_messages(sim.requests[2].body)
     assert envelope["status"] == "refused" and "DELETE" in envelope["text"]
     assert gw.calls == []
+
+
+async def roll_over_a_tool_step(rig: Rig, *then: Action) -> tuple[str, TurnResult | RpcError]:
+    """A session of w0 in c0 whose second turn POSTs through github, then
+    has its next step refused as too long, then is answered by *then*: the
+    session, and the second turn's result (or its error)."""
+    rig.sim.script(Reply("first"), Calls((("github", POST),), text="Opening it."), TOO_LONG, *then)
+    async with in_process_client(rig.org, rig.state) as (_, client):
+        session = (await client.session_open("w0", "c0")).session
+        await say(client, session, "one")
+        try:
+            result, _ = await say(client, session, "open an issue")
+        except RpcError as exc:
+            return session, exc
+    return session, result
+
+
+@pytest.mark.parametrize(
+    ("api", "held"),
+    [("openai", False), ("anthropic", False), ("openai", True)],
+    ids=["openai", "anthropic", "in-flight"],
+)
+async def test_a_rollover_at_a_later_tool_step_carries_the_calls_made_and_never_repeats_them(
+    tmp_path: Path, api: str, held: bool, cli: Cli
+) -> None:
+    # In flight: the gateway still holds the POST when the refusal comes;
+    # its result was a timeout, so whether it took effect is unknown.
+    settings, answer = ("timeout_s = 0.3", never_answer) if held else ("", echo_answer)
+    async with rig(tmp_path, api, settings, answer) as tools:
+        sim, gw, _, state = tools
+        # A model that sees its POST ran answers; one that does not makes it again.
+        old, result = await roll_over_a_tool_step(
+            tools, CallsOnce((("github", POST),), "Opened it once.")
+        )
+        async with in_process_client(tools.org, state) as (_, client):
+            assert isinstance(result, TurnResult)
+            page = await client.runs_context(result.run, all=True)
+            before = await client.runs_show(old)
+    assert gw is not None and [c["method"] for c in gw.calls] == ["POST"]
+    assert result.rolled_from == old and result.run != old
+    assert (result.text, result.turn, result.steps) == ("Opened it once.", 1, 2)
+    # The new session's first request carries the call and its result as the
+    # refused one did, after its own system part, history and message.
+    assert len(sim.requests) == 4
+    (carried,) = tool_messages(sim.requests[3].body)
+    assert carried == tool_messages(sim.requests[2].body)[0]
+    assert carried["status"] == ("timeout" if held else "ok")
+    # Traced before it was sent: the results as a step of the new session's
+    # first turn, naming the session they were carried from.
+    trace = records(state, result.run)
+    assert [(r["kind"], r["turn"], r["step"]) for r in trace] == [
+        ("system", 0, 1),
+        ("turn", 1, 1),
+        ("step", 1, 2),
+    ]
+    assert trace[2]["rollover"]["previous"] == old
+    shown = await cli.in_thread("server", "runs", "show", result.run, "--state", str(state))
+    assert "turn 1 step 2: tool results, ok" in shown
+    assert f"carried over from session {old}" in shown
+    # runs.context shows the one request the new session sent, as it was sent.
+    ((turn, step, sent),) = [(r.turn, r.step, r.messages) for r in page.turns]
+    assert (turn, step) == (1, 2)
+    assert [json.loads(m.content) for m in sent if m.role == "tool"] == tool_messages(
+        sim.requests[3].body
+    )
+    # The old session's transcript keeps the turn as it went, refusal included.
+    assert [(e.turn, e.step, e.role) for e in before.transcript if e.turn == 2] == [
+        (2, 1, "user"),
+        (2, 1, "assistant"),
+        (2, 2, "tool"),
+        (2, 2, "error"),
+    ]
+
+
+async def test_a_taken_over_tool_step_refused_again_fails_the_turn_without_repeating_a_call(
+    tmp_path: Path,
+) -> None:
+    async with rig(tmp_path, "openai") as tools:
+        sim, gw, _, state = tools
+        old, failure = await roll_over_a_tool_step(tools, TOO_LONG)
+        async with in_process_client(tools.org, state) as (_, client):
+            assert isinstance(failure, RpcError)
+            (new,) = [r.id for r in await client.runs_list() if r.rolled_from == old]
+            shown = await client.runs_show(new)
+    # A clear error rather than a second POST: the carried request did not fit either.
+    assert failure.code == 1002 and failure.data["context_exceeded"]
+    assert gw is not None and len(gw.calls) == 1
+    assert len(sim.requests) == 4
+    assert tool_messages(sim.requests[3].body) == tool_messages(sim.requests[2].body)
+    # The new session holds the turn as it went: the steps carried, then the refusal.
+    assert [(e.step, e.role, e.carried) for e in shown.transcript] == [
+        (1, "user", False),
+        (1, "assistant", True),
+        (2, "tool", True),
+        (2, "error", False),
+    ]

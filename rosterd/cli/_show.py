@@ -167,7 +167,10 @@ def _compilation(number: int, count: int, record: ContextRecord) -> list[str]:
         f"  policy v{record.policy.version} ({record.policy.sha256[:_HASH]}) · "
         f"engine {record.engine_fingerprint[:_HASH]}"
     )
-    if record.rollover is not None:
+    if record.rollover is not None and record.kind == "step":
+        previous = record.rollover.previous
+        lines.append(f"  carried over from session {previous}: its calls were made there, once")
+    elif record.rollover is not None:
         lines.append(f"  continues session {record.rollover.previous}: {record.rollover.reason}")
     if record.kind != "turn" and record.route_key is not None:
         lines.append(f"  route key {record.route_key}")

@@ -42,8 +42,9 @@ The rest:
   (``_terms``, ``_postings`` and ``_scoring``: memory's terms, index
   format and arithmetic);
   ``_shown``: what a session's conversation already holds; ``_tools``: tool
-  definitions, call checks and ``compile_step``; ``_stability``: prefix
-  checks between compilations; ``_audit``: the dry run of every scope.
+  definitions, call checks, ``compile_step`` and ``carried_step``;
+  ``_stability``: prefix checks between compilations; ``_audit``: the dry
+  run of every scope.
 """
 
 from ._advisory import (
@@ -102,6 +103,7 @@ from ._tools import (
     ToolResult,
     ToolSpec,
     ToolStatus,
+    carried_step,
     check_call,
     compile_step,
     compile_tools,
@@ -197,6 +199,7 @@ __all__ = (
     "ToolSpec",
     "ToolStatus",
     "TurnInput",
+    "carried_step",
     "check_call",
     "check_prefix",
     "compile_run",

@@ -11,7 +11,9 @@ keeps them unchanged to its end.
 Model output is untrusted: ``check_call`` validates every call against the
 definitions the model was given before anything leaves rosterd. Each result
 becomes one ``tool`` envelope, cut to ``[context] tool_result`` with a count
-of what was cut; ``compile_step`` traces the results of one tool step.
+of what was cut; ``compile_step`` traces the results of one tool step, and
+``carried_step`` those a session takes over, already rendered, from the one
+it continues.
 """
 
 from __future__ import annotations
@@ -26,7 +28,14 @@ import msgspec
 from ..org import FILE_GATE, FORGET, REMEMBER, MemoryScope, Org, RunScope, Surface
 from ._envelopes import ToolEnvelope, escape_line_breaks, render_line
 from ._items import RunMeta
-from ._trace import BlockTrace, ContextRecord, NoteTrace, context_record, sha256_text
+from ._trace import (
+    BlockTrace,
+    ContextRecord,
+    NoteTrace,
+    RolloverTrace,
+    context_record,
+    sha256_text,
+)
 
 ToolStatus = Literal["ok", "refused", "error", "timeout"]
 NoteScope = Literal["channel", "worker"]
@@ -148,6 +157,8 @@ _decode_request = msgspec.json.Decoder(_RequestArgs).decode
 _decode_gate = msgspec.json.Decoder(_GateArgs).decode
 _decode_remember = msgspec.json.Decoder(_RememberArgs).decode
 _decode_forget = msgspec.json.Decoder(_ForgetArgs).decode
+# A tool message as a session recorded it: one of our own envelopes.
+_carried = msgspec.json.Decoder(ToolEnvelope)
 
 
 def compile_tools(org: Org, worker: str) -> tuple[ToolSpec, ...]:
@@ -393,13 +404,38 @@ def compile_step(
     *first* is the turn's own record (``turn`` or ``run``), whose run facts the
     step shares: run, turn, worker, channel, engine, route key, boundaries.
     """
-    lines: list[str] = []
-    blocks: list[BlockTrace] = []
-    for result in results:
-        line, cut = render_result(result, limit)
-        lines.append(line)
-        blocks.append(tool_block(result, line, cut, limit))
-    record = context_record(
+    rendered = [_rendered(result, limit) for result in results]
+    lines = [line for line, _ in rendered]
+    blocks = [tool_block(envelope, line, limit) for line, envelope in rendered]
+    return lines, _step_record(first, meta, step, lines, blocks, tuple(notes))
+
+
+def carried_step(
+    first: ContextRecord,
+    lines: Sequence[str],
+    limit: int,
+    meta: RunMeta,
+    step: int,
+    rollover: RolloverTrace,
+) -> ContextRecord:
+    """The trace record of step *step* of a turn a session took over from
+    the one it continues (*rollover*): the tool messages *lines* that
+    session rendered and recorded, sent again as they are. *limit* is the
+    taking session's ``tool_result``."""
+    blocks = [tool_block(_carried.decode(line), line, limit) for line in lines]
+    record = _step_record(first, meta, step, lines, blocks, ())
+    return msgspec.structs.replace(record, rollover=rollover)
+
+
+def _step_record(
+    first: ContextRecord,
+    meta: RunMeta,
+    step: int,
+    lines: Sequence[str],
+    blocks: Sequence[BlockTrace],
+    notes: tuple[NoteTrace, ...],
+) -> ContextRecord:
+    return context_record(
         "step",
         RunScope(Surface(first.surface), first.worker, first.channel),
         RunMeta(run=first.run, turn=first.turn, now=meta.now),
@@ -409,9 +445,8 @@ def compile_step(
         input_sha256=sha256_text("".join(lines)),
         boundaries=first.boundaries,
         step=step,
-        notes=tuple(notes),
+        notes=notes,
     )
-    return lines, record
 
 
 def tools_block(tools: Sequence[ToolSpec]) -> BlockTrace:
@@ -448,28 +483,36 @@ def tools_block(tools: Sequence[ToolSpec]) -> BlockTrace:
 def render_result(result: ToolResult, limit: int) -> tuple[str, int]:
     """*result* as one envelope line of at most *limit* characters (when its
     fields allow), and how many characters of its text were cut."""
+    line, envelope = _rendered(result, limit)
+    return line, envelope.cut
+
+
+def _rendered(result: ToolResult, limit: int) -> tuple[str, ToolEnvelope]:
+    """``render_result``'s line, and the envelope it renders."""
     text = result.text
     if len(text) <= limit:
-        line = render_line(_tool_envelope(result, text, 0))
+        envelope = _tool_envelope(result, text, 0)
+        line = render_line(envelope)
         if len(line) <= limit:
-            return line, 0
+            return line, envelope
     # Escaping only lengthens text, so no more than *limit* characters can
     # fit; each pass then removes at least the excess, ending in a few renders.
     keep = min(len(text), limit)
     while True:
-        line = render_line(_tool_envelope(result, text[:keep], len(text) - keep))
+        envelope = _tool_envelope(result, text[:keep], len(text) - keep)
+        line = render_line(envelope)
         if len(line) <= limit or keep == 0:
-            return line, len(text) - keep
+            return line, envelope
         keep = max(0, keep - (len(line) - limit))
 
 
-def tool_block(result: ToolResult, line: str, cut: int, limit: int) -> BlockTrace:
-    """The ``tool`` block of *result*, rendered by ``render_result`` as *line*."""
+def tool_block(envelope: ToolEnvelope, line: str, limit: int) -> BlockTrace:
+    """The ``tool`` block of the result *envelope* quotes, rendered as *line*."""
     return BlockTrace(
         block="tool",
-        source=f"{result.connection}: call {result.call} ({result.status})",
-        status="shrunk" if cut else "included",
-        raw_chars=len(result.text),
+        source=f"{envelope.connection}: call {envelope.call} ({envelope.status})",
+        status="shrunk" if envelope.cut else "included",
+        raw_chars=len(envelope.text) + envelope.cut,
         rendered_chars=len(line),
         limit=limit,
         sha256=sha256_text(line),

@@ -150,7 +150,8 @@ class FailureTrace(msgspec.Struct, frozen=True):
 
 
 class RolloverTrace(msgspec.Struct, frozen=True):
-    """On a session's ``system`` record: the session it continues, and why."""
+    """On a session's ``system`` record: the session it continues, and why;
+    on a ``step`` record, the session whose tool step it carries over."""
 
     previous: str
     reason: str

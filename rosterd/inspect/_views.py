@@ -22,6 +22,7 @@ from ..protocol import (
     TranscriptEntry,
     TurnRequest,
     Usage,
+    carried_steps,
     context_page,
     request_at_turn,
 )
@@ -233,7 +234,9 @@ def _turn_rows(entries: Sequence[TranscriptEntry]) -> list[TurnRow]:
     for turn, group in sorted(by_turn.items()):
         if not any(e.role == "user" for e in group):
             continue
-        rows.append(_sum(turn, [_row_of(e) for e in group if e.role in ("assistant", "error")]))
+        # A carried reply's engine call was the session's this one continues.
+        calls = [e for e in group if e.role in ("assistant", "error") and not e.carried]
+        rows.append(_sum(turn, [_row_of(e) for e in calls]))
     return rows
 
 
@@ -317,7 +320,8 @@ def _steps(
         last_step = max((e.step for e in entries if e.turn == earlier[-1]), default=1)
         _, previous = request_at_turn(records, entries, earlier[-1], last_step)
         before = len(previous)
-    calls = sorted({e.step for e in entries if e.turn == turn and e.role != "user"} | {1})
+    made = {e.step for e in entries if e.turn == turn and e.role != "user"} | {1}
+    calls = sorted(made - {step for t, step in carried_steps(entries) if t == turn})
     steps = []
     for step in calls:
         text, messages = request_at_turn(records, entries, turn, step)

@@ -92,6 +92,7 @@ from ._records import (
 from ._requests import (
     CONTEXT_PAGE_CHARS,
     CONTEXT_PAGE_TURNS,
+    carried_steps,
     chat_messages,
     context_json_items,
     context_page,
@@ -189,6 +190,7 @@ __all__ = (
     "Verdict",
     "Wait",
     "WaitReason",
+    "carried_steps",
     "chat_messages",
     "context_json_items",
     "context_page",

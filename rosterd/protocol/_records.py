@@ -141,7 +141,9 @@ class TranscriptEntry(msgspec.Struct, frozen=True):
     an assistant entry of step *s* may hold tool ``calls``, whose ``tool``
     entries (``call`` names the one each answers) are sent at step *s* + 1.
     A call whose stream broke keeps what it showed as an ``incomplete``
-    assistant entry, before its ``error`` entry.
+    assistant entry, before its ``error`` entry. The first turn of a session
+    that took over a turn at a later step starts with that turn's tool steps
+    ``carried`` over: their engine calls were the session's it continues.
     """
 
     turn: int
@@ -162,6 +164,9 @@ class TranscriptEntry(msgspec.Struct, frozen=True):
     cost: CallCost | None = None
     # An assistant entry: the provider's id of the reply, where it gives one.
     provider_id: str | None = None
+    # An assistant or tool entry of a tool step the session it continues
+    # made before it rolled over: sent again with the rest, never called again.
+    carried: bool = False
 
 
 class TurnRequest(msgspec.Struct, frozen=True):

@@ -49,10 +49,17 @@ def _system_record(records: Sequence[ContextRecord], turn: int) -> ContextRecord
 
 def _steps(entries: Sequence[TranscriptEntry]) -> list[tuple[int, int]]:
     """Every (turn, step) whose request reached the engine, in order: a turn's
-    first step, and each later one that got an answer or a failure."""
+    first step, and each later one that got an answer or a failure; not the
+    steps a session carried over from the one it continues."""
     sent = {(e.turn, 1) for e in entries if e.role == "user"}
     sent |= {(e.turn, e.step) for e in entries if e.role in ("assistant", "error")}
-    return sorted(sent)
+    return sorted(sent - carried_steps(entries))
+
+
+def carried_steps(entries: Sequence[TranscriptEntry]) -> set[tuple[int, int]]:
+    """The (turn, step) pairs whose engine call was made by the session the
+    run continues: their replies were carried over, not asked for here."""
+    return {(e.turn, e.step) for e in entries if e.carried and e.role == "assistant"}
 
 
 _SENT_AT_STEP = frozenset({"user", "tool"})

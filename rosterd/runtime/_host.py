@@ -37,10 +37,12 @@ from ..compiler import (
     ContextRecord,
     NoteTrace,
     PrefixState,
+    RolloverTrace,
     RunMeta,
     SystemPrompt,
     ToolResult,
     TurnInput,
+    carried_step,
     check_prefix,
     compile_step,
     prefix_state,
@@ -87,6 +89,27 @@ class TurnOutcome(msgspec.Struct, frozen=True):
     rolled_from: str | None = None
     # Engine calls the turn took: more than one when the model called tools.
     steps: int = 1
+
+
+class CarriedSteps(msgspec.Struct, frozen=True):
+    """The tool steps a turn made in a session refused as too long at a
+    later step: its replies with calls, each followed by the results, as
+    that session's transcript holds them. The session that takes the turn
+    over sends them again with its first request, so the model sees the
+    calls ran, and never makes them again itself."""
+
+    rollover: RolloverTrace
+    messages: tuple[ChatMessage, ...]
+
+    def steps(self) -> list[tuple[ChatMessage, list[ChatMessage]]]:
+        """Each reply with calls, and the tool messages answering them."""
+        steps: list[tuple[ChatMessage, list[ChatMessage]]] = []
+        for message in self.messages:
+            if message.role == "assistant":
+                steps.append((message, []))
+            else:
+                steps[-1][1].append(message)
+        return steps
 
 
 class Host(AsyncResource):
@@ -242,6 +265,7 @@ class Host(AsyncResource):
         seen: int | None = None,
         cache_plan: CachePlan | None = None,
         cached: bool = False,
+        carried: CarriedSteps | None = None,
     ) -> TurnOutcome:
         """Compile, trace, send and record one turn of *run*.
 
@@ -261,6 +285,8 @@ class Host(AsyncResource):
         keep the prefix (a session's choice, see ``plan_cache``). A warm
         session's turn reads its prefix state *cached*, and leaves its last
         reply for the session's ``conclude`` (``ActiveRun.record_later``).
+        The first turn of a session that took a turn over goes on from the
+        tool steps *carried* over, recorded and traced as its own first.
         """
         # A provider that cannot be set up (no key, no model) fails the turn
         # before anything is traced or recorded.
@@ -280,6 +306,7 @@ class Host(AsyncResource):
                 seen,
                 cache_plan,
                 cached,
+                carried,
             )
             outcome = "ok"
             return turned
@@ -336,6 +363,7 @@ class Host(AsyncResource):
         seen: int | None,
         cache_plan: CachePlan | None,
         cached: bool,
+        carried: CarriedSteps | None,
     ) -> TurnOutcome:
         compilation = await self._compiled(watch, run, compile_fn)
         system = compilation.system
@@ -379,7 +407,8 @@ class Host(AsyncResource):
             watch,
             cache_plan,
         )
-        answer = await self._complete(call, 1)
+        first_step = 1 if carried is None else await self._carry(call, carried)
+        answer = await self._complete(call, first_step)
         reply = answer.reply
         if previous_input_tokens is not None:
             reusable = previous_input_tokens
@@ -388,8 +417,8 @@ class Host(AsyncResource):
         else:
             reusable = 0
         idle_s = own.at - previous.at if previous is not None else None
-        await self._answered(call, 1, answer, reusable, idle_s)
-        reply, steps = await self._tool_loop(call, reply)
+        await self._answered(call, first_step, answer, reusable, idle_s)
+        reply, steps = await self._tool_loop(call, reply, first_step)
         return TurnOutcome(
             run=run.info.id, turn=record.turn, reply=reply, record=record, steps=steps
         )
@@ -412,11 +441,37 @@ class Host(AsyncResource):
         watch.numbered(compilation.record.turn)
         return compilation
 
-    async def _tool_loop(self, call: _Call, reply: EngineReply) -> tuple[EngineReply, int]:
-        """Answer *reply*'s tool calls and send the results, until a reply
-        makes none or the turn reaches ``[gateway] max_steps``; the last
-        reply, and how many engine calls the turn made."""
+    async def _carry(self, call: _Call, carried: CarriedSteps) -> int:
+        """Record the tool steps *carried* over as this turn's first, each
+        traced before it is sent; the step of the turn's first engine call
+        here. Their calls are not answered again: the results come along."""
+        run, turn = call.run, call.record.turn
+        limit = call.system.budget.tool_result
         step = 1
+        for reply, results in carried.steps():
+            at = self.clock()
+            lines = [message.content for message in results]
+            meta = RunMeta(run=run.info.id, turn=turn, now=at)
+            record = carried_step(call.record, lines, limit, meta, step + 1, carried.rollover)
+            made = TranscriptEntry(
+                turn, "assistant", reply.content, at, step=step, calls=reply.calls, carried=True
+            )
+            answers = [
+                TranscriptEntry(turn, "tool", line, at, step=step + 1, call=m.call, carried=True)
+                for line, m in zip(lines, results, strict=True)
+            ]
+            await run.append(record, [made, *answers])
+            call.transcript.extend([reply, *results])
+            step += 1
+        return step
+
+    async def _tool_loop(
+        self, call: _Call, reply: EngineReply, step: int
+    ) -> tuple[EngineReply, int]:
+        """Answer *reply*'s tool calls, the answer to engine call *step*, and
+        send the results, until a reply makes none or the turn reaches
+        ``[gateway] max_steps``; the last reply, and how many engine calls
+        the turn made (those of carried steps included)."""
         while reply.calls:
             # Every step's request is the previous one plus the reply and
             # its results: append-only, traced before it is sent.

@@ -7,7 +7,9 @@ N's request is turn N-1's request plus new messages, byte for byte.
 A session is bounded: when a turn's request would pass ``[context]
 session_chars``, or the provider refuses it as too long, the session ends as
 ``rolled-over`` and the same turn is answered by a new session of the pair,
-whose system part is compiled afresh and whose first turn carries history.
+whose system part is compiled afresh and whose first turn carries history
+(and, when a later tool step was refused, the tool steps the turn made:
+the new session goes on from them, never making their calls again).
 Turns queued behind the rollover, and callers still holding the old id, go
 to the new session.
 
@@ -64,7 +66,7 @@ from ..engines import DeltaSink, WaitSink
 from ..org import Surface
 from ..protocol import ChatMessage, TranscriptEntry, chat_messages
 from ..stores import ActiveRun, Posts, SessionState
-from ._host import Host, TurnOutcome
+from ._host import CarriedSteps, Host, TurnOutcome
 from ._lifetime import RECENT_GAPS, plan_cache
 from ._progress import Progress
 from ._shown import ShownLedger
@@ -88,6 +90,17 @@ class _SessionFull(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class _TooLong(Exception):
+    """The provider refused a step of the turn as too long (*error*), after
+    the turn's tool steps *made* (their calls answered, perhaps by the
+    gateway); never leaves this module."""
+
+    def __init__(self, error: EngineError, made: tuple[ChatMessage, ...]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.made = made
 
 
 class Session:
@@ -252,6 +265,7 @@ class Session:
         # request is as short as this pair's requests get.
         may_roll = bool(self._transcript)
         telemetry = self._host.telemetry
+        made: tuple[ChatMessage, ...] = ()
         try:
             return await self._turn(text, sender, on_delta, on_wait, may_roll=may_roll, warm=warm)
         except _SessionFull as full:
@@ -260,12 +274,11 @@ class Session:
                 raise StaleError(f"a rollover first takes the lease of {self.id}") from None
             reason = full.reason
             telemetry.rolled_over("session_chars")
-        except EngineError as exc:
-            if not (exc.context_exceeded and may_roll):
-                raise
-            reason = f"the provider refused the request as too long: {exc}"
+        except _TooLong as refused:
+            reason = f"the provider refused the request as too long: {refused.error}"
+            made = refused.made
             telemetry.rolled_over("provider_too_long")
-        return await self._roll_over(text, sender, on_delta, on_wait, reason)
+        return await self._roll_over(text, sender, on_delta, on_wait, reason, made)
 
     async def _input(
         self, text: str, sender: str, turn: int, *, cached: bool
@@ -317,6 +330,7 @@ class Session:
         *,
         may_roll: bool,
         warm: bool = False,
+        carried: CarriedSteps | None = None,
     ) -> TurnOutcome:
         host = self._host
         cut = _unanswered(self._transcript)
@@ -356,14 +370,17 @@ class Session:
                 seen=last_seq,
                 cache_plan=plan,
                 cached=warm,
+                carried=carried,
             )
         except BaseException as exc:
             if isinstance(exc, EngineError) and exc.context_exceeded and may_roll:
                 # Refused as too long, every tool step of it included: it is
                 # not part of what this session sends, and what it briefed
-                # and showed is still owed. A new session answers it.
+                # and showed is still owed. A new session answers it, going
+                # on from the tool steps made here: their calls ran.
+                made = _tool_steps(self._transcript[before.messages :])
                 self._commit(before.failed(turn, host.clock(), briefed_at=before.briefed_at))
-                raise
+                raise _TooLong(exc, made) from exc
             self._commit(self._cut_short(before, turn, meta.now, last_seq))
             raise
         ttl = plan.ttl if plan is not None else None
@@ -438,8 +455,10 @@ class Session:
         on_delta: DeltaSink,
         on_wait: WaitSink | None,
         reason: str,
+        made: tuple[ChatMessage, ...],
     ) -> TurnOutcome:
-        """End this session as ``rolled-over`` and answer *text* in a new one.
+        """End this session as ``rolled-over`` and answer *text* in a new one,
+        going on from the tool steps the turn *made* here (see ``CarriedSteps``).
 
         Called with the pair's lock held. If the new session cannot
         start (its scope is now over budget), or this one cannot be ended,
@@ -475,9 +494,14 @@ class Session:
         log.info("session %s rolled over to %s: %s", self.id, successor.id, reason)
         self._manager.adopt(self, successor)
         await self._manager.move_pointer(successor)
+        carried = CarriedSteps(RolloverTrace(self.id, reason), made) if made else None
         async with host.leases.run(successor.id):
-            # The first turn of a fresh session never rolls over again.
-            outcome = await successor._turn(text, sender, on_delta, on_wait, may_roll=False)
+            # The first turn of a fresh session never rolls over again: one
+            # refused as too long, with the steps carried over too, fails
+            # (never repeating a call that ran).
+            outcome = await successor._turn(
+                text, sender, on_delta, on_wait, may_roll=False, carried=carried
+            )
         return msgspec.structs.replace(outcome, rolled_from=self.id)
 
     async def close(self, status: Literal["closed", "expired"]) -> None:
@@ -792,6 +816,14 @@ class SessionManager:
         history = await channels.recent(channel, system.budget.history_messages)
         # A post landing between the two reads goes to the backlog only.
         return tuple(m for m in history if m.seq <= seen), seen
+
+
+def _tool_steps(turn: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
+    """The tool steps of a turn's messages (its user message first): each
+    reply with calls and the results after it, up to the last result (a
+    reply shown in part after it is none)."""
+    last = max((i for i, message in enumerate(turn) if message.role == "tool"), default=0)
+    return tuple(turn[1 : last + 1])
 
 
 def _unanswered(transcript: Sequence[ChatMessage]) -> list[ToolCall]:
