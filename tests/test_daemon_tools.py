@@ -639,7 +639,7 @@ async def test_a_taken_over_tool_step_refused_again_fails_the_turn_without_repea
     assert len(sim.requests) == 4
     assert tool_messages(sim.requests[3].body) == tool_messages(sim.requests[2].body)
     # The new session holds the turn as it went: the steps carried, then the refusal.
-    assert [(e.step, e.role, e.carried) for e in shown.transcript] == [
+    assert [(e.step, e.role, e.carried is True) for e in shown.transcript] == [
         (1, "user", False),
         (1, "assistant", True),
         (2, "tool", True),

@@ -166,7 +166,8 @@ class TranscriptEntry(msgspec.Struct, frozen=True):
     provider_id: str | None = None
     # An assistant or tool entry of a tool step the session it continues
     # made before it rolled over: sent again with the rest, never called again.
-    carried: bool = False
+    # Left out of an entry that is not (unset), as nearly every entry is.
+    carried: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class TurnRequest(msgspec.Struct, frozen=True):
