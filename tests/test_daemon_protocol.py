@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 from typing import Any
 
 import anyio
 import msgspec
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
-from harness import InProcessDaemon, opened_session
+from harness import DaemonProcess, InProcessDaemon, opened_session
 
 from rosterd.client import RosterClient, RpcError
 
@@ -174,3 +175,29 @@ async def test_a_hand_damaged_state_file_is_a_clear_error(served: InProcessDaemo
     assert failure.value.data == {"op": "decode", "errno": None}
     assert "run.json: unreadable state file" in str(failure.value)
     assert status.pid > 0
+
+
+async def test_the_deltas_a_reply_makes_together_reach_the_client_in_one_write(
+    org_dir: Path, tmp_path: Path
+) -> None:
+    # A daemon process: in the test's own event loop, the reader would not
+    # run between two writes of the daemon's.
+    with DaemonProcess(org_dir, tmp_path / "state").start() as daemon:
+        async with await anyio.connect_unix(daemon.socket) as stream:
+            replies = BufferedByteReceiveStream(stream)
+
+            async def call(method: str, params: dict[str, str]) -> None:
+                request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+                await stream.send(msgspec.json.encode(request) + b"\n")
+
+            await call("session.open", {"worker": "ada", "channel": "general"})
+            opened = msgspec.json.decode(await replies.receive_until(b"\n", 1 << 20))
+            await call("session.send", {"session": opened["result"]["session"], "text": "hello"})
+            first = await replies.receive()
+            received = first
+            while b'"result"' not in received:
+                received += await replies.receive()
+    deltas = [line for line in received.splitlines() if b'"turn.delta"' in line]
+    # The echo engine's reply comes in several deltas, all made at once.
+    assert len(deltas) > 1
+    assert [line for line in first.splitlines() if b'"turn.delta"' in line] == deltas

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 import anyio
 import msgspec
-from anyio.abc import SocketListener, SocketStream, TaskStatus
+from anyio.abc import SocketListener, SocketStream, TaskGroup, TaskStatus
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from .._errors import RosterError
@@ -49,6 +49,9 @@ _ACCEPT_BACKOFF_MAX_S = 1.0
 OWNER_RESERVED_SLOTS = 8
 
 _CRED = struct.Struct("3i")
+# Notifications a client has not been sent yet, in bytes, before the turn
+# that makes them waits for the client to take them.
+_QUEUED_LIMIT = 256 * 1024
 
 
 def peer_credentials(stream: SocketStream) -> tuple[int, int, int]:
@@ -60,8 +63,20 @@ def peer_credentials(stream: SocketStream) -> tuple[int, int, int]:
 
 
 class _Connection:
+    """One client's end: what goes to it is written in order, under one lock.
+
+    Notifications are queued, not written at once: those that come together
+    (a burst of deltas) go in one write, and the turn goes on without
+    waiting for the client. A reply is written after everything queued
+    before it.
+    """
+
     def __init__(
-        self, stream: SocketStream, peer: tuple[int, int, int], send_timeout_s: float
+        self,
+        stream: SocketStream,
+        peer: tuple[int, int, int],
+        send_timeout_s: float,
+        group: TaskGroup,
     ) -> None:
         self.stream = stream
         self.peer = peer
@@ -69,16 +84,50 @@ class _Connection:
         self.send_timeout_s = send_timeout_s
         self.idle_scope: anyio.CancelScope | None = None
         self.dead = False
+        self._group = group
+        self._queued: list[bytes] = []
+        self._queued_bytes = 0
+        self._flushing = False
+        self._writing = anyio.Lock(fast_acquire=True)
 
     async def send(self, data: bytes) -> None:
-        if self.dead:
-            return
+        """Write *data*, after whatever is queued."""
+        self._queued.append(data)
+        await self._flush()
+
+    async def notify(self, data: bytes) -> None:
+        """Queue *data*, written with whatever else is queued by the time
+        the event loop comes round to it."""
+        self._queued.append(data)
+        self._queued_bytes += len(data)
+        if self._queued_bytes > _QUEUED_LIMIT:
+            # A client slower than its stream holds up its own turn, rather
+            # than have the daemon hold what it has not read.
+            await self._flush()
+        elif not self._flushing:
+            self._flushing = True
+            self._group.start_soon(self._flush_queued)
+
+    async def _flush_queued(self) -> None:
         try:
-            with anyio.fail_after(self.send_timeout_s):
-                await self.stream.send(data)
-        except (TimeoutError, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            log.info("dropping client pid %d: it stopped reading", self.peer[0])
-            self.dead = True
+            while self._queued:
+                await self._flush()
+        finally:
+            self._flushing = False
+
+    async def _flush(self) -> None:
+        async with self._writing:
+            data = b"".join(self._queued)
+            self._queued.clear()
+            self._queued_bytes = 0
+            if self.dead or not data:
+                return
+            try:
+                with anyio.fail_after(self.send_timeout_s):
+                    await self.stream.send(data)
+            except (TimeoutError, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                log.info("dropping client pid %d: it stopped reading", self.peer[0])
+                self.dead = True
 
 
 class RpcServer:
@@ -161,13 +210,13 @@ class RpcServer:
                 connection.idle_scope.cancel()
 
     async def _handle(self, stream: SocketStream) -> None:
-        async with stream:
+        async with stream, anyio.create_task_group() as group:
             try:
                 peer = peer_credentials(stream)
             except OSError as exc:
                 log.warning("refusing a client whose credentials cannot be read: %s", exc)
                 return
-            connection = _Connection(stream, peer, self._send_timeout_s)
+            connection = _Connection(stream, peer, self._send_timeout_s, group)
             if not self._allowed(peer):
                 log.warning("refused client pid %d uid %d gid %d", *peer)
                 error = ErrorObject(FORBIDDEN, f"uid {peer[1]} is not allowed on this socket")
@@ -247,7 +296,7 @@ class RpcServer:
             return
 
         async def notify(method: str, params: object) -> None:
-            await connection.send(encode_notification(method, params))
+            await connection.notify(encode_notification(method, params))
 
         reply_id = None if request.id is msgspec.UNSET else request.id
         try:
