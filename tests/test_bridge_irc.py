@@ -223,6 +223,27 @@ async def test_a_speaker_who_never_pauses_gets_a_turn_every_twenty_lines(
     assert all(f"@ada line {n}" in turns[1] for n in range(20, 25))
 
 
+async def test_a_full_burst_leaves_the_lines_of_a_burst_still_open_to_it(
+    tmp_path: Path, ircd: IrcServer
+) -> None:
+    async with (
+        on_irc(tmp_path, ircd, "alice", "bob", debounce_s=1.0) as scene,
+        await scene.daemon.client() as client,
+    ):
+        alice, bob = scene.people
+        bob.say(CHANNEL, "ada: is the build green?")
+        await heard(alice, partial(_says, "ada: is the build green?"))
+        # Alice's burst fills (twenty lines), and closes at once, while bob's is open.
+        for n in range(20):
+            alice.say(CHANNEL, f"ada: line {n}")
+        replies = {(await heard(bob, _from_ada)).text.partition(":")[0] for _ in range(2)}
+        shown = await client.runs_show(await _session(client))
+    assert replies == {"alice", "bob"}
+    turns = [e.content for e in shown.transcript if e.role == "user"]
+    assert len(turns) == 2
+    assert "is the build green?" in turns[1] and "line 0" not in turns[1]
+
+
 async def test_reply_all_answers_a_line_that_names_nobody(tmp_path: Path, ircd: IrcServer) -> None:
     async with on_irc(tmp_path, ircd, "alice", reply={CHANNEL: "all"}) as scene:
         (alice,) = scene.people

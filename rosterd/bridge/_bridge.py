@@ -296,12 +296,18 @@ class IrcBridge:
         if burst.addressed:
             last = max(i for i, line in enumerate(said) if line.burst is burst)
             asked = []
+            # Lines of a burst still open (said before this full one closed)
+            # are its own: they stay, in order, for when it closes.
+            still_open: list[_Line] = []
             for _ in range(last + 1):
                 line = said.popleft()
                 if line.burst is burst:
                     asked.append(line.text)
+                elif not line.burst.over:
+                    still_open.append(line)
                 elif channel is not None:
                     self._enqueue(_Post(channel, line.burst.nick, line.text))
+            said.extendleft(reversed(still_open))
             self._enqueue(_Turn(target, channel, burst.nick, "\n".join(asked)))
         while said and said[0].burst.over and not said[0].burst.addressed:
             line = said.popleft()
