@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 from engines_org import PROVIDERS
-from harness import Cli, DaemonProcess, InProcessDaemon, copy_org, daemon_in_process
+from harness import (
+    Cli,
+    DaemonProcess,
+    InProcessDaemon,
+    copy_org,
+    daemon_in_process,
+    kill_leftover_daemons,
+)
 from postgres import PostgresServer
 from simulator import Simulator
 
@@ -27,6 +34,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(
         key=lambda item: not (item.get_closest_marker("long") or item.get_closest_marker("bench"))
     )
+
+
+@pytest.fixture(autouse=True)
+def no_daemon_left() -> Iterator[None]:
+    """Whatever ended a test (a failed assertion, a timeout), no daemon
+    process it started outlives it."""
+    yield
+    kill_leftover_daemons()
 
 
 @pytest.fixture

@@ -109,6 +109,22 @@ def set_daemon(org: Path, settings: str) -> None:
     toml.write_text(head + table + "\n".join([*lines, *kept]) + tables + after)
 
 
+# Every daemon process a test started: the ones still running when it
+# ends, whatever stopped it early, are killed (``kill_leftover_daemons``).
+_STARTED: list[subprocess.Popen[bytes]] = []
+
+
+def kill_leftover_daemons() -> int:
+    """Kill the daemon processes started since the last call that are still
+    running; how many there were."""
+    left = [process for process in _STARTED if process.poll() is None]
+    for process in left:
+        process.kill()
+        process.wait()
+    _STARTED.clear()
+    return len(left)
+
+
 class DaemonProcess:
     """``roster serve`` as a child process with its log in a file."""
 
@@ -158,6 +174,7 @@ class DaemonProcess:
             self.command(), stdout=log, stderr=log, env=env, pass_fds=pass_fds
         )
         log.close()
+        _STARTED.append(self.process)
         if wait:
             self.wait_ready()
         return self
