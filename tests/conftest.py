@@ -14,7 +14,8 @@ from harness import (
     InProcessDaemon,
     copy_org,
     daemon_in_process,
-    kill_leftover_daemons,
+    daemons_started,
+    kill_daemons_since,
 )
 from postgres import PostgresServer
 from simulator import Simulator
@@ -39,9 +40,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(autouse=True)
 def no_daemon_left() -> Iterator[None]:
     """Whatever ended a test (a failed assertion, a timeout), no daemon
-    process it started outlives it."""
+    process it started outlives it; one a module's fixture started before
+    it (set up first, as wider fixtures are) is left to that fixture."""
+    mark = daemons_started()
     yield
-    kill_leftover_daemons()
+    kill_daemons_since(mark)
 
 
 @pytest.fixture

@@ -109,20 +109,23 @@ def set_daemon(org: Path, settings: str) -> None:
     toml.write_text(head + table + "\n".join([*lines, *kept]) + tables + after)
 
 
-# Every daemon process a test started: the ones still running when it
-# ends, whatever stopped it early, are killed (``kill_leftover_daemons``).
+# Every daemon process started, in order: those a test started and left
+# running, whatever stopped it early, are killed (``kill_daemons_since``).
 _STARTED: list[subprocess.Popen[bytes]] = []
 
 
-def kill_leftover_daemons() -> int:
-    """Kill the daemon processes started since the last call that are still
-    running; how many there were."""
-    left = [process for process in _STARTED if process.poll() is None]
-    for process in left:
-        process.kill()
-        process.wait()
-    _STARTED.clear()
-    return len(left)
+def daemons_started() -> int:
+    """A mark for ``kill_daemons_since``."""
+    return len(_STARTED)
+
+
+def kill_daemons_since(mark: int) -> None:
+    """Kill the daemon processes started after *mark* that still run."""
+    for process in _STARTED[mark:]:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    del _STARTED[mark:]
 
 
 class DaemonProcess:
