@@ -10,7 +10,10 @@ before its result is returned; every other valid call goes to the gateway.
 Calls are answered in the order the model made them.
 
 No argument names a channel or a worker: the scope of a note comes from
-the run, which the host created from its RPC call.
+the run, which the host created from its RPC call. What the memory tools
+may write is enforcement, like the gateway: the frozen definitions bound
+it, and the worker's ``memory_scope`` as the org has it at the call
+narrows it (an edit to ``"off"`` stops them at once).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from .._errors import NotFoundError
 from ..compiler import (
     ForgetRequest,
     GateRequest,
+    NoteScope,
     NoteTrace,
     Refusal,
     RememberRequest,
@@ -32,9 +36,10 @@ from ..compiler import (
     ToolResult,
     ToolSpec,
     check_call,
+    note_scopes,
 )
 from ..observe import TurnWatch
-from ..org import REMEMBER
+from ..org import REMEMBER, WorkerConfig
 from ..protocol import RunInfo
 from ..stores import State
 from ._gateway import Gateway
@@ -43,15 +48,17 @@ log = logging.getLogger("rosterd.tools")
 
 # A reply may hold any number of calls; each may wait for the gateway.
 CALLS_PER_STEP = 16
+_MEMORY_OFF = "this worker's memory is now off (memory_scope): no note is written or retired"
 
 
 @dataclass(eq=False)
 class TurnTools:
-    """Answers the tool calls of one turn of *run*, counting the notes it writes."""
+    """Answers the tool calls of one turn of *run*, counting the notes it
+    writes; *worker* and *gateway* are read at each call, as the org has them."""
 
     run: RunInfo
     turn: int
-    notes_per_turn: int
+    worker: Callable[[], WorkerConfig]
     gateway: Callable[[], Gateway]
     stores: State
     clock: Callable[[], float]
@@ -99,7 +106,7 @@ class TurnTools:
                     text += "; this task pauses until then and continues with the outcome"
                 return ToolResult(call.id, call.name, "ok", text), None
             case RememberRequest() as request:
-                return await self._remember(call, request)
+                return await self._remember(call, request, tools)
             case ForgetRequest() as request:
                 return await self._forget(call, request, tools)
             case ToolRequest() as request:
@@ -108,11 +115,27 @@ class TurnTools:
                 return ToolResult(call.id, call.name, answered, reason), None
         raise AssertionError("check_call answers one of the cases above")
 
+    def _scopes(self, tools: Sequence[ToolSpec]) -> tuple[NoteScope, ...]:
+        """The scopes the run may write notes in: those the definitions it
+        was given admit, less any the worker's ``memory_scope`` no longer does."""
+        given = next((tool.scopes for tool in tools if tool.name == REMEMBER), ())
+        now = note_scopes(self.worker().memory_scope)
+        return tuple(scope for scope in given if scope in now)
+
     async def _remember(
-        self, call: ToolCall, request: RememberRequest
+        self, call: ToolCall, request: RememberRequest, tools: Sequence[ToolSpec]
     ) -> tuple[ToolResult, NoteTrace | None]:
-        run, limit = self.run, self.notes_per_turn
+        run, limit = self.run, self.worker().remember_per_turn
         channel = run.channel if request.scope == "channel" else None
+        scopes = self._scopes(tools)
+        if not scopes:
+            return ToolResult(call.id, call.name, "refused", _MEMORY_OFF), None
+        if request.scope not in scopes:
+            reason = (
+                f"scope {request.scope!r} is no longer allowed for this worker; allowed: "
+                f"{', '.join(scopes)}"
+            )
+            return ToolResult(call.id, call.name, "refused", reason), None
         if self.written >= limit:
             reason = f"at most {limit} notes are written per turn (remember_per_turn)"
             return ToolResult(call.id, call.name, "refused", reason), None
@@ -133,9 +156,10 @@ class TurnTools:
     ) -> tuple[ToolResult, NoteTrace | None]:
         run = self.run
         # Notes of the run's channel, and worker-wide ones where the worker
-        # may write them (as the definitions it was given say): what it
-        # could have written, it may retire.
-        scopes = next((tool.scopes for tool in tools if tool.name == REMEMBER), ())
+        # may write them: what it could have written, it may retire.
+        scopes = self._scopes(tools)
+        if not scopes:
+            return ToolResult(call.id, call.name, "refused", _MEMORY_OFF), None
         channels: list[str | None] = [run.channel] if run.channel is not None else []
         if "worker" in scopes:
             channels.append(None)
