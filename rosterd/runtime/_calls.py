@@ -19,10 +19,11 @@ narrows it (an edit to ``"off"`` stops them at once).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .._errors import NotFoundError
+from .._errors import NotFoundError, StorageError
 from ..compiler import (
     ForgetRequest,
     GateRequest,
@@ -142,9 +143,13 @@ class TurnTools:
         if request.scope == "channel" and channel is None:
             reason = "this run has no channel: a channel note needs one"
             return ToolResult(call.id, call.name, "refused", reason), None
-        note = await self.stores.memory.add(
-            run.worker, request.text, channel, self.clock(), run=run.id, turn=self.turn
-        )
+        try:
+            note = await self.stores.memory.add(
+                run.worker, request.text, channel, self.clock(), run=run.id, turn=self.turn
+            )
+        except StorageError as exc:
+            log.error("run %s: turn %d could not write a note: %s", run.id, self.turn, exc)
+            return ToolResult(call.id, call.name, "error", f"note not saved: {_why(exc)}"), None
         self.written += 1
         where = f"channel {channel}" if channel is not None else "every channel"
         log.info("run %s: turn %d wrote note %s for %s", run.id, self.turn, note.id, where)
@@ -176,8 +181,21 @@ class TurnTools:
         except NotFoundError:
             text = f"no note {request.note} in this worker's memory for this channel"
             return ToolResult(call.id, call.name, "error", text), None
+        except StorageError as exc:
+            log.error("run %s: turn %d could not retire a note: %s", run.id, self.turn, exc)
+            text = f"note {request.note} not retired: {_why(exc)}"
+            return ToolResult(call.id, call.name, "error", text), None
         log.info("run %s: turn %d retired note %s", run.id, self.turn, note.id)
         text = f"note {note.id} retired; it will not be shown again"
         return ToolResult(call.id, call.name, "ok", text), NoteTrace(
             "retired", note.id, note.channel
         )
+
+
+def _why(failed: StorageError) -> str:
+    """What a model is told of a failed memory write: the cause, not the
+    state's paths or database. The store kept nothing of it (``StorageError``
+    is fail-stop), so the turn goes on: a lost note is no reason to lose
+    the answer."""
+    cause = os.strerror(failed.errno) if failed.errno is not None else "the store is unavailable"
+    return f"writing it failed ({cause}); nothing of it was kept"
