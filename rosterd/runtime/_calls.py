@@ -76,6 +76,8 @@ class TurnTools:
         with *stop*, every call is refused with that reason."""
         results: list[ToolResult] = []
         notes: list[NoteTrace] = []
+        # A name is model output: telemetry hears it only if it names a tool.
+        given = {tool.name for tool in tools}
         for number, call in enumerate(calls):
             if stop is None and number >= CALLS_PER_STEP:
                 stop_here = f"at most {CALLS_PER_STEP} calls are answered per step"
@@ -86,7 +88,7 @@ class TurnTools:
                 result, note = await self._answer(call, tools)
                 if note is not None:
                     notes.append(note)
-            self.watch.tool(call.name, call.id, result.status)
+            self.watch.tool(call.name if call.name in given else None, call.id, result.status)
             results.append(result)
         return results, notes
 
