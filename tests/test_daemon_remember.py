@@ -341,3 +341,40 @@ async def test_a_resumed_session_still_holds_the_notes_it_wrote(tmp_path: Path) 
     memory = next(b for b in records[-1].blocks if b.block == "memory")
     assert memory.status == "absent"
     assert [(s.id, s.since) for s in memory.already_shown] == [("m-1", 1)]
+
+
+@pytest.mark.parametrize(
+    ("now", "statuses", "kept"),
+    [
+        ("off", ["refused", "refused", "refused"], ["m-1"]),
+        ("channel", ["ok", "refused", "error"], ["m-1", "m-2"]),
+    ],
+)
+async def test_an_org_edit_narrowing_memory_scope_binds_the_frozen_tools_at_once(
+    tmp_path: Path, now: str, statuses: list[str], kept: list[str]
+) -> None:
+    # The definitions stay frozen for the session, but what they may write
+    # is enforcement: the worker's memory_scope as the org has it now.
+    async with Simulator() as sim:
+        org = make_org(tmp_path / "org", sim, scope="worker")
+        sim.script(
+            Reply("ok"),
+            Calls((remember("in the channel"), remember("everywhere", "worker"), forget("m-1"))),
+            Reply("done"),
+        )
+        async with served(org, tmp_path / "state") as client:
+            await client.memory_add("w0", "likes tea")  # worker-wide: m-1
+            opened = await client.session_open("w0", "c0")
+            await client.session_send(opened.session, "hello")
+            toml = org / "org.toml"
+            toml.write_text(toml.read_text().replace('"worker"', f'"{now}"'))
+            await client.daemon_status()  # the edit is in force from here
+            await client.session_send(opened.session, "remember and forget")
+            notes = await client.memory_list("w0")
+
+    assert tool_names(sim.requests[1].body) == ["github", "file_gate", "remember", "forget"]
+    results = tool_messages(sim.requests[2].body)
+    assert [r["status"] for r in results] == statuses
+    assert sorted(n.id for n in notes) == kept
+    refused = "memory is now off" if now == "off" else "'worker' is no longer allowed"
+    assert refused in results[1]["text"]

@@ -9,9 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
-from harness import REPO, daemon_in_process
+from harness import REPO, DaemonProcess, daemon_in_process
 from prometheus import free_port, prometheus_server, promtool
 
 from rosterd import ConfigError
@@ -71,6 +72,28 @@ async def test_prometheus_counts_every_turn_and_promtool_finds_no_problem(
         assert name in text, name
     # Labels are bounded: no session or run id, no message text.
     assert opened.session not in text and "question" not in text
+
+
+@pytest.mark.long
+async def test_a_thousand_scrapes_at_once_are_all_answered(org_dir: Path, tmp_path: Path) -> None:
+    # Connections the listen backlog has no room for are dropped by the
+    # kernel; a scraper whose handshake was dropped waits out its retries.
+    listen = f"127.0.0.1:{free_port()}"
+    with_metrics(org_dir, listen)
+    answered: list[int] = []
+
+    async def scrape(http: httpx.AsyncClient) -> None:
+        answered.append((await http.get(f"http://{listen}/metrics")).status_code)
+
+    with DaemonProcess(org_dir, tmp_path / "state").start():
+        limits = httpx.Limits(max_connections=None)
+        async with (
+            httpx.AsyncClient(limits=limits, timeout=None) as http,
+            anyio.create_task_group() as tg,
+        ):
+            for _ in range(1000):
+                tg.start_soon(scrape, http)
+    assert answered == [200] * 1000
 
 
 def test_a_metrics_address_in_use_fails_the_start_naming_it(org_dir: Path, tmp_path: Path) -> None:

@@ -24,8 +24,14 @@ pytestmark = pytest.mark.anyio
 SECRET = "releases go out on Tuesdays"
 
 
-async def traced(tmp_path: Path, capture: bool) -> tuple[Collector, RunShown]:
-    """One session turn that calls ``remember``, traced to an in-process collector."""
+REMEMBER_SECRET = ("remember", json.dumps({"text": SECRET}))
+
+
+async def traced(
+    tmp_path: Path, capture: bool, call: tuple[str, str] = REMEMBER_SECRET, sections: str = ""
+) -> tuple[Collector, RunShown]:
+    """One session turn that makes *call* (``remember``), traced to an
+    in-process collector; *sections* are more of org.toml."""
     async with Simulator() as sim, collector() as otlp:
         settings = f'otlp_endpoint = "{otlp.url}"\ncapture_content = {str(capture).lower()}'
         org = write_org(
@@ -33,9 +39,9 @@ async def traced(tmp_path: Path, capture: bool) -> tuple[Collector, RunShown]:
             identity_chars=400,
             purpose_chars=100,
             engine=simulated_engine(sim),
-            sections=f"[telemetry]\n{settings}",
+            sections=f"[telemetry]\n{settings}\n{sections}",
         )
-        sim.script(Calls((("remember", json.dumps({"text": SECRET})),)), Reply("Noted."))
+        sim.script(Calls((call,)), Reply("Noted."))
         async with (
             daemon_in_process(org, tmp_path / "state") as daemon,
             await daemon.client() as client,
@@ -110,6 +116,18 @@ async def test_a_turn_is_one_trace_of_gen_ai_spans(tmp_path: Path) -> None:
     for span in otlp.spans:
         assert not any(key.startswith(("gen_ai.input", "gen_ai.output")) for key in attrs(span))
         assert SECRET not in repr(attrs(span))
+
+
+async def test_a_tool_name_the_model_made_up_is_not_exported(tmp_path: Path) -> None:
+    # The name of a call is model output like any other: text, of any length.
+    # (One step: a request whose history calls an undefined tool is refused.)
+    made_up = (SECRET * 1000, "{}")
+    otlp, _ = await traced(tmp_path, False, made_up, "[gateway]\nmax_steps = 1")
+    (tool,) = otlp.named("execute_tool")
+    assert attrs(tool)["rosterd.tool.status"] == "refused"
+    assert "gen_ai.tool.name" not in attrs(tool)
+    for span in otlp.spans:
+        assert SECRET not in span.name + repr(attrs(span))
 
 
 async def test_capture_content_exports_what_each_call_added_and_its_reply(

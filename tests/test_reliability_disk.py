@@ -21,6 +21,8 @@ import anyio.to_thread
 import msgspec
 import pytest
 from harness import DaemonProcess, wait_task
+from simulator import Calls, Reply, Simulator, tool_messages
+from test_daemon_remember import forget, make_org, remember, served
 from test_stores_runs import entry, session_info, system_record, with_content
 
 from rosterd import StorageError
@@ -642,3 +644,39 @@ async def test_a_session_that_cannot_start_leaves_no_open_session_behind(
     assert failed.value.code == 1008
     assert [r.id for r in listed if r.status == "open"] == [opened.session]
     assert [r.status for r in listed if r.id != opened.session] == ["failed"]
+
+
+@pytest.mark.anyio
+async def test_a_memory_write_that_fails_is_answered_as_failed_and_the_turn_goes_on(
+    tmp_path: Path,
+) -> None:
+    # Only the worker's memory cannot be written (chattr +i on its log and
+    # directory): the turn's own trace and transcript still can.
+    state = tmp_path / "state"
+    memory = state / "memory"
+    async with Simulator() as sim:
+        org = make_org(tmp_path / "org", sim)
+        sim.script(
+            Reply("hi"),
+            Calls((remember("the deploy key rotates monthly"), forget("m-1"))),
+            Reply("I could not save that."),
+        )
+        async with served(org, state) as client:
+            await client.memory_add("w0", "the deploy key never rotates", "c0")
+            opened = await client.session_open("w0", "c0")
+            await client.session_send(opened.session, "hello")
+            async with immutable(memory / "w0.jsonl"), immutable(memory):
+                reply = await client.session_send(opened.session, "it rotates monthly now")
+        async with served(org, state) as client:
+            notes = await client.memory_list("w0", every=True)
+
+    assert reply.text == "I could not save that."
+    wrote, retired = tool_messages(sim.requests[2].body)
+    assert (wrote["status"], retired["status"]) == ("error", "error")
+    assert wrote["text"].startswith("note not saved: ")
+    assert retired["text"].startswith("note m-1 not retired: ")
+    # The model hears what failed, never where the state lives.
+    assert str(state) not in wrote["text"] + retired["text"]
+    # Nothing of either write stays, after a restart too.
+    assert [(n.id, n.retired) for n in notes] == [("m-1", None)]
+    assert b"monthly" not in (memory / "w0.jsonl").read_bytes()

@@ -107,6 +107,7 @@ from ._tools import (
     check_call,
     compile_step,
     compile_tools,
+    note_scopes,
     render_result,
     tools_block,
 )
@@ -212,6 +213,7 @@ __all__ = (
     "iso_time",
     "memory_view",
     "message_texts",
+    "note_scopes",
     "over_budget",
     "prefix_state",
     "rank_memory",

@@ -230,10 +230,15 @@ def compile_tools(org: Org, worker: str) -> tuple[ToolSpec, ...]:
             schema=_canonical.encode(gate_schema).decode(),
         )
     )
-    scopes = _NOTE_SCOPES[org.workers[worker].memory_scope]
+    scopes = note_scopes(org.workers[worker].memory_scope)
     if scopes:
         tools += _memory_tools(scopes)
     return tuple(tools)
+
+
+def note_scopes(memory_scope: MemoryScope) -> tuple[NoteScope, ...]:
+    """The scopes a worker of *memory_scope* writes notes in; none when it is off."""
+    return _NOTE_SCOPES[memory_scope]
 
 
 def _memory_tools(scopes: tuple[NoteScope, ...]) -> tuple[ToolSpec, ToolSpec]:

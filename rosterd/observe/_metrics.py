@@ -3,16 +3,21 @@
 Every name has the ``rosterd_`` prefix and follows the conventions:
 ``_total`` on counters, base units (``_seconds``). Counters start at 0 in
 each process; ``rate()`` handles restarts. The server is prometheus-client's
-own, on a thread of its own: a scrape never waits on the event loop.
+own WSGI app, on a thread of its own: a scrape never waits on the event
+loop. The server is built here rather than by ``start_http_server`` for
+its listen backlog (see ``_ScrapeServer``).
 """
 
 from __future__ import annotations
 
 import logging
+import socket
+import threading
 from collections.abc import Sequence
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.process_collector import ProcessCollector
 
 from .._errors import ConfigError
@@ -137,7 +142,7 @@ class Metrics:
         assert self.config.listen is not None
         host, port = listen_address(self.config.listen)
         try:
-            self._server, _ = start_http_server(port, host, registry=self.registry)
+            self._server = _serve(host, port, self.registry)
         except OSError as exc:
             raise ConfigError(
                 f"{self._where}: [metrics] listen = {self.config.listen!r}: cannot listen: "
@@ -152,6 +157,36 @@ class Metrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+class _ScrapeServer(ThreadingWSGIServer):
+    """A thread per scrape, behind a listen backlog as deep as the system
+    allows: socketserver's is 5, and the handshakes of a burst of scrapes
+    it has no room for are dropped, each scraper waiting out the kernel's
+    retries (a minute or more) for an answer that was a few ms away."""
+
+    request_queue_size = socket.SOMAXCONN
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        """No log line per scrape."""
+
+
+def _serve(host: str, port: int, registry: CollectorRegistry) -> WSGIServer:
+    """``/metrics`` of *registry* served on *host*:*port* by a thread of its own."""
+    family, _, _, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+
+    class Server(_ScrapeServer):
+        address_family = family
+
+    server = make_server(
+        str(address[0]), port, make_wsgi_app(registry), Server, handler_class=_Quiet
+    )
+    threading.Thread(target=server.serve_forever, name="rosterd-metrics", daemon=True).start()
+    return server
 
 
 class TurnSeries:

@@ -152,8 +152,9 @@ class TurnWatch:
         if self._metrics is not None and verdict not in ("hit", "unmeasured"):
             self._metrics.cache_misses.labels(verdict).inc()
 
-    def tool(self, name: str, call_id: str, status: ToolStatus) -> None:
-        """A tool call answered, by the gateway or by rosterd."""
+    def tool(self, name: str | None, call_id: str, status: ToolStatus) -> None:
+        """A tool call answered, by the gateway or by rosterd; *name* is
+        ``None`` for a call that names no tool the worker was given."""
         if self._tracing is not None and self._span is not None:
             self._tracing.tool_span(self._span, name, call_id, status)
 

@@ -169,14 +169,18 @@ class Tracing:
             attributes["gen_ai.output.messages"] = _messages(output)
         span.finish()
 
-    def tool_span(self, parent: Span, name: str, call_id: str, status: ToolStatus) -> None:
+    def tool_span(self, parent: Span, name: str | None, call_id: str, status: ToolStatus) -> None:
+        """A span for one tool call; without *name* (a call naming no tool
+        of the worker's, whose name is free text) it is ``execute_tool``."""
         attributes: Attributes = {
             "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": name,
             "gen_ai.tool.call.id": call_id,
             "rosterd.tool.status": status,
         }
-        span = Span(parent.trace, f"execute_tool {name}", SpanKind.INTERNAL, attributes)
+        if name is not None:
+            attributes["gen_ai.tool.name"] = name
+        title = "execute_tool" if name is None else f"execute_tool {name}"
+        span = Span(parent.trace, title, SpanKind.INTERNAL, attributes)
         span.finish(None if status == "ok" else status)
 
     def end(self, span: Span, error: str | None) -> None:

@@ -387,8 +387,8 @@ class Host(AsyncResource):
         tools = TurnTools(
             run.info,
             record.turn,
-            self.org.workers.get(worker, WorkerConfig()).remember_per_turn,
-            # [gateway] is enforcement, not prompt: read at each call.
+            # Enforcement, not prompt: read at each call.
+            lambda: self.org.workers.get(worker, WorkerConfig()),
             lambda: Gateway(self.org.gateway),
             self.stores,
             self.clock,
