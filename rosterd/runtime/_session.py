@@ -785,12 +785,32 @@ class SessionManager:
         With *rolled_from*, it continues that session: the trace and run
         info name it, and the briefing goes on from where it was; the
         pair's pointer is then the rollover's to move.
+
+        Nothing leads to a session until the pair's pointer names it, or
+        the session it continues ends naming it: until then a lease says
+        it is under way, not left by a dead host (``RunStore.recover``),
+        its own for a fresh one, and for a rollover the lease its turn
+        holds on the session it continues.
         """
+        session_id = self._host.runs.new_id("s", self._host.clock())
+        if rolled_from is not None:
+            return await self._begin(session_id, worker, channel, rolled_from, reason)
+        async with self._host.leases.run(session_id):
+            return await self._begin(session_id, worker, channel, None, reason)
+
+    async def _begin(
+        self,
+        session_id: str,
+        worker: str,
+        channel: str,
+        rolled_from: Session | None,
+        reason: str,
+    ) -> Session:
+        """Start session *session_id* (see ``start``)."""
         host = self._host
         org = host.org
         scope = org.scope(Surface.SESSION, worker, channel)
         now = host.clock()
-        session_id = host.runs.new_id("s", now)
         meta = RunMeta(run=session_id, turn=0, now=now)
         info = host.new_run(
             session_id,
@@ -802,6 +822,8 @@ class SessionManager:
             rollover=reason or None,
         )
         run = await host.runs.create(info)
+        if rolled_from is not None:
+            log.debug("session %s: its successor %s is created", rolled_from.id, session_id)
         try:
             system = compile_system(org, scope, meta)
         except CompileError as exc:
