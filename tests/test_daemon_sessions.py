@@ -8,6 +8,7 @@ from typing import Any
 
 import anyio
 import msgspec
+import psycopg
 import pytest
 from harness import (
     DaemonProcess,
@@ -216,6 +217,49 @@ async def test_idle_sessions_expire_at_their_limit_exactly(org_dir: Path, tmp_pa
     assert fresh != session
     info = msgspec.json.decode((state / "runs" / session / "run.json").read_bytes())
     assert info["status"] == "expired"
+
+
+async def test_an_open_while_a_send_expires_the_session_waits_and_gets_a_fresh_one(
+    org_dir: Path, tmp_path: Path, postgres_url: str
+) -> None:
+    clock = ManualClock()
+    state = tmp_path / "state"
+    async with (
+        in_process_client(org_dir, state, clock=clock, database=postgres_url) as (daemon, client),
+        await daemon.client() as opener,
+        await psycopg.AsyncConnection.connect(postgres_url) as slow,
+    ):
+        session = await session_after_hello(client)
+        # The reaper's round comes while the session is not yet idle long
+        # enough, and the next is seconds away: the send below expires it.
+        clock.advance(899)
+        with anyio.fail_after(10):
+            await clock.settled()
+        clock.advance(1)
+        # The expiry's end of the session waits for this row.
+        await slow.execute("SELECT FROM runs WHERE id = %s FOR UPDATE", (session,))
+        refused: list[int] = []
+        reopened: list[str] = []
+
+        async def send_too_late() -> None:
+            with pytest.raises(RpcError) as failure:
+                await client.session_send(session, "too late")
+            refused.append(failure.value.code)
+
+        async def reopen() -> None:
+            reopened.append(await open_session(opener))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send_too_late)
+            await daemon.logged(f"session {session} expired after")
+            tg.start_soon(reopen)
+            await daemon.logged(f"session {session}: waits for its expiry under way")
+            await slow.rollback()
+        (fresh,) = reopened
+        result = await client.session_send(fresh, "again")
+    assert refused == [1004]
+    assert fresh != session
+    assert (result.run, result.turn) == (fresh, 1)
 
 
 async def test_the_reaper_expires_sessions_no_one_touches(org_dir: Path, tmp_path: Path) -> None:

@@ -13,8 +13,9 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
@@ -75,6 +76,16 @@ def _org(root: Path, engine: str = 'kind = "echo"') -> Path:
 def hosts(tmp_path: Path, postgres_url: str) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
     """Two daemons on one database, each with its own socket and log."""
     with _started(_org(tmp_path / "org"), tmp_path, postgres_url) as started:
+        yield started
+
+
+@pytest.fixture
+def simulated_hosts(
+    tmp_path: Path, postgres_url: str, simulator: Simulator
+) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
+    """Two daemons on one database, their engine the provider simulator."""
+    org = _org(tmp_path / "org", _simulated(simulator))
+    with _started(org, tmp_path, postgres_url) as started:
         yield started
 
 
@@ -181,26 +192,59 @@ def _simulated(simulator: Simulator) -> str:
 
 
 async def test_a_host_killed_mid_turn_releases_the_session_within_its_lease(
-    tmp_path: Path, postgres_url: str, simulator: Simulator
+    simulated_hosts: tuple[DaemonProcess, DaemonProcess],
+    simulator: Simulator,
 ) -> None:
-    org = _org(tmp_path / "org", _simulated(simulator))
-    with _started(org, tmp_path, postgres_url) as (first, second):
-        session = await _session(first, "c0", first, "one")
-        simulator.script(Stall())
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_send_ignoring_the_kill, first, session)
-            with anyio.fail_after(10):
-                await simulator.wait_for_requests(2)
-            first.stop(9)
-        killed_at = time.monotonic()
-        with anyio.fail_after(LEASE_S + 10):
-            reply = await _request(second, SessionSend(session, text="three"))
-        assert time.monotonic() - killed_at < LEASE_S + 5
-        assert reply.turn == 3
-        requests = await _requests(second, session)
-        # The cut-off turn's user message was traced and is sent again, never lost.
-        assert [r.turn for r in requests] == [1, 2, 3]
-        assert requests[2].messages[: len(requests[1].messages)] == requests[1].messages
+    first, second = simulated_hosts
+    session = await _session(first, "c0", first, "one")
+    simulator.script(Stall())
+    await _killed_in_a_send(first, session, partial(simulator.wait_for_requests, 2))
+    killed_at = time.monotonic()
+    with anyio.fail_after(LEASE_S + 10):
+        reply = await _request(second, SessionSend(session, text="three"))
+    assert time.monotonic() - killed_at < LEASE_S + 5
+    assert reply.turn == 3
+    requests = await _requests(second, session)
+    # The cut-off turn's user message was traced and is sent again, never lost.
+    assert [r.turn for r in requests] == [1, 2, 3]
+    assert requests[2].messages[: len(requests[1].messages)] == requests[1].messages
+
+
+async def test_a_session_a_host_killed_mid_rollover_left_open_is_ended_by_the_live_one(
+    simulated_hosts: tuple[DaemonProcess, DaemonProcess], simulator: Simulator, postgres_url: str
+) -> None:
+    first, second = simulated_hosts
+    old = await _session(first, "c0", first, "one")
+    # The provider refuses the next turn as too long: the first host
+    # rolls the session over, and is killed while the new one starts.
+    simulator.context_tokens = 10
+    async with await psycopg.AsyncConnection.connect(postgres_url) as slow:
+        await slow.execute("LOCK TABLE session_states")
+        await _killed_in_a_send(first, old, partial(first.logged, f"session {old}: its successor "))
+    simulator.context_tokens = None
+    (new,) = [r.id for r in await _request(second, RunsList()) if r.id != old]
+    # Once the dead host's lease on the old session ran out, the live
+    # host's lease keeper ends the new one, which nothing leads to.
+    with anyio.fail_after(LEASE_S + 20):
+        ended = (await _request(second, RunsShow(new, wait=LEASE_S + 10))).info
+    assert ended.status == "failed"
+    assert "no pair leads to it" in (ended.error or "")
+    # The pair goes on in the session its pointer names.
+    assert (await _request(second, SessionOpen("ada", "c0"))).session == old
+    after = await _request(second, SessionSend(old, text="three"))
+    assert (after.run, after.turn) == (old, 3)
+
+
+async def _killed_in_a_send(
+    host: DaemonProcess, session: str, reached: Callable[[], Awaitable[object]]
+) -> None:
+    """Send a turn to *session* on *host*, and kill -9 the host once *reached*
+    says the turn got where the test wants it cut off."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_send_ignoring_the_kill, host, session)
+        with anyio.fail_after(20):
+            await reached()
+        host.stop(9)
 
 
 async def _send_ignoring_the_kill(host: DaemonProcess, session: str) -> None:
@@ -566,22 +610,22 @@ async def test_a_session_closed_on_one_host_is_closed_on_the_other(
 
 
 async def test_a_direct_run_cut_off_by_a_dead_host_is_marked_by_the_live_one(
-    tmp_path: Path, postgres_url: str, simulator: Simulator
+    simulated_hosts: tuple[DaemonProcess, DaemonProcess],
+    simulator: Simulator,
 ) -> None:
-    org = _org(tmp_path / "org", _simulated(simulator))
-    with _started(org, tmp_path, postgres_url) as (first, second):
-        simulator.script(Stall())
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_direct_ignoring_the_kill, first)
-            with anyio.fail_after(10):
-                await simulator.wait_for_requests(1)
-            first.stop(9)
-        (listed,) = [r for r in await _request(second, RunsList()) if r.surface == "direct"]
-        assert listed.status == "open"
-        # The live host's lease keeper finds it once the dead host's lease ran out.
-        with anyio.fail_after(LEASE_S + 10):
-            info = (await _request(second, RunsShow(listed.id, wait=LEASE_S + 10))).info
-        assert info.status == "interrupted"
+    first, second = simulated_hosts
+    simulator.script(Stall())
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_direct_ignoring_the_kill, first)
+        with anyio.fail_after(10):
+            await simulator.wait_for_requests(1)
+        first.stop(9)
+    (listed,) = [r for r in await _request(second, RunsList()) if r.surface == "direct"]
+    assert listed.status == "open"
+    # The live host's lease keeper finds it once the dead host's lease ran out.
+    with anyio.fail_after(LEASE_S + 10):
+        info = (await _request(second, RunsShow(listed.id, wait=LEASE_S + 10))).info
+    assert info.status == "interrupted"
 
 
 async def _direct_ignoring_the_kill(host: DaemonProcess) -> None:

@@ -30,7 +30,12 @@ from rosterd.stores import Posts, RunStore, SessionState, State
 from rosterd.stores.files import FileRuns
 from rosterd.stores.postgres import PostgresState
 from rosterd.stores.postgres._db import Database
-from rosterd.stores.postgres._runs import OPEN_RUNS, PostgresRun, PostgresRuns
+from rosterd.stores.postgres._runs import (
+    OPEN_RUNS,
+    UNREACHED_SESSIONS,
+    PostgresRun,
+    PostgresRuns,
+)
 from rosterd.stores.postgres._state import redact
 
 EXAMPLE_ORG = Path(__file__).resolve().parent.parent / "examples" / "org"
@@ -443,6 +448,20 @@ async def test_two_hosts_appending_at_once_leave_one_hosts_lines_and_stale_the_o
             assert [n for (n,) in await cursor.fetchall()] == list(range(1, 2 * len(landed) + 1))
 
 
+async def recovered_at_once(host_a: PostgresRuns, host_b: PostgresRuns, at: float) -> list[int]:
+    """What *host_a* (recovering at *at*) and *host_b* (a second later), at
+    once, each ended, in the order they finished."""
+    counts: list[int] = []
+
+    async def recover(host: PostgresRuns, now: float) -> None:
+        counts.append(await host.recover(now))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(recover, host_a, at)
+        tg.start_soon(recover, host_b, at + 1)
+    return counts
+
+
 @pytest.mark.anyio
 async def test_two_hosts_recovering_at_once_interrupt_each_run_once(postgres_url: str) -> None:
     async with postgres_runs(postgres_url) as host_a, postgres_runs(postgres_url) as host_b:
@@ -451,19 +470,51 @@ async def test_two_hosts_recovering_at_once_interrupt_each_run_once(postgres_url
                 id=f"task-{i}", surface="task", worker="grace", channel=None, created_at=NOW
             )
             await (await host_a.create(info)).aclose()
-        counts: list[int] = []
-
-        async def recover(host: PostgresRuns, at: float) -> None:
-            counts.append(await host.recover(at))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(recover, host_a, NOW + 1)
-            tg.start_soon(recover, host_b, NOW + 2)
+        counts = await recovered_at_once(host_a, host_b, NOW + 1)
         assert sum(counts) == 30
         infos = await host_b.all()
         assert {i.status for i in infos} == {"interrupted"}
         # Each run's info is the one its recovering host wrote, whole.
         assert sorted(sum(i.ended_at == NOW + at for i in infos) for at in (1, 2)) == sorted(counts)
+
+
+@pytest.mark.anyio
+async def test_a_session_nothing_leads_to_is_ended_once_no_live_host_leases_it(
+    postgres_url: str,
+) -> None:
+    async with postgres_runs(postgres_url) as host_a, postgres_runs(postgres_url) as host_b:
+        # The pair's session, and one its rollover started before it ended.
+        await (await host_a.create(session_info("s-old"))).aclose()
+        await host_a.set_session("ada", "general", "s-old")
+        rolled = msgspec.structs.replace(session_info("s-new"), rolled_from="s-old")
+        await (await host_a.create(rolled)).aclose()
+        # A start that no pointer names yet.
+        await (await host_a.create(session_info("s-fresh"))).aclose()
+        # A rollover that ended the old session, its pointer left behind.
+        await (await host_a.create(session_info("s-ended"))).aclose()
+        await host_a.set_session("ada", "other", "s-ended")
+        ended = msgspec.structs.replace(
+            session_info("s-ended"), status="rolled-over", rolled_to="s-next"
+        )
+        await host_a.write_info(ended)
+        next_info = msgspec.structs.replace(session_info("s-next"), rolled_from="s-ended")
+        await (await host_a.create(next_info)).aclose()
+        # While host a lives, its leases say the start and the rollover go on.
+        for run in ("s-old", "s-fresh"):
+            assert await host_a.lease(run, "host-a", NOW, NOW + 30) is None
+        assert await host_b.recover(NOW + 10) == 0
+        counts = await recovered_at_once(host_a, host_b, NOW + 31)
+        infos = {i.id: i for i in await host_b.all()}
+    assert sum(counts) == 2
+    statuses = {run: info.status for run, info in infos.items()}
+    assert statuses == {
+        "s-old": "open",
+        "s-new": "failed",
+        "s-fresh": "failed",
+        "s-ended": "rolled-over",
+        "s-next": "open",
+    }
+    assert "no pair leads to it" in (infos["s-new"].error or "")
 
 
 @pytest.mark.anyio
@@ -564,10 +615,11 @@ async def test_recovery_reads_open_runs_through_the_partial_index(postgres_url: 
     async with await psycopg.AsyncConnection.connect(postgres_url) as conn:
         # Off, a scan of every run is what the planner would pick if it could.
         await conn.execute("SET enable_seqscan = off")
-        cursor = await conn.execute(f"EXPLAIN {OPEN_RUNS}", ("session", 0.0))
-        plan = "\n".join(line for (line,) in await cursor.fetchall())
-    assert "runs_open" in plan, plan
-    assert "Seq Scan" not in plan, plan
+        for query in (OPEN_RUNS, UNREACHED_SESSIONS):
+            cursor = await conn.execute(f"EXPLAIN {query}", {"session": "session", "now": 0.0})
+            plan = "\n".join(line for (line,) in await cursor.fetchall())
+            assert "runs_open" in plan, plan
+            assert "Seq Scan on runs" not in plan, plan
 
 
 @pytest.mark.anyio

@@ -128,6 +128,8 @@ class Session:
         self.closed = False
         # Set when this session rolled over: its turns go there from then on.
         self.successor: Session | None = None
+        # Set while an expiry holds the lock, until the session is closed or kept.
+        self._expiring: anyio.Event | None = None
         self._load(run, entries, history, seen, briefed_at)
 
     def _load(
@@ -504,30 +506,69 @@ class Session:
             )
         return msgspec.structs.replace(outcome, rolled_from=self.id)
 
-    async def close(self, status: Literal["closed", "expired"]) -> None:
-        """End the session for good (``closed`` or ``expired``), and forget
-        it; closing one that rolled over, on another host or while the close
-        waited for its turn, closes its successor."""
+    async def close(self) -> None:
+        """End the session for good as ``closed``, and forget it; closing one
+        that rolled over, on another host or while the close waited for its
+        turn, closes its successor."""
         if self._lock.locked():
             log.debug("session %s: a close waits for the turn under way", self.id)
         async with self._lock:
-            if not self.closed:
-                async with self._host.leases.run(self.id):
-                    await self._catch_up()
-                    if not self.closed:
-                        # Ended before the pointer goes: a close that fails
-                        # leaves the session as it was, and a pointer left to
-                        # an ended session is cleared by the pair's next open.
-                        await self._run.finish(status, self._host.clock())
-                        self.closed = True
-                        self._manager.forget(self)
-                        try:
-                            await self._host.runs.clear_session(self.worker, self.channel)
-                        except StorageError as exc:
-                            log.warning("session %s: its pointer stays: %s", self.id, exc)
-                        return
-        if status == "closed" and self.successor is not None:
-            await self.successor.close(status)
+            if not self.closed and await self._end("closed"):
+                return
+        if self.successor is not None:
+            await self.successor.close()
+
+    async def expire(self, idle_s: float) -> bool:
+        """End the session as ``expired`` if no turn came for *idle_s*
+        seconds; whether it is closed.
+
+        A turn under way here, or one another host made since this copy
+        read it, keeps the session. An expiry under way is waited for, so
+        that whoever finds the session then finds it closed, never hands it
+        out while its close goes on.
+        """
+        while (expiring := self._expiring) is not None:
+            log.debug("session %s: waits for its expiry under way", self.id)
+            await expiring.wait()
+        if self.closed:
+            return True
+        if self.busy or self._host.clock() - self._progress.last_activity < idle_s:
+            return False
+        # The lock is free, so taken without a pause: the expiry is marked
+        # before anything else runs, and no turn starts between the look and
+        # the close.
+        self._lock.acquire_nowait()
+        self._expiring = expiring = anyio.Event()
+        try:
+            if await self.stale():
+                # Busy on another host: the next turn here reads it again.
+                return False
+            log.info("session %s expired after %.0f s idle", self.id, idle_s)
+            await self._end("expired")
+            return self.closed
+        finally:
+            self._expiring = None
+            expiring.set()
+            self._lock.release()
+
+    async def _end(self, status: Literal["closed", "expired"]) -> bool:
+        """End the session as *status*, with the pair's lock held, unless
+        another host closed it or rolled it over meanwhile; whether it did."""
+        async with self._host.leases.run(self.id):
+            await self._catch_up()
+            if self.closed:
+                return False
+            # Ended before the pointer goes: a close that fails leaves the
+            # session as it was, and a pointer left to an ended session is
+            # cleared by the pair's next open.
+            await self._run.finish(status, self._host.clock())
+            self.closed = True
+            self._manager.forget(self)
+            try:
+                await self._host.runs.clear_session(self.worker, self.channel)
+            except StorageError as exc:
+                log.warning("session %s: its pointer stays: %s", self.id, exc)
+            return True
 
     async def stale(self) -> bool:
         """Whether another host wrote to this session since this copy did."""
@@ -624,35 +665,23 @@ class SessionManager:
 
     async def close(self, session_id: str) -> None:
         session = await self.get(session_id)
-        await session.close("closed")
+        await session.close()
 
     async def expire_idle(self) -> None:
         for session in self.sessions():
             try:
-                # Under the open lock: an open of the pair waits until the
-                # session is closed and forgotten, never handing it out half
-                # expired.
-                async with self._open_lock:
-                    await self._expired(session)
+                await self._expired(session)
             except StorageError as exc:
                 # The store is unreachable: the next round tries again.
                 log.warning("session %s: idle check failed: %s", session.id, exc)
 
     async def _expired(self, session: Session) -> bool:
-        """Expire *session* if it has been idle too long; whether it was.
+        """Expire *session* if it has been idle too long; whether it is closed.
 
         Checked on every use as well as by the reaper, so a session expires
         at its idle limit exactly, whatever the reaper's pace.
         """
-        idle = self._host.org.daemon.session_idle_s
-        if session.busy or self._host.clock() - session.progress.last_activity < idle:
-            return False
-        if await session.stale():
-            # Busy on another host: the next turn here reads it again.
-            return False
-        log.info("session %s expired after %.0f s idle", session.id, idle)
-        await session.close("expired")
-        return True
+        return await session.expire(self._host.org.daemon.session_idle_s)
 
     async def run_reaper(self) -> None:
         while True:
@@ -756,12 +785,32 @@ class SessionManager:
         With *rolled_from*, it continues that session: the trace and run
         info name it, and the briefing goes on from where it was; the
         pair's pointer is then the rollover's to move.
+
+        Nothing leads to a session until the pair's pointer names it, or
+        the session it continues ends naming it: until then a lease says
+        it is under way, not left by a dead host (``RunStore.recover``),
+        its own for a fresh one, and for a rollover the lease its turn
+        holds on the session it continues.
         """
+        session_id = self._host.runs.new_id("s", self._host.clock())
+        if rolled_from is not None:
+            return await self._begin(session_id, worker, channel, rolled_from, reason)
+        async with self._host.leases.run(session_id):
+            return await self._begin(session_id, worker, channel, None, reason)
+
+    async def _begin(
+        self,
+        session_id: str,
+        worker: str,
+        channel: str,
+        rolled_from: Session | None,
+        reason: str,
+    ) -> Session:
+        """Start session *session_id* (see ``start``)."""
         host = self._host
         org = host.org
         scope = org.scope(Surface.SESSION, worker, channel)
         now = host.clock()
-        session_id = host.runs.new_id("s", now)
         meta = RunMeta(run=session_id, turn=0, now=now)
         info = host.new_run(
             session_id,
@@ -773,6 +822,8 @@ class SessionManager:
             rollover=reason or None,
         )
         run = await host.runs.create(info)
+        if rolled_from is not None:
+            log.debug("session %s: its successor %s is created", rolled_from.id, session_id)
         try:
             system = compile_system(org, scope, meta)
         except CompileError as exc:

@@ -306,9 +306,11 @@ class RunStore(RunReader, Protocol):
     async def recover(self, now: float) -> int:
         """Mark open task and direct runs that no live host holds a lease on
         interrupted (their host's stop cut them off); their count. Sessions
-        stay open: they resume from their transcript (on files, where the
-        daemon is the only host, one that no pair leads to is ended
-        ``failed`` and counted). Called at a host's
+        stay open: they resume from their transcript. One that no pair leads
+        to, a stop cut off while it started, is ended ``failed`` and counted:
+        on files, where the daemon is the only host, at its start; on a
+        database, once no live host holds a lease on it or on the session it
+        continues (what its start or rollover holds). Called at a host's
         start and then every lease renewal round: a run under way always
         holds its lease, so only a dead host's runs are marked."""
         ...

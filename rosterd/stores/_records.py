@@ -52,3 +52,12 @@ def ended(info: RunInfo, status: RunStatus, at: float, error: str | None = None)
 def cut_off(info: RunInfo, now: float) -> RunInfo:
     """*info* of a run its daemon's stop cut off: ``interrupted`` as of *now*."""
     return ended(info, "interrupted", now, "the daemon stopped before this run finished")
+
+
+def unreached(info: RunInfo, now: float) -> RunInfo:
+    """*info* of a session its host's stop cut off while it started, or
+    while its rollover ended the session it continues: ``failed`` as of
+    *now*, since nothing leads to it."""
+    return ended(
+        info, "failed", now, "the daemon stopped while this session started: no pair leads to it"
+    )

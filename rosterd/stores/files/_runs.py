@@ -29,16 +29,13 @@ from ...compiler import ContextRecord
 from ...org import Surface
 from ...protocol import RunInfo, TranscriptEntry
 from .._open_run import OpenRun
-from .._records import Posts, SessionState, cut_off, ended, new_run_id
+from .._records import Posts, SessionState, cut_off, new_run_id, unreached
 from ._channels import FileChannels
 from ._jsonl import JsonlLog, read_document, read_documents, remove_document, write_document
 from ._leases import Leases
 from ._reading import line_end, read_log, read_whole_lines, repair_tail
 
 log = logging.getLogger("rosterd.stores")
-
-
-_UNREACHED = "the daemon stopped while this session started: no pair leads to it"
 
 
 class _SessionPointer(msgspec.Struct, frozen=True):
@@ -235,7 +232,7 @@ class FileRuns:
             if info.status == "open" and info.surface == Surface.SESSION.value:
                 if info.id in reached:
                     continue
-                await self.write_info(ended(info, "failed", now, _UNREACHED))
+                await self.write_info(unreached(info, now))
                 abandoned += 1
             elif info.status == "open" and self.leases.free(info.id, now):
                 await self.write_info(cut_off(info, now))

@@ -16,7 +16,7 @@ whoever wrote it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Literal, LiteralString, NamedTuple
 
@@ -32,7 +32,7 @@ from ...compiler import ContextRecord
 from ...org import Surface
 from ...protocol import RunInfo, TranscriptEntry
 from .._open_run import OpenRun
-from .._records import Posts, SessionState, cut_off, new_run_id
+from .._records import Posts, SessionState, cut_off, new_run_id, unreached
 from ._channels import POST, PostgresChannels
 from ._db import Connection, Database, Row, encode
 from ._gates import PostgresGates
@@ -129,14 +129,29 @@ _FRESH: LiteralString = (
 # however many have ever finished.
 # A run that a live host holds a lease on is under way, not cut off.
 OPEN_RUNS = (
-    "SELECT record FROM runs WHERE status = 'open' AND surface <> %s"
-    " AND NOT EXISTS (SELECT 1 FROM leases WHERE key = runs.id AND until > %s) ORDER BY id"
+    "SELECT record FROM runs WHERE status = 'open' AND surface <> %(session)s"
+    " AND NOT EXISTS (SELECT 1 FROM leases WHERE key = runs.id AND until > %(now)s) ORDER BY id"
+)
+# Open sessions that no pair's pointer leads to, directly or through
+# rollovers, nor a live host's lease: on the session itself (a fresh one
+# holds it until the pointer names it) or on the one it continues (a
+# rollover's turn holds that until it ended naming its successor). A kill
+# in between left them, and no open or send can reach or end them. Reads
+# the open runs and the pairs' pointers, never the finished runs.
+UNREACHED_SESSIONS = (
+    "WITH RECURSIVE reached (id) AS (SELECT session FROM session_pointers"
+    " UNION SELECT runs.record::jsonb ->> 'rolled_to' FROM runs JOIN reached USING (id)"
+    " WHERE runs.status = 'rolled-over')"
+    " SELECT record FROM runs WHERE status = 'open' AND surface = %(session)s"
+    " AND id NOT IN (SELECT id FROM reached WHERE id IS NOT NULL)"
+    " AND NOT EXISTS (SELECT 1 FROM leases WHERE until > %(now)s"
+    " AND key IN (runs.id, runs.record::jsonb ->> 'rolled_from')) ORDER BY id"
 )
 _CONTEXT = "SELECT record FROM run_context WHERE run = %s ORDER BY n"
 _REVISION = "SELECT revision FROM runs WHERE id = %s"
-# Counts a revision: a stalled host's late write to a run marked
-# interrupted finds it stale.
-_INTERRUPT = (
+# Counts a revision: a stalled host's late write to a run ended here finds
+# it stale. Only an open run is ended: of hosts recovering at once, one does.
+_END_OPEN = (
     "UPDATE runs SET status = %s, record = %s, revision = revision + 1"
     " WHERE id = %s AND status = 'open'"
 )
@@ -439,22 +454,22 @@ class PostgresRuns:
                 await conn.execute(_RELEASE, (run, holder))
 
     async def recover(self, now: float) -> int:
-        """After a stop: mark open task and direct runs interrupted; their count.
+        """Mark open task and direct runs interrupted, and end ``failed``
+        open sessions nothing leads to, where no live host holds a lease
+        (``OPEN_RUNS``, ``UNREACHED_SESSIONS``); their count.
 
-        Sessions stay ``open``: they resume from their transcript. Only open
-        runs are read, through the partial index on them.
+        Sessions a pair leads to stay ``open``: they resume from their
+        transcript. Only open runs are read, through the partial index on them.
         """
         with self._failing("recover"):
             async with self._db.pooled() as conn, conn.transaction():
-                cursor = await conn.execute(OPEN_RUNS, (Surface.SESSION.value, now))
-                interrupted = 0
-                for (text,) in await cursor.fetchall():
-                    info = cut_off(_info.decode(text), now)
-                    done = await conn.execute(_INTERRUPT, (info.status, encode(info), info.id))
-                    interrupted += done.rowcount
+                interrupted = await _end_open(conn, OPEN_RUNS, cut_off, now)
+                abandoned = await _end_open(conn, UNREACHED_SESSIONS, unreached, now)
         if interrupted:
             log.warning("marked %d runs cut off by a stop as interrupted", interrupted)
-        return interrupted
+        if abandoned:
+            log.warning("ended %d sessions no pair leads to as failed", abandoned)
+        return interrupted + abandoned
 
     async def write_info(self, info: RunInfo) -> None:
         await self.write_revision(info)
@@ -554,6 +569,20 @@ class PostgresRuns:
                     "DELETE FROM session_pointers WHERE worker = %s AND channel = %s",
                     _pair(worker, channel),
                 )
+
+
+async def _end_open(
+    conn: Connection, query: LiteralString, end: Callable[[RunInfo, float], RunInfo], now: float
+) -> int:
+    """End each open run *query* finds as *end* has it as of *now*: how many
+    were still open (another host recovering at once ends the others)."""
+    cursor = await conn.execute(query, {"session": Surface.SESSION.value, "now": now})
+    ended = 0
+    for (text,) in await cursor.fetchall():
+        info = end(_info.decode(text), now)
+        done = await conn.execute(_END_OPEN, (info.status, encode(info), info.id))
+        ended += done.rowcount
+    return ended
 
 
 def _info_params(info: RunInfo) -> tuple[str, float, str, str, str]:
