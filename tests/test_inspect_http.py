@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -18,7 +19,7 @@ from inspect_runs import Made, make_runs
 from orgs import write_org
 
 from rosterd import ConfigError
-from rosterd.inspect import COOKIE, create_app
+from rosterd.inspect import COOKIE, MAX_CONNECTIONS, create_app
 from rosterd.org import load_org
 from rosterd.stores import read_state_runs
 
@@ -385,6 +386,46 @@ def served(made: Made) -> Iterator[str]:
     finally:
         process.terminate()
         process.communicate(timeout=10)
+
+
+def _connect(served: str) -> socket.socket:
+    host, port = httpx.URL(served).host, httpx.URL(served).port
+    assert port is not None
+    connection = socket.create_connection((host, port))
+    connection.settimeout(60)
+    return connection
+
+
+def _status_line(connection: socket.socket) -> bytes:
+    line = b""
+    while not line.endswith(b"\r\n"):
+        got = connection.recv(1)
+        if not got:
+            break
+        line += got
+    return line
+
+
+@pytest.mark.parametrize("head", [b"", b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n"])
+def test_a_connection_that_sends_no_whole_request_is_closed(served: str, head: bytes) -> None:
+    # Held open with nothing, or a trickle, it would keep one of the daemon's
+    # descriptors for ever: a few thousand of them and no turn opens a file.
+    with _connect(served) as idle:
+        idle.sendall(head)
+        assert idle.recv(1) == b""
+
+
+def test_the_inspector_holds_so_many_connections_at_once(served: str) -> None:
+    held = [_connect(served) for _ in range(MAX_CONNECTIONS)]
+    try:
+        with _connect(served) as extra:
+            assert extra.recv(1) == b""  # closed as it came, not left to time out
+        # Those it took are served still.
+        held[-1].sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert _status_line(held[-1]) == b"HTTP/1.1 200 OK\r\n"
+    finally:
+        for connection in held:
+            connection.close()
 
 
 async def test_roster_server_inspect_serves_the_state(served: str, made: Made) -> None:
