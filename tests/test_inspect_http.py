@@ -351,7 +351,7 @@ async def test_a_turn_number_too_long_to_read_is_404(web: httpx.AsyncClient, mad
         assert response.status_code == 404 and "content-security-policy" in response.headers
 
 
-async def test_a_long_run_is_paged(tmp_path: Path) -> None:
+async def test_a_long_run_is_paged_and_its_charts_keep_their_size(tmp_path: Path) -> None:
     write_org(tmp_path / "org", identity_chars=200, purpose_chars=100)
     async with (
         daemon_in_process(tmp_path / "org", tmp_path / "state") as daemon,
@@ -367,6 +367,11 @@ async def test_a_long_run_is_paged(tmp_path: Path) -> None:
         later = await _page(web, f"/runs/{opened.session}?page=1")
     assert first.count("<tr data-turn=") == 200 and "page 1 of 2" in first
     assert later.count("<tr data-turn=") == 5 and 'rel="prev"' in later
+    # A bar per turn would make a run of 100,000 turns a page of tens of MB.
+    for chart in re.findall(r"<svg .*?</svg>", first, re.S):
+        columns = set(re.findall(r'<rect class="bar[^"]*" x="([0-9.]+)"', chart))
+        assert 100 <= len(columns) <= 200, len(columns)
+    assert "cached share per 2 turns" in first and "tokens per 2 turns" in first
 
 
 def _inspect(*argv: str) -> subprocess.Popen[str]:

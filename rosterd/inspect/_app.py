@@ -15,7 +15,7 @@ from __future__ import annotations
 import hmac
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from importlib.resources import files
 from typing import Any
@@ -39,12 +39,14 @@ from ..stores import RunReader
 from ._views import (
     RUNS_PER_PAGE,
     Filters,
+    TurnRow,
     load_requests,
     load_run,
     load_runs,
     load_turn,
     load_turns_after,
     search,
+    summed,
 )
 
 COOKIE = "roster_inspect"
@@ -59,6 +61,9 @@ _HEADERS = [
     (b"x-frame-options", b"DENY"),
     (b"cache-control", b"no-store"),
 ]
+# A chart's bars at most: past it, each bar sums as many turns as it takes,
+# so a run of 100,000 turns draws a page no bigger than one of 200.
+CHART_COLUMNS = 200
 _STATIC = {"inspect.css": "text/css", "inspect.js": "text/javascript"}
 # A Host header: a name or an IPv4 address, or an IPv6 one in brackets; a port.
 _HOST = re.compile(r"(?:\[(?P<v6>[^\]]*)\]|(?P<name>[^:\[\]]*))(?::[0-9]*)?")
@@ -298,18 +303,22 @@ class Chart(msgspec.Struct, frozen=True):
     label: str
 
 
-def _charts(turns: list[Any]) -> list[Chart]:
-    """Cached share per turn, and input and output tokens per turn."""
-    count = max(len(turns), 1)
+def _charts(turns: Sequence[TurnRow]) -> list[Chart]:
+    """Cached share, and input and output tokens, per turn (or per run of
+    turns, past ``CHART_COLUMNS`` of them)."""
+    per = max(1, -(-len(turns) // CHART_COLUMNS))
+    columns = [summed(0, turns[at : at + per]) for at in range(0, len(turns), per)]
+    each = "turn" if per == 1 else f"{per} turns"
+    count = max(len(columns), 1)
     width, height = 800, 120
     step = width / count
     shares = [
         (i * step, height * (1 - t.cached_share), max(step - 1, 0.5), height * t.cached_share, "")
-        for i, t in enumerate(turns)
+        for i, t in enumerate(columns)
     ]
-    most = max((t.input_tokens + t.output_tokens for t in turns), default=0) or 1
+    most = max((t.input_tokens + t.output_tokens for t in columns), default=0) or 1
     tokens = []
-    for i, t in enumerate(turns):
+    for i, t in enumerate(columns):
         cached = height * t.cached_tokens / most
         fresh = height * (t.input_tokens - t.cached_tokens) / most
         output = height * t.output_tokens / most
@@ -318,6 +327,8 @@ def _charts(turns: list[Any]) -> list[Chart]:
         tokens.append((x, height - cached - fresh, w, fresh, "fresh"))
         tokens.append((x, height - cached - fresh - output, w, output, "output"))
     return [
-        Chart(width, height, [b for b in shares if not math.isnan(b[3])], "cached share per turn"),
-        Chart(width, height, tokens, f"tokens per turn (tallest {most})"),
+        Chart(
+            width, height, [b for b in shares if not math.isnan(b[3])], f"cached share per {each}"
+        ),
+        Chart(width, height, tokens, f"tokens per {each} (tallest {most})"),
     ]
