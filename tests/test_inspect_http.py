@@ -365,6 +365,7 @@ async def test_a_long_run_is_paged_and_its_charts_keep_their_size(tmp_path: Path
     async with httpx.AsyncClient(transport=transport, base_url=LOCAL) as web:
         first = await _page(web, f"/runs/{opened.session}")
         later = await _page(web, f"/runs/{opened.session}?page=1")
+        live = (await web.get(f"/runs/{opened.session}/turns.json?after=0")).json()
     assert first.count("<tr data-turn=") == 200 and "page 1 of 2" in first
     assert later.count("<tr data-turn=") == 5 and 'rel="prev"' in later
     # A bar per turn would make a run of 100,000 turns a page of tens of MB.
@@ -372,6 +373,9 @@ async def test_a_long_run_is_paged_and_its_charts_keep_their_size(tmp_path: Path
         columns = set(re.findall(r'<rect class="bar[^"]*" x="([0-9.]+)"', chart))
         assert 100 <= len(columns) <= 200, len(columns)
     assert "cached share per 2 turns" in first and "tokens per 2 turns" in first
+    # The run is open; only its last page takes its new turns, 200 at a time.
+    assert "data-live" not in first and "data-live" in later
+    assert [row["turn"] for row in live["turns"]] == list(range(1, 201))
 
 
 def _inspect(*argv: str) -> subprocess.Popen[str]:

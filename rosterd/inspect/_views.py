@@ -209,11 +209,11 @@ async def load_run(store: RunReader, run: str, page: int) -> RunView:
 
 
 async def load_turns_after(store: RunReader, run: str, after: int) -> tuple[RunInfo, list[TurnRow]]:
-    """The run and its turns after *after*: what an open run's page polls
-    for, read from its transcript alone."""
+    """The run and its first turns after *after*, a page of them: what an
+    open run's last page polls for, read from its transcript alone."""
     info = await store.info(check_id("run", run))
     rows = _turn_rows(await store.transcript(run))
-    return info, [row for row in rows if row.turn > after]
+    return info, [row for row in rows if row.turn > after][:TURNS_PER_PAGE]
 
 
 async def load_requests(store: RunReader, run: str, turn: int) -> list[TurnRequest]:
