@@ -331,6 +331,26 @@ async def test_without_a_token_only_a_loopback_host_is_served(made: Made) -> Non
             assert (await web.get(f"/runs/{made.session}")).status_code == 200, base
 
 
+# What a browser says of a request another site's page made.
+_IMAGE = {"sec-fetch-site": "cross-site", "sec-fetch-mode": "no-cors", "sec-fetch-dest": "image"}
+_FRAME = {"sec-fetch-site": "same-site", "sec-fetch-mode": "navigate", "sec-fetch-dest": "iframe"}
+_LINK = {"sec-fetch-site": "cross-site", "sec-fetch-mode": "navigate", "sec-fetch-dest": "document"}
+
+
+async def test_another_sites_page_can_link_to_the_inspector_and_nothing_more(
+    web: httpx.AsyncClient, made: Made
+) -> None:
+    # Any page its owner visits could make the browser search every trace,
+    # as often as it likes, and time the answers to learn what they hold.
+    for headers in (_IMAGE, _FRAME, {**_IMAGE, "sec-fetch-mode": "cors", "sec-fetch-dest": ""}):
+        refused = await web.get("/search?q=note", headers=headers)
+        assert refused.status_code == 403, headers
+        assert "note" not in refused.text and "content-security-policy" in refused.headers
+    assert made.session in (await web.get("/search?q=note", headers=_LINK)).text
+    own = {"sec-fetch-site": "same-origin", "sec-fetch-mode": "cors", "sec-fetch-dest": "empty"}
+    assert (await web.get(f"/runs/{made.session}/turns.json", headers=own)).status_code == 200
+
+
 async def test_a_token_that_is_not_ascii_is_refused_like_any_wrong_one(made: Made) -> None:
     app = create_app(partial(read_state_runs, made.state), TOKEN)
     transport = httpx.ASGITransport(app=app)

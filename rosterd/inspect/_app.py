@@ -4,7 +4,10 @@ Everything it shows was written by others (notes, posts, tool results,
 model replies), so every page is rendered with Jinja2's autoescaping and a
 filter that makes invisible controls visible, under a Content-Security-
 Policy that allows no inline script or style and nothing from elsewhere.
-Only GET and HEAD are served. Off loopback, every request needs the token:
+Only GET and HEAD are served, and of what another site's page asks
+for (as the browser's Sec-Fetch headers tell), only a link followed: a
+page its owner visits cannot make the browser search every trace for it,
+nor time the answers. Off loopback, every request needs the token:
 as a bearer header, or a cookie set once from ``/?token=…``. Without one,
 only a request that names a loopback host is served: a page elsewhere that
 points its own name at 127.0.0.1 (DNS rebinding) reads nothing.
@@ -209,6 +212,9 @@ class _Guard:
             response: Response = Response("only GET and HEAD\n", 405, {"allow": "GET, HEAD"})
             return await response(scope, receive, secured)
         request = Request(scope)
+        if _from_another_site(request):
+            response = Response("only a link from another site's page is followed\n", 403)
+            return await response(scope, receive, secured)
         if self._token is None and not _loopback_host(request.headers.get("host", "")):
             response = Response(
                 "without a token the inspector answers to a loopback name only\n", 421
@@ -237,6 +243,17 @@ def _same(offered: str, token: str) -> bool:
     """Whether *offered* is *token*, in constant time (as bytes: a string
     compare refuses any that is not ASCII)."""
     return hmac.compare_digest(offered.encode(), token.encode())
+
+
+def _from_another_site(request: Request) -> bool:
+    """Whether a browser says another site's page made *request*, other
+    than by following a link: an image, a frame, a script's fetch. A
+    browser that says nothing (an old one, curl) is taken at its word."""
+    headers = request.headers
+    if headers.get("sec-fetch-site", "same-origin") in ("same-origin", "none"):
+        return False
+    followed = headers.get("sec-fetch-mode") == "navigate"
+    return not (followed and headers.get("sec-fetch-dest") == "document")
 
 
 def _loopback_host(header: str) -> bool:
