@@ -223,9 +223,12 @@ class _Guard:
         if self._token is not None and not self._allowed(request):
             given = request.query_params.get("token")
             if given is not None and _same(given, self._token):
-                # The one-time URL: the token moves into a cookie and out of the address.
+                # The one-time URL: the token moves into a cookie and out of
+                # the address. Lax, not strict: a strict cookie is not sent
+                # after a link from another site, nor on reloading its page;
+                # what else another site asks for is refused above.
                 response = RedirectResponse(request.url.path, 303)
-                response.set_cookie(COOKIE, self._token, httponly=True, samesite="strict", path="/")
+                response.set_cookie(COOKIE, self._token, httponly=True, samesite="lax", path="/")
                 return await response(scope, receive, secured)
             response = Response("a token is required\n", 401, {"www-authenticate": "Bearer"})
             return await response(scope, receive, secured)
