@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -18,7 +19,7 @@ from inspect_runs import Made, make_runs
 from orgs import write_org
 
 from rosterd import ConfigError
-from rosterd.inspect import COOKIE, create_app
+from rosterd.inspect import COOKIE, MAX_CONNECTIONS, create_app
 from rosterd.org import load_org
 from rosterd.stores import read_state_runs
 
@@ -330,6 +331,26 @@ async def test_without_a_token_only_a_loopback_host_is_served(made: Made) -> Non
             assert (await web.get(f"/runs/{made.session}")).status_code == 200, base
 
 
+# What a browser says of a request another site's page made.
+_IMAGE = {"sec-fetch-site": "cross-site", "sec-fetch-mode": "no-cors", "sec-fetch-dest": "image"}
+_FRAME = {"sec-fetch-site": "same-site", "sec-fetch-mode": "navigate", "sec-fetch-dest": "iframe"}
+_LINK = {"sec-fetch-site": "cross-site", "sec-fetch-mode": "navigate", "sec-fetch-dest": "document"}
+
+
+async def test_another_sites_page_can_link_to_the_inspector_and_nothing_more(
+    web: httpx.AsyncClient, made: Made
+) -> None:
+    # Any page its owner visits could make the browser search every trace,
+    # as often as it likes, and time the answers to learn what they hold.
+    for headers in (_IMAGE, _FRAME, {**_IMAGE, "sec-fetch-mode": "cors", "sec-fetch-dest": ""}):
+        refused = await web.get("/search?q=note", headers=headers)
+        assert refused.status_code == 403, headers
+        assert "note" not in refused.text and "content-security-policy" in refused.headers
+    assert made.session in (await web.get("/search?q=note", headers=_LINK)).text
+    own = {"sec-fetch-site": "same-origin", "sec-fetch-mode": "cors", "sec-fetch-dest": "empty"}
+    assert (await web.get(f"/runs/{made.session}/turns.json", headers=own)).status_code == 200
+
+
 async def test_a_token_that_is_not_ascii_is_refused_like_any_wrong_one(made: Made) -> None:
     app = create_app(partial(read_state_runs, made.state), TOKEN)
     transport = httpx.ASGITransport(app=app)
@@ -350,7 +371,7 @@ async def test_a_turn_number_too_long_to_read_is_404(web: httpx.AsyncClient, mad
         assert response.status_code == 404 and "content-security-policy" in response.headers
 
 
-async def test_a_long_run_is_paged(tmp_path: Path) -> None:
+async def test_a_long_run_is_paged_and_its_charts_keep_their_size(tmp_path: Path) -> None:
     write_org(tmp_path / "org", identity_chars=200, purpose_chars=100)
     async with (
         daemon_in_process(tmp_path / "org", tmp_path / "state") as daemon,
@@ -364,8 +385,17 @@ async def test_a_long_run_is_paged(tmp_path: Path) -> None:
     async with httpx.AsyncClient(transport=transport, base_url=LOCAL) as web:
         first = await _page(web, f"/runs/{opened.session}")
         later = await _page(web, f"/runs/{opened.session}?page=1")
+        live = (await web.get(f"/runs/{opened.session}/turns.json?after=0")).json()
     assert first.count("<tr data-turn=") == 200 and "page 1 of 2" in first
     assert later.count("<tr data-turn=") == 5 and 'rel="prev"' in later
+    # A bar per turn would make a run of 100,000 turns a page of tens of MB.
+    for chart in re.findall(r"<svg .*?</svg>", first, re.S):
+        columns = set(re.findall(r'<rect class="bar[^"]*" x="([0-9.]+)"', chart))
+        assert 100 <= len(columns) <= 200, len(columns)
+    assert "cached share per 2 turns" in first and "tokens per 2 turns" in first
+    # The run is open; only its last page takes its new turns, 200 at a time.
+    assert "data-live" not in first and "data-live" in later
+    assert [row["turn"] for row in live["turns"]] == list(range(1, 201))
 
 
 def _inspect(*argv: str) -> subprocess.Popen[str]:
@@ -385,6 +415,46 @@ def served(made: Made) -> Iterator[str]:
     finally:
         process.terminate()
         process.communicate(timeout=10)
+
+
+def _connect(served: str) -> socket.socket:
+    host, port = httpx.URL(served).host, httpx.URL(served).port
+    assert port is not None
+    connection = socket.create_connection((host, port))
+    connection.settimeout(60)
+    return connection
+
+
+def _status_line(connection: socket.socket) -> bytes:
+    line = b""
+    while not line.endswith(b"\r\n"):
+        got = connection.recv(1)
+        if not got:
+            break
+        line += got
+    return line
+
+
+@pytest.mark.parametrize("head", [b"", b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n"])
+def test_a_connection_that_sends_no_whole_request_is_closed(served: str, head: bytes) -> None:
+    # Held open with nothing, or a trickle, it would keep one of the daemon's
+    # descriptors for ever: a few thousand of them and no turn opens a file.
+    with _connect(served) as idle:
+        idle.sendall(head)
+        assert idle.recv(1) == b""
+
+
+def test_the_inspector_holds_so_many_connections_at_once(served: str) -> None:
+    held = [_connect(served) for _ in range(MAX_CONNECTIONS)]
+    try:
+        with _connect(served) as extra:
+            assert extra.recv(1) == b""  # closed as it came, not left to time out
+        # Those it took are served still.
+        held[-1].sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert _status_line(held[-1]) == b"HTTP/1.1 200 OK\r\n"
+    finally:
+        for connection in held:
+            connection.close()
 
 
 async def test_roster_server_inspect_serves_the_state(served: str, made: Made) -> None:

@@ -1,6 +1,6 @@
 """The trace inspector: what did the worker see, in a browser (``rosterd[inspect]``)."""
 
 from ._app import COOKIE, create_app
-from ._serve import serve_inspector
+from ._serve import MAX_CONNECTIONS, serve_inspector
 
-__all__ = ("COOKIE", "create_app", "serve_inspector")
+__all__ = ("COOKIE", "MAX_CONNECTIONS", "create_app", "serve_inspector")

@@ -4,7 +4,10 @@ Everything it shows was written by others (notes, posts, tool results,
 model replies), so every page is rendered with Jinja2's autoescaping and a
 filter that makes invisible controls visible, under a Content-Security-
 Policy that allows no inline script or style and nothing from elsewhere.
-Only GET and HEAD are served. Off loopback, every request needs the token:
+Only GET and HEAD are served, and of what another site's page asks
+for (as the browser's Sec-Fetch headers tell), only a link followed: a
+page its owner visits cannot make the browser search every trace for it,
+nor time the answers. Off loopback, every request needs the token:
 as a bearer header, or a cookie set once from ``/?token=…``. Without one,
 only a request that names a loopback host is served: a page elsewhere that
 points its own name at 127.0.0.1 (DNS rebinding) reads nothing.
@@ -15,7 +18,7 @@ from __future__ import annotations
 import hmac
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from importlib.resources import files
 from typing import Any
@@ -39,12 +42,14 @@ from ..stores import RunReader
 from ._views import (
     RUNS_PER_PAGE,
     Filters,
+    TurnRow,
     load_requests,
     load_run,
     load_runs,
     load_turn,
     load_turns_after,
     search,
+    summed,
 )
 
 COOKIE = "roster_inspect"
@@ -59,6 +64,9 @@ _HEADERS = [
     (b"x-frame-options", b"DENY"),
     (b"cache-control", b"no-store"),
 ]
+# A chart's bars at most: past it, each bar sums as many turns as it takes,
+# so a run of 100,000 turns draws a page no bigger than one of 200.
+CHART_COLUMNS = 200
 _STATIC = {"inspect.css": "text/css", "inspect.js": "text/javascript"}
 # A Host header: a name or an IPv4 address, or an IPv6 one in brackets; a port.
 _HOST = re.compile(r"(?:\[(?P<v6>[^\]]*)\]|(?P<name>[^:\[\]]*))(?::[0-9]*)?")
@@ -204,6 +212,9 @@ class _Guard:
             response: Response = Response("only GET and HEAD\n", 405, {"allow": "GET, HEAD"})
             return await response(scope, receive, secured)
         request = Request(scope)
+        if _from_another_site(request):
+            response = Response("only a link from another site's page is followed\n", 403)
+            return await response(scope, receive, secured)
         if self._token is None and not _loopback_host(request.headers.get("host", "")):
             response = Response(
                 "without a token the inspector answers to a loopback name only\n", 421
@@ -212,9 +223,12 @@ class _Guard:
         if self._token is not None and not self._allowed(request):
             given = request.query_params.get("token")
             if given is not None and _same(given, self._token):
-                # The one-time URL: the token moves into a cookie and out of the address.
+                # The one-time URL: the token moves into a cookie and out of
+                # the address. Lax, not strict: a strict cookie is not sent
+                # after a link from another site, nor on reloading its page;
+                # what else another site asks for is refused above.
                 response = RedirectResponse(request.url.path, 303)
-                response.set_cookie(COOKIE, self._token, httponly=True, samesite="strict", path="/")
+                response.set_cookie(COOKIE, self._token, httponly=True, samesite="lax", path="/")
                 return await response(scope, receive, secured)
             response = Response("a token is required\n", 401, {"www-authenticate": "Bearer"})
             return await response(scope, receive, secured)
@@ -232,6 +246,17 @@ def _same(offered: str, token: str) -> bool:
     """Whether *offered* is *token*, in constant time (as bytes: a string
     compare refuses any that is not ASCII)."""
     return hmac.compare_digest(offered.encode(), token.encode())
+
+
+def _from_another_site(request: Request) -> bool:
+    """Whether a browser says another site's page made *request*, other
+    than by following a link: an image, a frame, a script's fetch. A
+    browser that says nothing (an old one, curl) is taken at its word."""
+    headers = request.headers
+    if headers.get("sec-fetch-site", "same-origin") in ("same-origin", "none"):
+        return False
+    followed = headers.get("sec-fetch-mode") == "navigate"
+    return not (followed and headers.get("sec-fetch-dest") == "document")
 
 
 def _loopback_host(header: str) -> bool:
@@ -298,18 +323,22 @@ class Chart(msgspec.Struct, frozen=True):
     label: str
 
 
-def _charts(turns: list[Any]) -> list[Chart]:
-    """Cached share per turn, and input and output tokens per turn."""
-    count = max(len(turns), 1)
+def _charts(turns: Sequence[TurnRow]) -> list[Chart]:
+    """Cached share, and input and output tokens, per turn (or per run of
+    turns, past ``CHART_COLUMNS`` of them)."""
+    per = max(1, -(-len(turns) // CHART_COLUMNS))
+    columns = [summed(0, turns[at : at + per]) for at in range(0, len(turns), per)]
+    each = "turn" if per == 1 else f"{per} turns"
+    count = max(len(columns), 1)
     width, height = 800, 120
     step = width / count
     shares = [
         (i * step, height * (1 - t.cached_share), max(step - 1, 0.5), height * t.cached_share, "")
-        for i, t in enumerate(turns)
+        for i, t in enumerate(columns)
     ]
-    most = max((t.input_tokens + t.output_tokens for t in turns), default=0) or 1
+    most = max((t.input_tokens + t.output_tokens for t in columns), default=0) or 1
     tokens = []
-    for i, t in enumerate(turns):
+    for i, t in enumerate(columns):
         cached = height * t.cached_tokens / most
         fresh = height * (t.input_tokens - t.cached_tokens) / most
         output = height * t.output_tokens / most
@@ -318,6 +347,8 @@ def _charts(turns: list[Any]) -> list[Chart]:
         tokens.append((x, height - cached - fresh, w, fresh, "fresh"))
         tokens.append((x, height - cached - fresh - output, w, output, "output"))
     return [
-        Chart(width, height, [b for b in shares if not math.isnan(b[3])], "cached share per turn"),
-        Chart(width, height, tokens, f"tokens per turn (tallest {most})"),
+        Chart(
+            width, height, [b for b in shares if not math.isnan(b[3])], f"cached share per {each}"
+        ),
+        Chart(width, height, tokens, f"tokens per {each} (tallest {most})"),
     ]

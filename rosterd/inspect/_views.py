@@ -203,17 +203,17 @@ async def load_run(store: RunReader, run: str, page: int) -> RunView:
         shown=turns[page * TURNS_PER_PAGE : (page + 1) * TURNS_PER_PAGE],
         page=page,
         pages=pages,
-        totals=_sum(0, turns) if turns else None,
+        totals=summed(0, turns) if turns else None,
         failed=[r for r in records if r.status == "failed"],
     )
 
 
 async def load_turns_after(store: RunReader, run: str, after: int) -> tuple[RunInfo, list[TurnRow]]:
-    """The run and its turns after *after*: what an open run's page polls
-    for, read from its transcript alone."""
+    """The run and its first turns after *after*, a page of them: what an
+    open run's last page polls for, read from its transcript alone."""
     info = await store.info(check_id("run", run))
     rows = _turn_rows(await store.transcript(run))
-    return info, [row for row in rows if row.turn > after]
+    return info, [row for row in rows if row.turn > after][:TURNS_PER_PAGE]
 
 
 async def load_requests(store: RunReader, run: str, turn: int) -> list[TurnRequest]:
@@ -236,7 +236,7 @@ def _turn_rows(entries: Sequence[TranscriptEntry]) -> list[TurnRow]:
             continue
         # A carried reply's engine call was the session's this one continues.
         calls = [e for e in group if e.role in ("assistant", "error") and not e.carried]
-        rows.append(_sum(turn, [_row_of(e) for e in calls]))
+        rows.append(summed(turn, [_row_of(e) for e in calls]))
     return rows
 
 
@@ -257,7 +257,7 @@ def _row_of(entry: TranscriptEntry) -> TurnRow:
     )
 
 
-def _sum(turn: int, rows: Sequence[TurnRow]) -> TurnRow:
+def summed(turn: int, rows: Sequence[TurnRow]) -> TurnRow:
     """The calls *rows* as one: tokens and cost summed, the first verdict."""
     priced = [r.cost_usd for r in rows if r.cost_usd is not None]
     return TurnRow(

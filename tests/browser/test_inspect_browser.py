@@ -53,8 +53,8 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
     return anyio.run(make_runs, tmp_path_factory.mktemp("inspect"))
 
 
-def _inspector(state: Path) -> tuple[subprocess.Popen[str], str]:
-    command = [sys.executable, "-m", "rosterd.cli", "server", "inspect"]
+def _inspector(state: Path, *argv: str) -> tuple[subprocess.Popen[str], str]:
+    command = [sys.executable, "-m", "rosterd.cli", "server", "inspect", *argv]
     process = subprocess.Popen(
         [*command, "--state", str(state), "--listen", "127.0.0.1:0"],
         stderr=subprocess.PIPE,
@@ -196,3 +196,21 @@ async def test_an_open_run_shows_a_new_turn_without_a_reload(
     # The polling script adds it within 2 s; the page was not reloaded.
     await expect(page.locator('tr[data-turn="2"]')).to_be_visible(timeout=2000)
     assert await page.evaluate("performance.timeOrigin") == loaded
+
+
+async def test_the_token_link_followed_from_another_site_lets_its_reader_in(
+    page: Page, made: Made, tmp_path: Path
+) -> None:
+    token = "s3cret-token-for-tests"
+    (tmp_path / "token").write_text(token + "\n")
+    process, url = _inspector(made.state, "--token-file", str(tmp_path / "token"))
+    try:
+        # A link in a chat or a mail: followed from a page of another site.
+        await page.goto(f'data:text/html,<a href="{url}/?token={token}">the runs</a>')
+        await page.click("a")
+        await expect(page.locator("h1")).to_have_text("Runs")
+        assert "token" not in page.url
+        await page.reload()
+        await expect(page.locator("h1")).to_have_text("Runs")
+    finally:
+        _stop(process)
