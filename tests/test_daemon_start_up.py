@@ -10,6 +10,7 @@ does not, the test that relies on it is skipped.
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable
 from pathlib import Path
 
 import anyio
@@ -51,6 +52,35 @@ def reads_are_recorded(tmp_path: Path) -> bool:
     return probe.stat().st_atime != LONG_AGO
 
 
+def stalling_daemon(tmp_path: Path, simulator: Simulator) -> DaemonProcess:
+    """A daemon serving ada in channel c0 on *simulator*."""
+    org = write_org(tmp_path / "org", workers=["ada"], engine=simulated_engine(simulator))
+    return DaemonProcess(org, tmp_path / "state").start()
+
+
+async def unanswered(call: Awaitable[object]) -> None:
+    """*call*, whose daemon dies before it answers."""
+    with pytest.raises(RosterError, match="closed the connection"):
+        await call
+
+
+async def cut_off_by_a_kill(process: DaemonProcess, simulator: Simulator) -> str:
+    """The direct run whose engine call stalls when *process* gets kill -9."""
+    arrived = len(simulator.requests)
+    simulator.script(Stall())
+    async with await process.client() as client, anyio.create_task_group() as tg:
+        tg.start_soon(unanswered, client.run_direct("ada", "hi"))
+        with anyio.fail_after(20):
+            await simulator.wait_for_requests(arrived + 1)
+        process.kill9()
+    runs = process.state / "runs"
+    infos = [
+        msgspec.json.decode((run / "run.json").read_bytes(), type=RunInfo) for run in runs.iterdir()
+    ]
+    (run,) = [info.id for info in infos if info.status == "open" and info.surface == "direct"]
+    return run
+
+
 async def test_a_start_opens_no_file_of_the_runs_an_earlier_start_settled(
     daemon: DaemonProcess, tmp_path: Path
 ) -> None:
@@ -78,35 +108,25 @@ async def test_a_start_opens_no_file_of_the_runs_an_earlier_start_settled(
 
 
 async def test_a_state_from_before_the_settled_list_is_read_whole_once_and_listed(
-    daemon: DaemonProcess,
+    tmp_path: Path, simulator: Simulator
 ) -> None:
-    async with opened_session(daemon) as (client, session):
-        direct = (await client.run_direct("ada", "hi")).run
+    process = stalling_daemon(tmp_path, simulator)
+    async with opened_session(process, channel="c0") as (client, session):
         finished = (await client.run_direct("ada", "bye")).run
         await client.session_send(session, "hello")
-    daemon.kill9()
-    # What the code before the list left: no list, and (as after a kill) a
-    # run still open, a torn last line and an orphan temporary in runs
-    # that a list would have held.
-    runs = daemon.state / "runs"
-    (daemon.state / "settled-runs.jsonl").unlink()
-    info = msgspec.json.decode((runs / direct / "run.json").read_bytes(), type=RunInfo)
-    (runs / direct / "run.json").write_bytes(
-        msgspec.json.encode(msgspec.structs.replace(info, status="open"))
-    )
-    transcript = runs / finished / "transcript.jsonl"
-    transcript.write_bytes(transcript.read_bytes() + b'{"turn": 2, "role": "user", "cont')
-    orphan = runs / finished / ".run.json.0badf00d.tmp"
-    orphan.write_bytes(b'{"id": "half')
+    cut_off = await cut_off_by_a_kill(process, simulator)
+    # What the code before the list left: no list.
+    (process.state / "settled-runs.jsonl").unlink()
 
-    daemon.start()
-    async with await daemon.client() as client:
+    process.start()
+    async with await process.client() as client:
+        resumed = await client.session_send(session, "again")
         listed = {r.id: r.status for r in await client.runs_list()}
-    assert listed == {direct: "interrupted", finished: "done", session: "open"}
-    assert transcript.read_bytes().endswith(b"\n")
-    assert not orphan.exists()
-    assert sorted(settled(daemon.state)) == sorted([direct, finished])
-    assert "recovery read 3 of 3 runs (no settled list yet)" in daemon.log()
+    process.stop()
+    assert listed == {finished: "done", cut_off: "interrupted", session: "open"}
+    assert resumed.turn == 2
+    assert sorted(settled(process.state)) == sorted([finished, cut_off])
+    assert "recovery read 3 of 3 runs (no settled list yet)" in process.log()
 
 
 async def test_a_torn_last_line_of_the_list_is_cut_and_its_run_read_and_listed_again(
@@ -132,22 +152,9 @@ async def test_a_torn_last_line_of_the_list_is_cut_and_its_run_read_and_listed_a
 async def test_a_run_a_kill_cut_off_after_the_list_was_made_is_interrupted_and_listed(
     tmp_path: Path, simulator: Simulator
 ) -> None:
-    org = write_org(tmp_path / "org", workers=["ada"], engine=simulated_engine(simulator))
-    process = DaemonProcess(org, tmp_path / "state").start()
-    simulator.script(Stall())
-
-    async def stalled_turn() -> None:
-        async with await process.client() as client:
-            with pytest.raises(RosterError, match="closed the connection"):
-                await client.run_direct("ada", "hi")
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(stalled_turn)
-        with anyio.fail_after(20):
-            await simulator.wait_for_requests(1)
-        process.kill9()
+    process = stalling_daemon(tmp_path, simulator)
+    cut_off = await cut_off_by_a_kill(process, simulator)
     assert settled(process.state) == []
-    (cut_off,) = os.listdir(process.state / "runs")
 
     process.start()
     async with await process.client() as client:

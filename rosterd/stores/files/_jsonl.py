@@ -228,10 +228,13 @@ def remove_leftover_tmp(root: Path, skip: str | None = None) -> int:
     for directory, subdirectories, files in os.walk(root):
         if skip in subdirectories and directory == str(root):
             subdirectories.remove(skip)
-        for name in files:
-            if name.startswith(".") and name.endswith(".tmp"):
-                Path(directory, name).unlink(missing_ok=True)
-                removed += 1
+        leftovers = [name for name in files if name.startswith(".") and name.endswith(".tmp")]
+        for name in leftovers:
+            Path(directory, name).unlink(missing_ok=True)
+        if leftovers:
+            # Gone for good before a run's recovery is recorded done.
+            _sync_directory(Path(directory))
+            removed += len(leftovers)
     if removed:
         log.warning("%s: removed %d temporary files left by an interrupted write", root, removed)
     return removed

@@ -3,11 +3,11 @@
 A run is settled once it ended, its final ``run.json`` durable and its logs
 whole: no kill can leave anything of it to recover any more. A start looks
 at every run the list does not hold (those still open, and those that ended
-since they were listed), then lists the ones that ended; while it serves,
-the daemon lists the runs it ends a batch at a time, and what is left of
-them when it stops cleanly. A run missing from the
-list is only looked at once more: the list spares a start reading months of
-runs, and never decides what a run holds.
+since they were listed) and lists the ones that ended, a batch at a time;
+while it serves, the daemon lists the runs it ends a batch at a time, and
+what is left of them when it stops cleanly. A run missing from the list is
+only looked at once more: the list spares a start reading months of runs,
+and never decides what a run holds.
 """
 
 from __future__ import annotations
