@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import os
+import secrets
+import socket
 import sys
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import anyio
 from anyio.abc import Process
 
 from rosterd import RosterError
-from rosterd.client import RosterClient
 
 __all__ = ("open_fds", "percentile", "rss_kib", "serve", "write_org")
 
@@ -35,37 +36,58 @@ def write_org(root: Path, workers: Sequence[str], channels: int, identity_lines:
 
 @asynccontextmanager
 async def serve(
-    org: Path, state: Path | str, socket: Path, *, profile: Path | None = None
+    org: Path,
+    state: Path | str,
+    socket: Path,
+    *,
+    profile: Path | None = None,
+    ready_s: float = 20.0,
 ) -> AsyncIterator[Process]:
-    """``roster serve`` as a child process, ready on *socket*; SIGTERM on exit.
-    *state* is a directory or a PostgreSQL URL. With *profile*, the daemon
-    runs under bench/_profile.py, which writes its counts there at exit."""
+    """``roster serve`` as a child process, ready on *socket* (its READY=1,
+    as systemd would see it, within *ready_s*); SIGTERM on exit. *state* is
+    a directory or a PostgreSQL URL. With *profile*, the daemon runs under
+    bench/_profile.py, which writes its counts there at exit."""
     command = [sys.executable, "-m", "rosterd.cli"]
     if profile is not None:
         command = [sys.executable, str(Path(__file__).with_name("_profile.py")), str(profile)]
-    daemon = await anyio.open_process(
-        [*command, "serve", "--org", str(org), "--state", str(state), "--socket", str(socket),
-         "--log-level", "WARNING"],
-        stdout=None, stderr=None,
-    )  # fmt: skip
-    try:
-        await _wait_socket(socket)
-        yield daemon
-    finally:
-        daemon.terminate()
+    with _notify_socket() as (notify, address):
+        daemon = await anyio.open_process(
+            [*command, "serve", "--org", str(org), "--state", str(state), "--socket", str(socket),
+             "--log-level", "WARNING"],
+            stdout=None, stderr=None, env={**os.environ, "NOTIFY_SOCKET": address},
+        )  # fmt: skip
+        try:
+            with anyio.fail_after(ready_s):
+                await _wait_ready(notify, daemon)
+            yield daemon
+        finally:
+            daemon.terminate()
+            await daemon.wait()
+
+
+@contextmanager
+def _notify_socket() -> Iterator[tuple[socket.socket, str]]:
+    """A datagram socket in the abstract namespace, and its NOTIFY_SOCKET value."""
+    name = f"rosterd-bench-{secrets.token_hex(8)}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+        notify.bind(f"\0{name}")
+        yield notify, f"@{name}"
+
+
+async def _wait_ready(notify: socket.socket, daemon: Process) -> None:
+    """Until the daemon sends READY=1; raises if it exits first."""
+
+    async def exited() -> None:
         await daemon.wait()
+        raise RosterError(f"roster serve exited with {daemon.returncode} before READY=1")
 
-
-async def _wait_socket(path: Path) -> None:
-    with anyio.fail_after(20):
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(exited)
         while True:
-            try:
-                client = await RosterClient.connect(path)
-            except RosterError:
-                await anyio.sleep(0.05)
-                continue
-            await client.aclose()
-            return
+            await anyio.wait_readable(notify)
+            if b"READY=1" in notify.recv(4096).split(b"\n"):
+                break
+        tg.cancel_scope.cancel()
 
 
 def rss_kib(pid: int) -> int:

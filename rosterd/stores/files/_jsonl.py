@@ -87,6 +87,12 @@ class JsonlLog(AsyncResource, Generic[T]):
         return cls(path, fd, size), records
 
     @property
+    def stopped(self) -> bool:
+        """Whether the log stopped taking appends: the bytes of a failed
+        write that could not be cut back are still in the file."""
+        return self._broken is not None
+
+    @property
     def size(self) -> int:
         """Where the last durable record ends: a mark for ``retract``."""
         return self._size
@@ -212,16 +218,23 @@ def _cut_back(fd: int, size: int) -> None:
     os.fsync(fd)
 
 
-def remove_leftover_tmp(root: Path) -> int:
-    """Remove write_document temporaries a kill left under *root*; their count.
+def remove_leftover_tmp(root: Path, skip: str | None = None) -> int:
+    """Remove write_document temporaries a kill left under *root* (but in
+    its subdirectory *skip*); their count.
 
-    Run before anything writes: a live writer's temporary looks the same.
+    Run before anything writes there: a live writer's temporary looks the same.
     """
     removed = 0
-    for tmp in root.rglob(".*.tmp"):
-        if tmp.is_file():
-            tmp.unlink(missing_ok=True)
-            removed += 1
+    for directory, subdirectories, files in os.walk(root):
+        if skip in subdirectories and directory == str(root):
+            subdirectories.remove(skip)
+        leftovers = [name for name in files if name.startswith(".") and name.endswith(".tmp")]
+        for name in leftovers:
+            Path(directory, name).unlink(missing_ok=True)
+        if leftovers:
+            # Gone for good before a run's recovery is recorded done.
+            _sync_directory(Path(directory))
+            removed += len(leftovers)
     if removed:
         log.warning("%s: removed %d temporary files left by an interrupted write", root, removed)
     return removed

@@ -6,13 +6,15 @@
 - ``transcript.jsonl``: every user turn, reply and failure, append-only;
 - ``system.json``: a session's frozen system part, to resume it byte-exactly.
 
-``sessions/<worker>/<channel>.json`` names the session each pair has open.
+``sessions/<worker>/<channel>.json`` names the session each pair has open;
+``settled-runs.jsonl`` the runs a start need not look at again.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from pathlib import Path
@@ -23,7 +25,7 @@ import anyio.to_thread
 import msgspec
 
 from ..._errors import NotFoundError, StaleError
-from ..._ids import check_id
+from ..._ids import check_id, is_id
 from ..._together import together
 from ...compiler import ContextRecord
 from ...org import Surface
@@ -31,9 +33,17 @@ from ...protocol import RunInfo, TranscriptEntry
 from .._open_run import OpenRun
 from .._records import Posts, SessionState, cut_off, new_run_id, unreached
 from ._channels import FileChannels
-from ._jsonl import JsonlLog, read_document, read_documents, remove_document, write_document
+from ._jsonl import (
+    JsonlLog,
+    read_document,
+    read_documents,
+    remove_document,
+    remove_leftover_tmp,
+    write_document,
+)
 from ._leases import Leases
-from ._reading import line_end, read_log, read_whole_lines, repair_tail
+from ._reading import line_end, read_log, read_whole_lines, repair_tails
+from ._settled import SETTLED_BATCH, SettledRuns
 
 log = logging.getLogger("rosterd.stores")
 
@@ -152,6 +162,9 @@ class FileRun(OpenRun):
         await self.store.write_info(info)
         self.info = info
         await self.aclose()
+        if not (self._context.stopped or self._transcript.stopped):
+            # A log left with a failed write's bytes waits for a start to cut them.
+            await self.store.settled.ended(info.id)
 
     async def aclose(self) -> None:
         await self._write()
@@ -169,6 +182,7 @@ class FileRuns:
     def __init__(self, state: Path) -> None:
         self.root = state / "runs"
         self._pointers = state / "sessions"
+        self.settled = SettledRuns(state / "settled-runs.jsonl")
         self.leases = Leases()
         # Where a session turn's ``conclude`` posts: set by ``FileState``.
         self.channels: FileChannels | None = None
@@ -220,44 +234,111 @@ class FileRuns:
         session: no open or send could ever reach or end it. The daemon
         holding the directory is its only host, so no one else is half way
         through such a start. Every run no longer open gets its torn last
-        lines cut, since nothing will reopen its logs to do it.
+        lines cut and its leftover temporaries removed, since nothing will
+        reopen its logs to do it, and is listed settled.
+
+        Only the runs not listed settled are read: those still open, and
+        those that ended since they were listed. A state from before the
+        list has every run read once, and listed.
         """
         if self._recovered:
             return 0
         self._recovered = True
-        infos = await self.all()
-        reached = await self._reached_sessions({info.id: info for info in infos})
-        interrupted = abandoned = 0
-        for info in infos:
-            if info.status == "open" and info.surface == Surface.SESSION.value:
-                if info.id in reached:
-                    continue
-                await self.write_info(unreached(info, now))
-                abandoned += 1
-            elif info.status == "open" and self.leases.free(info.id, now):
-                await self.write_info(cut_off(info, now))
-                interrupted += 1
-            directory = self.path(info.id)
-            await repair_tail(directory / "context.jsonl", ContextRecord)
-            await repair_tail(directory / "transcript.jsonl", TranscriptEntry)
-        if interrupted:
-            log.warning("marked %d runs cut off by a stop as interrupted", interrupted)
-        if abandoned:
-            log.warning("ended %d sessions no pair leads to as failed", abandoned)
-        return interrupted + abandoned
+        settled = await self.settled.load()
+        if settled is None:
+            # From now on a start reads only what the list does not hold.
+            await self.settled.add(())
+        names = await self._names()
+        unsettled = names if settled is None else [n for n in names if n not in settled]
+        reached = await self._reached_sessions()
+        ended_now: Counter[str] = Counter()
+        # A batch at a time, each listed once recovered: a start cut short
+        # (by systemd's start timeout, say) leaves the next one less to read.
+        for first in range(0, len(unsettled), SETTLED_BATCH):
+            batch = unsettled[first : first + SETTLED_BATCH]
+            ended_now += await self._recover_batch(batch, reached, now)
+        if ended_now["interrupted"]:
+            log.warning("marked %d runs cut off by a stop as interrupted", ended_now["interrupted"])
+        if ended_now["failed"]:
+            log.warning("ended %d sessions no pair leads to as failed", ended_now["failed"])
+        log.info(
+            "recovery read %d of %d runs (%s)",
+            len(unsettled),
+            len(names),
+            "no settled list yet" if settled is None else "the rest settled",
+        )
+        return ended_now.total()
 
-    async def _reached_sessions(self, infos: dict[str, RunInfo]) -> set[str]:
-        """The sessions the pairs' pointers name, and those their rollovers lead to."""
+    async def aclose(self) -> None:
+        """At a clean stop: list the runs ended since the last batch, so
+        that the next start reads none of them."""
+        await self.settled.flush()
+
+    async def _recover_batch(self, names: list[str], reached: set[str], now: float) -> Counter[str]:
+        """Recover the runs *names* name, and list settled those no longer
+        open; how many open ones ended, by how they ended."""
+        infos = await self._infos(names)
+        await anyio.to_thread.run_sync(self._remove_leftover_tmp, names)
+        ended_now: Counter[str] = Counter()
+        still_open = set()
+        logs: list[tuple[Path, type[Any]]] = []
+        for info in infos:
+            after = await self._end_if_cut_off(info, reached, now)
+            if after.status == "open":
+                still_open.add(info.id)
+                continue
+            if info.status == "open":
+                ended_now[after.status] += 1
+            directory = self.path(info.id)
+            logs.append((directory / "context.jsonl", ContextRecord))
+            logs.append((directory / "transcript.jsonl", TranscriptEntry))
+        await repair_tails(logs)
+        await self.settled.add([name for name in names if name not in still_open])
+        return ended_now
+
+    async def _end_if_cut_off(self, info: RunInfo, reached: set[str], now: float) -> RunInfo:
+        """*info*, ended if its run is open and nothing can go on with it."""
+        if info.status == "open" and info.surface == Surface.SESSION.value:
+            if info.id in reached:
+                return info
+            info = unreached(info, now)
+            await self.write_info(info)
+        elif info.status == "open" and self.leases.free(info.id, now):
+            info = cut_off(info, now)
+            await self.write_info(info)
+        return info
+
+    async def _names(self) -> list[str]:
+        """What is in ``runs/``: each run's directory, and whatever else is there."""
+        try:
+            return await anyio.to_thread.run_sync(os.listdir, self.root)
+        except FileNotFoundError:
+            return []
+
+    def _remove_leftover_tmp(self, names: list[str]) -> None:
+        """A kill leaves a temporary only in a run it wrote to: one not settled."""
+        for name in names:
+            if is_id(name):
+                remove_leftover_tmp(self.path(name))
+
+    async def _reached_sessions(self) -> set[str]:
+        """The sessions the pairs' pointers name, and those their rollovers
+        lead to: each run on the way read, and no other."""
         paths = await anyio.to_thread.run_sync(
             lambda: [str(path) for path in self._pointers.glob("*/*.json") if path.is_file()]
         )
         reached: set[str] = set()
         for pointer in await read_documents(paths, _SessionPointer):
             session = pointer.session
-            while session not in reached and (info := infos.get(session)) is not None:
+            while session not in reached and (info := await self._info_of(session)) is not None:
                 reached.add(session)
                 session = info.rolled_to or session
         return reached
+
+    async def _info_of(self, run: str) -> RunInfo | None:
+        if not is_id(run):
+            return None  # a pointer written by hand leads nowhere
+        return await read_document(self.path(run) / "run.json", RunInfo)
 
     async def write_info(self, info: RunInfo) -> None:
         await write_document(self.path(info.id) / "run.json", info)
@@ -269,14 +350,14 @@ class FileRuns:
         return info
 
     async def all(self) -> list[RunInfo]:
-        try:
-            names = await anyio.to_thread.run_sync(os.listdir, self.root)
-        except FileNotFoundError:
-            return []
-        # Strings, not Paths: building 10,000 Paths costs more than reading them.
-        root = str(self.root)
-        infos = await read_documents([f"{root}/{name}/run.json" for name in names], RunInfo)
+        infos = await self._infos(await self._names())
         return sorted(infos, key=lambda i: (i.created_at, i.id))
+
+    async def _infos(self, names: list[str]) -> list[RunInfo]:
+        """The info of each run *names* name that has one, in their order."""
+        root = str(self.root)
+        # Strings, not Paths: building 10,000 Paths costs more than reading them.
+        return await read_documents([f"{root}/{name}/run.json" for name in names], RunInfo)
 
     async def context(self, run: str) -> list[ContextRecord]:
         return await read_log(self.path(run) / "context.jsonl", ContextRecord)

@@ -45,8 +45,11 @@ class FileState(AsyncResource):
         # A directory made by hand (`mkdir -p .state`) starts 0755: tighten it.
         await anyio.to_thread.run_sync(make_private_dir, self.root)
         # The state lock is held and nothing writes yet: any .tmp is a kill's.
-        await anyio.to_thread.run_sync(remove_leftover_tmp, self.root)
+        # Those of runs are looked for by the runs' recovery, in the runs a
+        # kill can have left one in: not in the directories of months of runs.
+        await anyio.to_thread.run_sync(remove_leftover_tmp, self.root, "runs")
         async with AsyncExitStack() as stack:
+            stack.push_async_callback(self.runs.aclose)
             self.channels = FileChannels(self.root / "channels")
             self.runs.channels = self.channels
             stack.push_async_callback(self.channels.aclose)
