@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,7 @@ from harness import (
 )
 
 from rosterd.client import RosterClient, RpcError
-from rosterd.protocol import DaemonStatus, Delta, RunShown, RunsShow, Wait
+from rosterd.protocol import Closed, DaemonStatus, Delta, RunShown, RunsShow, Wait
 
 pytestmark = pytest.mark.anyio
 
@@ -219,46 +222,108 @@ async def test_idle_sessions_expire_at_their_limit_exactly(org_dir: Path, tmp_pa
     assert info["status"] == "expired"
 
 
+@dataclass
+class HeldEnd:
+    """A daemon on PostgreSQL whose session of ada in general had one turn,
+    with a connection of the test's own that can hold the session's end:
+    its final write waits for the run's row."""
+
+    daemon: InProcessDaemon
+    client: RosterClient
+    session: str
+    row: psycopg.AsyncConnection[Any]
+    reopened: list[str] = field(default_factory=list)
+    refused: list[int] = field(default_factory=list)
+
+    async def during(
+        self,
+        end: Callable[[], Coroutine[Any, Any, None]],
+        ending: str,
+        *meanwhile: Callable[[], Coroutine[Any, Any, None]],
+    ) -> None:
+        """Run *end*, which ends the session, its final write held until
+        each of *meanwhile*, started once the daemon logged *ending*, waits
+        for that end under way."""
+        await self.row.execute("SELECT FROM runs WHERE id = %s FOR UPDATE", (self.session,))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(end)
+            await self.daemon.logged(ending)
+            for call in meanwhile:
+                tg.start_soon(call)
+            waits = f"session {self.session}: waits for its end under way"
+            await self.daemon.logged(waits, len(meanwhile))
+            await self.row.rollback()
+
+    async def reopen(self) -> None:
+        """Open the pair from a client of its own."""
+        async with await self.daemon.client() as opener:
+            self.reopened.append(await open_session(opener))
+
+    async def send_too_late(self) -> None:
+        await self._refused(lambda client: client.session_send(self.session, "too late"))
+
+    async def close_too_late(self) -> None:
+        await self._refused(lambda client: client.session_close(self.session))
+
+    async def _refused(self, request: Callable[[RosterClient], Awaitable[object]]) -> None:
+        """Make *request* of the session from a client of its own, which is refused."""
+        async with await self.daemon.client() as client:
+            with pytest.raises(RpcError) as failure:
+                await request(client)
+        self.refused.append(failure.value.code)
+
+
+@asynccontextmanager
+async def held_end(
+    org_dir: Path, tmp_path: Path, postgres_url: str, clock: ManualClock
+) -> AsyncIterator[HeldEnd]:
+    async with (
+        in_process_client(org_dir, tmp_path / "state", clock=clock, database=postgres_url) as (
+            daemon,
+            client,
+        ),
+        await psycopg.AsyncConnection.connect(postgres_url) as row,
+    ):
+        yield HeldEnd(daemon, client, await session_after_hello(client), row)
+
+
 async def test_an_open_while_a_send_expires_the_session_waits_and_gets_a_fresh_one(
     org_dir: Path, tmp_path: Path, postgres_url: str
 ) -> None:
     clock = ManualClock()
-    state = tmp_path / "state"
-    async with (
-        in_process_client(org_dir, state, clock=clock, database=postgres_url) as (daemon, client),
-        await daemon.client() as opener,
-        await psycopg.AsyncConnection.connect(postgres_url) as slow,
-    ):
-        session = await session_after_hello(client)
+    async with held_end(org_dir, tmp_path, postgres_url, clock) as held:
         # The reaper's round comes while the session is not yet idle long
         # enough, and the next is seconds away: the send below expires it.
         clock.advance(899)
         with anyio.fail_after(10):
             await clock.settled()
         clock.advance(1)
-        # The expiry's end of the session waits for this row.
-        await slow.execute("SELECT FROM runs WHERE id = %s FOR UPDATE", (session,))
-        refused: list[int] = []
-        reopened: list[str] = []
+        expired = f"session {held.session} expired after"
+        await held.during(held.send_too_late, expired, held.reopen)
+        (fresh,) = held.reopened
+        result = await held.client.session_send(fresh, "again")
+    assert held.refused == [1004]
+    assert fresh != held.session
+    assert (result.run, result.turn) == (fresh, 1)
 
-        async def send_too_late() -> None:
-            with pytest.raises(RpcError) as failure:
-                await client.session_send(session, "too late")
-            refused.append(failure.value.code)
 
-        async def reopen() -> None:
-            reopened.append(await open_session(opener))
+async def test_an_open_send_or_close_while_a_close_is_under_way_waits_for_it(
+    org_dir: Path, tmp_path: Path, postgres_url: str
+) -> None:
+    # The open got the session being closed, so the send after it got 1004.
+    async with held_end(org_dir, tmp_path, postgres_url, ManualClock()) as held:
+        closed: list[Closed] = []
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(send_too_late)
-            await daemon.logged(f"session {session} expired after")
-            tg.start_soon(reopen)
-            await daemon.logged(f"session {session}: waits for its expiry under way")
-            await slow.rollback()
-        (fresh,) = reopened
-        result = await client.session_send(fresh, "again")
-    assert refused == [1004]
-    assert fresh != session
+        async def close() -> None:
+            closed.append(await held.client.session_close(held.session))
+
+        closing = f"session {held.session}: ending as closed"
+        await held.during(close, closing, held.reopen, held.send_too_late, held.close_too_late)
+        (fresh,) = held.reopened
+        result = await held.client.session_send(fresh, "again")
+    assert closed == [Closed(closed=held.session)]
+    assert held.refused == [1004, 1004]
+    assert fresh != held.session
     assert (result.run, result.turn) == (fresh, 1)
 
 

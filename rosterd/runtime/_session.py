@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from itertools import pairwise
 from typing import Literal
 
@@ -128,8 +129,9 @@ class Session:
         self.closed = False
         # Set when this session rolled over: its turns go there from then on.
         self.successor: Session | None = None
-        # Set while an expiry holds the lock, until the session is closed or kept.
-        self._expiring: anyio.Event | None = None
+        # Set while a close or an expiry holds the lock, until the session
+        # is closed or kept.
+        self._end_under_way: anyio.Event | None = None
         self._load(run, entries, history, seen, briefed_at)
 
     def _load(
@@ -513,8 +515,9 @@ class Session:
         if self._lock.locked():
             log.debug("session %s: a close waits for the turn under way", self.id)
         async with self._lock:
-            if not self.closed and await self._end("closed"):
-                return
+            with self._ending("closed"):
+                if not self.closed and await self._end("closed"):
+                    return
         if self.successor is not None:
             await self.successor.close()
 
@@ -523,33 +526,48 @@ class Session:
         seconds; whether it is closed.
 
         A turn under way here, or one another host made since this copy
-        read it, keeps the session. An expiry under way is waited for, so
-        that whoever finds the session then finds it closed, never hands it
-        out while its close goes on.
+        read it, keeps the session. An end under way (an expiry or a close)
+        is waited for first.
         """
-        while (expiring := self._expiring) is not None:
-            log.debug("session %s: waits for its expiry under way", self.id)
-            await expiring.wait()
-        if self.closed:
+        if await self._ended():
             return True
         if self.busy or self._host.clock() - self._progress.last_activity < idle_s:
             return False
-        # The lock is free, so taken without a pause: the expiry is marked
+        # The lock is free, so taken without a pause: the end is marked
         # before anything else runs, and no turn starts between the look and
         # the close.
         self._lock.acquire_nowait()
-        self._expiring = expiring = anyio.Event()
         try:
-            if await self.stale():
-                # Busy on another host: the next turn here reads it again.
-                return False
-            log.info("session %s expired after %.0f s idle", self.id, idle_s)
-            await self._end("expired")
-            return self.closed
+            with self._ending("expired"):
+                if await self.stale():
+                    # Busy on another host: the next turn here reads it again.
+                    return False
+                log.info("session %s expired after %.0f s idle", self.id, idle_s)
+                await self._end("expired")
+                return self.closed
         finally:
-            self._expiring = None
-            expiring.set()
             self._lock.release()
+
+    async def _ended(self) -> bool:
+        """Whether the session is closed, once an end of it under way here
+        is over: whoever finds it meanwhile then finds it closed (or kept),
+        never hands it out while its end goes on."""
+        while (ending := self._end_under_way) is not None:
+            log.debug("session %s: waits for its end under way", self.id)
+            await ending.wait()
+        return self.closed
+
+    @contextmanager
+    def _ending(self, status: Literal["closed", "expired"]) -> Iterator[None]:
+        """Mark the session as ending as *status* (see ``_ended``), with the
+        pair's lock held, until the end is written or given up."""
+        log.debug("session %s: ending as %s", self.id, status)
+        self._end_under_way = ending = anyio.Event()
+        try:
+            yield
+        finally:
+            self._end_under_way = None
+            ending.set()
 
     async def _end(self, status: Literal["closed", "expired"]) -> bool:
         """End the session as *status*, with the pair's lock held, unless
