@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -254,6 +255,33 @@ async def test_search_names_the_run_turn_and_block_that_showed_a_text(
     assert f'href="/runs/{made.session}/turns/1"' in html
     assert "<td>memory</td>" in html
     assert "no run showed it" in await _page(web, "/search?q=never+said+this")
+
+
+async def test_a_run_that_cannot_be_read_is_named_once_and_every_other_run_shown(
+    made: Made, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An empty run.json (a disk that filled as it was written by hand) and
+    # one edited into another schema: each hides only itself.
+    state = tmp_path / "state"
+    shutil.copytree(made.state, state)
+    for run, text in (("d-empty", ""), ("d-edited", '{"id": "d-edited", "surface": 3}')):
+        (state / "runs" / run).mkdir()
+        (state / "runs" / run / "run.json").write_text(text)
+    app = create_app(partial(read_state_runs, state))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=LOCAL) as web:
+        listed = await _page(web, "/")
+        found = await _page(web, "/search?q=note%3A+%3Cscript%3E")
+        bad = await web.get("/runs/d-empty")
+    for html in (listed, found):
+        unreadable = re.findall(r'<p class="error unreadable">(.*?)</p>', html, re.S)
+        assert [line.split()[1] for line in unreadable] == ["d-edited", "d-empty"]
+        assert "unreadable state file" in unreadable[1]
+    for run in (made.session, made.changed, made.failed):
+        assert f'href="/runs/{run}"' in listed
+    assert f'href="/runs/{made.session}/turns/1"' in found
+    assert bad.status_code == 503 and "d-empty/run.json: unreadable state file" in bad.text
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert sum("d-empty" in message for message in warned) == 2  # once per page
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])

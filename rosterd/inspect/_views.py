@@ -26,7 +26,7 @@ from ..protocol import (
     context_page,
     request_at_turn,
 )
-from ..stores import RunReader
+from ..stores import RunReader, UnreadableRun
 
 RUNS_PER_PAGE = 50
 TURNS_PER_PAGE = 200
@@ -140,10 +140,31 @@ class Hit(msgspec.Struct, frozen=True):
     excerpt: str
 
 
-async def load_runs(store: RunReader, filters: Filters, page: int) -> tuple[list[RunRow], bool]:
-    """A page of runs, newest first, and whether there are more."""
-    infos = sorted(await store.all(), key=lambda i: (-i.created_at, i.id))
-    matching = [i for i in infos if _matches(i, filters)]
+class RunsPage(msgspec.Struct, frozen=True):
+    rows: list[RunRow]
+    more: bool
+    unreadable: list[UnreadableRun]
+
+
+async def _newest_first(store: RunReader) -> tuple[list[RunInfo], list[UnreadableRun]]:
+    """Every run that can be read, newest first, and each that cannot."""
+    listed = await store.all()
+    return sorted(listed.runs, key=lambda i: (-i.created_at, i.id)), listed.unreadable
+
+
+async def load_runs(store: RunReader, filters: Filters, page: int) -> RunsPage:
+    """A page of runs, newest first, whether there are more, and the runs
+    that cannot be read (every page names them)."""
+    infos, unreadable = await _newest_first(store)
+    rows, more = await _page_of_runs(
+        store, [i for i in infos if _matches(i, filters)], filters, page
+    )
+    return RunsPage(rows, more, unreadable)
+
+
+async def _page_of_runs(
+    store: RunReader, matching: Sequence[RunInfo], filters: Filters, page: int
+) -> tuple[list[RunRow], bool]:
     start = page * RUNS_PER_PAGE
     rows: list[RunRow] = []
     if not filters.verdict:
@@ -410,12 +431,17 @@ async def _block_of(store: RunReader, run: str, block: str) -> str | None:
     return next((b.content for b in system.blocks if b.block == block), None)
 
 
-async def search(store: RunReader, text: str) -> list[Hit]:
-    """Where *text* was shown to a worker: run, turn and block, newest run first."""
-    hits: list[Hit] = []
+async def search(store: RunReader, text: str) -> tuple[list[Hit], list[UnreadableRun]]:
+    """Where *text* was shown to a worker: run, turn and block, newest run
+    first; and the runs that cannot be read, so not searched."""
     if not text:
-        return hits
-    infos = sorted(await store.all(), key=lambda i: (-i.created_at, i.id))
+        return [], []
+    infos, unreadable = await _newest_first(store)
+    return await _hits(store, infos, text), unreadable
+
+
+async def _hits(store: RunReader, infos: Sequence[RunInfo], text: str) -> list[Hit]:
+    hits: list[Hit] = []
     for info in infos:
         for record in await store.context(info.id):
             for block in record.blocks:
