@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import socket
@@ -20,7 +21,7 @@ from inspect_runs import Made, make_runs
 from orgs import write_org
 
 from rosterd import ConfigError
-from rosterd.inspect import COOKIE, MAX_CONNECTIONS, create_app
+from rosterd.inspect import COOKIE, FAILED_SHOWN, MAX_CONNECTIONS, create_app
 from rosterd.org import load_org
 from rosterd.stores import read_state_runs
 
@@ -282,6 +283,26 @@ async def test_a_run_that_cannot_be_read_is_named_once_and_every_other_run_shown
     assert bad.status_code == 503 and "d-empty/run.json: unreadable state file" in bad.text
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert sum("d-empty" in message for message in warned) == 2  # once per page
+
+
+async def test_a_run_page_shows_so_many_failed_compilations_and_counts_the_rest(
+    made: Made, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    shutil.copytree(made.state, state)
+    trace = state / "runs" / made.failed / "context.jsonl"
+    [failed] = [line for line in trace.read_bytes().splitlines() if b'"failed"' in line]
+    record = json.loads(failed)
+    with trace.open("ab") as log:
+        for turn in range(2, FAILED_SHOWN + 31):
+            log.write(json.dumps({**record, "turn": turn}).encode() + b"\n")
+    app = create_app(partial(read_state_runs, state))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=LOCAL) as web:
+        html = await _page(web, f"/runs/{made.failed}")
+    # 100,000 of them would otherwise make a page of tens of MB.
+    assert html.count('<section class="failed">') == FAILED_SHOWN
+    assert "30 more failed compilations" in html
+    assert f'href="/runs/{made.failed}/turns/{FAILED_SHOWN + 30}"' in html
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])

@@ -30,6 +30,10 @@ from ..stores import RunReader, UnreadableRun
 
 RUNS_PER_PAGE = 50
 TURNS_PER_PAGE = 200
+# A run page's failed compilations at most, each with its error: past it,
+# a count of the rest (each one's turn page shows it), so a run that
+# failed 100,000 times draws a page no bigger than one that failed 20.
+FAILED_SHOWN = 20
 # Search stops after this many hits; each names its run and turn.
 SEARCH_HITS = 50
 
@@ -81,7 +85,11 @@ class RunView(msgspec.Struct, frozen=True):
     page: int
     pages: int
     totals: TurnRow | None
+    # The first ``FAILED_SHOWN`` failed compilations; how many more, and the
+    # turn of the last.
     failed: list[ContextRecord]
+    failed_more: int
+    failed_last: int
 
 
 class Segment(msgspec.Struct, frozen=True):
@@ -216,6 +224,7 @@ async def load_run(store: RunReader, run: str, page: int) -> RunView:
     pages = max(1, -(-len(turns) // TURNS_PER_PAGE))
     page = min(max(page, 0), pages - 1)
     system = next((r for r in records if r.kind in ("system", "run")), None)
+    failed = [r for r in records if r.status == "failed"]
     return RunView(
         info=info,
         engine=system.engine_fingerprint if system is not None else "",
@@ -225,7 +234,9 @@ async def load_run(store: RunReader, run: str, page: int) -> RunView:
         page=page,
         pages=pages,
         totals=summed(0, turns) if turns else None,
-        failed=[r for r in records if r.status == "failed"],
+        failed=failed[:FAILED_SHOWN],
+        failed_more=max(0, len(failed) - FAILED_SHOWN),
+        failed_last=failed[-1].turn if failed else 0,
     )
 
 
