@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -141,6 +142,26 @@ def test_state_directory_mistakes(cli: Cli, tmp_path: Path) -> None:
     assert (
         cli.text("server", "runs", "list", "--state", str(tmp_path)) == f"no runs in {tmp_path}\n"
     )
+
+
+def test_runs_list_names_a_run_it_cannot_read_and_lists_the_others(
+    daemon: DaemonProcess, cli: Cli
+) -> None:
+    run = json.loads(
+        cli.text("run", "--socket", str(daemon.socket), "--worker", "grace", "hi", "--json")
+    )["run"]
+    daemon.stop()
+    (daemon.state / "runs" / "d-bad").mkdir()
+    (daemon.state / "runs" / "d-bad" / "run.json").write_text('{"id": ')
+    command = [sys.executable, "-m", "rosterd.cli", "server", "runs", "list"]
+    for json_flag in ((), ("--json",)):
+        listed = subprocess.run(
+            [*command, *json_flag, "--state", str(daemon.state)], capture_output=True, text=True
+        )
+        assert listed.returncode == 0, listed.stderr
+        assert run in listed.stdout and "d-bad" not in listed.stdout
+        [warning] = listed.stderr.splitlines()
+        assert warning.startswith("run d-bad cannot be read: ") and "unreadable" in warning
 
 
 def test_failed_compilation_names_block_size_and_limit(
@@ -372,7 +393,7 @@ async def _copy_into_database(state: Path, url: str) -> list[str]:
         async with pool.connection() as conn:
             await migrate(conn, "test database")
         database = PostgresRuns(Database(pool, "test database"))
-        for info in await files.all():
+        for info in (await files.all()).runs:
             run = await database.create(info)
             for record in await files.context(info.id):
                 await run.trace(record)
@@ -382,7 +403,7 @@ async def _copy_into_database(state: Path, url: str) -> list[str]:
                 await database.save_session(info.id, session)
             context = state / "runs" / info.id / "context.jsonl"
             assert await database.export(info.id) == context.read_bytes()
-        return [info.id for info in await files.all()]
+        return [info.id for info in (await files.all()).runs]
 
 
 def test_every_reading_command_prints_the_same_bytes_from_a_database(

@@ -166,11 +166,14 @@ async def test_a_client_that_disconnects_mid_turn_does_not_lose_the_turn(
 
 async def test_a_hand_damaged_state_file_is_a_clear_error(served: InProcessDaemon) -> None:
     async with await served.client() as client:
+        other = (await client.run_direct("ada", "hello")).run
         run = (await client.run_direct("ada", "hi")).run
         (served.state / "runs" / run / "run.json").write_text('{"id": ')
         with pytest.raises(RpcError) as failure:
             await client.runs_show(run)
         status = await client.daemon_status()
+        # It hides only itself: the list goes on without it.
+        assert [info.id for info in await client.runs_list()] == [other]
     assert failure.value.code == 1008
     assert failure.value.data == {"op": "decode", "errno": None}
     assert "run.json: unreadable state file" in str(failure.value)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -19,7 +21,7 @@ from inspect_runs import Made, make_runs
 from orgs import write_org
 
 from rosterd import ConfigError
-from rosterd.inspect import COOKIE, MAX_CONNECTIONS, create_app
+from rosterd.inspect import COOKIE, FAILED_SHOWN, MAX_CONNECTIONS, create_app
 from rosterd.org import load_org
 from rosterd.stores import read_state_runs
 
@@ -254,6 +256,53 @@ async def test_search_names_the_run_turn_and_block_that_showed_a_text(
     assert f'href="/runs/{made.session}/turns/1"' in html
     assert "<td>memory</td>" in html
     assert "no run showed it" in await _page(web, "/search?q=never+said+this")
+
+
+async def test_a_run_that_cannot_be_read_is_named_once_and_every_other_run_shown(
+    made: Made, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An empty run.json (a disk that filled as it was written by hand) and
+    # one edited into another schema: each hides only itself.
+    state = tmp_path / "state"
+    shutil.copytree(made.state, state)
+    for run, text in (("d-empty", ""), ("d-edited", '{"id": "d-edited", "surface": 3}')):
+        (state / "runs" / run).mkdir()
+        (state / "runs" / run / "run.json").write_text(text)
+    app = create_app(partial(read_state_runs, state))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=LOCAL) as web:
+        listed = await _page(web, "/")
+        found = await _page(web, "/search?q=note%3A+%3Cscript%3E")
+        bad = await web.get("/runs/d-empty")
+    for html in (listed, found):
+        unreadable = re.findall(r'<p class="error unreadable">(.*?)</p>', html, re.S)
+        assert [line.split()[1] for line in unreadable] == ["d-edited", "d-empty"]
+        assert "unreadable state file" in unreadable[1]
+    for run in (made.session, made.changed, made.failed):
+        assert f'href="/runs/{run}"' in listed
+    assert f'href="/runs/{made.session}/turns/1"' in found
+    assert bad.status_code == 503 and "d-empty/run.json: unreadable state file" in bad.text
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert sum("d-empty" in message for message in warned) == 2  # once per page
+
+
+async def test_a_run_page_shows_so_many_failed_compilations_and_counts_the_rest(
+    made: Made, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    shutil.copytree(made.state, state)
+    trace = state / "runs" / made.failed / "context.jsonl"
+    [failed] = [line for line in trace.read_bytes().splitlines() if b'"failed"' in line]
+    record = json.loads(failed)
+    with trace.open("ab") as log:
+        for turn in range(2, FAILED_SHOWN + 31):
+            log.write(json.dumps({**record, "turn": turn}).encode() + b"\n")
+    app = create_app(partial(read_state_runs, state))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=LOCAL) as web:
+        html = await _page(web, f"/runs/{made.failed}")
+    # 100,000 of them would otherwise make a page of tens of MB.
+    assert html.count('<section class="failed">') == FAILED_SHOWN
+    assert "30 more failed compilations" in html
+    assert f'href="/runs/{made.failed}/turns/{FAILED_SHOWN + 30}"' in html
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])

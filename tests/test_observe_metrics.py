@@ -96,6 +96,25 @@ async def test_a_thousand_scrapes_at_once_are_all_answered(org_dir: Path, tmp_pa
     assert answered == [200] * 1000
 
 
+@pytest.mark.parametrize("head", [b"", b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"])
+def test_a_scrape_connection_that_sends_no_whole_request_is_closed(
+    org_dir: Path, tmp_path: Path, head: bytes
+) -> None:
+    # Each connection has a thread of its own: held open with nothing, or
+    # part of a request, a thousand of them would hold a thousand threads.
+    listen = f"127.0.0.1:{free_port()}"
+    with_metrics(org_dir, listen)
+    host, port = listen.split(":")
+    with DaemonProcess(org_dir, tmp_path / "state").start() as daemon:
+        with socket.create_connection((host, int(port))) as idle:
+            idle.settimeout(60)
+            idle.sendall(head)
+            assert idle.recv(1) == b""
+        # Closed quietly: no traceback in the daemon's log, and scrapes go on.
+        assert httpx.get(f"http://{listen}/metrics").status_code == 200
+    assert "Traceback" not in daemon.log_path.read_text()
+
+
 def test_a_metrics_address_in_use_fails_the_start_naming_it(org_dir: Path, tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -91,17 +91,37 @@ def lines(records: list[ContextRecord]) -> bytes:
 
 @pytest.mark.anyio
 async def test_create_writes_info_that_info_and_all_read_oldest_first(runs: RunStore) -> None:
-    assert await runs.all() == []
+    assert (await runs.all()).runs == []
     late = await runs.create(session_info("s-late", NOW + 5))
     early = await runs.create(session_info("s-early", NOW))
     tie_b = await runs.create(session_info("s-tie-b", NOW + 2))
     tie_a = await runs.create(session_info("s-tie-a", NOW + 2))
     assert late.last_turn == early.last_turn == 0
     assert await runs.info("s-late") == late.info
-    assert [i.id for i in await runs.all()] == ["s-early", "s-tie-a", "s-tie-b", "s-late"]
-    assert [tie_a.info, tie_b.info] == (await runs.all())[1:3]
+    assert [i.id for i in (await runs.all()).runs] == ["s-early", "s-tie-a", "s-tie-b", "s-late"]
+    assert [tie_a.info, tie_b.info] == (await runs.all()).runs[1:3]
     for run in (late, early, tie_a, tie_b):
         await run.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_run_whose_info_cannot_be_read_is_named_and_the_others_still_listed(
+    runs: RunStore, request: pytest.FixtureRequest
+) -> None:
+    for run in ("s-good", "s-bad"):
+        await (await runs.create(session_info(run))).aclose()
+    if isinstance(runs, FileRuns):
+        (runs.path("s-bad") / "run.json").write_text("")
+    else:
+        url = request.getfixturevalue("postgres_url")
+        async with await psycopg.AsyncConnection.connect(url) as conn:
+            await conn.execute("UPDATE runs SET record = '{\"id\": 3}' WHERE id = 's-bad'")
+    listed = await runs.all()
+    assert [i.id for i in listed.runs] == ["s-good"]
+    assert [u.run for u in listed.unreadable] == ["s-bad"]
+    assert "unreadable" in listed.unreadable[0].reason
+    with pytest.raises(StorageError):
+        await runs.info("s-bad")
 
 
 @pytest.mark.anyio
@@ -260,7 +280,7 @@ async def test_recover_interrupts_open_task_and_direct_runs_only(runs: RunStore)
     await done.finish("done", NOW + 1)
 
     assert await runs.recover(NOW + 10) == 2
-    by_id = {i.id: i for i in await runs.all()}
+    by_id = {i.id: i for i in (await runs.all()).runs}
     for run_id in ("task-a", "direct-a"):
         assert by_id[run_id] == msgspec.structs.replace(
             info(run_id, by_id[run_id].surface),
@@ -472,7 +492,7 @@ async def test_two_hosts_recovering_at_once_interrupt_each_run_once(postgres_url
             await (await host_a.create(info)).aclose()
         counts = await recovered_at_once(host_a, host_b, NOW + 1)
         assert sum(counts) == 30
-        infos = await host_b.all()
+        infos = (await host_b.all()).runs
         assert {i.status for i in infos} == {"interrupted"}
         # Each run's info is the one its recovering host wrote, whole.
         assert sorted(sum(i.ended_at == NOW + at for i in infos) for at in (1, 2)) == sorted(counts)
@@ -504,7 +524,7 @@ async def test_a_session_nothing_leads_to_is_ended_once_no_live_host_leases_it(
             assert await host_a.lease(run, "host-a", NOW, NOW + 30) is None
         assert await host_b.recover(NOW + 10) == 0
         counts = await recovered_at_once(host_a, host_b, NOW + 31)
-        infos = {i.id: i for i in await host_b.all()}
+        infos = {i.id: i for i in (await host_b.all()).runs}
     assert sum(counts) == 2
     statuses = {run: info.status for run, info in infos.items()}
     assert statuses == {

@@ -176,8 +176,14 @@ def _bridge_irc(args: argparse.Namespace) -> int:
     return 0
 
 
-def _inspect(args: argparse.Namespace) -> int:
+def _warnings_to_stderr() -> None:
+    """What a reading command could not read (a run whose info was edited
+    by hand), said on stderr beside what it printed."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    _warnings_to_stderr()
     try:
         # Starlette, uvicorn and Jinja2 load for this command only.
         from ..inspect import serve_inspector
@@ -212,6 +218,7 @@ def _server(args: argparse.Namespace) -> int:
     from ._runs import runs_context, runs_export, runs_list, runs_show
     from ._stats import stats_cache, stats_cost
 
+    _warnings_to_stderr()
     state = _state(args)
     match args.handler:
         case "runs list":

@@ -74,7 +74,7 @@ _RUNS: Columns[RunInfo] = (
 
 async def runs_list(state: StateLocation, as_json: bool) -> int:
     async with read_state_runs(state) as store:
-        infos = await store.all()
+        infos = (await store.all()).runs
     if as_json:
         emit_json(infos)
         return 0

@@ -42,7 +42,7 @@ async def collect(state: StateLocation, worker: str | None, channel: str | None)
     async with read_state_runs(state) as store:
         runs = [
             info
-            for info in await store.all()
+            for info in (await store.all()).runs
             if (worker is None or info.worker == worker)
             and (channel is None or info.channel == channel)
         ]
@@ -172,7 +172,7 @@ async def collect_cost(
 ) -> list[CostRow]:
     tallies: dict[str, _Tally] = {}
     async with read_state_runs(state) as store:
-        for info in await store.all():
+        for info in (await store.all()).runs:
             if (worker is not None and info.worker != worker) or (
                 channel is not None and info.channel != channel
             ):

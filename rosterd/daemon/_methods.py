@@ -237,7 +237,7 @@ class Methods:
 
     @rpc(RunsList)
     async def _runs_list(self, params: RunsList, notify: Notify) -> list[RunInfo]:
-        return await self._host.runs.all()
+        return (await self._host.runs.all()).runs
 
     @rpc(RunsShow)
     async def _runs_show(self, params: RunsShow, notify: Notify) -> RunShown:

@@ -2,5 +2,6 @@
 
 from ._app import COOKIE, create_app
 from ._serve import MAX_CONNECTIONS, serve_inspector
+from ._views import FAILED_SHOWN
 
-__all__ = ("COOKIE", "MAX_CONNECTIONS", "create_app", "serve_inspector")
+__all__ = ("COOKIE", "FAILED_SHOWN", "MAX_CONNECTIONS", "create_app", "serve_inspector")

@@ -120,14 +120,15 @@ class _Pages:
         filters = _filters(request)
         number = _int(request.query_params.get("page"), 0)
         async with self._stores() as store:
-            rows, more = await load_runs(store, filters, number)
+            listed = await load_runs(store, filters, number)
         query = {k: v for k, v in msgspec.structs.asdict(filters).items() if v}
         return self._page(
             "runs.html",
-            rows=rows,
+            rows=listed.rows,
+            unreadable=listed.unreadable,
             filters=filters,
             page=number,
-            more=more,
+            more=listed.more,
             per_page=RUNS_PER_PAGE,
             prev_query=urlencode({**query, "page": number - 1}),
             next_query=urlencode({**query, "page": number + 1}),
@@ -165,8 +166,8 @@ class _Pages:
     async def search(self, request: Request) -> Response:
         text = request.query_params.get("q", "")[:1000]
         async with self._stores() as store:
-            hits = await search(store, text)
-        return self._page("search.html", text=text, hits=hits)
+            hits, unreadable = await search(store, text)
+        return self._page("search.html", text=text, hits=hits, unreadable=unreadable)
 
     async def static(self, request: Request) -> Response:
         name = request.path_params["name"]

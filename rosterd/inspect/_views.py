@@ -26,10 +26,14 @@ from ..protocol import (
     context_page,
     request_at_turn,
 )
-from ..stores import RunReader
+from ..stores import RunReader, UnreadableRun
 
 RUNS_PER_PAGE = 50
 TURNS_PER_PAGE = 200
+# A run page's failed compilations at most, each with its error: past it,
+# a count of the rest (each one's turn page shows it), so a run that
+# failed 100,000 times draws a page no bigger than one that failed 20.
+FAILED_SHOWN = 20
 # Search stops after this many hits; each names its run and turn.
 SEARCH_HITS = 50
 
@@ -81,7 +85,11 @@ class RunView(msgspec.Struct, frozen=True):
     page: int
     pages: int
     totals: TurnRow | None
+    # The first ``FAILED_SHOWN`` failed compilations; how many more, and the
+    # turn of the last.
     failed: list[ContextRecord]
+    failed_more: int
+    failed_last: int
 
 
 class Segment(msgspec.Struct, frozen=True):
@@ -140,10 +148,31 @@ class Hit(msgspec.Struct, frozen=True):
     excerpt: str
 
 
-async def load_runs(store: RunReader, filters: Filters, page: int) -> tuple[list[RunRow], bool]:
-    """A page of runs, newest first, and whether there are more."""
-    infos = sorted(await store.all(), key=lambda i: (-i.created_at, i.id))
-    matching = [i for i in infos if _matches(i, filters)]
+class RunsPage(msgspec.Struct, frozen=True):
+    rows: list[RunRow]
+    more: bool
+    unreadable: list[UnreadableRun]
+
+
+async def _newest_first(store: RunReader) -> tuple[list[RunInfo], list[UnreadableRun]]:
+    """Every run that can be read, newest first, and each that cannot."""
+    listed = await store.all()
+    return sorted(listed.runs, key=lambda i: (-i.created_at, i.id)), listed.unreadable
+
+
+async def load_runs(store: RunReader, filters: Filters, page: int) -> RunsPage:
+    """A page of runs, newest first, whether there are more, and the runs
+    that cannot be read (every page names them)."""
+    infos, unreadable = await _newest_first(store)
+    rows, more = await _page_of_runs(
+        store, [i for i in infos if _matches(i, filters)], filters, page
+    )
+    return RunsPage(rows, more, unreadable)
+
+
+async def _page_of_runs(
+    store: RunReader, matching: Sequence[RunInfo], filters: Filters, page: int
+) -> tuple[list[RunRow], bool]:
     start = page * RUNS_PER_PAGE
     rows: list[RunRow] = []
     if not filters.verdict:
@@ -195,6 +224,7 @@ async def load_run(store: RunReader, run: str, page: int) -> RunView:
     pages = max(1, -(-len(turns) // TURNS_PER_PAGE))
     page = min(max(page, 0), pages - 1)
     system = next((r for r in records if r.kind in ("system", "run")), None)
+    failed = [r for r in records if r.status == "failed"]
     return RunView(
         info=info,
         engine=system.engine_fingerprint if system is not None else "",
@@ -204,7 +234,9 @@ async def load_run(store: RunReader, run: str, page: int) -> RunView:
         page=page,
         pages=pages,
         totals=summed(0, turns) if turns else None,
-        failed=[r for r in records if r.status == "failed"],
+        failed=failed[:FAILED_SHOWN],
+        failed_more=max(0, len(failed) - FAILED_SHOWN),
+        failed_last=failed[-1].turn if failed else 0,
     )
 
 
@@ -410,12 +442,17 @@ async def _block_of(store: RunReader, run: str, block: str) -> str | None:
     return next((b.content for b in system.blocks if b.block == block), None)
 
 
-async def search(store: RunReader, text: str) -> list[Hit]:
-    """Where *text* was shown to a worker: run, turn and block, newest run first."""
-    hits: list[Hit] = []
+async def search(store: RunReader, text: str) -> tuple[list[Hit], list[UnreadableRun]]:
+    """Where *text* was shown to a worker: run, turn and block, newest run
+    first; and the runs that cannot be read, so not searched."""
     if not text:
-        return hits
-    infos = sorted(await store.all(), key=lambda i: (-i.created_at, i.id))
+        return [], []
+    infos, unreadable = await _newest_first(store)
+    return await _hits(store, infos, text), unreadable
+
+
+async def _hits(store: RunReader, infos: Sequence[RunInfo], text: str) -> list[Hit]:
+    hits: list[Hit] = []
     for info in infos:
         for record in await store.context(info.id):
             for block in record.blocks:

@@ -5,15 +5,20 @@ Every name has the ``rosterd_`` prefix and follows the conventions:
 each process; ``rate()`` handles restarts. The server is prometheus-client's
 own WSGI app, on a thread of its own: a scrape never waits on the event
 loop. The server is built here rather than by ``start_http_server`` for
-its listen backlog (see ``_ScrapeServer``).
+its listen backlog, its bound on scrapes at once (see ``_ScrapeServer``)
+and its deadline on each request (see ``_Scrape``).
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import socket
+import sys
 import threading
+import time
 from collections.abc import Sequence
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
@@ -28,6 +33,13 @@ log = logging.getLogger("rosterd.observe")
 # From a fast echo turn to a slow tool loop of a large model.
 _TURN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60)
+# A scrape's whole request within this, or its connection is closed; its
+# answer sent within it again. A scraper asks at once: only a client that
+# sends nothing, or a request a byte at a time, ever takes so long.
+REQUEST_TIMEOUT_S = 5.0
+# Scrapes served at once, a thread each; the next wait in the listen backlog
+# until one ends, which the deadline above makes soon.
+MAX_SCRAPES = 64
 
 
 class Metrics:
@@ -160,17 +172,76 @@ class Metrics:
 
 
 class _ScrapeServer(ThreadingWSGIServer):
-    """A thread per scrape, behind a listen backlog as deep as the system
-    allows: socketserver's is 5, and the handshakes of a burst of scrapes
-    it has no room for are dropped, each scraper waiting out the kernel's
-    retries (a minute or more) for an answer that was a few ms away."""
+    """A thread per scrape, ``MAX_SCRAPES`` at most, behind a listen backlog
+    as deep as the system allows: socketserver's is 5, and the handshakes
+    of a burst of scrapes it has no room for are dropped, each scraper
+    waiting out the kernel's retries (a minute or more) for an answer that
+    was a few ms away."""
 
     request_queue_size = socket.SOMAXCONN
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(MAX_SCRAPES)
 
-class _Quiet(WSGIRequestHandler):
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # Blocks accepting until a scrape ends: the rest wait in the backlog.
+        self._slots.acquire()
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that ran out of time, or went away, is no error of ours."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
+class _Scrape(WSGIRequestHandler):
+    """One scrape, closed unless its request is whole within
+    ``REQUEST_TIMEOUT_S``: wsgiref would wait for ever on a client that
+    sends nothing, and a timeout per read alone on one that sends a byte
+    at a time."""
+
+    timeout = REQUEST_TIMEOUT_S
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()
+        deadline = time.monotonic() + REQUEST_TIMEOUT_S
+        self.rfile = io.BufferedReader(_ReadBy(self.connection, deadline))
+
     def log_message(self, format: str, *args: object) -> None:
         """No log line per scrape."""
+
+
+class _ReadBy(io.RawIOBase):
+    """A socket's bytes until *deadline* (``time.monotonic``), then ``TimeoutError``."""
+
+    def __init__(self, connection: socket.socket, deadline: float) -> None:
+        self._connection = connection
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("no whole request in time")
+        self._connection.settimeout(left)
+        try:
+            return self._connection.recv_into(buffer)
+        finally:
+            self._connection.settimeout(REQUEST_TIMEOUT_S)
 
 
 def _serve(host: str, port: int, registry: CollectorRegistry) -> WSGIServer:
@@ -183,7 +254,7 @@ def _serve(host: str, port: int, registry: CollectorRegistry) -> WSGIServer:
         address_family = family
 
     server = make_server(
-        str(address[0]), port, make_wsgi_app(registry), Server, handler_class=_Quiet
+        str(address[0]), port, make_wsgi_app(registry), Server, handler_class=_Scrape
     )
     threading.Thread(target=server.serve_forever, name="rosterd-metrics", daemon=True).start()
     return server

@@ -16,6 +16,7 @@ from ._interface import (
     State,
     TaskStore,
 )
+from ._listing import RunList, UnreadableRun
 from ._records import Posts, SessionState, cut_off
 
 __all__ = (
@@ -27,11 +28,13 @@ __all__ = (
     "MemoryStore",
     "Posts",
     "PrefixStore",
+    "RunList",
     "RunReader",
     "RunStore",
     "SessionState",
     "State",
     "TaskStore",
+    "UnreadableRun",
     "backend",
     "cut_off",
     "open_state",

@@ -36,6 +36,7 @@ from ..compiler import (
 )
 from ..protocol import GateState, RunInfo, RunStatus, TaskState, TaskStatus, TranscriptEntry
 from ._indexing import new_note
+from ._listing import RunList
 from ._records import Posts, SessionState
 
 
@@ -277,8 +278,9 @@ class RunReader(Protocol):
         """Raises ``NotFoundError`` for an unknown run."""
         ...
 
-    async def all(self) -> list[RunInfo]:
-        """Every run, oldest first."""
+    async def all(self) -> RunList:
+        """Every run that can be read, oldest first; each that cannot (its
+        info emptied or edited by hand) named with why, and logged."""
         ...
 
     async def context(self, run: str) -> list[ContextRecord]: ...

@@ -303,27 +303,46 @@ async def read_document(path: Path, document_type: type[T]) -> T | None:
     return _decode_document(msgspec.json.Decoder(document_type), path, data)
 
 
-async def read_documents(paths: Iterable[str], document_type: type[T]) -> list[T]:
+async def read_documents(
+    paths: Iterable[str], document_type: type[T], unreadable: list[StorageError] | None = None
+) -> list[T]:
     """The documents at *paths* that exist, in order, read in one thread hop
-    (listing thousands of runs costs one hop, not one per run)."""
-    return await anyio.to_thread.run_sync(_read_documents, list(paths), document_type)
+    (listing thousands of runs costs one hop, not one per run).
+
+    One that cannot be read raises; with *unreadable*, it goes there
+    instead and the others are still read."""
+    return await anyio.to_thread.run_sync(_read_documents, list(paths), document_type, unreadable)
 
 
-def _read_documents(paths: list[str], document_type: type[T]) -> list[T]:
+def _read_documents(
+    paths: list[str], document_type: type[T], unreadable: list[StorageError] | None
+) -> list[T]:
     decoder = msgspec.json.Decoder(document_type)
     found = []
     for path in paths:
         try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-        except (FileNotFoundError, NotADirectoryError):
-            # Not a run's directory: a file left beside them (an editor's
-            # swap file, a note) belongs to someone else.
+            document = _read_one(decoder, path)
+        except StorageError as error:
+            if unreadable is None:
+                raise
+            unreadable.append(error)
             continue
-        except OSError as exc:
-            raise storage_error(Path(path), "read", exc) from None
-        found.append(_decode_document(decoder, path, data))
+        if document is not None:
+            found.append(document)
     return found
+
+
+def _read_one(decoder: msgspec.json.Decoder[T], path: str) -> T | None:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except (FileNotFoundError, NotADirectoryError):
+        # Not a run's directory: a file left beside them (an editor's
+        # swap file, a note) belongs to someone else.
+        return None
+    except OSError as exc:
+        raise storage_error(Path(path), "read", exc) from None
+    return _decode_document(decoder, path, data)
 
 
 def _decode_document(decoder: msgspec.json.Decoder[T], path: Path | str, data: bytes) -> T:

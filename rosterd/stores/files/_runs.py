@@ -24,12 +24,13 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from ..._errors import NotFoundError, StaleError
+from ..._errors import NotFoundError, StaleError, StorageError
 from ..._ids import check_id, is_id
 from ..._together import together
 from ...compiler import ContextRecord
 from ...org import Surface
 from ...protocol import RunInfo, TranscriptEntry
+from .._listing import RunList, UnreadableRun, run_list
 from .._open_run import OpenRun
 from .._records import Posts, SessionState, cut_off, new_run_id, unreached
 from ._channels import FileChannels
@@ -349,15 +350,22 @@ class FileRuns:
             raise NotFoundError("run", run)
         return info
 
-    async def all(self) -> list[RunInfo]:
-        infos = await self._infos(await self._names())
-        return sorted(infos, key=lambda i: (i.created_at, i.id))
+    async def all(self) -> RunList:
+        failures: list[StorageError] = []
+        infos = await self._infos(await self._names(), failures)
+        unreadable = [UnreadableRun(Path(f.path).parent.name, f.message) for f in failures]
+        return run_list(infos, unreadable)
 
-    async def _infos(self, names: list[str]) -> list[RunInfo]:
-        """The info of each run *names* name that has one, in their order."""
+    async def _infos(
+        self, names: list[str], unreadable: list[StorageError] | None = None
+    ) -> list[RunInfo]:
+        """The info of each run *names* name that has one, in their order;
+        one that cannot be read raises, or with *unreadable* goes there.
+        (Recovery raises: a run it cannot read must not be listed settled.)"""
         root = str(self.root)
         # Strings, not Paths: building 10,000 Paths costs more than reading them.
-        return await read_documents([f"{root}/{name}/run.json" for name in names], RunInfo)
+        paths = [f"{root}/{name}/run.json" for name in names]
+        return await read_documents(paths, RunInfo, unreadable)
 
     async def context(self, run: str) -> list[ContextRecord]:
         return await read_log(self.path(run) / "context.jsonl", ContextRecord)

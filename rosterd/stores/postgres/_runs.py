@@ -26,11 +26,12 @@ import psycopg
 import psycopg.errors
 from psycopg.rows import TupleRow
 
-from ..._errors import NotFoundError, StaleError
+from ..._errors import NotFoundError, StaleError, StorageError
 from ..._ids import check_id
 from ...compiler import ContextRecord
 from ...org import Surface
 from ...protocol import RunInfo, TranscriptEntry
+from .._listing import RunList, UnreadableRun, run_list
 from .._open_run import OpenRun
 from .._records import Posts, SessionState, cut_off, new_run_id, unreached
 from ._channels import POST, PostgresChannels
@@ -502,17 +503,23 @@ class PostgresRuns:
         )
         if text is None:
             raise NotFoundError("run", run)
-        return _info.decode(text)
+        return self._db.decode(_info, text)
 
-    async def all(self) -> list[RunInfo]:
-        # Ids in code point order, as the file backend sorts them, whatever
-        # the database's collation.
+    async def all(self) -> RunList:
         with self._failing("list runs"):
             async with self._db.pooled() as conn:
-                cursor = await conn.execute(
-                    'SELECT record FROM runs ORDER BY created_at, id COLLATE "C"'
-                )
-                return [_info.decode(text) for (text,) in await cursor.fetchall()]
+                cursor = await conn.execute("SELECT id, record FROM runs")
+                rows = await cursor.fetchall()
+        infos: list[RunInfo] = []
+        unreadable: list[UnreadableRun] = []
+        for run, text in rows:
+            try:
+                infos.append(self._db.decode(_info, text))
+            except StorageError as failure:
+                unreadable.append(UnreadableRun(run, failure.message))
+        # Sorted here, ids in code point order as the file backend sorts
+        # them, whatever the database's collation.
+        return run_list(infos, unreadable)
 
     async def context(self, run: str) -> list[ContextRecord]:
         lines = await self._lines("read trace", _CONTEXT, run)
