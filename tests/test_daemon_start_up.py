@@ -183,3 +183,38 @@ async def test_runs_ended_while_serving_are_listed_a_batch_at_a_time(tmp_path: P
     # A start looks at none of them again: none is listed twice.
     assert await FileRuns(tmp_path).recover(NOW + 2) == 0
     assert sorted(settled(tmp_path)) == sorted(ended)
+
+
+async def test_a_run_a_start_cannot_read_is_left_for_a_later_one_and_the_daemon_serves(
+    daemon: DaemonProcess,
+) -> None:
+    async with await daemon.client() as client:
+        good, bad = [(await client.run_direct("ada", text)).run for text in ("hi", "bye")]
+    assert daemon.stop() == 0
+    # A state from before the list, whose one run.json a hand edit broke.
+    (daemon.state / "settled-runs.jsonl").unlink()
+    (daemon.state / "runs" / bad / "run.json").write_text("{not json")
+
+    daemon.start()
+    async with await daemon.client() as client:
+        listed = [r.id for r in await client.runs_list()]
+    assert listed == [good]
+    assert f"run {bad} cannot be read" in daemon.log()
+    # Not listed settled: a start after the file is mended reads it again.
+    assert settled(daemon.state) == [good]
+
+
+async def test_a_session_a_pair_leads_to_that_cannot_be_read_ends_no_session_at_start(
+    daemon: DaemonProcess,
+) -> None:
+    async with opened_session(daemon) as (client, session):
+        await client.session_send(session, "hello")
+    assert daemon.stop() == 0
+    (daemon.state / "runs" / session / "run.json").write_text("")
+
+    daemon.start()
+    async with await daemon.client() as client:
+        status = await client.daemon_status()
+    assert daemon.process is not None and status.pid == daemon.process.pid
+    assert f"a pair leads to run {session}, which cannot be read" in daemon.log()
+    assert session not in settled(daemon.state)

@@ -275,18 +275,27 @@ class FileRuns:
         that the next start reads none of them."""
         await self.settled.flush()
 
-    async def _recover_batch(self, names: list[str], reached: set[str], now: float) -> Counter[str]:
+    async def _recover_batch(
+        self, names: list[str], reached: set[str] | None, now: float
+    ) -> Counter[str]:
         """Recover the runs *names* name, and list settled those no longer
-        open; how many open ones ended, by how they ended."""
-        infos = await self._infos(names)
+        open; how many open ones ended, by how they ended. One whose
+        ``run.json`` cannot be read is left as it is, and unlisted, for a
+        start after it is mended: it must not keep the daemon from serving."""
+        unreadable: list[StorageError] = []
+        infos = await self._infos(names, unreadable)
+        unsettled = set()
+        for failure in unreadable:
+            run, why = _named(failure)
+            log.error("run %s cannot be read; a start leaves it as it is: %s", run, why)
+            unsettled.add(run)
         await anyio.to_thread.run_sync(self._remove_leftover_tmp, names)
         ended_now: Counter[str] = Counter()
-        still_open = set()
         logs: list[tuple[Path, type[Any]]] = []
         for info in infos:
             after = await self._end_if_cut_off(info, reached, now)
             if after.status == "open":
-                still_open.add(info.id)
+                unsettled.add(info.id)
                 continue
             if info.status == "open":
                 ended_now[after.status] += 1
@@ -294,13 +303,14 @@ class FileRuns:
             logs.append((directory / "context.jsonl", ContextRecord))
             logs.append((directory / "transcript.jsonl", TranscriptEntry))
         await repair_tails(logs)
-        await self.settled.add([name for name in names if name not in still_open])
+        await self.settled.add([name for name in names if name not in unsettled])
         return ended_now
 
-    async def _end_if_cut_off(self, info: RunInfo, reached: set[str], now: float) -> RunInfo:
-        """*info*, ended if its run is open and nothing can go on with it."""
+    async def _end_if_cut_off(self, info: RunInfo, reached: set[str] | None, now: float) -> RunInfo:
+        """*info*, ended if its run is open and nothing can go on with it
+        (*reached*: the sessions a pair leads to, ``None`` if unknown)."""
         if info.status == "open" and info.surface == Surface.SESSION.value:
-            if info.id in reached:
+            if reached is None or info.id in reached:
                 return info
             info = unreached(info, now)
             await self.write_info(info)
@@ -322,16 +332,28 @@ class FileRuns:
             if is_id(name):
                 remove_leftover_tmp(self.path(name))
 
-    async def _reached_sessions(self) -> set[str]:
+    async def _reached_sessions(self) -> set[str] | None:
         """The sessions the pairs' pointers name, and those their rollovers
-        lead to: each run on the way read, and no other."""
+        lead to: each run on the way read, and no other. ``None`` when one
+        on the way cannot be read: where it leads is unknown."""
         paths = await anyio.to_thread.run_sync(
             lambda: [str(path) for path in self._pointers.glob("*/*.json") if path.is_file()]
         )
         reached: set[str] = set()
         for pointer in await read_documents(paths, _SessionPointer):
             session = pointer.session
-            while session not in reached and (info := await self._info_of(session)) is not None:
+            while session not in reached:
+                try:
+                    info = await self._info_of(session)
+                except StorageError as failure:
+                    log.error(
+                        "a pair leads to run %s, which cannot be read, so no open session "
+                        "is ended as one no pair leads to at this start: %s",
+                        *_named(failure),
+                    )
+                    return None
+                if info is None:
+                    break
                 reached.add(session)
                 session = info.rolled_to or session
         return reached
@@ -400,3 +422,8 @@ class FileRuns:
 
     async def release(self, run: str, holder: str) -> None:
         self.leases.release(run, holder)
+
+
+def _named(failure: StorageError) -> tuple[str, str]:
+    """The run whose ``run.json`` *failure* is about, and what went wrong."""
+    return Path(failure.path).parent.name, str(failure)
