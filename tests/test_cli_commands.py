@@ -14,10 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 from harness import Cli, DaemonProcess
 
-from rosterd.bridge import MENTION_RATE, PRIVATE_RATE, SEND_RATE
+from rosterd.bridge import MENTION_RATE, PRIVATE_RATE, SEND_RATE, BridgeConfig
 
 
 def _cli(*argv: str, stdin: str = "", env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -243,12 +244,15 @@ def test_usage_errors_exit_2_in_one_line(roster: Cli) -> None:
     assert code == 0 and "server" in out
 
 
-def test_the_bridge_states_its_rates_as_its_defaults(cli: Cli) -> None:
+def test_the_bridge_states_its_own_defaults(cli: Cli) -> None:
     out = " ".join(cli.text("bridge", "irc", "--help").split())
     shown = dict(re.findall(r"(--[\w-]+) [A-Z]+ [^-]*?default: ([\d.]+)", out))
     for option, rate in (("line", SEND_RATE), ("private", PRIVATE_RATE), ("mention", MENTION_RATE)):
         assert float(shown[f"--{option}-burst"]) == rate.burst
         assert float(shown[f"--{option}-interval"]) == rate.interval_s
+    config = {field.name: field.default for field in msgspec.structs.fields(BridgeConfig)}
+    assert float(shown["--debounce"]) == config["debounce_s"]
+    assert int(shown["--max-lines"]) == config["max_lines"]
 
 
 def test_daemon_down_is_one_line_and_exit_1(tmp_path: Path) -> None:

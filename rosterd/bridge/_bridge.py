@@ -37,9 +37,9 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
+from .._bridge_defaults import DEBOUNCE_S, MAX_LINES, MENTION_RATE, PRIVATE_RATE, SEND_RATE, Rate
 from .._clock import LOOP_CLOCK, Clock
 from .._errors import RosterError
-from .._rates import MENTION_RATE, PRIVATE_RATE, SEND_RATE, Rate
 from ..client import RosterClient, RpcError
 from ..protocol import SESSION_ERROR, Delta
 from ._budget import HostBudgets
@@ -63,8 +63,8 @@ class BridgeConfig(msgspec.Struct, frozen=True):
     channels: dict[str, str]
     reply: dict[str, ReplyMode] = {}
     tls: bool = False
-    debounce_s: float = 1.5
-    max_lines: int = 8
+    debounce_s: float = DEBOUNCE_S
+    max_lines: int = MAX_LINES
     # How fast the bridge sends lines.
     send_rate: Rate = SEND_RATE
     # What one host may send in private, and ask in channels: turns that cost.

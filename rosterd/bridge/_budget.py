@@ -1,7 +1,7 @@
 """Token buckets: how fast the bridge sends lines, and how many turns one
 host may cost it.
 
-A bucket of a ``Rate`` (``rosterd._rates``, with the rates and why) holds
+A bucket of a ``Rate`` (``rosterd._bridge_defaults``, with the rates and why) holds
 at most its ``burst`` of tokens and gains one each ``interval_s`` of its
 clock; a line spends one. So a burst goes at once, and after it one line
 per interval. An interval of 0 is no limit.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import msgspec
 
-from .._rates import Rate
+from .._bridge_defaults import Rate
 
 
 class TokenBucket:

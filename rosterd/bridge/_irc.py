@@ -35,8 +35,8 @@ import msgspec
 from anyio.abc import TaskGroup
 from jaraco.stream.buffer import LenientDecodingLineBuffer
 
+from .._bridge_defaults import SEND_RATE, Rate
 from .._clock import LOOP_CLOCK, Clock
-from .._rates import SEND_RATE, Rate
 from ._budget import TokenBucket
 
 log = logging.getLogger("rosterd.bridge")

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn, TypeAlias
 
 from .. import __version__
-from .._rates import MENTION_RATE, PRIVATE_RATE, SEND_RATE
+from .._bridge_defaults import DEBOUNCE_S, MAX_LINES, MENTION_RATE, PRIVATE_RATE, SEND_RATE
 
 _CONTEXT_FORMAT = """\
 output format (without --json): for each turn, the system text and then every
@@ -366,8 +366,11 @@ def _bridge_commands(commands: _Subparsers, client: _Parser) -> None:
         metavar="MASK",
         help="nick!user@host glob that may !approve and !reject gates (repeat for more)",
     )
-    irc.add_argument("--debounce", type=_seconds, default=1.5, metavar="S", help="default: 1.5")
-    irc.add_argument("--max-lines", type=_count, default=8, metavar="N", help="default: 8")
+    debounce = f"default: {DEBOUNCE_S:g}"
+    irc.add_argument("--debounce", type=_seconds, default=DEBOUNCE_S, metavar="S", help=debounce)
+    irc.add_argument(
+        "--max-lines", type=_count, default=MAX_LINES, metavar="N", help=f"default: {MAX_LINES}"
+    )
     rates = (
         ("line", SEND_RATE, "lines sent at once"),
         ("private", PRIVATE_RATE, "private messages one host may send at once"),

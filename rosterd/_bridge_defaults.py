@@ -1,7 +1,8 @@
-"""How fast the IRC bridge sends lines, and how many turns one person may
-cost it: here, outside ``rosterd.bridge`` and on the standard library
-alone, so that ``roster bridge irc`` states them as its defaults without
-loading the irc library (or msgspec) for ``--help``.
+"""The IRC bridge's defaults: how long it waits for a speaker's next line,
+how many lines a reply takes, how fast it sends lines, and how many turns
+one person may cost it. Here, outside ``rosterd.bridge`` and on the standard
+library alone, so that ``roster bridge irc`` states them as its defaults
+without loading the irc library (or msgspec) for ``--help``.
 
 A ``Rate`` is a token bucket's (``rosterd.bridge._budget``): a burst at
 once, then one per interval. RFC 1459's flood control (each line puts the
@@ -13,6 +14,12 @@ ahead) is a bucket of 5 and 2 s, which is also what IRC clients send at
 from __future__ import annotations
 
 from typing import NamedTuple
+
+# A speaker's lines less than this apart are one burst: people type a
+# thought over several lines.
+DEBOUNCE_S = 1.5
+# The most lines a reply takes; the last of them says where the rest is.
+MAX_LINES = 8
 
 
 class Rate(NamedTuple):
