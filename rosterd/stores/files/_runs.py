@@ -285,10 +285,11 @@ class FileRuns:
         unreadable: list[StorageError] = []
         infos = await self._infos(names, unreadable)
         unsettled = set()
-        for failure in unreadable:
-            run, why = _named(failure)
-            log.error("run %s cannot be read; a start leaves it as it is: %s", run, why)
-            unsettled.add(run)
+        for failure in map(_unreadable_run, unreadable):
+            log.error(
+                "run %s cannot be read; a start leaves it as it is: %s", failure.run, failure.reason
+            )
+            unsettled.add(failure.run)
         await anyio.to_thread.run_sync(self._remove_leftover_tmp, names)
         ended_now: Counter[str] = Counter()
         logs: list[tuple[Path, type[Any]]] = []
@@ -345,11 +346,13 @@ class FileRuns:
             while session not in reached:
                 try:
                     info = await self._info_of(session)
-                except StorageError as failure:
+                except StorageError as exc:
+                    failure = _unreadable_run(exc)
                     log.error(
                         "a pair leads to run %s, which cannot be read, so no open session "
                         "is ended as one no pair leads to at this start: %s",
-                        *_named(failure),
+                        failure.run,
+                        failure.reason,
                     )
                     return None
                 if info is None:
@@ -375,8 +378,7 @@ class FileRuns:
     async def all(self) -> RunList:
         failures: list[StorageError] = []
         infos = await self._infos(await self._names(), failures)
-        unreadable = [UnreadableRun(Path(f.path).parent.name, f.message) for f in failures]
-        return run_list(infos, unreadable)
+        return run_list(infos, [_unreadable_run(failure) for failure in failures])
 
     async def _infos(
         self, names: list[str], unreadable: list[StorageError] | None = None
@@ -424,6 +426,6 @@ class FileRuns:
         self.leases.release(run, holder)
 
 
-def _named(failure: StorageError) -> tuple[str, str]:
+def _unreadable_run(failure: StorageError) -> UnreadableRun:
     """The run whose ``run.json`` *failure* is about, and what went wrong."""
-    return Path(failure.path).parent.name, str(failure)
+    return UnreadableRun(Path(failure.path).parent.name, failure.message)
