@@ -380,12 +380,9 @@ class FileRuns:
         infos = await self._infos(await self._names(), failures)
         return run_list(infos, [_unreadable_run(failure) for failure in failures])
 
-    async def _infos(
-        self, names: list[str], unreadable: list[StorageError] | None = None
-    ) -> list[RunInfo]:
+    async def _infos(self, names: list[str], unreadable: list[StorageError]) -> list[RunInfo]:
         """The info of each run *names* name that has one, in their order;
-        one that cannot be read raises, or with *unreadable* goes there.
-        (Recovery raises: a run it cannot read must not be listed settled.)"""
+        each that cannot be read goes to *unreadable* instead."""
         root = str(self.root)
         # Strings, not Paths: building 10,000 Paths costs more than reading them.
         paths = [f"{root}/{name}/run.json" for name in names]
