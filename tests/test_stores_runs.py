@@ -104,18 +104,23 @@ async def test_create_writes_info_that_info_and_all_read_oldest_first(runs: RunS
         await run.aclose()
 
 
+async def spoil_info(runs: RunStore, run: str, request: pytest.FixtureRequest) -> None:
+    """Make *run*'s info unreadable, as only a hand edit can."""
+    if isinstance(runs, FileRuns):
+        (runs.path(run) / "run.json").write_text("")
+    else:
+        url = request.getfixturevalue("postgres_url")
+        async with await psycopg.AsyncConnection.connect(url) as conn:
+            await conn.execute("UPDATE runs SET record = '{\"id\": 3}' WHERE id = %s", (run,))
+
+
 @pytest.mark.anyio
 async def test_a_run_whose_info_cannot_be_read_is_named_and_the_others_still_listed(
     runs: RunStore, request: pytest.FixtureRequest
 ) -> None:
     for run in ("s-good", "s-bad"):
         await (await runs.create(session_info(run))).aclose()
-    if isinstance(runs, FileRuns):
-        (runs.path("s-bad") / "run.json").write_text("")
-    else:
-        url = request.getfixturevalue("postgres_url")
-        async with await psycopg.AsyncConnection.connect(url) as conn:
-            await conn.execute("UPDATE runs SET record = '{\"id\": 3}' WHERE id = 's-bad'")
+    await spoil_info(runs, "s-bad", request)
     listed = await runs.all()
     assert [i.id for i in listed.runs] == ["s-good"]
     assert [u.run for u in listed.unreadable] == ["s-bad"]
@@ -291,6 +296,20 @@ async def test_recover_interrupts_open_task_and_direct_runs_only(runs: RunStore)
     assert by_id["s-open"].status == "open"
     assert by_id["direct-done"].status == "done"
     assert await runs.recover(NOW + 20) == 0
+
+
+@pytest.mark.anyio
+async def test_recovery_leaves_a_run_whose_info_cannot_be_read_and_recovers_the_others(
+    runs: RunStore, request: pytest.FixtureRequest
+) -> None:
+    for run in ("direct-good", "direct-bad"):
+        info = RunInfo(id=run, surface="direct", worker="grace", channel=None, created_at=NOW)
+        await (await runs.create(info)).aclose()
+    await spoil_info(runs, "direct-bad", request)
+    assert await runs.recover(NOW + 10) == 1
+    listed = await runs.all()
+    assert [(i.id, i.status) for i in listed.runs] == [("direct-good", "interrupted")]
+    assert [u.run for u in listed.unreadable] == ["direct-bad"]
 
 
 @pytest.mark.anyio

@@ -130,7 +130,7 @@ _FRESH: LiteralString = (
 # however many have ever finished.
 # A run that a live host holds a lease on is under way, not cut off.
 OPEN_RUNS = (
-    "SELECT record FROM runs WHERE status = 'open' AND surface <> %(session)s"
+    "SELECT id, record FROM runs WHERE status = 'open' AND surface <> %(session)s"
     " AND NOT EXISTS (SELECT 1 FROM leases WHERE key = runs.id AND until > %(now)s) ORDER BY id"
 )
 # Open sessions that no pair's pointer leads to, directly or through
@@ -143,7 +143,7 @@ UNREACHED_SESSIONS = (
     "WITH RECURSIVE reached (id) AS (SELECT session FROM session_pointers"
     " UNION SELECT runs.record::jsonb ->> 'rolled_to' FROM runs JOIN reached USING (id)"
     " WHERE runs.status = 'rolled-over')"
-    " SELECT record FROM runs WHERE status = 'open' AND surface = %(session)s"
+    " SELECT id, record FROM runs WHERE status = 'open' AND surface = %(session)s"
     " AND id NOT IN (SELECT id FROM reached WHERE id IS NOT NULL)"
     " AND NOT EXISTS (SELECT 1 FROM leases WHERE until > %(now)s"
     " AND key IN (runs.id, runs.record::jsonb ->> 'rolled_from')) ORDER BY id"
@@ -464,13 +464,36 @@ class PostgresRuns:
         """
         with self._failing("recover"):
             async with self._db.pooled() as conn, conn.transaction():
-                interrupted = await _end_open(conn, OPEN_RUNS, cut_off, now)
-                abandoned = await _end_open(conn, UNREACHED_SESSIONS, unreached, now)
+                interrupted = await self._end_open(conn, OPEN_RUNS, cut_off, now)
+                abandoned = await self._end_open(conn, UNREACHED_SESSIONS, unreached, now)
         if interrupted:
             log.warning("marked %d runs cut off by a stop as interrupted", interrupted)
         if abandoned:
             log.warning("ended %d sessions no pair leads to as failed", abandoned)
         return interrupted + abandoned
+
+    async def _end_open(
+        self,
+        conn: Connection,
+        query: LiteralString,
+        end: Callable[[RunInfo, float], RunInfo],
+        now: float,
+    ) -> int:
+        """End each open run *query* finds as *end* has it as of *now*: how
+        many were still open (another host recovering at once ends the
+        others). One whose record cannot be read is left as it is: it must
+        not stop every host's recovery, round after round."""
+        cursor = await conn.execute(query, {"session": Surface.SESSION.value, "now": now})
+        ended = 0
+        for run, text in await cursor.fetchall():
+            try:
+                info = end(self._db.decode(_info, text), now)
+            except StorageError as failure:
+                log.error("run %s cannot be read; recovery leaves it as it is: %s", run, failure)
+                continue
+            done = await conn.execute(_END_OPEN, (info.status, encode(info), info.id))
+            ended += done.rowcount
+        return ended
 
     async def write_info(self, info: RunInfo) -> None:
         await self.write_revision(info)
@@ -576,20 +599,6 @@ class PostgresRuns:
                     "DELETE FROM session_pointers WHERE worker = %s AND channel = %s",
                     _pair(worker, channel),
                 )
-
-
-async def _end_open(
-    conn: Connection, query: LiteralString, end: Callable[[RunInfo, float], RunInfo], now: float
-) -> int:
-    """End each open run *query* finds as *end* has it as of *now*: how many
-    were still open (another host recovering at once ends the others)."""
-    cursor = await conn.execute(query, {"session": Surface.SESSION.value, "now": now})
-    ended = 0
-    for (text,) in await cursor.fetchall():
-        info = end(_info.decode(text), now)
-        done = await conn.execute(_END_OPEN, (info.status, encode(info), info.id))
-        ended += done.rowcount
-    return ended
 
 
 def _info_params(info: RunInfo) -> tuple[str, float, str, str, str]:
