@@ -366,10 +366,11 @@ def _bridge_commands(commands: _Subparsers, client: _Parser) -> None:
         metavar="MASK",
         help="nick!user@host glob that may !approve and !reject gates (repeat for more)",
     )
-    debounce = f"default: {DEBOUNCE_S:g}"
-    irc.add_argument("--debounce", type=_seconds, default=DEBOUNCE_S, metavar="S", help=debounce)
     irc.add_argument(
-        "--max-lines", type=_count, default=MAX_LINES, metavar="N", help=f"default: {MAX_LINES}"
+        "--debounce", type=_seconds, default=DEBOUNCE_S, metavar="S", help="default: %(default)g"
+    )
+    irc.add_argument(
+        "--max-lines", type=_count, default=MAX_LINES, metavar="N", help="default: %(default)s"
     )
     rates = (
         ("line", SEND_RATE, "lines sent at once"),

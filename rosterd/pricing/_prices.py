@@ -98,8 +98,14 @@ def price_for(
     a call of *input_tokens* (its whole input: fresh, cached and written),
     or ``None`` when it has none. With no input tokens it is the base row,
     below every tier."""
-    schedule = _UNLISTED if config.kind == "echo" else _library_schedule(config)
+    schedule = _schedule_of(config, _library_schedule)
     return _row(config, override, schedule.at(time.time())[1], input_tokens)
+
+
+def _schedule_of(config: EngineConfig, library: Library) -> Schedule:
+    """*library*'s price lists for *config*'s model. The echo engine is free
+    (``_row``): the library, which knows nothing of it, is never loaded for it."""
+    return _UNLISTED if config.kind == "echo" else library(config)
 
 
 def _row(
@@ -215,10 +221,7 @@ class Pricing:
 
     def _schedule(self, config: EngineConfig) -> Schedule:
         if config not in self._schedules:
-            # The echo engine is free (``_row``): the library, which knows
-            # nothing of it, is never loaded for it.
-            free = config.kind == "echo"
-            self._schedules[config] = _UNLISTED if free else self._library(config)
+            self._schedules[config] = _schedule_of(config, self._library)
         return self._schedules[config]
 
     def cost(
