@@ -13,6 +13,8 @@ import pytest
 from anyio.abc import SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 from harness import DaemonProcess, set_daemon
+from orgs import simulated_engine, write_org
+from simulator import Reply, Simulator
 
 from rosterd.client import RosterClient
 from rosterd.protocol import MemoryList
@@ -313,3 +315,35 @@ async def test_a_connection_that_sends_no_line_is_closed(org_dir: Path, tmp_path
             await idle.receive()
         await idle.aclose()
         assert "idle" in daemon.log()
+
+
+@pytest.mark.anyio
+async def test_a_client_that_never_reads_a_long_stream_is_dropped_and_the_turn_recorded(
+    tmp_path: Path,
+) -> None:
+    # Far more deltas than the daemon queues for a client (256 KiB) and the
+    # socket holds: the turn outlives the client that asked for it.
+    long = "".join(f"line {n:07d} of a long answer\n" for n in range(40_000))
+    async with Simulator(delta_chars=1024) as sim:
+        sim.script(Reply(long))
+        org = write_org(
+            tmp_path / "org",
+            engine=simulated_engine(sim),
+            sections="[daemon]\nsend_timeout_s = 2\n",
+        )
+        with DaemonProcess(org, tmp_path / "state").start() as daemon:
+            async with await daemon.client() as client:
+                session = (await client.session_open("w0", "c0")).session
+            deaf = await anyio.connect_unix(daemon.socket)
+            await deaf.send(request(1, "session.send", session=session, text="tell me all"))
+            with anyio.fail_after(60):
+                await daemon.logged("it stopped reading")
+            async with await daemon.client() as client:
+                # Waits for the session's turn under way, then answers after it.
+                after = await client.session_send(session, "and now?")
+                shown = await client.runs_show(session)
+            await deaf.aclose()
+    replies = [e.content for e in shown.transcript if e.role == "assistant"]
+    assert replies == [long]
+    # The next turn is answered, by a new session: the reply filled this one.
+    assert after.rolled_from == session and after.text.startswith("Reply")
