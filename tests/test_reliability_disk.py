@@ -75,15 +75,22 @@ def fill(mount: Path, leave: int) -> Path:
 
 
 @contextlib.contextmanager
-def full(mount: Path, leave: int) -> Iterator[pytest.ExceptionInfo[RpcError]]:
-    """*mount* filled to about *leave* free bytes for the block, which must
-    fail with an ``RpcError``; the space is freed after it."""
+def filled(mount: Path, leave: int) -> Iterator[None]:
+    """*mount* filled to about *leave* free bytes for the block; the space
+    is freed after it."""
     filler = fill(mount, leave)
     try:
-        with pytest.raises(RpcError) as failed:
-            yield failed
+        yield
     finally:
         filler.unlink()
+
+
+@contextlib.contextmanager
+def full(mount: Path, leave: int) -> Iterator[pytest.ExceptionInfo[RpcError]]:
+    """*mount* filled to about *leave* free bytes for the block, which must
+    fail with an ``RpcError``."""
+    with filled(mount, leave), pytest.raises(RpcError) as failed:
+        yield failed
 
 
 @pytest.mark.anyio
@@ -136,12 +143,8 @@ async def test_a_first_write_that_fails_in_one_file_keeps_nothing_in_the_other(
     # Whichever lands first, the other never fits.
     big = "y" * 200_000
     trace, user = (big, "two") if too_big == "trace" else ("two", big)
-    filler = fill(tmpfs, 100_000)
-    try:
-        with pytest.raises(StorageError):
-            await run.append(with_content(record, 2, trace), [entry(2, "user", user)])
-    finally:
-        filler.unlink()
+    with filled(tmpfs, 100_000), pytest.raises(StorageError):
+        await run.append(with_content(record, 2, trace), [entry(2, "user", user)])
     assert [(directory / name).read_bytes() for name in names] == before
     assert run.last_turn == 1
     await run.append(with_content(record, 2, "two"), [entry(2, "user", "two")])
@@ -435,11 +438,8 @@ async def test_a_gate_whose_task_pause_fails_is_filed_once_and_its_resolution_co
     with on_tmpfs.start() as daemon:
         async with await daemon.client() as client:
             done, file = await _done_and_a_gate_filer(client)
-            filler = fill(tmpfs, 16_000)
-            try:
+            with filled(tmpfs, 16_000):
                 gate = await file()
-            finally:
-                filler.unlink()
             listed = await client.gate_list()
             await client.gate_resolve(gate.id, "approved", note="go")
             finished = await wait_task(client, done.id, "done")
@@ -464,15 +464,12 @@ async def test_a_task_whose_gate_write_stands_is_moved_once_the_disk_has_room_ag
         async with await daemon.client() as client:
             task, file = await _done_and_a_gate_filer(client)
             gate = await file() if failing == "gate.resolve" else None
-            filler = fill(tmpfs, 16_000)
-            try:
+            with filled(tmpfs, 16_000):
                 if gate is None:
                     gate = await file()
                 else:
                     gate = await client.gate_resolve(gate.id, "approved", note="go")
                 before = await client.task_get(task.id)
-            finally:
-                filler.unlink()
             await daemon.logged(f"gate {gate.id}: its task is where the gate says now")
             after = await wait_task(client, task.id, moved[1])
     assert (before.status, after.status) == moved
@@ -536,12 +533,8 @@ async def test_a_prefix_state_whose_write_failed_is_written_by_the_next_put(tmpf
     second = PrefixState(
         run="s-2", at=2.0, engine_fingerprint="e" * 200_000, blocks=(), boundaries=()
     )
-    filler = fill(tmpfs, 100_000)
-    try:
-        with pytest.raises(StorageError):
-            await prefixes.put("ada", "general", second)
-    finally:
-        filler.unlink()
+    with filled(tmpfs, 100_000), pytest.raises(StorageError):
+        await prefixes.put("ada", "general", second)
     await prefixes.put("ada", "general", msgspec.structs.replace(second, at=3.0))
     assert await FilePrefixes(tmpfs).get("ada", "general") == msgspec.structs.replace(
         second, at=3.0
@@ -680,3 +673,19 @@ async def test_a_memory_write_that_fails_is_answered_as_failed_and_the_turn_goes
     # Nothing of either write stays, after a restart too.
     assert [(n.id, n.retired) for n in notes] == [("m-1", None)]
     assert b"monthly" not in (memory / "w0.jsonl").read_bytes()
+
+
+@pytest.mark.anyio
+async def test_a_start_on_a_full_disk_serves_though_it_cannot_list_runs_settled(
+    on_tmpfs: DaemonProcess, tmpfs: Path
+) -> None:
+    with on_tmpfs.start() as daemon:
+        async with await daemon.client() as client:
+            finished = [(await client.run_direct("ada", f"run {n}")).run for n in range(3)]
+    # A state from before the list: this start would list every run.
+    (tmpfs / "state" / "settled-runs.jsonl").unlink()
+    with filled(tmpfs, 0), daemon.start():
+        async with await daemon.client() as client:
+            listed = [run.id for run in await client.runs_list()]
+        await daemon.logged("could not list")
+    assert listed == finished

@@ -48,13 +48,25 @@ class SettledRuns:
         return set(await read_log(self.path, str, repair=True))
 
     async def add(self, runs: Sequence[str]) -> None:
-        """List *runs*, durably; with none, the list is made if missing."""
-        settled, _ = await JsonlLog.open(self.path, str, lambda _: True)
+        """List *runs*, durably; with none, the list is made if missing.
+        The list only spares a start reading: if it cannot be written (a
+        full disk), that is logged and the next start looks at them again,
+        rather than a start or a stop failing over it."""
         try:
-            if runs:
-                await settled.extend(runs)
-        finally:
-            await settled.aclose()
+            # Shielded: a batch taken off is written, whatever its caller.
+            with anyio.CancelScope(shield=True):
+                settled, _ = await JsonlLog.open(self.path, str, lambda _: True)
+                try:
+                    if runs:
+                        await settled.extend(runs)
+                finally:
+                    await settled.aclose()
+        except StorageError as exc:
+            log.warning(
+                "could not list %d runs as settled (the next start looks at them): %s",
+                len(runs),
+                exc,
+            )
 
     async def ended(self, run: str) -> None:
         """*run* ended while the daemon serves: listed with its batch."""
@@ -63,18 +75,7 @@ class SettledRuns:
             await self.flush()
 
     async def flush(self) -> None:
-        """List the runs ended since the last batch; if that fails, the
-        next start looks at them instead."""
+        """List the runs ended since the last batch."""
         batch, self._ended = self._ended, []
-        if not batch:
-            return
-        try:
-            # Shielded: a batch taken off is written, whatever its caller.
-            with anyio.CancelScope(shield=True):
-                await self.add(batch)
-        except StorageError as exc:
-            log.warning(
-                "could not list %d ended runs as settled (the next start looks at them): %s",
-                len(batch),
-                exc,
-            )
+        if batch:
+            await self.add(batch)
