@@ -60,14 +60,12 @@ async def read_log(path: Path, record_type: type[T], *, repair: bool = False) ->
         if end < 0:
             log.warning("%s: dropped a torn last line of %d bytes", path, len(data) - start)
             break
-        try:
-            records.append(decoder.decode(data[start:end]))
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            if data.find(b"\n", end + 1) < 0:
-                log.warning("%s: dropped an unreadable last line: %s", path, exc)
-                break
-            # A middle line can only be damaged by hand; skip it, keep the rest.
-            log.error("%s: skipped an unreadable line at byte %d: %s", path, start, exc)
+        last = data.find(b"\n", end + 1) < 0
+        record = _decoded(decoder, data[start:end], path, start, last=last)
+        if record is not None:
+            records.append(record)
+        elif last:
+            break
         start = end + 1
         good_end = start
     if repair and good_end < len(data):
@@ -113,20 +111,32 @@ def _read_tail(
                 cut = offset
                 continue
             whole += 1
-            try:
-                record = decoder.decode(line)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                # As read_log: only the last whole line can be a kill's.
+            record = _decoded(decoder, line, path, offset, last=whole == 1)
+            if record is None:
                 if whole == 1:
-                    log.warning("%s: dropped an unreadable last line: %s", path, exc)
                     cut = offset
-                else:
-                    log.error("%s: skipped an unreadable line at byte %d: %s", path, offset, exc)
                 continue
             newest.append(record)
             if enough(record):
                 break
     return newest, cut
+
+
+def _decoded(
+    decoder: msgspec.json.Decoder[T], line: bytes, path: Path, offset: int, *, last: bool
+) -> T | None:
+    """The record *line* (at *offset*) holds, or ``None`` when it does not
+    decode: dropped if it is the *last* whole line, which a kill can leave
+    half-written with a newline in it; else skipped, since a line before it
+    can only be damaged by hand."""
+    try:
+        return decoder.decode(line)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        if last:
+            log.warning("%s: dropped an unreadable last line: %s", path, exc)
+        else:
+            log.error("%s: skipped an unreadable line at byte %d: %s", path, offset, exc)
+        return None
 
 
 def _lines_backwards(handle: BinaryIO, size: int) -> Iterator[tuple[int, bytes]]:
