@@ -16,6 +16,7 @@ import logging
 import os
 import secrets
 import socket
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -76,6 +77,13 @@ from ._leases import LeaseKeeper
 from ._lifetime import CachePlan
 
 log = logging.getLogger("rosterd.sessions")
+
+# A compilation is pure and most take well under a thread hop's cost (about
+# 0.1 ms here), so it runs on the event loop. Ranking a message whose words
+# many notes share can take longer: once a worker's compilation took more
+# than this, its next one runs in a thread, so no other client waits
+# through it.
+ON_LOOP_S = 0.002
 
 
 class TurnOutcome(msgspec.Struct, frozen=True):
@@ -143,6 +151,9 @@ class Host(AsyncResource):
         # Engine calls in flight, so a stop that cannot wait can cut them short.
         self._calls: set[anyio.CancelScope] = set()
         self._interrupted = False
+        # Per worker, whether its last compilation took longer than
+        # ON_LOOP_S: its next one runs off the event loop.
+        self._slow_compiles: dict[str, bool] = {}
 
     def __repr__(self) -> str:
         return f"Host({self.stores!r}, {len(self._engines)} engines)"
@@ -427,17 +438,20 @@ class Host(AsyncResource):
         self, watch: TurnWatch, run: ActiveRun, compile_fn: Callable[[], Compilation]
     ) -> Compilation:
         """The turn's compilation; a failed one is traced before it is raised."""
+        worker = run.info.worker
         try:
-            # Pure, but ranking a message whose words many notes share can
-            # take more than a few ms: off the loop, so no other client
-            # waits through it. The stores hand over snapshots a thread may
-            # read while the loop keeps writing.
             with watch.phase("compile"):
-                compilation = await anyio.to_thread.run_sync(compile_fn)
+                if self._slow_compiles.get(worker, False):
+                    # The stores hand over snapshots a thread may read
+                    # while the loop keeps writing.
+                    compilation, took = await anyio.to_thread.run_sync(_timed, compile_fn)
+                else:
+                    compilation, took = _timed(compile_fn)
         except CompileError as exc:
             if exc.record is not None:
                 await run.trace(exc.record)
             raise
+        self._slow_compiles[worker] = took > ON_LOOP_S
         watch.numbered(compilation.record.turn)
         return compilation
 
@@ -771,6 +785,11 @@ class _Answer(msgspec.Struct, frozen=True):
     reply: EngineReply
     engine: NamedEngine
     fallback: str | None = None
+
+
+def _timed(compile_fn: Callable[[], Compilation]) -> tuple[Compilation, float]:
+    start = time.perf_counter()
+    return compile_fn(), time.perf_counter() - start
 
 
 def _engine_failure(named: NamedEngine, exc: EngineError | ConfigError) -> EngineError:
