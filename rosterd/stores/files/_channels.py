@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from ..._ids import check_id
 from ...compiler import ChannelMessage
 from .._tail import ChannelTail, tail_filled
-from ._jsonl import JsonlLog
+from ._jsonl import JsonlLog, Placed
 from ._opened import Opened
 
 
@@ -34,6 +34,15 @@ class FileChannels(Opened[_Channel]):
     ) -> list[ChannelMessage]:
         """Append (sender, text, at) messages in order, with one fsync; *run*
         names the session whose turn they are."""
+        messages, placed = await self.place_many(channel, posts, run=run)
+        await placed.durable()
+        return messages
+
+    async def place_many(
+        self, channel: str, posts: Sequence[tuple[str, str, float]], *, run: str | None = None
+    ) -> tuple[list[ChannelMessage], Placed]:
+        """``post_many``'s messages, placed in the channel's log: their
+        write is under way once this returns."""
         state = await self._get(channel)
         # Numbered and placed in the log with no await between, so the file
         # is in seq order; racing posts share a write. A failed write leaves
@@ -42,9 +51,9 @@ class FileChannels(Opened[_Channel]):
             ChannelMessage(seq=state.next_seq + n, sender=sender, text=text, at=at, run=run)
             for n, (sender, text, at) in enumerate(posts)
         ]
+        placed = state.log.place(messages, lambda: state.tail.remember(messages))
         state.next_seq += len(messages)
-        await state.log.extend(messages, lambda: state.tail.remember(messages))
-        return messages
+        return messages, placed
 
     async def recent(self, channel: str, limit: int) -> tuple[ChannelMessage, ...]:
         """The newest *limit* messages, oldest first: a history snapshot."""

@@ -6,10 +6,12 @@ write survives kill -9. A crash can tear only the last line; recovery
 carries on. Appends that
 arrive while a log is being written share its next write and fsync (group
 commit): the file holds them in call order, and each returns only once its
-bytes are durable.
+bytes are durable. The writes run in the daemon's writer threads
+(``_writers``), a batch's whole disk work in one hop; appends placed in
+several logs (``place``, then ``durable``) wait for the disk side by side.
 
 A failed write or fsync (disk full, I/O error) is cut back to the last good
-offset before the lock is released, so the next append never lands glued
+offset before the next batch is taken, so the next append never lands glued
 to half a record; if even that cut fails the log stops taking appends
 (fail-stop: after a failed fsync the page cache cannot be trusted). Every
 OSError leaves this module as StorageError. Files are created 0600 and
@@ -18,10 +20,12 @@ directories 0700 whatever the umask.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -32,6 +36,7 @@ from anyio.abc import AsyncResource
 
 from ..._errors import NotFoundError, StorageError
 from ._reading import read_bytes, read_log, read_tail, storage_error
+from ._writers import Outcome, cut_back, write_all, write_batch
 
 log = logging.getLogger("rosterd.stores")
 
@@ -40,8 +45,8 @@ _encoder = msgspec.json.Encoder()
 
 
 class _Append:
-    """One append waiting for its write: its bytes, what to do once they
-    are durable, and the error if they cannot be."""
+    """One append: its bytes, what to do once they are durable, and the
+    error if they cannot be."""
 
     __slots__ = ("committed", "data", "error")
 
@@ -51,23 +56,89 @@ class _Append:
         self.error: StorageError | None = None
 
 
+class _Batch:
+    """Appends that go to the file together: one write, one fsync. It is
+    *taken* once a writer thread has it; *done* is set once each append in
+    it is durable or has its error."""
+
+    __slots__ = ("appends", "done", "taken")
+
+    def __init__(self) -> None:
+        self.appends: list[_Append] = []
+        # asyncio's, as the writers are (``_writers``): it is set from a
+        # callback of the loop, outside any task, where anyio cannot tell
+        # which loop it is in.
+        self.done = asyncio.Event()
+        self.taken = False
+
+
+class Placed:
+    """An append placed in its log, in call order: ``durable`` waits for
+    its write."""
+
+    __slots__ = ("_append", "_batch")
+
+    def __init__(self, append: _Append, batch: _Batch) -> None:
+        self._append = append
+        self._batch = batch
+
+    async def durable(self) -> None:
+        """Return once the append is durable; raise ``StorageError`` if it
+        cannot be. Cancelled while it waits for a write to take it, the
+        append is not written; once taken, it is written whatever becomes
+        of its caller, and the cancellation is raised once it is settled."""
+        batch = self._batch
+        try:
+            await batch.done.wait()
+        except anyio.get_cancelled_exc_class():
+            if not batch.taken:
+                batch.appends.remove(self._append)
+                raise
+            with anyio.CancelScope(shield=True):
+                await batch.done.wait()
+            raise
+        if self._append.error is not None:
+            raise self._append.error
+
+    async def settled(self) -> None:
+        """Wait, raising nothing, until the append is durable, failed or
+        withdrawn by a cancelled ``durable``."""
+        if self._append in self._batch.appends:
+            await self._batch.done.wait()
+
+
+async def durable(placed: Sequence[Placed]) -> None:
+    """Wait for each of *placed*, written side by side: one wait for the
+    disk between them, not one each. Each runs to its end whatever becomes
+    of the others; the first failure in the order given is raised, once
+    they all are settled."""
+    failure: StorageError | None = None
+    for each in placed:
+        try:
+            await each.durable()
+        except StorageError as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+
+
 class JsonlLog(AsyncResource, Generic[T]):
     """An append-only JSONL file of one record type, one record per line.
 
     Open it with ``await JsonlLog.open(path, type)``, which returns the log
-    and the records already in it. One write at a time goes to the file;
-    the appends made meanwhile wait together and go in the next one, with
-    one fsync for them all.
+    and the records already in it. One batch at a time goes to the file,
+    in a writer thread (``_writers``); the appends placed meanwhile wait
+    together and go in the next one, with one fsync for them all.
     """
 
     def __init__(self, path: Path, fd: int, size: int) -> None:
         self.path = path
         self._fd = fd
         self._size = size  # end of the last acknowledged record
-        # Held by the task writing a batch; whoever gets it next writes the
-        # batch that filled meanwhile, if nobody has yet.
-        self._writing = anyio.Lock()
-        self._filling: list[_Append] = []
+        # The batch a writer thread has (or a cut back under way), and the
+        # one filling meanwhile, taken as soon as that one is done.
+        self._writing: _Batch | None = None
+        self._filling = _Batch()
         self._closed = False
         self._broken: StorageError | None = None
 
@@ -98,90 +169,115 @@ class JsonlLog(AsyncResource, Generic[T]):
         return self._size
 
     async def append(self, record: T, committed: Callable[[], None] | None = None) -> None:
-        await self.extend((record,), committed)
+        await self.place((record,), committed).durable()
 
     async def extend(
         self, records: Iterable[T], committed: Callable[[], None] | None = None
     ) -> None:
-        """Append *records* and return once they are durable.
+        """Append *records* and return once they are durable (``place``)."""
+        await self.place(records, committed).durable()
 
-        They are placed before this coroutine first yields, so the file
-        holds appends in the order they were called. *committed* (which
-        must not raise) runs once they are durable, in that same order and
-        before any append written with them returns: what a caller keeps
-        in memory follows the file. If the write fails, nothing of it stays
-        in the file and *committed* never runs. Cancelled while it waits
-        for a write to take it, an append is not written; once taken, it
-        is written whatever becomes of its caller.
+    def place(self, records: Iterable[T], committed: Callable[[], None] | None = None) -> Placed:
+        """Place *records* in the log, after every append placed before, and
+        start their write if none is under way; ``Placed.durable`` waits for
+        it. Appends placed in several logs are written side by side.
+
+        *committed* (which must not raise) runs once they are durable, in
+        call order and before any append written with them returns: what a
+        caller keeps in memory follows the file. If the write fails,
+        nothing of it stays in the file and *committed* never runs.
         """
         if self._broken is not None:
             raise self._broken
         append = _Append(b"".join(_encoder.encode(r) + b"\n" for r in records), committed)
         batch = self._filling
-        batch.append(append)
+        batch.appends.append(append)
+        if self._writing is None:
+            self._take()
+        return Placed(append, batch)
+
+    def _take(self) -> None:
+        """Hand the filling batch to a writer thread."""
+        batch = self._writing = self._filling
+        self._filling = _Batch()
+        batch.taken = True
+        datas = [append.data for append in batch.appends]
+        write_batch(self._fd, self._size, datas, partial(self._written, batch))
+
+    def _written(self, batch: _Batch, outcome: Outcome) -> None:
+        """On the loop: settle *batch* by its writer's *outcome*, then take
+        the batch that filled meanwhile."""
         try:
-            async with self._writing:
-                if batch is self._filling:
-                    self._filling = []
-                    # Shielded: the others in the batch wait on this write.
-                    with anyio.CancelScope(shield=True):
-                        await self._write(batch)
-        except anyio.get_cancelled_exc_class():
-            if batch is self._filling:  # cancelled before anyone wrote it
-                batch.remove(append)
-            raise
-        if append.error is not None:
-            raise append.error
-
-    async def _write(self, batch: list[_Append]) -> None:
-        if await self._written(batch) or len(batch) == 1:
-            return
-        # Together they did not go in (a full disk, say): each alone now,
-        # so only an append that cannot be written fails.
-        for append in batch:
-            await self._written([append])
-
-    async def _written(self, appends: list[_Append]) -> bool:
-        """Write *appends* with one fsync; whether they are durable."""
-        error = self._broken
-        if error is None:
-            data = b"".join(append.data for append in appends)
-            try:
-                await anyio.to_thread.run_sync(_write_all, self._fd, data)
-            except OSError as exc:
-                error = storage_error(self.path, "append", exc)
-                await self._cut_back()
+            errors, self._size, cut = outcome.result()
+        except Exception as exc:
+            # Not a disk's error but a fault of ours: what the file holds
+            # is unknown, so the log takes no more.
+            log.exception("%s: a writer failed", self.path)
+            self._broken = StorageError(
+                f"{self.path}: append failed: {exc!r}", path=str(self.path), op="append"
+            )
+            errors, cut = [], None
+            for append in batch.appends:
+                append.error = self._broken
+        if cut is not None:
+            self._stop(cut)
+        for append, error in zip(batch.appends, errors, strict=False):
+            if error is None:
+                if append.committed is not None:
+                    append.committed()
+            elif error is cut:
+                append.error = self._broken
             else:
-                self._size += len(data)
-        for append in appends:
-            append.error = error
-            if error is None and append.committed is not None:
-                append.committed()
-        return error is None
+                append.error = storage_error(self.path, "append", error)
+        self._next(batch)
+
+    def _next(self, finished: _Batch) -> None:
+        """*finished* is done: take the batch that filled meanwhile, or fail
+        it if the log stopped."""
+        self._writing = None
+        finished.done.set()
+        waiting = self._filling
+        if not waiting.appends:
+            return
+        if self._broken is None:
+            self._take()
+            return
+        self._filling = _Batch()
+        for append in waiting.appends:
+            append.error = self._broken
+        waiting.taken = True
+        waiting.done.set()
 
     async def retract(self, size: int) -> None:
         """Cut the log back to *size*, a ``size`` read before appends that
         must not stay: the other half of one write failed, or the lines
         were never traced. They go as a failed append does, and if even the
-        cut fails the log stops taking appends. Only for a log with one
-        writer, whose appends since *size* have returned."""
-        async with self._writing:
-            if size < self._size:
-                self._size = size
-                await self._cut_back()
-
-    async def _cut_back(self) -> None:
-        """Cut a failed write back to the last durable record, or stop
-        taking appends if even that fails."""
+        cut fails the log stops taking appends. Appends placed meanwhile
+        wait for it."""
+        await self._idle()
+        if size >= self._size:
+            return
+        cutting = self._writing = _Batch()
         try:
-            await anyio.to_thread.run_sync(_cut_back, self._fd, self._size)
+            self._size = size
+            await anyio.to_thread.run_sync(cut_back, self._fd, size)
         except OSError as cut:
-            self._broken = storage_error(self.path, "truncate after failed append", cut)
-            log.error("%s: stopped taking appends: %s", self.path, self._broken)
+            self._stop(cut)
+        finally:
+            self._next(cutting)
+
+    def _stop(self, cut: OSError) -> None:
+        self._broken = storage_error(self.path, "truncate after failed append", cut)
+        log.error("%s: stopped taking appends: %s", self.path, self._broken)
+
+    async def _idle(self) -> None:
+        while self._writing is not None:
+            await self._writing.done.wait()
 
     async def aclose(self) -> None:
         if not self._closed:
             self._closed = True
+            await self._idle()
             await anyio.to_thread.run_sync(os.close, self._fd)
 
 
@@ -204,18 +300,6 @@ def _open_append(path: Path) -> tuple[int, int]:
         return fd, os.fstat(fd).st_size
     except OSError as exc:
         raise storage_error(path, "open", exc) from None
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-    os.fsync(fd)
-
-
-def _cut_back(fd: int, size: int) -> None:
-    os.ftruncate(fd, size)
-    os.fsync(fd)
 
 
 def remove_leftover_tmp(root: Path, skip: str | None = None) -> int:
@@ -257,7 +341,7 @@ def _replace(path: Path, data: bytes) -> None:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             os.fchmod(fd, 0o600)
-            _write_all(fd, data)
+            write_all(fd, data)
         finally:
             os.close(fd)
         os.replace(tmp, path)

@@ -15,8 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
-from collections.abc import Callable, Coroutine, Sequence
-from functools import partial
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ import msgspec
 
 from ..._errors import NotFoundError, StaleError, StorageError
 from ..._ids import check_id, is_id
-from ..._together import together
 from ...compiler import ContextRecord
 from ...org import Surface
 from ...protocol import RunInfo, TranscriptEntry
@@ -36,6 +34,8 @@ from .._records import Posts, SessionState, cut_off, new_run_id, unreached
 from ._channels import FileChannels
 from ._jsonl import (
     JsonlLog,
+    Placed,
+    durable,
     read_document,
     read_documents,
     remove_document,
@@ -115,24 +115,29 @@ class FileRun(OpenRun):
         """
         later = len(self._later)
         entries = [*self._later, *entries]
-        writes: list[Callable[[], Coroutine[Any, Any, object]]] = []
+        placed: list[Placed] = []
         marks: list[tuple[JsonlLog[Any], int]] = []
-        if record is not None:
-            writes.append(partial(self._context.append, record))
-            marks.append((self._context, self._context.size))
-        if entries:
-            writes.append(partial(self._transcript.extend, entries))
-            marks.append((self._transcript, self._transcript.size))
-        if posts is not None:
-            channels = self.store.channels
-            assert channels is not None, "a reader's runs post nothing"
-            writes.append(partial(channels.post_many, posts.channel, posts.messages, run=posts.run))
-        if not writes:
-            return
         try:
-            await together(*writes)
+            posted = None
+            if posts is not None:
+                # The channel's log may have to be opened: first, so that
+                # nothing is under way yet if that fails.
+                channels = self.store.channels
+                assert channels is not None, "a reader's runs post nothing"
+                _, posted = await channels.place_many(posts.channel, posts.messages, run=posts.run)
+            if record is not None:
+                marks.append((self._context, self._context.size))
+                placed.append(self._context.place((record,)))
+            if entries:
+                marks.append((self._transcript, self._transcript.size))
+                placed.append(self._transcript.place(entries))
+            if posted is not None:
+                placed.append(posted)
+            await durable(placed)
         except BaseException:
             with anyio.CancelScope(shield=True):
+                for each in placed:
+                    await each.settled()
                 for written, size in marks:
                     await written.retract(size)
             raise
