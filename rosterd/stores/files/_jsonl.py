@@ -133,6 +133,8 @@ class JsonlLog(AsyncResource, Generic[T]):
 
     def __init__(self, path: Path, fd: int, size: int) -> None:
         self.path = path
+        # Where writes are placed and their outcomes handled.
+        self._loop = asyncio.get_running_loop()
         self._fd = fd
         self._size = size  # end of the last acknowledged record
         # The batch a writer thread has (or a cut back under way), and the
@@ -202,7 +204,7 @@ class JsonlLog(AsyncResource, Generic[T]):
         self._filling = _Batch()
         batch.taken = True
         datas = [append.data for append in batch.appends]
-        write_batch(self._fd, self._size, datas, partial(self._written, batch))
+        write_batch(self._loop, self._fd, self._size, datas, partial(self._written, batch))
 
     def _written(self, batch: _Batch, outcome: Outcome) -> None:
         """On the loop: settle *batch* by its writer's *outcome*, then take

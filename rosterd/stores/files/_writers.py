@@ -41,10 +41,14 @@ Outcome = asyncio.Future[Written]
 
 
 def write_batch(
-    fd: int, size: int, datas: Sequence[bytes], done: Callable[[Outcome], None]
+    loop: asyncio.AbstractEventLoop,
+    fd: int,
+    size: int,
+    datas: Sequence[bytes],
+    done: Callable[[Outcome], None],
 ) -> None:
     """Append *datas* to the log open as *fd*, whose durable records end at
-    *size*, off the loop; *done* gets the outcome on the running event loop.
+    *size*, off the loop; *done* gets the outcome on *loop*.
 
     The batch goes in with one write and one fsync. If that fails (a full
     disk, say), the file is cut back to *size* and each is written alone,
@@ -52,10 +56,8 @@ def write_batch(
     global _pool
     if _pool is None:
         _pool = ThreadPoolExecutor(WRITERS, thread_name_prefix="rosterd-writer")
-    loop = asyncio.get_running_loop()
-    loop.run_in_executor(_pool, partial(_write_batch, fd, size, list(datas))).add_done_callback(
-        done
-    )
+    job = partial(_write_batch, fd, size, list(datas))
+    loop.run_in_executor(_pool, job).add_done_callback(done)
 
 
 def write_all(fd: int, data: bytes) -> None:
