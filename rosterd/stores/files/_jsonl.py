@@ -209,21 +209,21 @@ class JsonlLog(AsyncResource, Generic[T]):
     def _written(self, batch: _Batch, outcome: Outcome) -> None:
         """On the loop: settle *batch* by its writer's *outcome*, then take
         the batch that filled meanwhile."""
-        try:
-            errors, self._size, cut = outcome.result()
-        except Exception as exc:
+        if isinstance(outcome, Exception):
             # Not a disk's error but a fault of ours: what the file holds
             # is unknown, so the log takes no more.
-            log.exception("%s: a writer failed", self.path)
+            log.error("%s: a writer failed", self.path, exc_info=outcome)
             self._broken = StorageError(
-                f"{self.path}: append failed: {exc!r}", path=str(self.path), op="append"
+                f"{self.path}: append failed: {outcome!r}", path=str(self.path), op="append"
             )
-            errors, cut = [], None
             for append in batch.appends:
                 append.error = self._broken
+            self._next(batch)
+            return
+        errors, self._size, cut = outcome
         if cut is not None:
             self._stop(cut)
-        for append, error in zip(batch.appends, errors, strict=False):
+        for append, error in zip(batch.appends, errors, strict=True):
             if error is None:
                 if append.committed is not None:
                     append.committed()

@@ -2,27 +2,34 @@
 fsynced and (if that failed) cut back in one hop off the event loop.
 
 One job is all of a batch's disk work, so a batch costs one thread hop
-whatever becomes of it; its outcome comes back to the event loop as one
-callback. The pool is the daemon's own, apart from anyio's worker threads:
-a turn's appends to several logs wait for the disk side by side, and a
-compilation or a document write moved off the loop never waits behind
-them.
+whatever becomes of it. A writer that finds several jobs waiting takes up
+to ``GROUP`` of them and hands their outcomes back to the event loop with
+one wake-up: under load, the batches of many logs (a turn's trace and
+transcript, other sessions' turns) share the hops there and back instead
+of paying two each. The threads are the daemon's own, apart from anyio's
+worker threads, so a compilation or a document write moved off the loop
+never waits behind them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import queue
+import threading
+from collections import defaultdict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import NamedTuple
 
-# Logs written at once: fsyncs of different files overlap on the device,
+log = logging.getLogger("rosterd.stores")
+
+# Threads writing at once: fsyncs of different files overlap on the device,
 # and more threads than this only queue in the kernel's journal.
 WRITERS = 8
-
-_pool: ThreadPoolExecutor | None = None
+# Jobs one writer takes at a time, when they are waiting: their outcomes
+# reach the loop together, the first's no later than the last's fsync.
+GROUP = 4
 
 
 class Written(NamedTuple):
@@ -36,28 +43,81 @@ class Written(NamedTuple):
     cut: OSError | None
 
 
-# A batch's outcome, as the event loop gets it.
-Outcome = asyncio.Future[Written]
+# A batch's outcome, as the event loop gets it: a fault of ours instead of
+# a ``Written`` if the job itself failed.
+Outcome = Written | Exception
+Done = Callable[[Outcome], None]
+
+
+class _Job(NamedTuple):
+    loop: asyncio.AbstractEventLoop
+    fd: int
+    size: int
+    datas: Sequence[bytes]
+    done: Done
+
+
+_jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+_started = threading.Lock()
+_writers: list[threading.Thread] = []
 
 
 def write_batch(
-    loop: asyncio.AbstractEventLoop,
-    fd: int,
-    size: int,
-    datas: Sequence[bytes],
-    done: Callable[[Outcome], None],
+    loop: asyncio.AbstractEventLoop, fd: int, size: int, datas: Sequence[bytes], done: Done
 ) -> None:
     """Append *datas* to the log open as *fd*, whose durable records end at
-    *size*, off the loop; *done* gets the outcome on *loop*.
+    *size*, off the loop; *done* gets the outcome, called on *loop*.
 
     The batch goes in with one write and one fsync. If that fails (a full
     disk, say), the file is cut back to *size* and each is written alone,
     so only an append that cannot be written fails."""
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(WRITERS, thread_name_prefix="rosterd-writer")
-    job = partial(_write_batch, fd, size, list(datas))
-    loop.run_in_executor(_pool, job).add_done_callback(done)
+    if len(_writers) < WRITERS:
+        _start_writers()
+    _jobs.put(_Job(loop, fd, size, datas, done))
+
+
+def _start_writers() -> None:
+    with _started:
+        while len(_writers) < WRITERS:
+            # A daemon thread: a log is closed only once its writes are
+            # done, so one left waiting for jobs holds nothing.
+            name = f"rosterd-writer_{len(_writers)}"
+            writer = threading.Thread(target=_write_jobs, name=name, daemon=True)
+            writer.start()
+            _writers.append(writer)
+
+
+def _write_jobs() -> None:
+    while True:
+        jobs = [_jobs.get()]
+        while len(jobs) < GROUP:
+            try:
+                jobs.append(_jobs.get_nowait())
+            except queue.Empty:
+                break
+        finished: defaultdict[asyncio.AbstractEventLoop, list[tuple[Done, Outcome]]]
+        finished = defaultdict(list)
+        for job in jobs:
+            outcome: Outcome
+            try:
+                outcome = _write_batch(job.fd, job.size, job.datas)
+            except Exception as exc:
+                outcome = exc
+            finished[job.loop].append((job.done, outcome))
+        for loop, outcomes in finished.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, outcomes)
+            except RuntimeError:
+                log.warning("a log's writes finished after its event loop closed")
+
+
+def _deliver(outcomes: list[tuple[Done, Outcome]]) -> None:
+    for done, outcome in outcomes:
+        # One log's fault must not leave the others' writers waiting.
+        try:
+            done(outcome)
+        except Exception:
+            log.exception("settling a log's write failed")
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -72,7 +132,7 @@ def cut_back(fd: int, size: int) -> None:
     os.fsync(fd)
 
 
-def _write_batch(fd: int, size: int, datas: list[bytes]) -> Written:
+def _write_batch(fd: int, size: int, datas: Sequence[bytes]) -> Written:
     try:
         write_all(fd, b"".join(datas))
     except OSError as failure:
