@@ -27,7 +27,7 @@ POST: LiteralString = (
     " INSERT INTO channel_messages (channel, seq, run, record)"
     " SELECT %(channel)s, taken.before + m.i, %(run)s,"
     " '{\"seq\":' || (taken.before + m.i) || m.rest"
-    " FROM taken, unnest(%(rests)s::text[]) WITH ORDINALITY AS m (rest, i)"
+    " FROM taken, unnest(%(rests)b::text[]) WITH ORDINALITY AS m (rest, i)"
     " RETURNING seq"
 )
 _SEQ_HEAD = '{"seq":0'

@@ -43,7 +43,7 @@ _OF_WORKER = "SELECT record FROM gates WHERE worker = %s"
 # On the partial index gates_open_by_run: what waits, not what was ever filed.
 _OPEN_AGAINST_RUNS = "SELECT record FROM gates WHERE status = 'open' AND run IS NOT NULL"
 # On index gates_by_run.
-_AGAINST = "SELECT record FROM gates WHERE run = ANY(%s::text[])"
+_AGAINST = "SELECT record FROM gates WHERE run = ANY(%b::text[])"
 
 
 class PostgresGates:

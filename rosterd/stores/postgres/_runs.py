@@ -74,7 +74,7 @@ _APPEND_TRANSCRIPT = (
     "INSERT INTO run_transcript (run, n, record)"
     " SELECT %(run)s, last.n + line.i, line.record"
     " FROM (SELECT coalesce(max(n), 0) AS n FROM run_transcript WHERE run = %(run)s) AS last,"
-    " unnest(%(records)s::text[]) WITH ORDINALITY AS line (record, i)"
+    " unnest(%(records)b::text[]) WITH ORDINALITY AS line (record, i)"
 )
 _WRITE_INFO = (
     "INSERT INTO runs (id, created_at, status, surface, record) VALUES (%s, %s, %s, %s, %s)"

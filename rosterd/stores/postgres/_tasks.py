@@ -29,7 +29,7 @@ _UPDATE = (
 # A run names the task it was started for; the latest update wins, as in
 # the file backend's index.
 _RUNS = (
-    "INSERT INTO task_runs (run, task) SELECT run, %s FROM unnest(%s::text[]) AS r (run)"
+    "INSERT INTO task_runs (run, task) SELECT run, %s FROM unnest(%b::text[]) AS r (run)"
     " ON CONFLICT (run) DO UPDATE SET task = excluded.task"
 )
 _GET = "SELECT record FROM tasks WHERE n = %s"
@@ -45,7 +45,7 @@ _COUNTS = "SELECT status, count(*) FROM tasks GROUP BY status"
 _GATED = (
     "SELECT NULL, record FROM tasks WHERE status = 'paused'"
     " UNION ALL SELECT r.run, t.record FROM task_runs r JOIN tasks t ON t.n = r.task"
-    " WHERE r.run = ANY(%s::text[]) AND t.status = 'done'"
+    " WHERE r.run = ANY(%b::text[]) AND t.status = 'done'"
 )
 # The oldest task to run that no live host holds, on the partial index
 # tasks_pending (only tasks still to run, however many have finished);
