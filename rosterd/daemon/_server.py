@@ -9,6 +9,7 @@ recorded for every other frontend of the session.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import os
@@ -87,6 +88,7 @@ class _Connection:
         self.idle_scope: anyio.CancelScope | None = None
         self.dead = False
         self._group = group
+        self._loop = asyncio.get_running_loop()
         self._socket = stream.extra(SocketAttribute.raw_socket)
         self._queued: list[bytes] = []
         self._queued_bytes = 0
@@ -110,6 +112,14 @@ class _Connection:
             await self._flush()
         elif not self._flushing:
             self._flushing = True
+            self._loop.call_soon(self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        """The loop came round: what is queued goes out now, or, if the
+        client is behind, in a task that waits for it."""
+        if self._sent_at_once():
+            self._flushing = False
+        else:
             self._group.start_soon(self._flush_queued)
 
     async def _flush_queued(self) -> None:
