@@ -13,6 +13,7 @@ import anyio
 import msgspec
 import psycopg
 import pytest
+from anyio.abc import TaskGroup
 from harness import (
     DaemonProcess,
     InProcessDaemon,
@@ -325,6 +326,66 @@ async def test_an_open_send_or_close_while_a_close_is_under_way_waits_for_it(
     assert held.refused == [1004, 1004]
     assert fresh != held.session
     assert (result.run, result.turn) == (fresh, 1)
+
+
+async def close_behind_turns_then_reopen(
+    held: HeldEnd, tg: TaskGroup, turns: list[int], closed: list[Closed]
+) -> None:
+    """With the session's row held: a turn waiting at its first write and
+    one queued behind it, a close behind both, then an open of the pair,
+    each started once the one before it is logged waiting."""
+
+    async def send(text: str) -> None:
+        async with await held.daemon.client() as client:
+            turns.append((await client.session_send(held.session, text)).turn)
+
+    async def close() -> None:
+        closed.append(await held.client.session_close(held.session))
+
+    waiting = f"session {held.session}: a"
+    await held.row.execute("SELECT FROM runs WHERE id = %s FOR UPDATE", (held.session,))
+    tg.start_soon(send, "first")
+    tg.start_soon(send, "second")
+    await held.daemon.logged(f"{waiting} turn waits for the turn under way")
+    tg.start_soon(close)
+    await held.daemon.logged(f"{waiting} close waits for the turn under way")
+    tg.start_soon(held.reopen)
+    await held.daemon.logged(f"session {held.session}: waits for its end under way")
+
+
+async def test_an_open_while_a_close_waits_for_a_turn_waits_for_both_and_gets_a_fresh_one(
+    org_dir: Path, tmp_path: Path, postgres_url: str
+) -> None:
+    # The open got the session the close was waiting to end, so the send
+    # after it got 1004.
+    async with held_end(org_dir, tmp_path, postgres_url, ManualClock()) as held:
+        turns: list[int] = []
+        closed: list[Closed] = []
+        async with anyio.create_task_group() as tg:
+            await close_behind_turns_then_reopen(held, tg, turns, closed)
+            await held.row.rollback()
+        (fresh,) = held.reopened
+        result = await held.client.session_send(fresh, "again")
+    assert sorted(turns) == [2, 3]
+    assert closed == [Closed(closed=held.session)]
+    assert fresh != held.session
+    assert (result.run, result.turn) == (fresh, 1)
+
+
+async def test_an_open_of_another_pair_goes_on_while_a_close_waits_for_a_turn(
+    org_dir: Path, tmp_path: Path, postgres_url: str
+) -> None:
+    async with (
+        held_end(org_dir, tmp_path, postgres_url, ManualClock()) as held,
+        anyio.create_task_group() as tg,
+    ):
+        await close_behind_turns_then_reopen(held, tg, [], [])
+        # The open lock is not held through that open's wait.
+        with anyio.fail_after(10):
+            async with await held.daemon.client() as other:
+                elsewhere = await open_session(other, channel="releases")
+        await held.row.rollback()
+    assert elsewhere != held.session
 
 
 async def test_the_reaper_expires_sessions_no_one_touches(org_dir: Path, tmp_path: Path) -> None:

@@ -129,9 +129,11 @@ class Session:
         self.closed = False
         # Set when this session rolled over: its turns go there from then on.
         self.successor: Session | None = None
-        # Set while a close or an expiry holds the lock, until the session
-        # is closed or kept.
+        # Set from when a close is asked for (or an expiry holds the lock)
+        # until the session is closed or kept; how many such ends are
+        # under way.
         self._end_under_way: anyio.Event | None = None
+        self._ends = 0
         self._load(run, entries, history, seen, briefed_at)
 
     def _load(
@@ -512,10 +514,12 @@ class Session:
         """End the session for good as ``closed``, and forget it; closing one
         that rolled over, on another host or while the close waited for its
         turn, closes its successor."""
-        if self._lock.locked():
-            log.debug("session %s: a close waits for the turn under way", self.id)
-        async with self._lock:
-            with self._ending("closed"):
+        # Marked before it waits for a turn under way: an open meanwhile
+        # waits for the close and gets a fresh session, not this one.
+        with self._ending("closed"):
+            if self._lock.locked():
+                log.debug("session %s: a close waits for the turn under way", self.id)
+            async with self._lock:
                 if not self.closed and await self._end("closed"):
                     return
         if self.successor is not None:
@@ -557,17 +561,28 @@ class Session:
             await ending.wait()
         return self.closed
 
+    @property
+    def ending(self) -> anyio.Event | None:
+        """Set once an end of the session under way here (see ``_ending``)
+        is over; ``None`` when none is."""
+        return self._end_under_way
+
     @contextmanager
     def _ending(self, status: Literal["closed", "expired"]) -> Iterator[None]:
-        """Mark the session as ending as *status* (see ``_ended``), with the
-        pair's lock held, until the end is written or given up."""
+        """Mark the session as ending as *status* (see ``_ended``) until the
+        end is written or given up; a close asked for meanwhile shares the
+        mark, which lasts until the last of them is over."""
         log.debug("session %s: ending as %s", self.id, status)
-        self._end_under_way = ending = anyio.Event()
+        if self._end_under_way is None:
+            self._end_under_way = anyio.Event()
+        self._ends += 1
         try:
             yield
         finally:
-            self._end_under_way = None
-            ending.set()
+            self._ends -= 1
+            if not self._ends:
+                ending, self._end_under_way = self._end_under_way, None
+                ending.set()
 
     async def _end(self, status: Literal["closed", "expired"]) -> bool:
         """End the session as *status*, with the pair's lock held, unless
@@ -657,29 +672,42 @@ class SessionManager:
     async def open(self, worker: str, channel: str) -> Session:
         host = self._host
         scope = host.org.scope(Surface.SESSION, worker, channel)
-        # Held while a host finds or starts the pair's session: two hosts
-        # opening it at once agree on one.
-        async with self._open_lock, host.leases.run(f"open:{worker}:{channel}"):
-            session = self._by_pair.get((worker, channel))
-            current = await host.runs.session_for(worker, channel)
-            if session is not None and session.id != current:
-                if current is not None and self._by_id.get(current) is session:
-                    # The pointer names a session this one continues: it
-                    # did not move with the rollover (a failed write).
-                    await self.move_pointer(session)
-                else:
-                    # Another host rolled it over or closed it: drop the old copy.
-                    self.forget(session)
-                    await session.detach()
-                    session = None
-            if session is not None and not session.closed and not await self._expired(session):
-                await session.refresh()
-                if not session.closed:  # closed or rolled over elsewhere meanwhile
-                    return session
-            session = await self._resume(worker, channel) or await self.start(scope.worker, channel)
-            self._by_pair[(worker, channel)] = session
-            self._by_id[session.id] = session
-            return session
+        while True:
+            # Held while a host finds or starts the pair's session: two hosts
+            # opening it at once agree on one.
+            async with self._open_lock, host.leases.run(f"open:{worker}:{channel}"):
+                session = self._by_pair.get((worker, channel))
+                ending = session.ending if session is not None else None
+                if session is None or ending is None:
+                    return await self._open(scope.worker, channel, session)
+            # An end of it is under way (a close waiting for a turn, say):
+            # waited for without the lock, so that opens of other pairs go on.
+            log.debug("session %s: waits for its end under way", session.id)
+            await ending.wait()
+
+    async def _open(self, worker: str, channel: str, session: Session | None) -> Session:
+        """The pair's session, with the open lock held: *session* if it is
+        still the pair's and open, else one resumed from the store or new."""
+        host = self._host
+        current = await host.runs.session_for(worker, channel)
+        if session is not None and session.id != current:
+            if current is not None and self._by_id.get(current) is session:
+                # The pointer names a session this one continues: it
+                # did not move with the rollover (a failed write).
+                await self.move_pointer(session)
+            else:
+                # Another host rolled it over or closed it: drop the old copy.
+                self.forget(session)
+                await session.detach()
+                session = None
+        if session is not None and not session.closed and not await self._expired(session):
+            await session.refresh()
+            if not session.closed:  # closed or rolled over elsewhere meanwhile
+                return session
+        session = await self._resume(worker, channel) or await self.start(worker, channel)
+        self._by_pair[(worker, channel)] = session
+        self._by_id[session.id] = session
+        return session
 
     async def close(self, session_id: str) -> None:
         session = await self.get(session_id)
