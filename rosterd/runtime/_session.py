@@ -715,6 +715,9 @@ class SessionManager:
 
     async def expire_idle(self) -> None:
         for session in self.sessions():
+            if session.ending is not None:
+                # Being closed, perhaps after a long turn: the round goes on.
+                continue
             try:
                 await self._expired(session)
             except StorageError as exc:
