@@ -388,6 +388,31 @@ async def test_an_open_of_another_pair_goes_on_while_a_close_waits_for_a_turn(
     assert elsewhere != held.session
 
 
+async def test_the_reaper_expires_other_sessions_while_a_close_waits_for_a_turn(
+    org_dir: Path, tmp_path: Path, postgres_url: str
+) -> None:
+    # Idle limit short of the leases' renewal, which the held row would stop.
+    set_daemon(org_dir, "session_idle_s = 2")
+    clock = ManualClock()
+    async with (
+        held_end(org_dir, tmp_path, postgres_url, clock) as held,
+        await held.daemon.client() as client,
+    ):
+        idle = await open_session(client, channel="releases")
+        await client.session_send(idle, "hello")
+        async with anyio.create_task_group() as tg:
+            await close_behind_turns_then_reopen(held, tg, [], [])
+            # The reaper's round wakes, expires the idle session and sleeps
+            # again, not waiting for the turns the close waits for.
+            clock.advance(2)
+            with anyio.fail_after(10):
+                await clock.settled()
+            with pytest.raises(RpcError) as expired:
+                await client.session_send(idle, "too late")
+            await held.row.rollback()
+    assert expired.value.code == 1004
+
+
 async def test_the_reaper_expires_sessions_no_one_touches(org_dir: Path, tmp_path: Path) -> None:
     set_daemon(org_dir, "session_idle_s = 0.4")
     clock = ManualClock()
