@@ -108,6 +108,7 @@ from ._tools import (
     compile_step,
     compile_tools,
     note_scopes,
+    notes_written,
     render_result,
     tools_block,
 )
@@ -214,6 +215,7 @@ __all__ = (
     "memory_view",
     "message_texts",
     "note_scopes",
+    "notes_written",
     "over_budget",
     "prefix_state",
     "rank_memory",

@@ -432,6 +432,14 @@ def carried_step(
     return msgspec.structs.replace(record, rollover=rollover)
 
 
+def notes_written(lines: Sequence[str]) -> int:
+    """How many of the tool *lines* of a carried step answer a ``remember``
+    call that saved its note: the session that takes the turn over counts
+    them against the turn's ``remember_per_turn``."""
+    envelopes = [_carried.decode(line) for line in lines]
+    return sum(e.connection == REMEMBER and e.status == "ok" for e in envelopes)
+
+
 def _step_record(
     first: ContextRecord,
     meta: RunMeta,

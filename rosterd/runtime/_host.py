@@ -47,6 +47,7 @@ from ..compiler import (
     carried_step,
     check_prefix,
     compile_step,
+    notes_written,
     prefix_state,
 )
 from ..engines import (
@@ -479,6 +480,7 @@ class Host(AsyncResource):
             ]
             await run.append(record, [made, *answers])
             call.transcript.extend([reply, *results])
+            call.tools.written += notes_written(lines)
             step += 1
         return step
 
