@@ -160,53 +160,39 @@ async def test_a_direct_run_has_no_channel_to_write_a_channel_note_to(tmp_path: 
     )
 
 
+@pytest.mark.parametrize("taken_over", [False, True], ids=["one session", "taken over"])
 async def test_a_turn_writes_at_most_five_notes_of_at_most_2000_characters(
-    tmp_path: Path,
+    tmp_path: Path, taken_over: bool
 ) -> None:
+    # Taken over: the second session's first request, after the first was
+    # refused as too long, counted the turn's notes from zero.
+    first = (Reply("first"),) if taken_over else ()
+    refused = (Status(400, "prompt is too long: 9001 tokens > 8192 maximum"),) if taken_over else ()
     async with Simulator() as sim:
         org = make_org(tmp_path / "org", sim)
         sim.script(
+            *first,
             Calls(tuple(remember(f"fact {n}") for n in range(4))),
+            *refused,
             Calls((remember("fact 4"), remember("fact 5"), remember("x" * 2001))),
             Reply("done"),
         )
         async with served(org, tmp_path / "state") as client:
             opened = await client.session_open("w0", "c0")
+            if taken_over:
+                await client.session_send(opened.session, "hello")
             result = await client.session_send(opened.session, "remember all of this")
             notes = await client.memory_list("w0")
 
     assert result.steps == 3
-    assert [r["status"] for r in tool_messages(sim.requests[1].body)] == ["ok"] * 4
-    last = tool_messages(sim.requests[2].body)[4:]
+    assert (result.rolled_from == opened.session) is taken_over
+    asked = len(first)
+    assert [r["status"] for r in tool_messages(sim.requests[asked + 1].body)] == ["ok"] * 4
+    last = tool_messages(sim.requests[-1].body)[4:]
     assert [r["status"] for r in last] == ["ok", "refused", "error"]
     assert "at most 5 notes are written per turn" in last[1]["text"]
     assert "1 to 2000 characters, not 2001" in last[2]["text"]
     # Arguments never reach the store unchecked: five notes, nothing else.
-    assert [n.text for n in notes] == [f"fact {n}" for n in range(5)]
-
-
-async def test_a_turn_taken_over_by_a_new_session_counts_the_notes_it_wrote_before(
-    tmp_path: Path,
-) -> None:
-    # The new session counted from zero: the turn wrote six notes.
-    async with Simulator() as sim:
-        org = make_org(tmp_path / "org", sim)
-        sim.script(
-            Reply("first"),
-            Calls(tuple(remember(f"fact {n}") for n in range(4))),
-            Status(400, "prompt is too long: 9001 tokens > 8192 maximum"),
-            Calls((remember("fact 4"), remember("fact 5"))),
-            Reply("done"),
-        )
-        async with served(org, tmp_path / "state") as client:
-            opened = await client.session_open("w0", "c0")
-            await client.session_send(opened.session, "hello")
-            result = await client.session_send(opened.session, "remember all of this")
-            notes = await client.memory_list("w0")
-    assert result.rolled_from == opened.session
-    last = tool_messages(sim.requests[4].body)[4:]
-    assert [r["status"] for r in last] == ["ok", "refused"]
-    assert "at most 5 notes are written per turn" in last[1]["text"]
     assert [n.text for n in notes] == [f"fact {n}" for n in range(5)]
 
 
