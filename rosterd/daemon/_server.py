@@ -98,8 +98,7 @@ class _Connection:
     async def send(self, data: bytes) -> None:
         """Write *data*, after whatever is queued."""
         self._queued.append(data)
-        if not self._sent_at_once():
-            await self._flush()
+        await self._flush()
 
     async def notify(self, data: bytes) -> None:
         """Queue *data*, written with whatever else is queued by the time
@@ -124,7 +123,7 @@ class _Connection:
 
     async def _flush_queued(self) -> None:
         try:
-            while not self._sent_at_once():
+            while self._queued:
                 await self._flush()
         finally:
             self._flushing = False
@@ -154,6 +153,10 @@ class _Connection:
         return False
 
     async def _flush(self) -> None:
+        """Write what is queued: at once if the socket takes it, else under
+        the lock, waiting for the client at most ``send_timeout_s``."""
+        if self._sent_at_once():
+            return
         async with self._writing:
             data = b"".join(self._queued)
             self._queued.clear()
