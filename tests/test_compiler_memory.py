@@ -87,6 +87,28 @@ def test_a_note_beside_a_match_ranks_above_unrelated_notes() -> None:
     assert ranking[1].score > 0.0
 
 
+def test_a_note_between_two_matches_takes_the_larger_share_not_both() -> None:
+    items = notes(
+        *(f"filler about gardening tomatoes {n}" for n in range(10)),
+        "the ferrari was red",
+        "we had lunch by the lake",
+        "the ferrari needs new tyres",
+        *(f"filler about gardening tomatoes {n}" for n in range(10, 20)),
+    )
+    # Written days later, so beside none of them: a match of its own, in a
+    # longer note, so it scores well under the two above.
+    words = " ".join(f"word{k}" for k in range(10))
+    items += (MemoryItem(id="m-99", text=f"a ferrari {words}", created_at=1_700_900_000.0),)
+    ranked = {r.item.id: r for r in MemoryIndex(items).snapshot().ranking("ferrari", None)}
+    # The note between them gets what the better one lends, as the note
+    # just before that one does, not what both lend: the match written
+    # elsewhere still ranks above it.
+    lunch, before, first = ranked["m-12"], ranked["m-10"], ranked["m-11"]
+    assert lunch.own == 0.0 and lunch.score > 0.0
+    assert lunch.score == before.score
+    assert lunch.score < ranked["m-99"].score < first.score
+
+
 def test_a_retirement_takes_out_one_note_and_moves_no_other() -> None:
     items = notes(
         *(f"filler about gardening tomatoes {n}" for n in range(10)),
@@ -152,6 +174,24 @@ def test_the_trace_says_why_each_note_is_in_the_block(org: Org) -> None:
     assert (reasons["m-3"].terms, reasons["m-3"].beside) == ((), "m-2")
     assert 0.0 < reasons["m-3"].score < reasons["m-1"].score
     assert [n.id for n in block.notes] == ["m-2", "m-1", "m-3"]
+
+
+def test_the_reason_names_the_neighbour_that_lent_not_the_best_one(org: Org) -> None:
+    items = notes(
+        *(f"filler about gardening tomatoes {n}" for n in range(10)),
+        "the ferrari was red",
+        "we had lunch by the lake",
+        "the weather turned cold",
+        "ferrari parts arrived late",
+        *(f"filler about gardening tomatoes {n}" for n in range(10, 20)),
+    )
+    block = memory_block(org, items, "ferrari")
+    assert block.notes is not None
+    reasons = {n.id: n for n in block.notes}
+    # Two places before m-13, the shorter m-11 scores higher; but m-14, just
+    # after it, offers it the larger share, and is the one that lent it.
+    assert reasons["m-11"].score > reasons["m-14"].score
+    assert (reasons["m-13"].terms, reasons["m-13"].beside) == ((), "m-14")
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,10 @@ holds.
    hold for little, and a long note does not win by length alone.
 2. **Neighbours.** Notes written together (one after another in one scope,
    within ``_memory.TOGETHER_S`` of each other or by one run) are often one story
-   told over several notes; each lends its neighbours a share of its score
-   (``NEIGHBOURS``, by distance), so the note that answers sits beside the
-   note that names the subject.
+   told over several notes; each offers its neighbours a share of its score
+   (``NEIGHBOURS``, by distance), and a note takes the largest share offered
+   to it, so the note that answers sits beside the note that names the
+   subject.
 3. **Pseudo-relevance feedback** (Rocchio, RM3): the terms that mark the
    best few notes, weighted by their own rarity, are added to the query at
    a lower weight and the notes are scored again, so a note that says it in
@@ -270,8 +271,8 @@ def score(
 
 def lenders(scored: Scored, columns: Columns, ordinals: Sequence[int]) -> list[int]:
     """For each of *ordinals*, notes that were lent score, the note beside it
-    whose own terms scored highest (the nearer on a tie), ``-1`` if none
-    did."""
+    that offered it the most (its own terms' score times the share for its
+    distance; the nearer on a tie), ``-1`` if none did."""
     notes = np.asarray(ordinals, np.int64)
     count = len(notes)
     candidates = scored.ordinals
@@ -281,9 +282,10 @@ def lenders(scored: Scored, columns: Columns, ordinals: Sequence[int]) -> list[i
     beside = columns.beside(notes).T
     at = np.minimum(np.searchsorted(candidates, beside), len(candidates) - 1)
     own = np.where((beside >= 0) & (candidates[at] == beside), scored.own[at], 0.0)
-    best = np.argmax(own, axis=1)
+    offered = own * _SHARES
+    best = np.argmax(offered, axis=1)
     chosen = beside[np.arange(count), best]
-    worth = own[np.arange(count), best] > 0.0
+    worth = offered[np.arange(count), best] > 0.0
     return [o if w else -1 for o, w in zip(chosen.tolist(), worth.tolist(), strict=True)]
 
 
@@ -347,8 +349,8 @@ class _Scoring:
         return ordinals, summed
 
     def with_neighbours(self, ordinals: Ints, scores: Floats) -> tuple[Ints, Floats]:
-        """*ordinals* and the notes written beside them, with *scores* and
-        what the best of them lend their neighbours summed."""
+        """*ordinals* and the notes written beside them, each with its score
+        from *scores* plus the most that one of the best of them lends it."""
         if not len(ordinals):
             return ordinals, scores
         # Only the best LENDERS lend: what a weaker note would lend its
@@ -360,10 +362,16 @@ class _Scoring:
             lenders, lending = ordinals[best], scores[best]
         beside = self.columns.beside(lenders)
         there = beside >= 0
-        # Nearest place first, each place's lenders in turn: the order each
-        # note's sum adds what it is lent in, and so its rounding.
-        lent = lending * _SHARES[:, None]
-        return _summed([ordinals, beside[there]], [scores, lent[there]], self.size)
+        borrowers, lent = beside[there], (lending * _SHARES[:, None])[there]
+        if not len(borrowers):
+            return ordinals, scores
+        # A note takes the largest share one lender offers, not the sum of
+        # them: a run of turns around one match, each lent by several of
+        # its neighbours, would crowd the other matches out of the top.
+        largest_first = np.lexsort((-lent, borrowers))
+        borrowers, lent = borrowers[largest_first], lent[largest_first]
+        first = np.flatnonzero(np.concatenate(([True], borrowers[1:] != borrowers[:-1])))
+        return _summed([ordinals, borrowers[first]], [scores, lent[first]], self.size)
 
     def expansion(
         self, query: Mapping[str, float], ordinals: Ints, final: Floats, feedback: FeedbackSource
