@@ -6,6 +6,7 @@ import os
 import secrets
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -14,8 +15,9 @@ import anyio
 from anyio.abc import Process
 
 from rosterd import RosterError
+from rosterd.client import RosterClient
 
-__all__ = ("open_fds", "percentile", "rss_kib", "serve", "write_org")
+__all__ = ("open_fds", "percentile", "poll_status", "rss_kib", "serve", "write_org")
 
 
 def write_org(root: Path, workers: Sequence[str], channels: int, identity_lines: int = 50) -> None:
@@ -104,3 +106,14 @@ def open_fds(pid: int) -> int:
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def poll_status(client: RosterClient, latencies: list[float], stop: anyio.Event) -> None:
+    """``daemon.status`` until *stop*, each call's latency into *latencies*,
+    paced like a monitor rather than a flood competing with the daemon's work."""
+    while not stop.is_set():
+        start = time.perf_counter()
+        await client.call("daemon.status")
+        latencies.append(time.perf_counter() - start)
+        with anyio.move_on_after(0.005):
+            await stop.wait()

@@ -8,7 +8,15 @@ each. Then 10,000 more runs are laid beside them (their ``run.json`` files
 only, as the file store writes them) and the runs list is rendered.
 Printed: the median render time and the page's size.
 
-Aims: each page under 150 ms, none over 2 MB (paging and collapsed blocks).
+Then a daemon serves that state, its inspector with it (``[inspect]
+listen``), and a client calls ``daemon.status`` (paced like a monitor)
+while nothing else runs and while another renders the long run's page from
+the daemon's inspector: the latencies side by side, since a page built on
+the loop that serves turns would hold every session up for as long.
+
+Aims: each page under 150 ms, none over 2 MB (paging and collapsed blocks);
+the daemon's answers while a page renders held up by far less than the
+page takes.
 
 Usage: python bench/inspector.py [--quick]
 """
@@ -16,6 +24,7 @@ Usage: python bench/inspector.py [--quick]
 from __future__ import annotations
 
 import argparse
+import socket
 import statistics
 import sys
 import tempfile
@@ -26,12 +35,14 @@ from pathlib import Path
 import anyio
 import httpx
 import msgspec
+from _daemon import poll_status, serve
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from harness import daemon_in_process
 from simulator import write_org
 
+from rosterd.client import RosterClient
 from rosterd.inspect import create_app
 from rosterd.protocol import RunInfo
 from rosterd.stores import read_state_runs
@@ -108,7 +119,41 @@ async def run(turns: int) -> None:
             lay_runs(root / "state" / "runs", runs)
             ms, size = await timed(web, "/")
             print(f"{f'runs list of {runs + 2} runs':>28} {ms:>10.1f} {size / 1024:>8.1f}")
-    print("aim: every page under 150 ms and under 2048 KB")
+        print("aim: every page under 150 ms and under 2048 KB")
+        await status_while_rendering(root, f"/runs/{long}", f"the run of {turns} turns")
+
+
+async def status_while_rendering(root: Path, page: str, name: str) -> None:
+    """``daemon.status`` latencies of a daemon serving *root*'s state, idle
+    and while its own inspector renders *page* ``RENDERS`` times."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with (root / "org" / "org.toml").open("a") as toml:
+        toml.write(f'\n[inspect]\nlisten = "127.0.0.1:{port}"\n')
+    idle: list[float] = []
+    rendering: list[float] = []
+    async with (
+        serve(root / "org", root / "state", root / "rosterd.sock"),
+        await RosterClient.connect(root / "rosterd.sock") as client,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as web,
+    ):
+        for latencies, renders in ((idle, 0), (rendering, RENDERS)):
+            stop = anyio.Event()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(poll_status, client, latencies, stop)
+                if renders:
+                    for _ in range(renders):
+                        (await web.get(page)).raise_for_status()
+                else:
+                    await anyio.sleep(0.5)
+                stop.set()
+    print(f"daemon.status from another client, ms, while the daemon's inspector renders {name}:")
+    print(f"{'':>28} {'calls':>6} {'p50':>7} {'max':>7}")
+    for label, latencies in (("idle", idle), (f"{RENDERS} renders", rendering)):
+        ms = [seconds * 1000 for seconds in latencies]
+        print(f"{label:>28} {len(ms):>6} {statistics.median(ms):>7.2f} {max(ms):>7.2f}")
+    print(f"ratio max while rendering / max idle: {max(rendering) / max(idle):.1f}")
 
 
 def main() -> None:

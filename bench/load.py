@@ -67,7 +67,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 import msgspec
-from _daemon import percentile, rss_kib, serve, write_org
+from _daemon import percentile, poll_status, rss_kib, serve, write_org
 from _floor import Beside, beside
 from _profile import BUCKETS, breakdown, load, profile_turns
 from anyio.streams.buffered import BufferedByteReceiveStream
@@ -287,16 +287,6 @@ def seed_state(state: Path, notes: int, rng: random.Random, vocabulary: list[str
     # Months-old state is on disk, not dirty in the page cache: left dirty, it
     # would be flushed by the daemon's first fsyncs and charged to its turns.
     os.sync()
-
-
-async def poll_status(client: RosterClient, latencies: list[float], stop: anyio.Event) -> None:
-    while not stop.is_set():
-        start = time.perf_counter()
-        await client.call("daemon.status")
-        latencies.append(time.perf_counter() - start)
-        # Paced like a monitor, not a flood competing with the turns.
-        with anyio.move_on_after(0.005):
-            await stop.wait()
 
 
 class Accumulated:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import select
 import shutil
+import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from html.parser import HTMLParser
 from pathlib import Path
@@ -16,11 +20,12 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-from harness import daemon_in_process
+from harness import DaemonProcess, daemon_in_process
 from inspect_runs import Made, make_runs
 from orgs import write_org
 
 from rosterd import ConfigError
+from rosterd.client import RosterClient
 from rosterd.inspect import COOKIE, FAILED_SHOWN, MAX_CONNECTIONS, create_app
 from rosterd.org import load_org
 from rosterd.stores import read_state_runs
@@ -525,12 +530,20 @@ def test_off_loopback_the_inspector_needs_a_token(made: Made, tmp_path: Path) ->
     assert refused.returncode != 0 and "16 characters" in err
 
 
-async def test_the_daemon_serves_the_inspector_where_its_org_asks(tmp_path: Path) -> None:
-    inspect = '[inspect]\nlisten = "127.0.0.1:0"\ntoken_file = "inspect.token"'
+_INSPECT = '[inspect]\nlisten = "127.0.0.1:0"'
+
+
+@pytest.mark.parametrize("backend", ["files", "postgres"])
+async def test_the_daemon_serves_the_inspector_where_its_org_asks(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    inspect = f'{_INSPECT}\ntoken_file = "inspect.token"'
     write_org(tmp_path / "org", identity_chars=200, purpose_chars=100, sections=inspect)
     (tmp_path / "org" / "inspect.token").write_text(TOKEN + "\n")
+    # Its own readers: the state directory, or a connection of its own.
+    database = request.getfixturevalue("postgres_url") if backend == "postgres" else None
     async with (
-        daemon_in_process(tmp_path / "org", tmp_path / "state") as daemon,
+        daemon_in_process(tmp_path / "org", tmp_path / "state", database=database) as daemon,
         await daemon.client() as client,
     ):
         opened = await client.session_open("w0", "c0")
@@ -542,6 +555,53 @@ async def test_the_daemon_serves_the_inspector_where_its_org_asks(tmp_path: Path
             html = await _page(web, f"/runs/{opened.session}")
             assert '<dt>status</dt><dd id="status">open</dd>' in html
             assert (await web.get("/", headers={"authorization": "Bearer no"})).status_code == 401
+
+
+async def test_the_daemon_s_inspector_is_a_process_of_its_own(tmp_path: Path) -> None:
+    write_org(tmp_path / "org", identity_chars=200, purpose_chars=100, sections=_INSPECT)
+    daemon = DaemonProcess(tmp_path / "org", tmp_path / "state").start()
+    with daemon:
+        assert daemon.process is not None
+        (inspector,) = _children(daemon.process.pid)
+        match = re.search(r"inspector on (http://127\.0\.0\.1:\d+)/", daemon.log())
+        assert match, daemon.log()
+        async with httpx.AsyncClient(base_url=match[1]) as web:
+            assert (await web.get("/")).status_code == 200
+        # Frozen in the middle of a page, as far as the daemon can tell:
+        # no turn waits on it.
+        os.kill(inspector, signal.SIGSTOP)
+        try:
+            async with await RosterClient.connect(daemon.socket) as client:
+                opened = await client.session_open("w0", "c0")
+                assert (await client.session_send(opened.session, "hello")).turn == 1
+        finally:
+            os.kill(inspector, signal.SIGCONT)
+        # It stops with a daemon that drains, and with one killed outright.
+        with _ending(inspector) as ended:
+            assert daemon.stop() == 0
+            assert ended()
+        daemon.start()
+        assert daemon.process is not None
+        (inspector,) = _children(daemon.process.pid)
+        with _ending(inspector) as ended:
+            daemon.kill9()
+            assert ended(), "the inspector outlived a daemon killed with SIGKILL"
+    assert "Traceback" not in daemon.log()
+
+
+def _children(pid: int) -> list[int]:
+    tasks = Path(f"/proc/{pid}/task")
+    return [int(c) for task in tasks.iterdir() for c in (task / "children").read_text().split()]
+
+
+@contextmanager
+def _ending(pid: int) -> Iterator[Callable[[], bool]]:
+    """Whether process *pid* (not a child of ours) ended, within 20 s."""
+    handle = os.pidfd_open(pid)
+    try:
+        yield lambda: bool(select.select([handle], [], [], 20)[0])
+    finally:
+        os.close(handle)
 
 
 def test_an_inspector_off_loopback_without_a_token_is_a_config_error(tmp_path: Path) -> None:

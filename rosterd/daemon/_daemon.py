@@ -17,23 +17,22 @@ import os
 import resource
 import signal
 import socket
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, MutableMapping
+from collections.abc import AsyncIterator, Iterator, MutableMapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from functools import partial
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.to_thread
 from anyio.abc import SocketListener, TaskStatus
 
 from .._clock import SYSTEM_CLOCK, Clock
-from .._errors import ConfigError, RosterError
+from .._errors import ConfigError
 from ..observe import open_telemetry
 from ..org import OrgSource
 from ..protocol import StateLocation, default_socket_path
 from ..runtime import Host, SessionManager, TaskRunner
-from ..stores import RunReader, State, open_state
+from ..stores import State, open_state
+from ._inspector import serve_inspector_apart
 from ._methods import Methods
 from ._server import RpcServer
 from ._systemd import Notifier, listen_fds, watchdog_interval
@@ -89,6 +88,7 @@ async def run_daemon(
                 with _as_itself():
                     await _serve(
                         host,
+                        state,
                         sessions,
                         watcher,
                         path,
@@ -164,39 +164,9 @@ def _as_itself() -> Iterator[None]:
         raise
 
 
-def _inspector(host: Host, root: Path) -> Callable[..., Coroutine[Any, Any, None]]:
-    """The trace inspector over the daemon's own run store, as ``[inspect]``
-    asks; it stops when the daemon does. Raises ``RosterError`` when it cannot
-    start: the extra is missing, or its token cannot be read."""
-    config = host.org.inspect
-    assert config.listen is not None
-    try:
-        # Starlette, uvicorn and Jinja2 load for an org that asks for them only.
-        from ..inspect import serve_inspector
-    except ImportError as exc:
-        raise RosterError(
-            f"[inspect] listen needs the inspect extra ({exc.name} is missing): "
-            "pip install 'rosterd[inspect]'"
-        ) from None
-    token = None
-    if config.token_file is not None:
-        path = root / config.token_file
-        try:
-            token = path.read_text().strip()
-        except OSError as exc:
-            raise RosterError(f"[inspect] token_file {path}: {exc.strerror}") from None
-        if len(token) < 16:
-            raise RosterError(f"[inspect] token_file {path}: a token of 16 characters or more")
-
-    @asynccontextmanager
-    async def runs() -> AsyncIterator[RunReader]:
-        yield host.stores.runs
-
-    return partial(serve_inspector, runs, config.listen, token, embedded=True)
-
-
 async def _serve(
     host: Host,
+    state: StateLocation,
     sessions: SessionManager,
     watcher: OrgWatcher,
     path: Path,
@@ -237,7 +207,7 @@ async def _serve(
         if watchdog_s is not None:
             tg.start_soon(_watchdog, notifier, watchdog_s / 2)
         if host.org.inspect.listen is not None:
-            await tg.start(_inspector(host, watcher.source.root))
+            await tg.start(serve_inspector_apart, host.org.inspect, watcher.source.root, state)
         signals.serving()
         if signals.reload:
             log.info("SIGHUP while starting: reloading the org")

@@ -1,0 +1,137 @@
+"""The trace inspector ``[inspect] listen`` asks the daemon to serve, in a
+child process (``python -m rosterd.inspect``).
+
+A page of a long run takes tens of milliseconds of decoding and rendering.
+On the daemon's event loop every session's turns would wait that long; in a
+thread they would still wait, since the page holds the interpreter's lock.
+In a process of its own a page takes another core, and no turn waits on it.
+
+The child reads the state as ``roster server inspect`` does (the state
+directory, or its own connection to the database). It stops when the
+daemon closes its standard input, or dies. Its log lines are the daemon's,
+and a child that cannot start fails the daemon's start with its reason.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+from anyio.abc import ByteReceiveStream, Process, TaskStatus
+
+from .._errors import RosterError
+from ..org import InspectConfig
+from ..protocol import StateLocation
+
+log = logging.getLogger("rosterd.inspect")
+# The line the child logs once it listens: ``inspector on http://HOST:PORT/``.
+_READY = "inspector on "
+# Longer lines are not the child's own: cut, not waited for.
+_LINE_BYTES = 64 * 1024
+# How long a stopping child may finish the page under way.
+_STOP_S = 5
+
+
+def inspector_command(config: InspectConfig, root: Path) -> tuple[list[str], dict[str, str]]:
+    """The child's command and environment, but for its state. Raises
+    ``RosterError`` when the inspector cannot start: the extra is missing, or
+    the token cannot be read."""
+    assert config.listen is not None
+    # Checked here so that the daemon never loads Starlette, uvicorn or Jinja2.
+    for module in ("starlette", "uvicorn", "jinja2"):
+        if importlib.util.find_spec(module) is None:
+            raise RosterError(
+                f"[inspect] listen needs the inspect extra ({module} is missing): "
+                "pip install 'rosterd[inspect]'"
+            )
+    environ = dict(os.environ)
+    environ.pop("ROSTER_INSPECT_TOKEN", None)
+    if config.token_file is not None:
+        path = root / config.token_file
+        try:
+            token = path.read_text().strip()
+        except OSError as exc:
+            raise RosterError(f"[inspect] token_file {path}: {exc.strerror}") from None
+        if len(token) < 16:
+            raise RosterError(f"[inspect] token_file {path}: a token of 16 characters or more")
+        environ["ROSTER_INSPECT_TOKEN"] = token
+    return [sys.executable, "-m", "rosterd.inspect", config.listen], environ
+
+
+async def serve_inspector_apart(
+    config: InspectConfig,
+    root: Path,
+    state: StateLocation,
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """The inspector *config* asks for, over *state*, in a child process,
+    until cancelled; started once it listens. Raises ``RosterError`` with
+    the child's reason if it ends before that. A child that ends later is
+    logged, and the daemon serves on without it."""
+    command, environ = inspector_command(config, root)
+    environ["ROSTER_STATE"] = str(state)
+    # A session of its own: a terminal's Ctrl-C reaches the daemon, which
+    # drains, then stops the child; the child never stops first.
+    child = await anyio.open_process(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        env=environ,
+        start_new_session=True,
+    )
+    try:
+        assert child.stderr is not None
+        lines = _lines(child.stderr)
+        last = ""
+        async for line in lines:
+            if line.startswith(_READY):
+                log.warning("%s", line)
+                task_status.started()
+                break
+            if last:
+                log.warning("%s", last)
+            last = line
+        else:
+            code = await child.wait()
+            raise RosterError(last or f"the inspector exited with status {code} as it started")
+        async for line in lines:
+            log.warning("%s", line)
+        code = await child.wait()
+        log.error("the inspector stopped (exit status %d); the daemon serves on without it", code)
+        await anyio.sleep_forever()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await _stop(child)
+
+
+async def _stop(child: Process) -> None:
+    """Close *child*'s standard input, which stops it; kill it if it has not
+    stopped within ``_STOP_S`` (a page under way gets a moment to finish)."""
+    assert child.stdin is not None
+    await child.stdin.aclose()
+    with anyio.move_on_after(_STOP_S) as waiting:
+        await child.wait()
+    if waiting.cancelled_caught:
+        log.warning("the inspector did not stop within %d s: killed", _STOP_S)
+        child.kill()
+    await child.aclose()
+
+
+async def _lines(stream: ByteReceiveStream) -> AsyncIterator[str]:
+    """*stream*'s lines, without their ends, until it ends; a line longer
+    than ``_LINE_BYTES`` keeps its last ones."""
+    pending = b""
+    async for chunk in stream:
+        *whole, pending = (pending + chunk).split(b"\n")
+        for line in whole:
+            yield line[-_LINE_BYTES:].decode(errors="replace")
+        pending = pending[-_LINE_BYTES:]
+    if pending:
+        yield pending.decode(errors="replace")
