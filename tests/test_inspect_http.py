@@ -586,6 +586,15 @@ async def test_the_daemon_s_inspector_is_a_process_of_its_own(tmp_path: Path) ->
         with _ending(inspector) as ended:
             daemon.kill9()
             assert ended(), "the inspector outlived a daemon killed with SIGKILL"
+        # An inspector that dies is logged, and the daemon serves on.
+        daemon.start()
+        assert daemon.process is not None
+        (inspector,) = _children(daemon.process.pid)
+        os.kill(inspector, signal.SIGKILL)
+        await daemon.logged("the inspector was stopped by SIGKILL")
+        async with await RosterClient.connect(daemon.socket) as client:
+            assert (await client.session_send(opened.session, "again")).turn == 2
+        assert daemon.stop() == 0
     assert "Traceback" not in daemon.log()
 
 

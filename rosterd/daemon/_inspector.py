@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -91,12 +92,12 @@ async def serve_inspector_apart(
         lines = _lines(child.stderr)
         last = ""
         async for line in lines:
+            if last:
+                log.warning("%s", last)
             if line.startswith(_READY):
                 log.warning("%s", line)
                 task_status.started()
                 break
-            if last:
-                log.warning("%s", last)
             last = line
         else:
             code = await child.wait()
@@ -104,7 +105,12 @@ async def serve_inspector_apart(
         async for line in lines:
             log.warning("%s", line)
         code = await child.wait()
-        log.error("the inspector stopped (exit status %d); the daemon serves on without it", code)
+        if code < 0:
+            # Under systemd a stop signals the whole unit, the child too.
+            why = f"was stopped by {signal.Signals(-code).name}"
+            log.warning("the inspector %s; the daemon serves on without it", why)
+        else:
+            log.error("the inspector exited (status %d); the daemon serves on without it", code)
         await anyio.sleep_forever()
     finally:
         with anyio.CancelScope(shield=True):
