@@ -586,7 +586,8 @@ async def test_the_daemon_s_inspector_is_a_process_of_its_own(tmp_path: Path) ->
         with _ending(inspector) as ended:
             daemon.kill9()
             assert ended(), "the inspector outlived a daemon killed with SIGKILL"
-        # An inspector that dies is logged, and the daemon serves on.
+        # An inspector that dies is logged and started again; the daemon
+        # serves on meanwhile.
         daemon.start()
         assert daemon.process is not None
         (inspector,) = _children(daemon.process.pid)
@@ -594,6 +595,12 @@ async def test_the_daemon_s_inspector_is_a_process_of_its_own(tmp_path: Path) ->
         await daemon.logged("the inspector was stopped by SIGKILL")
         async with await RosterClient.connect(daemon.socket) as client:
             assert (await client.session_send(opened.session, "again")).turn == 2
+        await daemon.logged("(started again)")
+        (again,) = _children(daemon.process.pid)
+        assert again != inspector
+        addresses = re.findall(r"inspector on (http://127\.0\.0\.1:\d+)/", daemon.log())
+        async with httpx.AsyncClient(base_url=addresses[-1]) as web:
+            assert (await web.get("/")).status_code == 200
         assert daemon.stop() == 0
     assert "Traceback" not in daemon.log()
 

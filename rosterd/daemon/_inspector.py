@@ -9,7 +9,8 @@ In a process of its own a page takes another core, and no turn waits on it.
 The child reads the state as ``roster server inspect`` does (the state
 directory, or its own connection to the database). It stops when the
 daemon closes its standard input, or dies. Its log lines are the daemon's,
-and a child that cannot start fails the daemon's start with its reason.
+and a child that cannot start fails the daemon's start with its reason; one
+that ends later is started again.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anyio
@@ -37,6 +39,11 @@ _READY = "inspector on "
 _LINE_BYTES = 64 * 1024
 # How long a stopping child may finish the page under way.
 _STOP_S = 5
+# A child that ended is started again after this long, twice as long after
+# each that did not last _STEADY_S, and never more than _RESTART_MAX_S.
+_RESTART_S = 1.0
+_STEADY_S = 60.0
+_RESTART_MAX_S = 60.0
 
 
 def inspector_command(config: InspectConfig, root: Path) -> tuple[list[str], dict[str, str]]:
@@ -74,10 +81,32 @@ async def serve_inspector_apart(
 ) -> None:
     """The inspector *config* asks for, over *state*, in a child process,
     until cancelled; started once it listens. Raises ``RosterError`` with
-    the child's reason if it ends before that. A child that ends later is
-    logged, and the daemon serves on without it."""
+    the child's reason if the first child ends before that. A child that
+    ends later is logged and started again, as systemd would a service:
+    after ``_RESTART_S``, twice as long after each child that did not last
+    ``_STEADY_S``, at most ``_RESTART_MAX_S``."""
     command, environ = inspector_command(config, root)
     environ["ROSTER_STATE"] = str(state)
+    await _run_child(command, environ, task_status.started)
+    delay = _RESTART_S
+    while True:
+        log.warning("the inspector starts again in %g s", delay)
+        await anyio.sleep(delay)
+        began = time.monotonic()
+        try:
+            await _run_child(command, environ, lambda: None, again=True)
+        except RosterError as exc:
+            log.error("the inspector did not start again: %s", exc)
+        steady = time.monotonic() - began >= _STEADY_S
+        delay = _RESTART_S if steady else min(2 * delay, _RESTART_MAX_S)
+
+
+async def _run_child(
+    command: list[str], environ: dict[str, str], ready: Callable[[], None], *, again: bool = False
+) -> None:
+    """One child, until it exits: *ready* is called once it listens (its
+    line logged, saying *again* if it is not the first). Raises
+    ``RosterError`` with its last line if it exits before that."""
     # A session of its own: a terminal's Ctrl-C reaches the daemon, which
     # drains, then stops the child; the child never stops first.
     child = await anyio.open_process(
@@ -95,8 +124,8 @@ async def serve_inspector_apart(
             if last:
                 log.warning("%s", last)
             if line.startswith(_READY):
-                log.warning("%s", line)
-                task_status.started()
+                log.warning("%s%s", line, " (started again)" if again else "")
+                ready()
                 break
             last = line
         else:
@@ -107,11 +136,9 @@ async def serve_inspector_apart(
         code = await child.wait()
         if code < 0:
             # Under systemd a stop signals the whole unit, the child too.
-            why = f"was stopped by {signal.Signals(-code).name}"
-            log.warning("the inspector %s; the daemon serves on without it", why)
+            log.warning("the inspector was stopped by %s", signal.Signals(-code).name)
         else:
-            log.error("the inspector exited (status %d); the daemon serves on without it", code)
-        await anyio.sleep_forever()
+            log.error("the inspector exited with status %d", code)
     finally:
         with anyio.CancelScope(shield=True):
             await _stop(child)
