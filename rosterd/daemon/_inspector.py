@@ -46,10 +46,10 @@ _STEADY_S = 60.0
 _RESTART_MAX_S = 60.0
 
 
-def inspector_command(config: InspectConfig, root: Path) -> tuple[list[str], dict[str, str]]:
-    """The child's command and environment, but for its state. Raises
-    ``RosterError`` when the inspector cannot start: the extra is missing, or
-    the token cannot be read."""
+def _command(config: InspectConfig, root: Path) -> tuple[list[str], dict[str, str]]:
+    """The child's command, and its environment but for the state, which
+    the caller adds. Raises ``RosterError`` when the inspector cannot start:
+    the extra is missing, or the token cannot be read."""
     assert config.listen is not None
     # Checked here so that the daemon never loads Starlette, uvicorn or Jinja2.
     for module in ("starlette", "uvicorn", "jinja2"):
@@ -85,7 +85,7 @@ async def serve_inspector_apart(
     ends later is logged and started again, as systemd would a service:
     after ``_RESTART_S``, twice as long after each child that did not last
     ``_STEADY_S``, at most ``_RESTART_MAX_S``."""
-    command, environ = inspector_command(config, root)
+    command, environ = _command(config, root)
     environ["ROSTER_STATE"] = str(state)
     await _run_child(command, environ, task_status.started)
     delay = _RESTART_S
