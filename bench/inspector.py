@@ -12,7 +12,9 @@ Then a daemon serves that state, its inspector with it (``[inspect]
 listen``), and a client calls ``daemon.status`` (paced like a monitor)
 while nothing else runs and while another renders the long run's page from
 the daemon's inspector: the latencies side by side, since a page built on
-the loop that serves turns would hold every session up for as long.
+the loop that serves turns would hold every session up for as long. Last,
+how long ``runs.context`` takes over the socket for the long run's latest
+request, as a frontend asks the daemon itself.
 
 Aims: each page under 150 ms, none over 2 MB (paging and collapsed blocks);
 the daemon's answers while a page renders held up by far less than the
@@ -133,11 +135,18 @@ async def status_while_rendering(root: Path, page: str, name: str) -> None:
         toml.write(f'\n[inspect]\nlisten = "127.0.0.1:{port}"\n')
     idle: list[float] = []
     rendering: list[float] = []
+    run = page.rsplit("/", 1)[-1]
     async with (
         serve(root / "org", root / "state", root / "rosterd.sock"),
         await RosterClient.connect(root / "rosterd.sock") as client,
         httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as web,
     ):
+        # What a frontend asks the daemon itself: the run's latest request.
+        asked = []
+        for _ in range(RENDERS):
+            start = time.perf_counter()
+            await client.runs_context(run)
+            asked.append((time.perf_counter() - start) * 1000)
         for latencies, renders in ((idle, 0), (rendering, RENDERS)):
             stop = anyio.Event()
             async with anyio.create_task_group() as tg:
@@ -154,6 +163,7 @@ async def status_while_rendering(root: Path, page: str, name: str) -> None:
         ms = [seconds * 1000 for seconds in latencies]
         print(f"{label:>28} {len(ms):>6} {statistics.median(ms):>7.2f} {max(ms):>7.2f}")
     print(f"ratio max while rendering / max idle: {max(rendering) / max(idle):.1f}")
+    print(f"runs.context of {name} over the socket: median {statistics.median(asked):.1f} ms")
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 from rosterd import InvalidIdError, NotFoundError, StaleError, StorageError
 from rosterd.compiler import ContextRecord, RunMeta, compile_system
 from rosterd.org import Surface, load_org
-from rosterd.protocol import RunInfo, TranscriptEntry
+from rosterd.protocol import RunInfo, TranscriptEntry, compiled_system
 from rosterd.stores import Posts, RunStore, SessionState, State
 from rosterd.stores.files import FileRuns
 from rosterd.stores.postgres import PostgresState
@@ -168,6 +168,43 @@ async def test_trace_and_transcript_read_back_in_append_order(runs: RunStore) ->
     assert await runs.context("s-1") == traced
     assert await runs.transcript("s-1") == entries
     await run.aclose()
+
+
+@pytest.mark.anyio
+async def test_the_head_of_a_trace_is_read_up_to_the_record_asked_for(runs: RunStore) -> None:
+    record, _ = system_record("s-1")
+    run = await runs.create(session_info("s-1"))
+    # More turns than the database reads at a time: the head stops at the
+    # record asked for, or reads them all when none is.
+    traced = [record, *(with_content(record, turn, f"turn {turn}") for turn in range(1, 21))]
+    for item in traced:
+        await run.trace(item)
+    await run.aclose()
+    assert await runs.context_until("s-1", compiled_system) == traced[:1]
+    assert await runs.context_until("s-1", lambda r: r.turn == 12) == traced[:13]
+    assert await runs.context_until("s-1", lambda r: False) == traced
+    assert await runs.context_until("s-nobody", compiled_system) == []
+
+
+@pytest.mark.anyio
+async def test_the_head_of_a_trace_leaves_out_a_torn_tail_and_reads_around_a_bad_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    files = FileRuns(tmp_path / "state")
+    record, _ = system_record("s-1")
+    run = await files.create(session_info("s-1"))
+    await run.trace(with_content(record, 1, "one"))
+    await run.aclose()
+    trace = tmp_path / "state" / "runs" / "s-1" / "context.jsonl"
+    whole = msgspec.json.encode(with_content(record, 3, "three")) + b"\n"
+    with trace.open("ab") as handle:
+        # A hand edit, a whole record after it, and a kill's half line.
+        handle.write(b"{not json}\n" + whole + whole[:40])
+    got = await files.context_until("s-1", lambda r: False)
+    assert [r.turn for r in got] == [1, 3]
+    assert "skipped an unreadable line" in caplog.text
+    # Only read, never repaired: the daemon's start cuts a torn tail.
+    assert trace.read_bytes().endswith(whole[:40])
 
 
 @pytest.mark.anyio

@@ -49,6 +49,7 @@ from ..protocol import (
     TurnResult,
     Wait,
     WaitReason,
+    compiled_system,
     context_page,
 )
 from ..runtime import Host, SessionManager, TaskRunner, TurnOutcome, direct_run, settled
@@ -270,10 +271,19 @@ class Methods:
             )
         runs = self._host.runs
         await runs.info(params.run)
+        entries = await runs.transcript(params.run)
+        # A request needs of the trace only the compiled system part it
+        # starts with, near its head: a long session's trace is read no
+        # further. A run that sent nothing is answered from its whole
+        # trace, which says what failed.
+        if any(entry.role == "user" for entry in entries):
+            records = await runs.context_until(params.run, compiled_system)
+        else:
+            records = await runs.context(params.run)
         return context_page(
             params.run,
-            await runs.context(params.run),
-            await runs.transcript(params.run),
+            records,
+            entries,
             every=params.all,
             after=params.after or 0,
             limit=params.limit or CONTEXT_PAGE_TURNS,

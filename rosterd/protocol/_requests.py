@@ -40,8 +40,14 @@ def request_at_turn(
     return text, chat_messages(sent)
 
 
+def compiled_system(record: ContextRecord) -> bool:
+    """Whether *record* is a run's compiled system part, which its requests
+    start with: a session's ``system``, a task or direct run's ``run``."""
+    return record.kind in ("system", "run") and record.status == "ok"
+
+
 def _system_record(records: Sequence[ContextRecord], turn: int) -> ContextRecord:
-    system = next((r for r in records if r.kind in ("system", "run") and r.status == "ok"), None)
+    system = next((r for r in records if compiled_system(r)), None)
     if system is None:
         raise NotFoundError("compiled system part", f"turn {turn}")
     return system

@@ -285,6 +285,14 @@ class RunReader(Protocol):
 
     async def context(self, run: str) -> list[ContextRecord]: ...
 
+    async def context_until(
+        self, run: str, enough: Callable[[ContextRecord], bool]
+    ) -> list[ContextRecord]:
+        """The run's trace from its first record until one *enough* says
+        so, that one included, or its end: what the start of a long trace
+        holds costs what is read of it."""
+        ...
+
     async def transcript(self, run: str) -> list[TranscriptEntry]: ...
 
     async def export(self, run: str) -> bytes:

@@ -95,6 +95,37 @@ async def read_tail(path: Path, record_type: type[T], enough: Callable[[T], bool
     return newest
 
 
+async def read_head(path: Path, record_type: type[T], enough: Callable[[T], bool]) -> list[T]:
+    """The oldest records of a JSONL file, in order: read from its start
+    until *enough* (shown each record) says so, that record included, or
+    the file ends (a torn last line left out). What a reader wants from the
+    start of a long log costs what it reads, not the whole file."""
+    try:
+        return await anyio.to_thread.run_sync(_read_head, path, record_type, enough)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise storage_error(path, "read the head of", exc) from None
+
+
+def _read_head(path: Path, record_type: type[T], enough: Callable[[T], bool]) -> list[T]:
+    decoder = msgspec.json.Decoder(record_type)
+    oldest: list[T] = []
+    with open(path, "rb") as handle:
+        offset = 0
+        line = handle.readline()
+        while line.endswith(b"\n"):  # a torn last one is a kill's, or a write under way
+            following = handle.readline()
+            record = _decoded(decoder, line, path, offset, last=not following)
+            if record is not None:
+                oldest.append(record)
+                if enough(record):
+                    break
+            offset += len(line)
+            line = following
+    return oldest
+
+
 def _read_tail(
     path: Path, record_type: type[T], enough: Callable[[T], bool]
 ) -> tuple[list[T], int | None]:

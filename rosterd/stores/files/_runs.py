@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ from ._jsonl import (
     write_document,
 )
 from ._leases import Leases
-from ._reading import line_end, read_log, read_whole_lines, repair_tails
+from ._reading import line_end, read_head, read_log, read_whole_lines, repair_tails
 from ._settled import SETTLED_BATCH, SettledRuns
 
 log = logging.getLogger("rosterd.stores")
@@ -395,6 +395,11 @@ class FileRuns:
 
     async def context(self, run: str) -> list[ContextRecord]:
         return await read_log(self.path(run) / "context.jsonl", ContextRecord)
+
+    async def context_until(
+        self, run: str, enough: Callable[[ContextRecord], bool]
+    ) -> list[ContextRecord]:
+        return await read_head(self.path(run) / "context.jsonl", ContextRecord, enough)
 
     async def export(self, run: str) -> bytes:
         return await read_whole_lines(self.path(run) / "context.jsonl")

@@ -149,6 +149,9 @@ UNREACHED_SESSIONS = (
     " AND key IN (runs.id, runs.record::jsonb ->> 'rolled_from')) ORDER BY id"
 )
 _CONTEXT = "SELECT record FROM run_context WHERE run = %s ORDER BY n"
+# ``context_until`` reads this many rows at a time.
+_CONTEXT_AFTER = "SELECT n, record FROM run_context WHERE run = %s AND n > %s ORDER BY n LIMIT %s"
+_HEAD_ROWS = 8
 _REVISION = "SELECT revision FROM runs WHERE id = %s"
 # Counts a revision: a stalled host's late write to a run ended here finds
 # it stale. Only an open run is ended: of hosts recovering at once, one does.
@@ -547,6 +550,27 @@ class PostgresRuns:
     async def context(self, run: str) -> list[ContextRecord]:
         lines = await self._lines("read trace", _CONTEXT, run)
         return [_record.decode(line) for line in lines]
+
+    async def context_until(
+        self, run: str, enough: Callable[[ContextRecord], bool]
+    ) -> list[ContextRecord]:
+        records: list[ContextRecord] = []
+        after = -1
+        with self._failing("read trace"):
+            async with self._db.pooled() as conn:
+                # A few rows at a time: what is wanted is usually the first.
+                while True:
+                    cursor = await conn.execute(
+                        _CONTEXT_AFTER, (check_id("run", run), after, _HEAD_ROWS)
+                    )
+                    rows = await cursor.fetchall()
+                    for _, text in rows:
+                        records.append(_record.decode(str(text)))
+                        if enough(records[-1]):
+                            return records
+                    if len(rows) < _HEAD_ROWS:
+                        return records
+                    after = rows[-1][0]
 
     async def export(self, run: str) -> bytes:
         """The run's trace exactly as ``runs/<run>/context.jsonl`` would hold it."""
