@@ -191,15 +191,13 @@ async def test_the_head_of_a_trace_leaves_out_a_torn_tail_and_reads_around_a_bad
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     files = FileRuns(tmp_path / "state")
+    await (await files.create(session_info("s-1"))).aclose()
     record, _ = system_record("s-1")
-    run = await files.create(session_info("s-1"))
-    await run.trace(with_content(record, 1, "one"))
-    await run.aclose()
+    whole = lines([with_content(record, 3, "three")])
     trace = tmp_path / "state" / "runs" / "s-1" / "context.jsonl"
-    whole = msgspec.json.encode(with_content(record, 3, "three")) + b"\n"
-    with trace.open("ab") as handle:
-        # A hand edit, a whole record after it, and a kill's half line.
-        handle.write(b"{not json}\n" + whole + whole[:40])
+    # A record, a hand edit, a whole record after it, and a kill's half line.
+    first = lines([with_content(record, 1, "one")])
+    trace.write_bytes(first + b"{not json}\n" + whole + whole[:40])
     got = await files.context_until("s-1", lambda r: False)
     assert [r.turn for r in got] == [1, 3]
     assert "skipped an unreadable line" in caplog.text
