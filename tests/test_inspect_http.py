@@ -563,6 +563,8 @@ async def test_the_daemon_s_inspector_is_a_process_of_its_own(tmp_path: Path) ->
     with daemon:
         assert daemon.process is not None
         (inspector,) = _children(daemon.process.pid)
+        # It cannot speak to systemd for the service: the daemon alone does.
+        assert not any(v.startswith(b"NOTIFY_SOCKET=") for v in _environment(inspector))
         match = re.search(r"inspector on (http://127\.0\.0\.1:\d+)/", daemon.log())
         assert match, daemon.log()
         async with httpx.AsyncClient(base_url=match[1]) as web:
@@ -603,6 +605,10 @@ async def test_the_daemon_s_inspector_is_a_process_of_its_own(tmp_path: Path) ->
             assert (await web.get("/")).status_code == 200
         assert daemon.stop() == 0
     assert "Traceback" not in daemon.log()
+
+
+def _environment(pid: int) -> list[bytes]:
+    return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
 
 
 def _children(pid: int) -> list[int]:
