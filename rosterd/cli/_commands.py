@@ -192,15 +192,15 @@ def _inspect(args: argparse.Namespace) -> int:
             f"the inspector needs the inspect extra ({exc.name} is missing): "
             "pip install 'rosterd[inspect]'"
         ) from None
+    from ..org import read_token
+    from ..stores import read_state_runs
+
     token = None
     if args.token_file:
         try:
-            token = Path(args.token_file).read_text().strip()
-        except OSError as exc:
-            raise UsageError(f"--token-file {args.token_file}: {exc.strerror}") from None
-        if len(token) < 16:
-            raise UsageError(f"--token-file {args.token_file}: a token of 16 characters or more")
-    from ..stores import read_state_runs
+            token = read_token(Path(args.token_file))
+        except ValueError as why:
+            raise UsageError(f"--token-file {args.token_file}: {why}") from None
 
     anyio.run(serve_inspector, partial(read_state_runs, _state(args)), args.listen, token)
     return 0

@@ -29,7 +29,7 @@ import anyio
 from anyio.abc import ByteReceiveStream, Process, TaskStatus
 
 from .._errors import RosterError
-from ..org import InspectConfig
+from ..org import InspectConfig, read_token
 from ..protocol import StateLocation
 
 log = logging.getLogger("rosterd.inspect")
@@ -63,12 +63,9 @@ def _command(config: InspectConfig, root: Path) -> tuple[list[str], dict[str, st
     if config.token_file is not None:
         path = root / config.token_file
         try:
-            token = path.read_text().strip()
-        except OSError as exc:
-            raise RosterError(f"[inspect] token_file {path}: {exc.strerror}") from None
-        if len(token) < 16:
-            raise RosterError(f"[inspect] token_file {path}: a token of 16 characters or more")
-        environ["ROSTER_INSPECT_TOKEN"] = token
+            environ["ROSTER_INSPECT_TOKEN"] = read_token(path)
+        except ValueError as why:
+            raise RosterError(f"[inspect] token_file {path}: {why}") from None
     return [sys.executable, "-m", "rosterd.inspect", config.listen], environ
 
 

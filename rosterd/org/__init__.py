@@ -25,6 +25,7 @@ from ._config import (
     WorkerConfig,
     is_loopback,
     listen_address,
+    read_token,
 )
 from ._load import identity_path, load_org, purpose_path
 from ._org import DEFAULT_ENGINE, NamedEngine, Org, RunScope, Surface
@@ -64,4 +65,5 @@ __all__ = (
     "listen_address",
     "load_org",
     "purpose_path",
+    "read_token",
 )

@@ -7,6 +7,7 @@ being silently ignored. Budgets are characters as the model receives them.
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
@@ -300,6 +301,23 @@ def listen_address(listen: str) -> tuple[str, int]:
     if not colon or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"listen = {listen!r} must be HOST:PORT, e.g. 127.0.0.1:9464")
     return host, int(port)
+
+
+# The fewest characters an inspector's token may have.
+TOKEN_CHARS = 16
+
+
+def read_token(path: Path) -> str:
+    """The inspector's token in the file *path*, stripped; ``ValueError``
+    says why it cannot be used (the file cannot be read, or the token is
+    shorter than ``TOKEN_CHARS``), for the caller to name its source."""
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise ValueError(exc.strerror or str(exc)) from None
+    if len(token) < TOKEN_CHARS:
+        raise ValueError(f"a token of {TOKEN_CHARS} characters or more")
+    return token
 
 
 def is_loopback(host: str) -> bool:
