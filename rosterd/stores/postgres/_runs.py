@@ -554,15 +554,14 @@ class PostgresRuns:
     async def context_until(
         self, run: str, enough: Callable[[ContextRecord], bool]
     ) -> list[ContextRecord]:
+        run = check_id("run", run)
         records: list[ContextRecord] = []
         after = -1
         with self._failing("read trace"):
             async with self._db.pooled() as conn:
                 # A few rows at a time: what is wanted is usually the first.
                 while True:
-                    cursor = await conn.execute(
-                        _CONTEXT_AFTER, (check_id("run", run), after, _HEAD_ROWS)
-                    )
+                    cursor = await conn.execute(_CONTEXT_AFTER, (run, after, _HEAD_ROWS))
                     rows = await cursor.fetchall()
                     for _, text in rows:
                         records.append(_record.decode(str(text)))
