@@ -43,7 +43,10 @@ def make_org(root: Path, memory: int = 8000) -> Org:
 
 def note(n: int, text: str | None = None, channel: str | None = None) -> MemoryItem:
     return MemoryItem(
-        id=f"m-{n}", text=text or f"note {n} " + "x" * 190, created_at=START + n, channel=channel
+        id=f"m-{n}",
+        text=text or f"status note {n} " + "x" * 183,
+        created_at=START + n,
+        channel=channel,
     )
 
 
@@ -61,9 +64,21 @@ class Chat:
         self.ledger = ShownLedger()
         self.turn = 0
 
-    def say(self, memory: tuple[MemoryItem, ...] = (), gates: tuple[Gate, ...] = ()) -> Compilation:
+    def say(
+        self,
+        memory: tuple[MemoryItem, ...] = (),
+        gates: tuple[Gate, ...] = (),
+        text: str = "status?",
+    ) -> Compilation:
         self.turn += 1
-        fresh = TurnInput(text="status?", memory=memory, gates=gates, shown=self.ledger.items())
+        fresh = TurnInput(
+            text=text,
+            memory=memory,
+            gates=gates,
+            shown=self.ledger.items(),
+            # As a session passes it: when the previous turn was sent.
+            previous_turn_at=START + self.turn - 1 if self.turn > 1 else None,
+        )
         compiled = compile_turn(self.system, fresh, RunMeta("s-1", self.turn, START + self.turn))
         self.ledger.note(self.turn, compiled.input_text)
         return compiled
@@ -100,6 +115,36 @@ def test_the_memory_limit_bounds_each_turn_and_is_spent_on_new_items(tmp_path: P
     assert shown[:4] == ["m-10", "m-9", "m-8", "m-7"]
     assert trace(compiled, "memory").status == "absent"
     assert len(held(compiled, "memory")) == 10
+
+
+def test_past_the_first_turn_unrelated_notes_come_only_when_new(tmp_path: Path) -> None:
+    chat = Chat(make_org(tmp_path, memory=1000))
+
+    def old(n: int, text: str) -> MemoryItem:
+        # Days apart, so that no note lends another score as its neighbour.
+        return MemoryItem(id=f"m-{n}", text=text, created_at=START - 86400 * (20 - n))
+
+    unrelated = tuple(
+        old(n, f"invoice {n} for the kestrel account " + "x" * 160) for n in range(1, 9)
+    )
+    memory = (*unrelated, old(9, "the pager rota moved to Tuesdays"))
+    first = chat.say(memory=memory, text="how is the pager doing?")
+    # The first turn fills the block: the note that matches, then the newest.
+    assert [line["id"] for line in lines(first, "memory")] == ["m-9", "m-8", "m-7", "m-6"]
+
+    second = chat.say(memory=memory, text="how is the pager doing?")
+    # The older notes that share nothing with the message had their turn.
+    assert lines(second, "memory") == []
+    block = trace(second, "memory")
+    assert (block.status, block.items, block.omitted) == ("omitted", 0, 5)
+
+    # Written since the previous turn, it is new to the conversation; a note
+    # that matches comes however old it is.
+    added = MemoryItem(id="m-20", text="invoice 20 for the kestrel account", created_at=START + 2.5)
+    matches = old(10, "pager batteries replaced")
+    third = chat.say(memory=(*memory, matches, added), text="how is the pager doing?")
+    assert [line["id"] for line in lines(third, "memory")] == ["m-10", "m-20"]
+    assert trace(third, "memory").omitted == 5
 
 
 def test_first_turn_briefs_everything_then_only_changes(tmp_path: Path) -> None:
@@ -139,7 +184,7 @@ def test_an_item_is_resent_only_when_its_text_changed(
     texts: dict[str, str] = {}
     latest: dict[str, str] = {}  # what the conversation last got, per id
     for n, version in steps:
-        texts[f"m-{n}"] = f"note {n} version {version}"
+        texts[f"m-{n}"] = f"status note {n} version {version}"
         memory = tuple(note(int(i[2:]), text) for i, text in sorted(texts.items()))
         compiled = chat.say(memory=memory)
         new = {str(m["id"]): str(m["text"]) for m in lines(compiled, "memory")}

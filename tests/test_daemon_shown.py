@@ -227,3 +227,30 @@ async def test_a_new_session_and_a_direct_run_show_everything_again(
     assert memory_of(first.session) == [note, []]
     assert memory_of(direct.run) == [note]
     assert memory_of(second.session) == [note]
+
+
+@pytest.mark.anyio
+async def test_notes_that_share_nothing_with_the_message_come_once_unless_new(
+    tmp_path: Path,
+) -> None:
+    """Past a session's first turn, a note that shares no word with the
+    message comes only if it was written since the previous turn."""
+    org = write_org(tmp_path / "org", sections="[workers.w0.context]\nmemory = 1000\n")
+    async with process_client(org, tmp_path / "state") as (process, client):
+        for n in range(1, 13):
+            text = f"invoice {n} for the kestrel account is paid in full, " + "receipt " * 12
+            await client.memory_add("w0", text)
+        session = (await client.session_open("w0", "c0")).session
+        await send(client, session, 2)
+        note = await client.memory_add("w0", "the kestrel account closes in May")
+        await send(client, session, 1)
+
+    first, second, third = (block(r, "memory") for r in turn_records(process.state, session))
+    shown = [line["id"] for line in envelopes(first["content"], "memory")]
+    # The first turn fills the block, newest first; the second sends nothing
+    # of the older notes; the third only the note written since.
+    assert shown == [f"m-{n}" for n in range(12, 12 - len(shown), -1)]
+    assert 0 < len(shown) < 12
+    assert (second["content"], second["items"], second["omitted"]) == ("", 0, 12 - len(shown))
+    assert [line["id"] for line in envelopes(third["content"], "memory")] == [note.id]
+    assert third["omitted"] == 12 - len(shown)

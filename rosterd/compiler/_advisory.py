@@ -229,7 +229,9 @@ def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, budget: ContextBudge
     # Nothing fresh (a session's usual turn): no message to rank against.
     if not fresh:
         return Fitted([], 0, 0, 0, raw - held.raw_chars, held.known)
-    ranking = memory.ranking(turn.text, scope.channel, held.ordinals, turn.recent)
+    ranking = memory.ranking(
+        turn.text, scope.channel, held.ordinals, turn.recent, turn.previous_turn_at
+    )
     # Under pressure the lowest-ranked notes go first, so what is kept is
     # the top of the ranking. A note too long for the limit, or for what is
     # left, is passed over while shorter ones further down may still fit,

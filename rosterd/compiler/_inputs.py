@@ -25,7 +25,11 @@ class TurnInput(msgspec.Struct, frozen=True):
     ``gates`` are plain items or the stores' indexed snapshots, which let a
     compilation read only what it can show. ``recent`` holds a session's
     latest messages before this one, oldest first: memory ranking borrows
-    their terms when the message is short.
+    their terms when the message is short. ``previous_turn_at`` is when a
+    session's previous turn was sent (``None`` on its first turn, and
+    outside sessions): past its first turn, a session's memory block takes
+    notes that share nothing with the message only if they were written
+    since then.
     """
 
     text: str
@@ -38,3 +42,4 @@ class TurnInput(msgspec.Struct, frozen=True):
     backlog: tuple[ChannelMessage, ...] = ()
     backlog_omitted: int = 0
     recent: tuple[str, ...] = ()
+    previous_turn_at: float | None = None

@@ -312,13 +312,16 @@ class MemoryView:
         channel: str | None,
         leave_out: Container[int] = frozenset(),
         context: Sequence[str] = (),
+        unrelated_since: float | None = None,
     ) -> MemoryRanking:
         """The notes a run in *channel* may see, most relevant to *message*
         first. *leave_out* holds ordinals (from ``with_ids``) of notes to
         pass over; *context* the session's latest messages, oldest first,
-        which a short message borrows terms from."""
+        which a short message borrows terms from. With *unrelated_since*,
+        the notes that share nothing with the message end the ranking only
+        if written at that time or later."""
         channels = (None,) if channel is None else (None, channel)
-        return MemoryRanking(self, message, channels, leave_out, context)
+        return MemoryRanking(self, message, channels, leave_out, context, unrelated_since)
 
     def ranked(
         self, message: str, channel: str | None, leave_out: Container[int] = frozenset()
@@ -328,7 +331,7 @@ class MemoryView:
 
     def ranked_all(self, message: str) -> Iterator[MemoryItem]:
         """Every note, whatever its channel, most relevant to *message* first."""
-        ranking = MemoryRanking(self, message, tuple(self._recent), frozenset(), ())
+        ranking = MemoryRanking(self, message, tuple(self._recent), frozenset(), (), None)
         return (ranked.item for ranked in ranking)
 
 
@@ -343,9 +346,11 @@ class MemoryRanking:
         channels: Collection[str | None],
         leave_out: Container[int],
         context: Sequence[str],
+        unrelated_since: float | None,
     ) -> None:
         self._view = view
         self._channels = channels
+        self._unrelated_since = unrelated_since
         self._leave_out = _EitherOf(leave_out, view._retired) if view._retired else leave_out
         # Each query term with the word it came from, and its weight.
         self.forms = term_forms(message)
@@ -374,15 +379,21 @@ class MemoryRanking:
             candidates = set(scored.ordinals.tolist())
         else:
             candidates = set()
-        # Then the rest, sharing nothing: newest first.
+        # Then the rest, sharing nothing: newest first, and only back to
+        # *unrelated_since* if given (a session's conversation already had
+        # its chance at the older ones).
         recent = view._recent
         newest = [_newest_first(*recent[c]) for c in self._channels if c in recent]
         # One scope's notes are in walk order already: merged, each would
         # have its key built for nothing.
         walk = newest[0] if len(newest) == 1 else heapq.merge(*newest, key=view._index._key)
+        since = self._unrelated_since
         for ordinal in walk:
+            item = items[ordinal]
+            if since is not None and item.created_at < since:
+                return
             if ordinal not in candidates and ordinal not in leave_out:
-                yield Ranked(ordinal, items[ordinal], 0.0)
+                yield Ranked(ordinal, item, 0.0)
 
     def reasons(self, shown: Sequence[Ranked]) -> list[Reason]:
         """Why each of *shown* ranked where it did: the message's words it

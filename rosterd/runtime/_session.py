@@ -307,6 +307,7 @@ class Session:
             backlog_omitted=omitted,
             shown=self._shown.items(),
             recent=self._said_before(backlog, turn),
+            previous_turn_at=progress.briefed_at if turn > 1 else None,
         )
         turn_input = await host.turn_input(self.worker, fresh, progress.briefed_at, cached=cached)
         self._shown.note_written(memory_view(turn_input.memory).written_by(self.id))
