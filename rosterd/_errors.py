@@ -8,6 +8,8 @@ branch lives with what it carries: ``rosterd.compiler.CompileError``, whose
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -128,3 +130,18 @@ class EngineError(RosterError):
         self.tried = tried
         # Seconds until the engine takes calls again, when that is known.
         self.retry_after = retry_after
+
+
+@contextmanager
+def as_itself() -> Iterator[None]:
+    """One failure raises as itself, not inside a task group's exception
+    group: a part that cannot start (the inspector, its port taken; the
+    database) is a ``RosterError`` that ``roster serve`` shows as one line,
+    as it does a bad org."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        match group.exceptions:
+            case (Exception() as error,):
+                raise error from None
+        raise

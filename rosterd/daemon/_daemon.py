@@ -17,7 +17,7 @@ import os
 import resource
 import signal
 import socket
-from collections.abc import AsyncIterator, Iterator, MutableMapping
+from collections.abc import AsyncIterator, MutableMapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
@@ -26,7 +26,7 @@ import anyio.to_thread
 from anyio.abc import SocketListener, TaskStatus
 
 from .._clock import SYSTEM_CLOCK, Clock
-from .._errors import ConfigError
+from .._errors import ConfigError, as_itself
 from ..observe import open_telemetry
 from ..org import OrgSource
 from ..protocol import StateLocation, default_socket_path
@@ -85,7 +85,7 @@ async def run_daemon(
             watcher = OrgWatcher(source)
             sessions = SessionManager(host, refresh_org=watcher.refresh)
             try:
-                with _as_itself():
+                with as_itself():
                     await _serve(
                         host,
                         state,
@@ -141,27 +141,12 @@ class _Signals:
 async def _signals_from_the_start() -> AsyncIterator[_Signals]:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as receiver:
         signals = _Signals(receiver)
-        with _as_itself():
+        with as_itself():
             async with anyio.create_task_group() as early:
                 early.start_soon(signals.watch_start_up)
                 with signals.starting:
                     yield signals
                 early.cancel_scope.cancel()
-
-
-@contextlib.contextmanager
-def _as_itself() -> Iterator[None]:
-    """One failure raises as itself, not inside a task group's exception
-    group: a part that cannot start (the inspector, its port taken; the
-    database) is a ``RosterError`` that ``roster serve`` shows as one line,
-    as it does a bad org."""
-    try:
-        yield
-    except BaseExceptionGroup as group:
-        match group.exceptions:
-            case (Exception() as error,):
-                raise error from None
-        raise
 
 
 async def _serve(

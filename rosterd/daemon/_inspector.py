@@ -7,10 +7,10 @@ thread they would still wait, since the page holds the interpreter's lock.
 In a process of its own a page takes another core, and no turn waits on it.
 
 The child reads the state as ``roster server inspect`` does (the state
-directory, or its own connection to the database). It stops when the
-daemon closes its standard input, or dies. Its log lines are the daemon's,
-and a child that cannot start fails the daemon's start with its reason; one
-that ends later is started again.
+directory, or its own connection to the database). It is kept as
+``rosterd._child`` keeps the daemon's children. Its log lines are the
+daemon's, and a child that cannot start fails the daemon's start with its
+reason; one that ends later is started again.
 """
 
 from __future__ import annotations
@@ -18,32 +18,24 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import signal
-import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
-from anyio.abc import ByteReceiveStream, Process, TaskStatus
+from anyio.abc import TaskStatus
 
+from .._child import lines, log_exit, run_again, spawn, stop
 from .._errors import RosterError
 from ..org import InspectConfig, read_token
 from ..protocol import StateLocation
 
 log = logging.getLogger("rosterd.inspect")
+_NAME = "inspector"
 # The line the child logs once it listens: ``inspector on http://HOST:PORT/``.
 _READY = "inspector on "
-# Longer lines are not the child's own: cut, not waited for.
-_LINE_BYTES = 64 * 1024
 # How long a stopping child may finish the page under way.
 _STOP_S = 5
-# A child that ended is started again after this long, twice as long after
-# each that did not last _STEADY_S, and never more than _RESTART_MAX_S.
-_RESTART_S = 1.0
-_STEADY_S = 60.0
-_RESTART_MAX_S = 60.0
 
 
 def _command(config: InspectConfig, root: Path) -> tuple[list[str], dict[str, str]]:
@@ -79,23 +71,11 @@ async def serve_inspector_apart(
     """The inspector *config* asks for, over *state*, in a child process,
     until cancelled; started once it listens. Raises ``RosterError`` with
     the child's reason if the first child ends before that. A child that
-    ends later is logged and started again, as systemd would a service:
-    after ``_RESTART_S``, twice as long after each child that did not last
-    ``_STEADY_S``, at most ``_RESTART_MAX_S``."""
+    ends later is logged and started again (``rosterd._child.run_again``)."""
     command, environ = _command(config, root)
     environ["ROSTER_STATE"] = str(state)
     await _run_child(command, environ, task_status.started)
-    delay = _RESTART_S
-    while True:
-        log.warning("the inspector starts again in %g s", delay)
-        await anyio.sleep(delay)
-        began = time.monotonic()
-        try:
-            await _run_child(command, environ, lambda: None, again=True)
-        except RosterError as exc:
-            log.error("the inspector did not start again: %s", exc)
-        steady = time.monotonic() - began >= _STEADY_S
-        delay = _RESTART_S if steady else min(2 * delay, _RESTART_MAX_S)
+    await run_again(_NAME, log, lambda: _run_child(command, environ, lambda: None, again=True))
 
 
 async def _run_child(
@@ -104,20 +84,12 @@ async def _run_child(
     """One child, until it exits: *ready* is called once it listens (its
     line logged, saying *again* if it is not the first). Raises
     ``RosterError`` with its last line if it exits before that."""
-    # A session of its own: a terminal's Ctrl-C reaches the daemon, which
-    # drains, then stops the child; the child never stops first.
-    child = await anyio.open_process(
-        command,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        env=environ,
-        start_new_session=True,
-    )
+    child = await spawn(command, environ, stdout=False)
     try:
         assert child.stderr is not None
-        lines = _lines(child.stderr)
+        child_lines = lines(child.stderr)
         last = ""
-        async for line in lines:
+        async for line in child_lines:
             if last:
                 log.warning("%s", last)
             if line.startswith(_READY):
@@ -128,40 +100,9 @@ async def _run_child(
         else:
             code = await child.wait()
             raise RosterError(last or f"the inspector exited with status {code} as it started")
-        async for line in lines:
+        async for line in child_lines:
             log.warning("%s", line)
-        code = await child.wait()
-        if code < 0:
-            # Under systemd a stop signals the whole unit, the child too.
-            log.warning("the inspector was stopped by %s", signal.Signals(-code).name)
-        else:
-            log.error("the inspector exited with status %d", code)
+        log_exit(_NAME, log, await child.wait())
     finally:
         with anyio.CancelScope(shield=True):
-            await _stop(child)
-
-
-async def _stop(child: Process) -> None:
-    """Close *child*'s standard input, which stops it; kill it if it has not
-    stopped within ``_STOP_S`` (a page under way gets a moment to finish)."""
-    assert child.stdin is not None
-    await child.stdin.aclose()
-    with anyio.move_on_after(_STOP_S) as waiting:
-        await child.wait()
-    if waiting.cancelled_caught:
-        log.warning("the inspector did not stop within %d s: killed", _STOP_S)
-        child.kill()
-    await child.aclose()
-
-
-async def _lines(stream: ByteReceiveStream) -> AsyncIterator[str]:
-    """*stream*'s lines, without their ends, until it ends; a line longer
-    than ``_LINE_BYTES`` keeps its last ones."""
-    pending = b""
-    async for chunk in stream:
-        *whole, pending = (pending + chunk).split(b"\n")
-        for line in whole:
-            yield line[-_LINE_BYTES:].decode(errors="replace")
-        pending = pending[-_LINE_BYTES:]
-    if pending:
-        yield pending.decode(errors="replace")
+            await stop(child, _NAME, log, _STOP_S)
