@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
 from functools import partial
 from html.parser import HTMLParser
 from pathlib import Path
@@ -20,6 +18,7 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
+from children import children, ending, frozen, only_child
 from harness import DaemonProcess, daemon_in_process
 from inspect_runs import Made, make_runs
 from orgs import write_org
@@ -562,68 +561,44 @@ async def test_the_daemon_s_inspector_is_a_process_of_its_own(tmp_path: Path) ->
     daemon = DaemonProcess(tmp_path / "org", tmp_path / "state").start()
     with daemon:
         assert daemon.process is not None
-        (inspector,) = _children(daemon.process.pid)
-        # It cannot speak to systemd for the service: the daemon alone does.
-        assert not any(v.startswith(b"NOTIFY_SOCKET=") for v in _environment(inspector))
+        inspector = only_child(daemon.process.pid)
         match = re.search(r"inspector on (http://127\.0\.0\.1:\d+)/", daemon.log())
         assert match, daemon.log()
         async with httpx.AsyncClient(base_url=match[1]) as web:
             assert (await web.get("/")).status_code == 200
         # Frozen in the middle of a page, as far as the daemon can tell:
         # no turn waits on it.
-        os.kill(inspector, signal.SIGSTOP)
-        try:
+        with frozen(inspector):
             async with await RosterClient.connect(daemon.socket) as client:
                 opened = await client.session_open("w0", "c0")
                 assert (await client.session_send(opened.session, "hello")).turn == 1
-        finally:
-            os.kill(inspector, signal.SIGCONT)
         # It stops with a daemon that drains, and with one killed outright.
-        with _ending(inspector) as ended:
+        with ending(inspector) as ended:
             assert daemon.stop() == 0
             assert ended()
         daemon.start()
         assert daemon.process is not None
-        (inspector,) = _children(daemon.process.pid)
-        with _ending(inspector) as ended:
+        inspector = only_child(daemon.process.pid)
+        with ending(inspector) as ended:
             daemon.kill9()
             assert ended(), "the inspector outlived a daemon killed with SIGKILL"
         # An inspector that dies is logged and started again; the daemon
         # serves on meanwhile.
         daemon.start()
         assert daemon.process is not None
-        (inspector,) = _children(daemon.process.pid)
+        inspector = only_child(daemon.process.pid)
         os.kill(inspector, signal.SIGKILL)
         await daemon.logged("the inspector was stopped by SIGKILL")
         async with await RosterClient.connect(daemon.socket) as client:
             assert (await client.session_send(opened.session, "again")).turn == 2
         await daemon.logged("(started again)")
-        (again,) = _children(daemon.process.pid)
+        (again,) = children(daemon.process.pid)
         assert again != inspector
         addresses = re.findall(r"inspector on (http://127\.0\.0\.1:\d+)/", daemon.log())
         async with httpx.AsyncClient(base_url=addresses[-1]) as web:
             assert (await web.get("/")).status_code == 200
         assert daemon.stop() == 0
     assert "Traceback" not in daemon.log()
-
-
-def _environment(pid: int) -> list[bytes]:
-    return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-
-
-def _children(pid: int) -> list[int]:
-    tasks = Path(f"/proc/{pid}/task")
-    return [int(c) for task in tasks.iterdir() for c in (task / "children").read_text().split()]
-
-
-@contextmanager
-def _ending(pid: int) -> Iterator[Callable[[], bool]]:
-    """Whether process *pid* (not a child of ours) ended, within 20 s."""
-    handle = os.pidfd_open(pid)
-    try:
-        yield lambda: bool(select.select([handle], [], [], 20)[0])
-    finally:
-        os.close(handle)
 
 
 def test_an_inspector_off_loopback_without_a_token_is_a_config_error(tmp_path: Path) -> None:

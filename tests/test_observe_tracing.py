@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +13,14 @@ import anyio
 import anyio.abc
 import httpx
 import pytest
-from harness import daemon_in_process
+from children import children, ending, frozen, only_child
+from harness import DaemonProcess, daemon_in_process
 from orgs import simulated_engine, write_org
 from otlp import Collector, attributes, collector
 from prometheus import free_port
 from simulator import Calls, Reply, Simulator
 
+from rosterd.client import RosterClient
 from rosterd.protocol import RunShown
 
 pytestmark = pytest.mark.anyio
@@ -212,3 +216,42 @@ async def test_the_standard_otlp_environment_turns_tracing_on(
         "commit",
         "chat echo",
     ]
+
+
+async def test_the_exporter_is_a_process_of_its_own(tmp_path: Path) -> None:
+    async with collector() as otlp:
+        telemetry = f'[telemetry]\notlp_endpoint = "{otlp.url}"\n'
+        write_org(tmp_path / "org", identity_chars=200, purpose_chars=100, sections=telemetry)
+        daemon = DaemonProcess(tmp_path / "org", tmp_path / "state").start()
+        with daemon:
+            assert daemon.process is not None
+            exporter = only_child(daemon.process.pid)
+            # Frozen, as far as the daemon can tell: no turn waits on it.
+            with frozen(exporter):
+                async with await RosterClient.connect(daemon.socket) as client:
+                    opened = await client.session_open("w0", "c0")
+                    assert (await client.session_send(opened.session, "hello")).turn == 1
+            # One that dies is logged and started again; turns go on, and
+            # their spans reach the collector.
+            os.kill(exporter, signal.SIGKILL)
+            await daemon.logged("the span exporter was stopped by SIGKILL")
+            await daemon.logged("the span exporter started again")
+            (again,) = children(daemon.process.pid)
+            assert again != exporter
+            async with await RosterClient.connect(daemon.socket) as client:
+                assert (await client.session_send(opened.session, "again")).turn == 2
+            # It stops with a daemon that drains, and sends what it holds
+            # first (to this process's collector, which serves meanwhile).
+            with ending(again) as ended:
+                assert await anyio.to_thread.run_sync(daemon.stop) == 0
+                assert ended()
+            # Turn 1's spans may have gone with the killed child; turn 2's came.
+            turns = [attrs(root)["rosterd.turn"] for root in otlp.named("invoke_agent w0")]
+            assert 2 in turns, turns
+            # And with one killed outright.
+            daemon.start()
+            exporter = only_child(daemon.process.pid)
+            with ending(exporter) as ended:
+                daemon.kill9()
+                assert ended(), "the exporter outlived a daemon killed with SIGKILL"
+    assert "Traceback" not in daemon.log()

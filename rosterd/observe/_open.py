@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import anyio.to_thread
+import anyio
 
-from .._errors import ConfigError
+from .._errors import ConfigError, as_itself
 from ..org import MetricsConfig, Org
 from ._telemetry import Telemetry
 
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rosterd.observe")
 
+# What the exporting child imports (``python -m rosterd.observe``).
+_EXPORTER_MODULES = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
 # The environment variables that turn tracing on without [telemetry] otlp_endpoint.
 _OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 
@@ -52,15 +55,21 @@ async def open_telemetry(
     if tracing_wanted(org, environ):
         dropped = metrics.telemetry_dropped.inc if metrics is not None else _log_dropped
         tracing = _tracing(org, toml, environ, dropped)
-    try:
-        if metrics is not None:
-            metrics.start()
-        yield Telemetry(metrics, tracing)
-    finally:
-        if metrics is not None:
-            metrics.stop()
-        if tracing is not None:
-            await anyio.to_thread.run_sync(tracing.shutdown)
+    # A failure of the block it wraps (the daemon's start, say) raises as itself.
+    with as_itself():
+        async with anyio.create_task_group() as tg:
+            try:
+                if metrics is not None:
+                    metrics.start()
+                if tracing is not None:
+                    await tg.start(tracing.run)
+                yield Telemetry(metrics, tracing)
+            finally:
+                if metrics is not None:
+                    metrics.stop()
+                if tracing is not None:
+                    with anyio.CancelScope(shield=True):
+                        await tracing.aclose()
 
 
 def _metrics(config: MetricsConfig, toml: Path) -> Metrics:
@@ -78,6 +87,10 @@ def _tracing(
         from ._tracing import Tracing
     except ImportError as exc:
         raise _missing("telemetry", "telemetry", exc, toml) from None
+    # The exporting child loads these; checked here, which does not load them.
+    for module in _EXPORTER_MODULES:
+        if importlib.util.find_spec(module) is None:
+            raise _missing("telemetry", "telemetry", ImportError(name=module), toml)
     return Tracing(org.telemetry, environ, dropped)
 
 

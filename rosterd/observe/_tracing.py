@@ -5,36 +5,37 @@ children are ``compile`` and ``commit`` (the writes that precede a send),
 ``chat {model}`` per engine call with the ``gen_ai.*`` request and usage
 attributes, and ``execute_tool {name}`` per tool call.
 
-A turn only notes names, times and attributes in plain records; one
-thread builds the SDK's spans from them (ids, contexts, resource) and
-exports them in batches with the OTLP exporter. So a turn pays for an
-append per span, not for span objects, locks and hand-overs between
-threads: with an echo engine a turn takes about 2 ms, and tracing must
-not show in it. A finished turn goes into a bounded queue; one that finds
-it full, or whose batch the collector does not take within ``timeout_s``
-(down, slow, refusing), is dropped and its spans counted
-(``rosterd_telemetry_dropped_total``).
+A turn only notes names, times and attributes in plain records. A child
+process (``python -m rosterd.observe``, kept as ``rosterd._child`` keeps
+the daemon's children) makes the SDK's spans of them and exports them with
+the OTLP exporter: encoding spans takes about as much CPU as the echo
+engine's whole turn, and in a thread it would hold the interpreter's lock
+that turns wait for. Twice a second the daemon writes what finished since
+to the child's standard input, one JSON line; the child says on its
+standard output how many spans each of its batches sent or dropped. A
+finished turn goes into a bounded queue; one that finds it full, or whose
+batch the collector does not take within ``timeout_s`` (down, slow,
+refusing), or that a child took with it when it died, is dropped and its
+spans counted (``rosterd_telemetry_dropped_total``).
 """
 
 from __future__ import annotations
 
 import logging
-import random
-import threading
+import os
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
+import anyio
+import anyio.lowlevel
 import msgspec
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from anyio.abc import ByteReceiveStream, Process, TaskStatus
+from opentelemetry.trace import SpanKind
 
-from .. import __version__
+from .._child import lines, log_exit, run_again, spawn, stop
 from ..compiler import ToolStatus
 from ..engines import EngineReply
 from ..org import EngineConfig, TelemetryConfig
@@ -42,14 +43,26 @@ from ..protocol import ChatMessage, RunInfo
 
 log = logging.getLogger("rosterd.observe")
 
+_NAME = "span exporter"
 _QUEUE_SPANS = 8192
-# Small batches: encoding one holds the interpreter, which a turn then waits for.
-_BATCH_SPANS = 128
 _BATCH_DELAY_S = 0.5
-_SCOPE = InstrumentationScope("rosterd", __version__)
+# How long a child whose output ended, or that is stopped, has to exit.
+_EXIT_S = 1.0
 _encode = msgspec.json.Encoder().encode
 
 Attributes = dict[str, str | int | bool | tuple[str, ...]]
+
+
+class SpanRecord(msgspec.Struct, array_like=True, frozen=True):
+    """One finished span as the daemon hands it to the exporter: the first
+    of a trace is its root, the others its children."""
+
+    name: str
+    kind: int
+    start: int
+    end: int
+    error: str | None
+    attributes: dict[str, str | int | bool | list[str]]
 
 
 class Span:
@@ -101,15 +114,17 @@ class Tracing:
         self, config: TelemetryConfig, environ: Mapping[str, str], dropped: Callable[[int], None]
     ) -> None:
         self.config = config
-        endpoint = config.otlp_endpoint
-        # Without an endpoint the exporter reads OTEL_EXPORTER_OTLP_* itself.
-        exporter = OTLPSpanExporter(
-            endpoint=f"{endpoint.rstrip('/')}/v1/traces" if endpoint else None,
-            timeout=config.timeout_s,
-        )
         name = config.service_name or environ.get("OTEL_SERVICE_NAME") or "rosterd"
-        resource = Resource.create({"service.name": name})
-        self._export = _Export(exporter, resource, dropped, config.timeout_s)
+        # Without an endpoint the exporter reads OTEL_EXPORTER_OTLP_* itself.
+        child_environ = {
+            **os.environ,
+            **environ,
+            "ROSTER_OTLP_ENDPOINT": config.otlp_endpoint or "",
+            "ROSTER_OTLP_TIMEOUT_S": str(config.timeout_s),
+            "ROSTER_OTLP_SERVICE": name,
+        }
+        command = [sys.executable, "-m", "rosterd.observe"]
+        self._export = _ExportApart(command, child_environ, dropped, config.timeout_s)
 
     def __repr__(self) -> str:
         return f"Tracing({self.config.otlp_endpoint!r})"
@@ -191,9 +206,13 @@ class Tracing:
         if span.trace.root is span:
             self._export.put(span.trace)
 
-    def shutdown(self) -> None:
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Keep the exporting child until ``aclose``; started at once."""
+        await self._export.run(task_status=task_status)
+
+    async def aclose(self) -> None:
         """Send what is queued (bounded by the export timeout), then stop."""
-        self._export.shutdown()
+        await self._export.aclose()
 
 
 def _model(engine: EngineConfig) -> str:
@@ -208,106 +227,140 @@ def _messages(messages: Sequence[ChatMessage]) -> str:
     ).decode()
 
 
-class _Export:
-    """Finished turns, queued and bounded, made into spans and exported by one thread.
+class _ExportApart:
+    """Finished turns, queued and bounded, written to the exporting child.
 
-    The thread wakes on a timer, never per turn: ending a turn costs one
-    append, not a hand-over of the interpreter to another thread.
+    Everything here runs on the event loop: ending a turn costs one append,
+    and the queue is written out on a timer, never per turn.
     """
 
     def __init__(
         self,
-        exporter: SpanExporter,
-        resource: Resource,
+        command: list[str],
+        environ: dict[str, str],
         dropped: Callable[[int], None],
         timeout_s: float,
     ) -> None:
-        self._exporter = exporter
-        self._resource = resource
+        self._command = command
+        self._environ = environ
         self._dropped = dropped
         self._timeout_s = timeout_s
         self._queue: deque[_Trace] = deque()
         self._queued_spans = 0
-        # Taken by the turn that queues and the thread that sends: the
-        # count and the queue move together.
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        # Set at shutdown: past it, what is still queued is left behind.
-        self._deadline = float("inf")
-        self._random = random.Random()
-        self._thread = threading.Thread(target=self._run, name="rosterd-otlp", daemon=True)
-        self._thread.start()
+        # Written to the child, not yet said sent or dropped by it.
+        self._in_flight = 0
+        self._closing = anyio.Event()
+        self._closed = anyio.Event()
+        self._scope = anyio.CancelScope()
+        self._running = False
 
     def put(self, trace: _Trace) -> None:
-        with self._lock:
-            full = self._queued_spans + len(trace) > _QUEUE_SPANS
-            if not full:
-                self._queued_spans += len(trace)
-                self._queue.append(trace)
-        if full:
+        if self._queued_spans + len(trace) > _QUEUE_SPANS:
             self._dropped(len(trace))
+            return
+        self._queued_spans += len(trace)
+        self._queue.append(trace)
 
-    def _run(self) -> None:
-        while not self._stopping.wait(_BATCH_DELAY_S):
-            self._send_queued()
-        self._send_queued()
+    async def run(self, *, task_status: TaskStatus[None]) -> None:
+        with self._scope:
+            task_status.started()
+            await self._child()
+            await run_again(_NAME, log, lambda: self._child(again=True))
 
-    def _send_queued(self) -> None:
-        while self._queue and time.monotonic() < self._deadline:
-            batch: list[ReadableSpan] = []
-            while self._queue and len(batch) < _BATCH_SPANS:
-                with self._lock:
-                    trace = self._queue.popleft()
-                    self._queued_spans -= len(trace)
-                batch += self._spans(trace)
-            self._send(batch)
-            # Let a waiting turn have the interpreter before the next batch.
-            time.sleep(0)
+    async def aclose(self) -> None:
+        self._closing.set()
+        if self._running:
+            # The child gets the queue, and the export timeout to send it.
+            with anyio.move_on_after(self._timeout_s + _EXIT_S + 1):
+                await self._closed.wait()
+        self._scope.cancel()
+        left = self._queued_spans + self._in_flight
+        if left:
+            log.warning("%d spans still queued at stop are dropped", left)
+            self._dropped(left)
+            self._queued_spans = self._in_flight = 0
 
-    def _spans(self, trace: _Trace) -> list[ReadableSpan]:
-        flags = TraceFlags(TraceFlags.SAMPLED)
-        trace_id = self._random.getrandbits(128)
-        root = SpanContext(trace_id, self._random.getrandbits(64), False, flags)
-        spans = [self._span(trace.root, root, None)]
-        for child in trace.children:
-            context = SpanContext(trace_id, self._random.getrandbits(64), False, flags)
-            spans.append(self._span(child, context, root))
-        return spans
-
-    def _span(self, span: Span, context: SpanContext, parent: SpanContext | None) -> ReadableSpan:
-        status = Status(StatusCode.UNSET if span.error is None else StatusCode.ERROR, span.error)
-        attributes: Mapping[str, str | int | bool | tuple[str, ...]] = span.attributes
-        return ReadableSpan(
-            span.name,
-            context=context,
-            parent=parent,
-            resource=self._resource,
-            attributes=attributes,
-            kind=span.kind,
-            status=status,
-            start_time=span.start,
-            end_time=span.end or span.start,
-            instrumentation_scope=_SCOPE,
-        )
-
-    def _send(self, batch: Sequence[ReadableSpan]) -> None:
+    async def _child(self, *, again: bool = False) -> None:
+        """One child, until it ends, or until it sent what it was given at a stop."""
+        child = await spawn(self._command, self._environ, stdout=True)
+        self._running = True
+        if again:
+            log.warning("the %s started again", _NAME)
         try:
-            result = self._exporter.export(batch)
-        except Exception:  # the exporter's own failure must not end the thread
-            log.exception("exporting %d spans failed", len(batch))
-            result = SpanExportResult.FAILURE
-        if result is not SpanExportResult.SUCCESS:
-            # Counted first: by the time the log says so, the metric does too.
-            self._dropped(len(batch))
-            log.warning("the collector did not take %d spans; dropped", len(batch))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._forward, child)
+                tg.start_soon(self._read, child, tg.cancel_scope)
+                await self._feed(child)
+                # Stopping: the child sends what it holds, then ends, and
+                # so does its output (``_read`` then ends the group), within
+                # the export timeout.
+                assert child.stdin is not None
+                await child.stdin.aclose()
+                with anyio.move_on_after(self._timeout_s):
+                    await anyio.sleep_forever()
+                tg.cancel_scope.cancel()
+        finally:
+            self._running = False
+            # A child whose output ended is ending: waited for, not killed
+            # (a kill would reap it under the event loop's watcher).
+            with anyio.CancelScope(shield=True):
+                await stop(child, _NAME, log, _EXIT_S)
+        if self._closing.is_set():
+            # Stopped, not ended: no restart.
+            self._closed.set()
+            self._scope.cancel()
+            await anyio.lowlevel.checkpoint()
+        log_exit(_NAME, log, child.returncode if child.returncode is not None else -9)
+        if self._in_flight:
+            log.warning("the %s took %d spans with it; dropped", _NAME, self._in_flight)
+            self._dropped(self._in_flight)
+            self._in_flight = 0
 
-    def shutdown(self) -> None:
-        # What the collector has not taken within the export timeout is left
-        # behind: a stopping daemon waits for it no longer than that.
-        self._deadline = time.monotonic() + self._timeout_s
-        self._stopping.set()
-        self._thread.join(self._timeout_s)
-        if self._queued_spans:
-            log.warning("%d spans still queued at stop are dropped", self._queued_spans)
-            self._dropped(self._queued_spans)
-        self._exporter.shutdown()
+    async def _feed(self, child: Process) -> None:
+        """Write the queue out twice a second until a stop, then once more."""
+        assert child.stdin is not None
+        while not self._closing.is_set():
+            with anyio.move_on_after(_BATCH_DELAY_S):
+                await self._closing.wait()
+            if self._queue:
+                traces = list(self._queue)
+                self._queue.clear()
+                count, self._queued_spans = self._queued_spans, 0
+                self._in_flight += count
+                await child.stdin.send(_encode([_records(t) for t in traces]) + b"\n")
+
+    async def _read(self, child: Process, scope: anyio.CancelScope) -> None:
+        """The child's account of each batch: ``sent N`` or ``dropped N``.
+        Its end is the child's: the feeding stops with it."""
+        assert child.stdout is not None
+        async for line in lines(child.stdout):
+            said, _, number = line.partition(" ")
+            count = int(number) if number.isdigit() else 0
+            self._in_flight -= count
+            if said == "dropped":
+                # Counted first: by the time the log says so, the metric does too.
+                self._dropped(count)
+                log.warning("the collector did not take %d spans; dropped", count)
+        scope.cancel()
+
+    @staticmethod
+    async def _forward(child: Process) -> None:
+        """The child's log lines, as the daemon's."""
+        assert child.stderr is not None
+        stream: ByteReceiveStream = child.stderr
+        async for line in lines(stream):
+            log.warning("%s", line)
+
+
+def _records(trace: _Trace) -> list[SpanRecord]:
+    return [
+        SpanRecord(
+            span.name,
+            span.kind.value,
+            span.start,
+            span.end or span.start,
+            span.error,
+            {k: list(v) if isinstance(v, tuple) else v for k, v in span.attributes.items()},
+        )
+        for span in (trace.root, *trace.children)
+    ]
