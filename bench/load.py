@@ -67,7 +67,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 import msgspec
-from _daemon import percentile, poll_status, rss_kib, serve, write_org
+from _daemon import one_core_for, percentile, poll_status, rss_kib, serve, write_org
 from _floor import Beside, beside
 from _profile import BUCKETS, breakdown, load, profile_turns
 from anyio.streams.buffered import BufferedByteReceiveStream
@@ -378,8 +378,11 @@ async def _collector(stream: anyio.abc.SocketStream) -> None:
 
 
 async def run_telemetry(quick: bool) -> None:
-    turns = 40 if quick else 300
-    print(f"telemetry overhead, one session of {turns} turns per daemon, turns alternating:")
+    turns = 40 if quick else 1000
+    print(
+        f"telemetry overhead, one session of {turns} turns per daemon, turns alternating, "
+        "both daemons on one core and this process on the others:"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         async with (
@@ -398,20 +401,23 @@ async def run_telemetry(quick: bool) -> None:
             latencies: dict[str, list[float]] = {"off": [], "on": []}
             async with AsyncExitStack() as stack:
                 clients = {}
+                daemons = []
                 for name, extra in (("off", ""), ("on", observed)):
                     write_org(root / name / "org", ("ada",), 1, identity_lines=200)
                     with (root / name / "org" / "org.toml").open("a") as toml:
                         toml.write(extra)
                     socket_path = root / name / "rosterd.sock"
-                    await stack.enter_async_context(
+                    daemon = await stack.enter_async_context(
                         serve(root / name / "org", root / name / "state", socket_path)
                     )
+                    daemons.append(daemon.pid)
                     client = await stack.enter_async_context(
                         await RosterClient.connect(socket_path)
                     )
                     opened = await client.session_open("ada", "c0")
                     await client.session_send(opened.session, "warm up")
                     clients[name] = (client, opened.session)
+                stack.enter_context(one_core_for(daemons))
                 for n in range(turns):
                     for name in ("off", "on") if n % 2 else ("on", "off"):
                         client, session = clients[name]
