@@ -89,9 +89,17 @@ def _tracing(
         raise _missing("telemetry", "telemetry", exc, toml) from None
     # The exporting child loads these; checked here, which does not load them.
     for module in _EXPORTER_MODULES:
-        if importlib.util.find_spec(module) is None:
+        if not _installed(module):
             raise _missing("telemetry", "telemetry", ImportError(name=module), toml)
     return Tracing(org.telemetry, environ, dropped)
+
+
+def _installed(module: str) -> bool:
+    """Whether *module* can be imported, without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a package above it is missing
+        return False
 
 
 def _missing(table: str, extra: str, exc: ImportError, toml: Path) -> ConfigError:
