@@ -15,7 +15,7 @@ import logging
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 
 import anyio
 from anyio.abc import ByteReceiveStream, Process
@@ -29,16 +29,24 @@ STEADY_S = 60.0
 RESTART_MAX_S = 60.0
 
 
-async def spawn(command: Sequence[str], environ: dict[str, str], *, stdout: bool) -> Process:
+async def spawn(
+    command: Sequence[str],
+    environ: Mapping[str, str],
+    *,
+    stdout: bool,
+    withheld: Collection[str] = (),
+) -> Process:
     """*command* as a child in a session of its own, its standard input a
     pipe (closing it stops the child), and its standard output one if
-    *stdout*. Only the daemon speaks to systemd: the child never gets
-    ``NOTIFY_SOCKET``."""
+    *stdout*. Its environment is *environ* but *withheld* (the secrets the
+    org names: no child needs a provider's key) and ``NOTIFY_SOCKET`` (only
+    the daemon speaks to systemd)."""
+    left_out = {"NOTIFY_SOCKET", *withheld}
     return await anyio.open_process(
         list(command),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
-        env={name: value for name, value in environ.items() if name != "NOTIFY_SOCKET"},
+        env={name: value for name, value in environ.items() if name not in left_out},
         start_new_session=True,
     )
 

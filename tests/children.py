@@ -16,12 +16,19 @@ def environment(pid: int) -> list[bytes]:
     return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
 
 
+# A secret the test orgs name (``[connections.github] env``), for a daemon's
+# environment: its children must not get it.
+SECRET_ENV = {"GITHUB_TOKEN": "ghp_not-for-children"}
+
+
 def only_child(pid: int) -> int:
     """The one process process *pid* started, a daemon's helper. Only the
     daemon speaks to systemd for the service: the child has no
-    ``NOTIFY_SOCKET``."""
+    ``NOTIFY_SOCKET``; and it holds none of the secrets the org names."""
     (child,) = children(pid)
-    assert not any(v.startswith(b"NOTIFY_SOCKET=") for v in environment(child))
+    names = {v.partition(b"=")[0] for v in environment(child)}
+    assert names.isdisjoint({b"NOTIFY_SOCKET", *(n.encode() for n in SECRET_ENV)}), names
+    assert b"PATH" in names
     return child
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-from children import children, ending, frozen, only_child
+from children import SECRET_ENV, children, ending, frozen, only_child
 from harness import DaemonProcess, daemon_in_process
 from inspect_runs import Made, make_runs
 from orgs import write_org
@@ -558,7 +558,7 @@ async def test_the_daemon_serves_the_inspector_where_its_org_asks(
 
 async def test_the_daemon_s_inspector_is_a_process_of_its_own(tmp_path: Path) -> None:
     write_org(tmp_path / "org", identity_chars=200, purpose_chars=100, sections=_INSPECT)
-    daemon = DaemonProcess(tmp_path / "org", tmp_path / "state").start()
+    daemon = DaemonProcess(tmp_path / "org", tmp_path / "state", env=SECRET_ENV).start()
     with daemon:
         assert daemon.process is not None
         inspector = only_child(daemon.process.pid)

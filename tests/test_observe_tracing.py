@@ -13,7 +13,7 @@ import anyio
 import anyio.abc
 import httpx
 import pytest
-from children import children, ending, frozen, only_child
+from children import SECRET_ENV, children, ending, frozen, only_child
 from harness import DaemonProcess, daemon_in_process
 from orgs import simulated_engine, write_org
 from otlp import Collector, attributes, collector
@@ -222,7 +222,7 @@ async def test_the_exporter_is_a_process_of_its_own(tmp_path: Path) -> None:
     async with collector() as otlp:
         telemetry = f'[telemetry]\notlp_endpoint = "{otlp.url}"\n'
         write_org(tmp_path / "org", identity_chars=200, purpose_chars=100, sections=telemetry)
-        daemon = DaemonProcess(tmp_path / "org", tmp_path / "state").start()
+        daemon = DaemonProcess(tmp_path / "org", tmp_path / "state", env=SECRET_ENV).start()
         with daemon:
             assert daemon.process is not None
             exporter = only_child(daemon.process.pid)

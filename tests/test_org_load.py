@@ -353,3 +353,18 @@ def test_scope_names_the_channel_a_worker_is_not_in(org: Org) -> None:
         org.scope(Surface.TASK, "grace", "releases")
     assert caught.value.name == "grace"
     assert "releases" in str(caught.value)
+
+
+def test_the_secrets_an_org_names_are_every_key_and_connection_env(tmp_path: Path) -> None:
+    toml = BASE_TOML.replace(
+        "[workers.grace]",
+        '[workers.grace]\n[workers.grace.engine]\nkind = "openai"\nmodel = "m"\n'
+        'api_key_env = "GRACE_KEY"',
+    )
+    toml += (
+        '\n[engine]\nkind = "anthropic"\nmodel = "m"\napi_key_env = "MAIN_KEY"\n'
+        '[engines.backup]\nkind = "openai"\nmodel = "m"\napi_key_env = "BACKUP_KEY"\n'
+    )
+    org = load_org(make_org(tmp_path, toml))
+    assert org.secret_env_names() == {"GITHUB_TOKEN", "MAIN_KEY", "BACKUP_KEY", "GRACE_KEY"}
+    assert load_org(make_org(tmp_path / "plain", BASE_TOML)).secret_env_names() == {"GITHUB_TOKEN"}

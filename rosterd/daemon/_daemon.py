@@ -192,7 +192,13 @@ async def _serve(
         if watchdog_s is not None:
             tg.start_soon(_watchdog, notifier, watchdog_s / 2)
         if host.org.inspect.listen is not None:
-            await tg.start(serve_inspector_apart, host.org.inspect, watcher.source.root, state)
+            await tg.start(
+                serve_inspector_apart,
+                host.org.inspect,
+                watcher.source.root,
+                state,
+                host.org.secret_env_names(),
+            )
         signals.serving()
         if signals.reload:
             log.info("SIGHUP while starting: reloading the org")

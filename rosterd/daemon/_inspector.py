@@ -19,7 +19,7 @@ import importlib.util
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import anyio
@@ -65,26 +65,35 @@ async def serve_inspector_apart(
     config: InspectConfig,
     root: Path,
     state: StateLocation,
+    withheld: Collection[str] = (),
     *,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The inspector *config* asks for, over *state*, in a child process,
-    until cancelled; started once it listens. Raises ``RosterError`` with
-    the child's reason if the first child ends before that. A child that
-    ends later is logged and started again (``rosterd._child.run_again``)."""
+    """The inspector *config* asks for, over *state*, in a child process
+    without the environment variables *withheld*, until cancelled; started
+    once it listens. Raises ``RosterError`` with the child's reason if the
+    first child ends before that. A child that ends later is logged and
+    started again (``rosterd._child.run_again``)."""
     command, environ = _command(config, root)
     environ["ROSTER_STATE"] = str(state)
-    await _run_child(command, environ, task_status.started)
-    await run_again(_NAME, log, lambda: _run_child(command, environ, lambda: None, again=True))
+    await _run_child(command, environ, withheld, task_status.started)
+    await run_again(
+        _NAME, log, lambda: _run_child(command, environ, withheld, lambda: None, again=True)
+    )
 
 
 async def _run_child(
-    command: list[str], environ: dict[str, str], ready: Callable[[], None], *, again: bool = False
+    command: list[str],
+    environ: dict[str, str],
+    withheld: Collection[str],
+    ready: Callable[[], None],
+    *,
+    again: bool = False,
 ) -> None:
     """One child, until it exits: *ready* is called once it listens (its
     line logged, saying *again* if it is not the first). Raises
     ``RosterError`` with its last line if it exits before that."""
-    child = await spawn(command, environ, stdout=False)
+    child = await spawn(command, environ, stdout=False, withheld=withheld)
     try:
         assert child.stderr is not None
         child_lines = lines(child.stderr)

@@ -91,7 +91,7 @@ def _tracing(
     for module in _EXPORTER_MODULES:
         if not _installed(module):
             raise _missing("telemetry", "telemetry", ImportError(name=module), toml)
-    return Tracing(org.telemetry, environ, dropped)
+    return Tracing(org.telemetry, environ, dropped, org.secret_env_names())
 
 
 def _installed(module: str) -> bool:

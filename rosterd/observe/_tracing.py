@@ -26,7 +26,7 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 import anyio
@@ -111,8 +111,15 @@ class Tracing:
     """The tracer of one daemon, and the export behind it."""
 
     def __init__(
-        self, config: TelemetryConfig, environ: Mapping[str, str], dropped: Callable[[int], None]
+        self,
+        config: TelemetryConfig,
+        environ: Mapping[str, str],
+        dropped: Callable[[int], None],
+        withheld: Collection[str] = (),
     ) -> None:
+        """Spans exported as *config* says, by a child whose environment is
+        *environ* but *withheld* (the secrets the org names); what is
+        dropped is counted with *dropped*."""
         self.config = config
         name = config.service_name or environ.get("OTEL_SERVICE_NAME") or "rosterd"
         # Without an endpoint the exporter reads OTEL_EXPORTER_OTLP_* itself.
@@ -124,7 +131,7 @@ class Tracing:
             "ROSTER_OTLP_SERVICE": name,
         }
         command = [sys.executable, "-m", "rosterd.observe"]
-        self._export = _ExportApart(command, child_environ, dropped, config.timeout_s)
+        self._export = _ExportApart(command, child_environ, withheld, dropped, config.timeout_s)
 
     def __repr__(self) -> str:
         return f"Tracing({self.config.otlp_endpoint!r})"
@@ -238,11 +245,13 @@ class _ExportApart:
         self,
         command: list[str],
         environ: dict[str, str],
+        withheld: Collection[str],
         dropped: Callable[[int], None],
         timeout_s: float,
     ) -> None:
         self._command = command
         self._environ = environ
+        self._withheld = withheld
         self._dropped = dropped
         self._timeout_s = timeout_s
         self._queue: deque[_Trace] = deque()
@@ -282,7 +291,7 @@ class _ExportApart:
 
     async def _child(self, *, again: bool = False) -> None:
         """One child, until it ends, or until it sent what it was given at a stop."""
-        child = await spawn(self._command, self._environ, stdout=True)
+        child = await spawn(self._command, self._environ, stdout=True, withheld=self._withheld)
         self._running = True
         if again:
             log.warning("the %s started again", _NAME)

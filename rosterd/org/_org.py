@@ -96,6 +96,15 @@ class Org(msgspec.Struct, frozen=True):
         then each ``[engines.<name>]``."""
         return {DEFAULT_ENGINE: self.engine, **self.engines}
 
+    def secret_env_names(self) -> frozenset[str]:
+        """The environment variables the org names as holding secrets: each
+        engine's ``api_key_env`` (named, default, a worker's own) and each
+        connection's ``env``."""
+        names = [engine.api_key_env for engine in self.named_engines().values()]
+        names += [worker.engine.api_key_env for worker in self.workers.values()]
+        names += [connection.env for connection in self.connections.values()]
+        return frozenset(name for name in names if name is not None)
+
     def engine_chain(self, worker: str) -> tuple[NamedEngine, ...]:
         """*worker*'s engine, then each of its fallbacks, in the order to try them.
 
