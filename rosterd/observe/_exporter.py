@@ -28,7 +28,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from .. import __version__
-from ._tracing import SpanRecord
+from ._spans import SpanRecord
 
 log = logging.getLogger("rosterd.observe")
 

@@ -8,11 +8,11 @@ attributes, and ``execute_tool {name}`` per tool call.
 A turn only notes names, times and attributes in plain records. A child
 process (``python -m rosterd.observe``, kept as ``rosterd._child`` keeps
 the daemon's children) makes the SDK's spans of them and exports them with
-the OTLP exporter: encoding spans takes about as much CPU as the echo
-engine's whole turn, and in a thread it would hold the interpreter's lock
-that turns wait for. Twice a second the daemon writes what finished since
-to the child's standard input, one JSON line; the child says on its
-standard output how many spans each of its batches sent or dropped. A
+the OTLP exporter: encoding spans takes about a tenth of an echo turn's
+CPU, and in a thread it would hold the interpreter's lock that turns wait
+for. Twice a second the daemon writes what finished since to the child's
+standard input, one JSON line (``_spans.SpanRecord``); the child says on
+its standard output how many spans each of its batches sent or dropped. A
 finished turn goes into a bounded queue; one that finds it full, or whose
 batch the collector does not take within ``timeout_s`` (down, slow,
 refusing), or that a child took with it when it died, is dropped and its
@@ -40,6 +40,7 @@ from ..compiler import ToolStatus
 from ..engines import EngineReply
 from ..org import EngineConfig, TelemetryConfig
 from ..protocol import ChatMessage, RunInfo
+from ._spans import SpanRecord
 
 log = logging.getLogger("rosterd.observe")
 
@@ -51,18 +52,6 @@ _EXIT_S = 1.0
 _encode = msgspec.json.Encoder().encode
 
 Attributes = dict[str, str | int | bool | tuple[str, ...]]
-
-
-class SpanRecord(msgspec.Struct, array_like=True, frozen=True):
-    """One finished span as the daemon hands it to the exporter: the first
-    of a trace is its root, the others its children."""
-
-    name: str
-    kind: int
-    start: int
-    end: int
-    error: str | None
-    attributes: dict[str, str | int | bool | list[str]]
 
 
 class Span:
