@@ -333,7 +333,9 @@ class _ExportApart:
         assert child.stdout is not None
         async for line in lines(child.stdout):
             said, _, number = line.partition(" ")
-            count = int(number) if number.isdigit() else 0
+            # No more than it was given: a garbled line cannot make a count
+            # negative (a counter refuses to go down).
+            count = min(int(number), self._in_flight) if number.isdigit() else 0
             self._in_flight -= count
             if said == "dropped":
                 # Counted first: by the time the log says so, the metric does too.
