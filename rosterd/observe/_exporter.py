@@ -80,7 +80,7 @@ def _span(
         context=context,
         parent=parent,
         resource=resource,
-        attributes={k: tuple(v) if isinstance(v, list) else v for k, v in span.attributes.items()},
+        attributes=span.attributes,
         kind=SpanKind(span.kind),
         status=status,
         start_time=span.start,

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import msgspec
 
+# A span's attributes as a turn notes them, and as the exporter reads them
+# back: msgspec decodes a JSON array into the tuple the SDK takes.
+Attributes = dict[str, str | int | bool | tuple[str, ...]]
+
 
 class SpanRecord(msgspec.Struct, array_like=True, frozen=True):
     """One finished span as the daemon hands it to the exporter: the first
@@ -14,4 +18,4 @@ class SpanRecord(msgspec.Struct, array_like=True, frozen=True):
     start: int
     end: int
     error: str | None
-    attributes: dict[str, str | int | bool | list[str]]
+    attributes: Attributes

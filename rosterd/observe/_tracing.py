@@ -32,7 +32,7 @@ from contextlib import contextmanager
 import anyio
 import anyio.lowlevel
 import msgspec
-from anyio.abc import ByteReceiveStream, Process, TaskStatus
+from anyio.abc import Process, TaskStatus
 from opentelemetry.trace import SpanKind
 
 from .._child import lines, log_exit, run_again, spawn, stop
@@ -40,7 +40,7 @@ from ..compiler import ToolStatus
 from ..engines import EngineReply
 from ..org import EngineConfig, TelemetryConfig
 from ..protocol import ChatMessage, RunInfo
-from ._spans import SpanRecord
+from ._spans import Attributes, SpanRecord
 
 log = logging.getLogger("rosterd.observe")
 
@@ -50,8 +50,6 @@ _BATCH_DELAY_S = 0.5
 # How long a child whose output ended, or that is stopped, has to exit.
 _EXIT_S = 1.0
 _encode = msgspec.json.Encoder().encode
-
-Attributes = dict[str, str | int | bool | tuple[str, ...]]
 
 
 class Span:
@@ -347,8 +345,7 @@ class _ExportApart:
     async def _forward(child: Process) -> None:
         """The child's log lines, as the daemon's."""
         assert child.stderr is not None
-        stream: ByteReceiveStream = child.stderr
-        async for line in lines(stream):
+        async for line in lines(child.stderr):
             log.warning("%s", line)
 
 
@@ -360,7 +357,7 @@ def _records(trace: _Trace) -> list[SpanRecord]:
             span.start,
             span.end or span.start,
             span.error,
-            {k: list(v) if isinstance(v, tuple) else v for k, v in span.attributes.items()},
+            span.attributes,
         )
         for span in (trace.root, *trace.children)
     ]
