@@ -11,11 +11,20 @@ last ``STEADY_S``, never more than ``RESTART_MAX_S``.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 
 import anyio
 from anyio.abc import ByteReceiveStream, Process
@@ -27,6 +36,18 @@ LINE_BYTES = 64 * 1024
 RESTART_S = 1.0
 STEADY_S = 60.0
 RESTART_MAX_S = 60.0
+
+
+def missing_module(modules: Iterable[str]) -> str | None:
+    """The first of *modules* (what a child imports) that is not installed,
+    found without importing any: the daemon never loads a child's imports."""
+    for module in modules:
+        try:
+            if importlib.util.find_spec(module) is None:
+                return module
+        except ModuleNotFoundError:  # a package above it is missing
+            return module
+    return None
 
 
 async def spawn(

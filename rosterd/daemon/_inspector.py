@@ -15,7 +15,6 @@ reason; one that ends later is started again.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import sys
@@ -25,7 +24,7 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskStatus
 
-from .._child import lines, log_exit, run_again, spawn, stop
+from .._child import lines, log_exit, missing_module, run_again, spawn, stop
 from .._errors import RosterError
 from ..org import InspectConfig, read_token
 from ..protocol import StateLocation
@@ -43,13 +42,12 @@ def _command(config: InspectConfig, root: Path) -> tuple[list[str], dict[str, st
     the caller adds. Raises ``RosterError`` when the inspector cannot start:
     the extra is missing, or the token cannot be read."""
     assert config.listen is not None
-    # Checked here so that the daemon never loads Starlette, uvicorn or Jinja2.
-    for module in ("starlette", "uvicorn", "jinja2"):
-        if importlib.util.find_spec(module) is None:
-            raise RosterError(
-                f"[inspect] listen needs the inspect extra ({module} is missing): "
-                "pip install 'rosterd[inspect]'"
-            )
+    missing = missing_module(("starlette", "uvicorn", "jinja2"))
+    if missing is not None:
+        raise RosterError(
+            f"[inspect] listen needs the inspect extra ({missing} is missing): "
+            "pip install 'rosterd[inspect]'"
+        )
     environ = dict(os.environ)
     environ.pop("ROSTER_INSPECT_TOKEN", None)
     if config.token_file is not None:

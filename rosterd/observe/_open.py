@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from .._child import missing_module
 from .._errors import ConfigError, as_itself
 from ..org import MetricsConfig, Org
 from ._telemetry import Telemetry
@@ -87,19 +87,10 @@ def _tracing(
         from ._tracing import Tracing
     except ImportError as exc:
         raise _missing("telemetry", "telemetry", exc, toml) from None
-    # The exporting child loads these; checked here, which does not load them.
-    for module in _EXPORTER_MODULES:
-        if not _installed(module):
-            raise _missing("telemetry", "telemetry", ImportError(name=module), toml)
+    missing = missing_module(_EXPORTER_MODULES)
+    if missing is not None:
+        raise _missing("telemetry", "telemetry", ImportError(name=missing), toml)
     return Tracing(org.telemetry, environ, dropped, org.secret_env_names())
-
-
-def _installed(module: str) -> bool:
-    """Whether *module* can be imported, without importing it."""
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # a package above it is missing
-        return False
 
 
 def _missing(table: str, extra: str, exc: ImportError, toml: Path) -> ConfigError:
