@@ -180,6 +180,7 @@ def serve(
     [
         ("prometheus_client", '[metrics]\nlisten = "127.0.0.1:9"', "metrics"),
         ("opentelemetry.sdk", '[telemetry]\notlp_endpoint = "http://127.0.0.1:9"', "telemetry"),
+        ("starlette", '[inspect]\nlisten = "127.0.0.1:0"', "inspect"),
     ],
 )
 def test_a_missing_extra_fails_the_start_naming_it(
