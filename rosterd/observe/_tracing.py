@@ -306,7 +306,7 @@ class _ExportApart:
             self._closed.set()
             self._scope.cancel()
             await anyio.lowlevel.checkpoint()
-        log_exit(_NAME, log, child.returncode if child.returncode is not None else -9)
+        log_exit(_NAME, log, await child.wait())
         if self._in_flight:
             log.warning("the %s took %d spans with it; dropped", _NAME, self._in_flight)
             self._dropped(self._in_flight)
