@@ -134,6 +134,9 @@ def test_task_submit_get_list(roster: Cli) -> None:
     assert header.split() == ["TASK", "STATUS", "WORKER", "CHANNEL", "SUBMITTED", "RUNS", "TEXT"]
     assert row.split()[:4] == ["task-1", "done", "ada", "#general"]
     assert [t["id"] for t in roster.json("task", "list")] == ["task-1"]
+    roster("task", "submit", "--worker", "ada", "--channel", "general", "again")
+    newest = roster.json("task", "list", "--limit", "1")
+    assert [t["id"] for t in newest] == ["task-2"]
 
     code, out, err = roster("task", "get", "task-9")
     assert (code, out, err) == (1, "", "roster: unknown task 'task-9'\n")

@@ -77,6 +77,8 @@ def test_list_show_context_work_after_the_daemon_stopped(
     listing = cli.text("server", "runs", "list", "--state", state).splitlines()
     assert listing[0].split()[:5] == ["RUN", "SURFACE", "WORKER", "CHANNEL", "STATUS"]
     assert listing[1].split()[:5] == [session, "session", "ada", "#general", "open"]
+    newest = cli.json("server", "runs", "list", "--state", state, "--limit", "1")
+    assert [r["id"] for r in newest] == [run]
 
     shown = cli.text("server", "runs", "show", session, "--state", state)
     assert shown.startswith(f"run {session}\n  surface session · worker ada · channel #general")

@@ -187,12 +187,12 @@ COMMANDS: dict[str, Callable[[_Args, Path], Awaitable[int]]] = {
         _show_submitted,
     ),
     "task get": _Call(lambda c, a: c.task_get(a.task, a.wait), _show_task),
-    "task list": _Call(lambda c, a: c.task_list(), _show_tasks),
+    "task list": _Call(lambda c, a: c.task_list(a.limit), _show_tasks),
     "memory add": _Call(
         lambda c, a: c.memory_add(a.worker, read_text(a.text, "memory text"), a.channel),
         _show_memory_added,
     ),
-    "memory list": _Call(lambda c, a: c.memory_list(a.worker, a.all), _show_memory),
+    "memory list": _Call(lambda c, a: c.memory_list(a.worker, a.all, a.limit), _show_memory),
     "memory forget": _Call(
         lambda c, a: c.memory_forget(a.worker, a.note, a.because), _show_forgotten
     ),
@@ -201,7 +201,7 @@ COMMANDS: dict[str, Callable[[_Args, Path], Awaitable[int]]] = {
         _show_filed,
     ),
     "gate resolve": _Call(lambda c, a: c.gate_resolve(a.gate, a.outcome, a.note), _show_resolved),
-    "gate list": _Call(lambda c, a: c.gate_list(a.worker), _show_gates),
+    "gate list": _Call(lambda c, a: c.gate_list(a.worker, a.limit), _show_gates),
     "channel post": _Call(
         lambda c, a: c.channel_post(a.channel, a.sender, read_text(a.text, "message")),
         _show_posted,

@@ -222,7 +222,7 @@ def _server(args: argparse.Namespace) -> int:
     state = _state(args)
     match args.handler:
         case "runs list":
-            return anyio.run(runs_list, state, args.json)
+            return anyio.run(runs_list, state, args.json, args.limit)
         case "runs show":
             return anyio.run(runs_show, state, args.run, args.json)
         case "runs context":

@@ -123,6 +123,19 @@ def _count(text: str) -> int:
     return int(text)
 
 
+def _page_size(text: str) -> int:
+    """``--limit``: how many of a list's newest items (the daemon bounds a page)."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
+def _newest(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--limit", type=_page_size, metavar="N", help=f"only the newest N {what} (default: all)"
+    )
+
+
 def _text(parser: argparse.ArgumentParser, name: str, what: str) -> None:
     parser.add_argument(name, nargs="+", help=f"{what}; several words are joined, '-' reads stdin")
 
@@ -261,7 +274,7 @@ def _task_commands(commands: _Subparsers, client: _Parser) -> None:
         metavar="SECONDS",
         help="answer once the task is done, failed or paused, waiting at most this long",
     )
-    _command(task, "list", parents=[client], help="list every task")
+    _newest(_command(task, "list", parents=[client], help="list every task"), "tasks")
 
 
 def _note_commands(commands: _Subparsers, client: _Parser) -> None:
@@ -280,6 +293,7 @@ def _note_commands(commands: _Subparsers, client: _Parser) -> None:
     listing.add_argument(
         "--all", action="store_true", help="the retired notes too: who retired them and why"
     )
+    _newest(listing, "notes")
     forget = _command(
         memory, "forget", parents=[client], help="retire a note: it never ranks again"
     )
@@ -299,6 +313,7 @@ def _note_commands(commands: _Subparsers, client: _Parser) -> None:
     resolve.add_argument("--note", default="", help="an optional note for the worker")
     gates = _command(gate, "list", parents=[client], help="list gates")
     gates.add_argument("--worker", help="only this worker's gates")
+    _newest(gates, "gates")
 
     channel = _actions(commands, "channel", help="channel logs")
     post = _command(
@@ -404,7 +419,7 @@ def _server_commands(commands: _Subparsers, state: _Parser) -> _Subparsers:
         help="runs and their traces: what did the worker see?",
         description="Read runs from the state directory; works while the daemon is down.",
     )
-    _command(runs, "list", parents=[state], help="list every run")
+    _newest(_command(runs, "list", parents=[state], help="list every run"), "runs")
     _run_command(
         runs, "show", state, help="blocks, budget arithmetic, cache boundaries and usage of a run"
     )

@@ -115,8 +115,11 @@ class RosterClient(AsyncResource):
         """The task; with *wait*, once it is done, failed or paused (or *wait* s ran out)."""
         return await self.request(protocol.TaskGet(task, wait))
 
-    async def task_list(self) -> list[protocol.TaskState]:
-        return await self.request(protocol.TaskList())
+    async def task_list(
+        self, limit: int | None = None, before: str | None = None
+    ) -> list[protocol.TaskState]:
+        """Every task; with *limit*, the newest *limit* submitted before *before*."""
+        return await self.request(protocol.TaskList(limit, before))
 
     async def channel_post(self, channel: str, sender: str, text: str) -> ChannelMessage:
         return await self.request(protocol.ChannelPost(channel, sender, text))
@@ -126,9 +129,16 @@ class RosterClient(AsyncResource):
     ) -> protocol.MemoryNote:
         return await self.request(protocol.MemoryAdd(worker, text, channel))
 
-    async def memory_list(self, worker: str, every: bool = False) -> list[protocol.MemoryNote]:
-        """The live notes of *worker*; with *every*, the retired ones too."""
-        return await self.request(protocol.MemoryList(worker, every))
+    async def memory_list(
+        self,
+        worker: str,
+        every: bool = False,
+        limit: int | None = None,
+        before: str | None = None,
+    ) -> list[protocol.MemoryNote]:
+        """The live notes of *worker*; with *every*, the retired ones too;
+        with *limit*, the newest *limit* written before note *before*."""
+        return await self.request(protocol.MemoryList(worker, every, limit, before))
 
     async def memory_forget(self, worker: str, note: str, because: str) -> protocol.MemoryNote:
         return await self.request(protocol.MemoryForget(worker, note, because))
@@ -141,11 +151,17 @@ class RosterClient(AsyncResource):
     async def gate_resolve(self, gate: str, outcome: str, note: str = "") -> protocol.GateState:
         return await self.request(protocol.GateResolve(gate, outcome, note))
 
-    async def gate_list(self, worker: str | None = None) -> list[protocol.GateState]:
-        return await self.request(protocol.GateList(worker))
+    async def gate_list(
+        self, worker: str | None = None, limit: int | None = None, before: str | None = None
+    ) -> list[protocol.GateState]:
+        """Every gate (of *worker*); with *limit*, the newest *limit* filed before *before*."""
+        return await self.request(protocol.GateList(worker, limit, before))
 
-    async def runs_list(self) -> list[protocol.RunInfo]:
-        return await self.request(protocol.RunsList())
+    async def runs_list(
+        self, limit: int | None = None, before: str | None = None
+    ) -> list[protocol.RunInfo]:
+        """Every run; with *limit*, the newest *limit* created before *before*."""
+        return await self.request(protocol.RunsList(limit, before))
 
     async def runs_show(self, run: str) -> protocol.RunShown:
         return await self.request(protocol.RunsShow(run))

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -169,7 +169,8 @@ class Methods:
 
     @rpc(TaskList)
     async def _task_list(self, params: TaskList, notify: Notify) -> list[TaskState]:
-        return await self._host.stores.tasks.all()
+        tasks = await self._host.stores.tasks.all()
+        return _page(tasks, "task", params.limit, params.before)
 
     @rpc(ChannelPost)
     async def _channel_post(self, params: ChannelPost, notify: Notify) -> ChannelMessage:
@@ -195,11 +196,13 @@ class Methods:
         self._check_scope(params.worker, None)
         memory = self._host.stores.memory
         retired = await memory.retirements(params.worker)
-        return [
-            _with_retirement(item, retired.get(item.id))
+        listed = [
+            item
             for item in await memory.items(params.worker)
             if params.all or item.id not in retired
         ]
+        page = _page(listed, "note", params.limit, params.before)
+        return [_with_retirement(item, retired.get(item.id)) for item in page]
 
     @rpc(MemoryForget)
     async def _memory_forget(self, params: MemoryForget, notify: Notify) -> MemoryNote:
@@ -234,11 +237,13 @@ class Methods:
 
     @rpc(GateList)
     async def _gate_list(self, params: GateList, notify: Notify) -> list[GateState]:
-        return await self._host.stores.gates.all(params.worker)
+        gates = await self._host.stores.gates.all(params.worker)
+        return _page(gates, "gate", params.limit, params.before)
 
     @rpc(RunsList)
     async def _runs_list(self, params: RunsList, notify: Notify) -> list[RunInfo]:
-        return (await self._host.runs.all()).runs
+        runs = (await self._host.runs.all()).runs
+        return _page(runs, "run", params.limit, params.before)
 
     @rpc(RunsShow)
     async def _runs_show(self, params: RunsShow, notify: Notify) -> RunShown:
@@ -295,6 +300,27 @@ class Methods:
             org.scope(Surface.DIRECT, worker, None)
         else:
             org.scope(Surface.SESSION, worker, channel)
+
+
+class _Listed(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+_L = TypeVar("_L", bound=_Listed)
+
+
+def _page(items: Sequence[_L], kind: str, limit: int | None, before: str | None) -> list[_L]:
+    """Of *items*, oldest first, the newest *limit* that come before the one
+    whose id is *before* (all of them before it without *limit*), oldest first."""
+    end = len(items)
+    if before is not None:
+        at = next((n for n, item in enumerate(items) if item.id == before), None)
+        if at is None:
+            raise NotFoundError(kind, before)
+        end = at
+    start = 0 if limit is None else max(0, end - limit)
+    return list(items[start:end])
 
 
 def _with_retirement(item: MemoryItem, retired: Retirement | None) -> MemoryNote:

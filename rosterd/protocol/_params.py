@@ -38,6 +38,9 @@ GateText = Annotated[str, msgspec.Meta(min_length=1, max_length=GATE_TEXT_MAX)]
 GateNote = Annotated[str, msgspec.Meta(max_length=GATE_TEXT_MAX)]
 REASON_MAX = 4096
 Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=REASON_MAX)]
+# The most items one page of a list method holds (``limit``).
+LIST_PAGE_MAX = 10_000
+PageLimit = Annotated[int, msgspec.Meta(ge=1, le=LIST_PAGE_MAX)]
 
 R = TypeVar("R")
 # Each method's params Struct, by method name; filled as ``Call`` is subclassed.
@@ -146,9 +149,13 @@ class TaskGet(Call[TaskState], frozen=True):
 
 
 class TaskList(Call[list[TaskState]], frozen=True):
-    """Every task, oldest first."""
+    """Every task, oldest first; with ``limit``, a page: the newest ``limit``
+    submitted before task ``before`` (before none: the newest)."""
 
     method = "task.list"
+
+    limit: PageLimit | None = None
+    before: Id | None = None
 
 
 class ChannelPost(Call[ChannelMessage], frozen=True):
@@ -174,12 +181,15 @@ class MemoryAdd(Call[MemoryNote], frozen=True):
 
 
 class MemoryList(Call[list[MemoryNote]], frozen=True):
-    """The live notes; ``all`` adds the retired ones, with their retirement."""
+    """The live notes; ``all`` adds the retired ones, with their retirement.
+    ``limit`` and ``before`` page them as ``task.list``'s do."""
 
     method = "memory.list"
 
     worker: Id
     all: bool = False
+    limit: PageLimit | None = None
+    before: Id | None = None
 
 
 class MemoryForget(Call[MemoryNote], frozen=True):
@@ -216,17 +226,24 @@ class GateResolve(Call[GateState], frozen=True):
 
 
 class GateList(Call[list[GateState]], frozen=True):
-    """Every gate, oldest first; with *worker*, that worker's."""
+    """Every gate, oldest first; with *worker*, that worker's. ``limit`` and
+    ``before`` page it as ``task.list``'s do."""
 
     method = "gate.list"
 
     worker: Id | None = None
+    limit: PageLimit | None = None
+    before: Id | None = None
 
 
 class RunsList(Call[list[RunInfo]], frozen=True):
-    """Every run, oldest first."""
+    """Every run, oldest first. ``limit`` and ``before`` page it as
+    ``task.list``'s do."""
 
     method = "runs.list"
+
+    limit: PageLimit | None = None
+    before: Id | None = None
 
 
 class RunsShow(Call[RunShown], frozen=True):
