@@ -18,6 +18,8 @@ from rosterd import RosterError
 from rosterd.client import RosterClient
 
 __all__ = (
+    "cpu_seconds",
+    "named_processes",
     "one_core_for",
     "open_fds",
     "percentile",
@@ -105,6 +107,33 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise RuntimeError("no VmRSS line")
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """The CPU time the processes *pids* have used so far, every thread; a
+    process that has ended counts nothing."""
+    total = 0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except FileNotFoundError:
+            continue
+        # After the command's closing parenthesis: utime and stime are fields 14 and 15.
+        fields = stat.rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def named_processes(name: str) -> list[int]:
+    """The processes of this machine whose command is *name* (a server's, say)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and Path(f"/proc/{entry}/comm").read_text().strip() == name:
+                found.append(int(entry))
+        except FileNotFoundError:
+            continue
+    return found
 
 
 @contextmanager

@@ -17,6 +17,15 @@ timed on its own:
   thread of this process) of the daemon's request and reply sizes, the reply
   being every byte the daemon sends for a turn (its deltas and the result).
 
+Beside the floor, not part of it, each repetition also times the disk waits
+the contract asks of a turn as the file store makes them: the trace and the
+user turn before the engine sees a byte, then the reply and the channel
+posts before the client hears of it, each wait a write and an fsync of two
+files at once (the second file in another thread, as the store's writers
+do). The daemon cannot wait for the disk less than that; how far the floor's
+one fsync is below it is the share of the gap that the on-disk layout sets,
+not the daemon's machinery.
+
 The floor is the sum of the four parts' p50s, not the p50 of their sums: it
 is what each part typically costs here, so that the tail of one part (an
 fsync that waited behind another process's writes) is not added to the
@@ -39,6 +48,7 @@ import socket
 import statistics
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anyio
@@ -64,9 +74,20 @@ from rosterd.compiler import (
 from rosterd.org import Surface, load_org
 from rosterd.protocol import SessionSend, TranscriptEntry, TurnResult, decode_reply, encode_request
 
-__all__ = ("PARTS", "Beside", "Floor", "ProbedTurn", "beside", "probe_turn", "session_system")
+__all__ = (
+    "PARTS",
+    "WAITS",
+    "Beside",
+    "Floor",
+    "ProbedTurn",
+    "beside",
+    "probe_turn",
+    "session_system",
+)
 
 PARTS = ("compile", "encode", "append+fsync", "socket")
+# The disk waits of a turn, timed beside the floor (see the module's docstring).
+WAITS = "two waits, two files each"
 
 
 class ProbedTurn(msgspec.Struct, frozen=True):
@@ -150,7 +171,12 @@ class Floor:
         self._recent: list[str] = []
         self._encoder = msgspec.json.Encoder()
         self._buffer = bytearray(self.reply_size)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._fd = _append_only(path)
+        # The files of the contract's two waits: the trace's and the
+        # transcript's, then the transcript's and the channel log's.
+        self._logs = [_append_only(path.with_suffix(f".{n}.jsonl")) for n in range(3)]
+        self._aside = ThreadPoolExecutor(max_workers=1)
+        self.waits: list[float] = []
         self._client, server = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._answerer = threading.Thread(target=_answer, args=(server, probed.reply), daemon=True)
         self._answerer.start()
@@ -164,7 +190,9 @@ class Floor:
     def __exit__(self, *exc_info: object) -> None:
         self._client.close()
         self._answerer.join()
-        os.close(self._fd)
+        self._aside.shutdown()
+        for fd in (self._fd, *self._logs):
+            os.close(fd)
 
     def repeat(self, n: int) -> None:
         """One repetition of the floor for turn *n* of the session."""
@@ -193,10 +221,7 @@ class Floor:
         built = time.perf_counter()
         data = self._encoder.encode_lines(records)
         encoded = time.perf_counter()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
-        os.fsync(self._fd)
+        _write_and_sync(self._fd, data)
         synced = time.perf_counter()
         self._client.sendall(self.request)
         got, buffer = 0, memoryview(self._buffer)
@@ -205,6 +230,7 @@ class Floor:
         answered = time.perf_counter()
         self._recent.extend(message_texts(compilation.input_text))
         self.records_size = len(data)
+        self.waits.append(self._contract_waits(records))
         for part, elapsed in zip(
             PARTS,
             (compiled - start, encoded - built, synced - encoded, answered - synced),
@@ -212,12 +238,41 @@ class Floor:
         ):
             self.times[part].append(elapsed)
 
+    def _contract_waits(self, records: tuple[msgspec.Struct, ...]) -> float:
+        """The seconds of a turn's two disk waits, as the file store makes them."""
+        trace, user, reply, first_post, second_post = (
+            self._encoder.encode(record) + b"\n" for record in records
+        )
+        context, transcript, channel = self._logs
+        start = time.perf_counter()
+        for (fd, data), (other_fd, other_data) in (
+            ((context, trace), (transcript, user)),
+            ((transcript, reply), (channel, first_post + second_post)),
+        ):
+            other = self._aside.submit(_write_and_sync, other_fd, other_data)
+            _write_and_sync(fd, data)
+            other.result()
+        return time.perf_counter() - start
+
+
+def _append_only(path: Path) -> int:
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+
+def _write_and_sync(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fsync(fd)
+
 
 class Beside(msgspec.Struct, frozen=True):
     """The floor and the daemon's turns it alternated with."""
 
     floor: dict[str, list[float]]
     turns: list[float]
+    # The contract's disk waits of each repetition (``WAITS``).
+    waits: list[float]
     # Bytes of a turn: the floor's records, the daemon's appends to its logs.
     floor_bytes: int
     daemon_bytes: float
@@ -230,6 +285,13 @@ class Beside(msgspec.Struct, frozen=True):
     def floor_p50(self) -> float:
         """The floor: the sum of its parts' p50s (see the module's docstring)."""
         return sum(self.p50s().values())
+
+    def waits_p50(self) -> float:
+        return statistics.median(self.waits)
+
+    def with_waits_p50(self) -> float:
+        """The floor with the contract's disk waits for its one fsync."""
+        return self.floor_p50() - self.p50s()["append+fsync"] + self.waits_p50()
 
 
 async def beside(root: Path, socket_path: Path, worker: str, channel: str, turns: int) -> Beside:
@@ -262,6 +324,7 @@ async def beside(root: Path, socket_path: Path, worker: str, channel: str, turns
             for n in range(5, 8):  # warm up
                 floor.repeat(n)
             floor.times = {part: [] for part in PARTS}
+            floor.waits = []
             for n in range(5, 5 + turns):
                 if n % 2:
                     floor.repeat(n)
@@ -274,6 +337,7 @@ async def beside(root: Path, socket_path: Path, worker: str, channel: str, turns
     return Beside(
         floor=floor.times,
         turns=latencies,
+        waits=floor.waits,
         floor_bytes=floor.records_size,
         daemon_bytes=(after - before) / turns,
         request_bytes=len(probed.request),

@@ -60,15 +60,24 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 import anyio
 import anyio.abc
 import msgspec
-from _daemon import one_core_for, percentile, poll_status, rss_kib, serve, write_org
-from _floor import Beside, beside
+from _daemon import (
+    cpu_seconds,
+    named_processes,
+    one_core_for,
+    percentile,
+    poll_status,
+    rss_kib,
+    serve,
+    write_org,
+)
+from _floor import WAITS, Beside, beside
 from _profile import BUCKETS, breakdown, load, profile_turns
 from anyio.streams.buffered import BufferedByteReceiveStream
 
@@ -102,11 +111,15 @@ async def send_turns(
 
 
 async def drive(
-    sockets: Sequence[Path], channels: Sequence[str], turns: int
+    sockets: Sequence[Path],
+    channels: Sequence[str],
+    turns: int,
+    started: Callable[[], object] = lambda: None,
 ) -> tuple[list[float], float]:
     """*turns* turns of a session in each of *channels*, in a closed loop (see
     ``DRIVE``), client k on ``sockets[k % len(sockets)]``: every turn's
-    latency, and the seconds from the first turn sent to the last reply."""
+    latency, and the seconds from the first turn sent to the last reply
+    (*started* is called as the first is sent)."""
     latencies: list[float] = []
     sessions: list[tuple[RosterClient, str]] = []
     async with AsyncExitStack() as stack:
@@ -119,6 +132,7 @@ async def drive(
         async with anyio.create_task_group() as tg:
             for k, channel in enumerate(channels):
                 tg.start_soon(open_session, sockets[k % len(sockets)], channel)
+        started()
         start = time.perf_counter()
         async with anyio.create_task_group() as tg:
             for client, session in sessions:
@@ -235,6 +249,16 @@ def print_floor(paired: Beside) -> None:
     print(f"{'floor':>12} {floor * 1e6:>9.1f} us")
     print(f"{'daemon turn':>12} {turn * 1e6:>9.1f} us  p50, timed by its client")
     print(f"ratio turn p50 / floor: {turn / floor:.2f} (aim: at most 3)")
+    waits, with_waits = paired.waits_p50(), paired.with_waits_p50()
+    print(
+        f"{'disk waits':>12} {waits * 1e6:>9.1f} us  the contract's {WAITS} as the file store "
+        f"makes them\n{'':>26}(trace + user turn, then reply + channel posts): beside the "
+        "floor, not in it"
+    )
+    print(
+        f"ratio turn p50 / floor with those waits for its fsync: {turn / with_waits:.2f} "
+        f"(the waits alone are {waits / floor:.2f} floors)"
+    )
 
 
 async def run_profile(quick: bool) -> None:
@@ -465,10 +489,45 @@ async def run_posts(quick: bool) -> None:
     print(f"ratio posts/s {posters} posters / 1 poster: {racing / alone:.2f} (group commit)")
 
 
+class Busy:
+    """The cores the daemons *daemons*, the PostgreSQL server's processes on
+    this machine and this process (the clients) keep busy from ``start`` on."""
+
+    def __init__(self, daemons: Sequence[int]) -> None:
+        self._daemons = list(daemons)
+        self._start: list[dict[int, float]] = []
+
+    def start(self) -> None:
+        self._start = [_cpu_by_pid(group) for group in self._groups()]
+
+    def cores(self, seconds: float) -> list[float]:
+        """Each group's CPU time since ``start``, over the *seconds* since."""
+        return [
+            sum(used - start.get(pid, 0.0) for pid, used in _cpu_by_pid(group).items()) / seconds
+            for group, start in zip(self._groups(), self._start, strict=True)
+        ]
+
+    def _groups(self) -> tuple[list[int], ...]:
+        # The server's processes are looked for each time: the daemons'
+        # pools open connections, a process each, as they go.
+        return (self._daemons, named_processes("postgres"), [os.getpid()])
+
+
+def _cpu_by_pid(pids: Sequence[int]) -> dict[int, float]:
+    return {pid: cpu_seconds([pid]) for pid in pids}
+
+
 async def run_backends(database: str, quick: bool) -> None:
     sessions, turns = (200, 3) if quick else (200, 10)
-    print(f"state backends, {sessions} concurrent sessions of {turns} turns (closed loop):")
-    print(f"{'backend':>22} {'daemons':>8} {'turns/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
+    print(
+        f"state backends, {sessions} concurrent sessions of {turns} turns (closed loop); the "
+        "cores the daemons,\nthe PostgreSQL server's processes on this machine and the clients "
+        "(this process) kept busy meanwhile:"
+    )
+    print(
+        f"{'backend':>22} {'daemons':>8} {'turns/s':>9} {'p50 ms':>8} {'p99 ms':>8}"
+        f"  {'cores: daemons':>14} {'postgresql':>10} {'clients':>8}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         # Every configuration gets channels of its own: no session of an
@@ -484,14 +543,19 @@ async def run_backends(database: str, quick: bool) -> None:
             channels = [f"c{n * sessions + k}" for k in range(sessions)]
             sockets = [root / f"rosterd-{n}-{k}.sock" for k in range(len(states))]
             async with AsyncExitStack() as stack:
-                for state, socket in zip(states, sockets, strict=True):
-                    await stack.enter_async_context(serve(root / "org", state, socket))
-                latencies, wall = await drive(sockets, channels, turns)
+                daemons = [
+                    (await stack.enter_async_context(serve(root / "org", state, socket))).pid
+                    for state, socket in zip(states, sockets, strict=True)
+                ]
+                busy = Busy(daemons)
+                latencies, wall = await drive(sockets, channels, turns, busy.start)
+                cores = busy.cores(wall)
             p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
             rates.append(len(latencies) / wall)
             print(
                 f"{name:>22} {len(states):>8} {rates[-1]:>9.1f} "
                 f"{p50 * 1000:>8.2f} {p99 * 1000:>8.2f}"
+                f"  {cores[0]:>14.2f} {cores[1]:>10.2f} {cores[2]:>8.2f}"
             )
     files, one, two = rates
     print(f"ratio turns/s postgresql 1 daemon / files: {one / files:.2f} (aim: at least 0.7)")

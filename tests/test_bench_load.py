@@ -34,6 +34,16 @@ def test_bench_load_quick_reports_its_figures_and_a_database_beside_the_files(
     ], out
     assert all(float(us) > 0 for _, us in parts), out
     assert re.search(r"^ratio turn p50 / floor: \d+\.\d\d", out, re.M), out
+    # Beside it, the contract's disk waits as the file store makes them, and the
+    # ratio to the floor that waits them instead of its one fsync.
+    waits = re.search(r"^\s+disk waits\s+(\d+\.\d) us  the contract's two waits", out, re.M)
+    assert waits is not None and float(waits.group(1)) > 0, out
+    assert re.search(
+        r"^ratio turn p50 / floor with those waits for its fsync: \d+\.\d\d "
+        r"\(the waits alone are \d+\.\d\d floors\)$",
+        out,
+        re.M,
+    ), out
     # The profile: per-turn time and share of each bucket, then their total.
     buckets = re.findall(
         r"^\s*(compile|encode|store|socket|engine glue|other|total)\s+(\d+\.\d)\s+"
@@ -70,15 +80,22 @@ def test_bench_load_quick_reports_its_figures_and_a_database_beside_the_files(
     assert re.search(r"ratio turn p50 telemetry on / off: \d+\.\d\d", out), out
     # Racing posts to one channel beside one poster's.
     assert re.search(r"^ratio posts/s 32 posters / 1 poster: \d+\.\d\d", out, re.M), out
+    # Each row ends with the cores the daemons, the server and the clients kept busy.
     backends = re.findall(
-        r"^\s+(files|postgresql)\s+(\d)\s+(\d+\.\d)\s+\d+\.\d\d\s+\d+\.\d\d$", out, re.M
+        r"^\s+(files|postgresql)\s+(\d)\s+(\d+\.\d)\s+\d+\.\d\d\s+\d+\.\d\d"
+        r"\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s+(\d+\.\d\d)$",
+        out,
+        re.M,
     )
-    assert [(name, int(daemons)) for name, daemons, _ in backends] == [
+    assert [(name, int(daemons)) for name, daemons, *_ in backends] == [
         ("files", 1),
         ("postgresql", 1),
         ("postgresql", 2),
     ], out
-    assert all(float(rate) > 0 for _, _, rate in backends)
+    assert all(float(rate) > 0 for _, _, rate, *_ in backends)
+    # The daemons worked in every row, the server only in its own.
+    assert all(float(daemons) > 0 for *_, daemons, _, _ in backends), out
+    assert [float(server) > 0 for *_, server, _ in backends] == [False, True, True], out
     # Their ratios, printed, never asserted: times depend on the machine.
     assert re.search(r"^ratio turns/s postgresql 1 daemon / files: \d+\.\d\d", out, re.M), out
     assert re.search(r"^ratio turns/s postgresql 2 daemons / 1: \d+\.\d\d", out, re.M), out
