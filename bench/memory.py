@@ -239,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sets: list[tuple[str, list[Conversation]]] = []
     dev = dev_conversations(args.dev) if args.dev else dev_conversations()
-    sets.append(("LongMemEval_S subset (dev)", dev[::3] if args.quick else dev))
+    dev_name = f"{args.dev.name} (dev)" if args.dev else "LongMemEval_S subset (dev)"
+    sets.append((dev_name, dev[::3] if args.quick else dev))
     sets.append(("generated cases", generated()))
     if args.locomo:
         sets.append(("LoCoMo, dialogue turns (held out)", locomo(args.locomo, facts=False)))
