@@ -1047,6 +1047,7 @@ def test_what_a_session_holds_is_left_out_as_if_it_were_absent(
     for got, want in zip(result.record.blocks, expected.record.blocks, strict=True):
         if got.block == "memory":
             assert [s.id for s in got.already_shown] == [m.id for m in held_notes]
+            assert got.held == len(held_notes) and got.newly_held is None
             shown_ids = {o["id"] for o in map(msgspec.json.decode, got.content.splitlines())}
             assert not shown_ids & {
                 repaired(m.id)
@@ -1054,9 +1055,10 @@ def test_what_a_session_holds_is_left_out_as_if_it_were_absent(
                 if m.id not in {n.id for n in notes if not holds("memory", n)}
             }
             continue
-        assert msgspec.structs.replace(got, already_shown=()) == want
+        assert msgspec.structs.replace(got, already_shown=(), held=0) == want
         if got.block == "briefing":
             assert [s.id for s in got.already_shown] == [g.id for g in held_gates]
+            assert got.held == len(held_gates)
 
 
 _LEDGER_STEPS = st.lists(

@@ -13,10 +13,13 @@ from hypothesis import strategies as st
 from rosterd.compiler import (
     Compilation,
     Gate,
+    MemoryIndex,
     MemoryItem,
     RunMeta,
+    ShownItems,
     TurnInput,
     compile_turn,
+    held_items,
 )
 from rosterd.org import Org, Surface, load_org
 from rosterd.runtime import ShownLedger
@@ -194,3 +197,52 @@ def test_an_item_is_resent_only_when_its_text_changed(
         assert {i for i, _ in held(compiled, "memory")} == texts.keys() - new.keys()
         latest |= new
     assert latest == texts
+
+
+_WORDS = ("pager", "deploy", "release", "budget", "staging", "review")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("say"), st.sampled_from(_WORDS), st.booleans()),
+            st.tuples(st.just("add"), st.sampled_from(_WORDS), st.booleans()),
+        ),
+        min_size=1,
+        max_size=25,
+    )
+)
+def test_a_session_s_records_fold_to_what_it_holds(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, str, bool]]
+) -> None:
+    """Whatever turns a session traces or throws away, and whatever notes
+    arrive between them, folding its records' memory blocks gives, after
+    each, every note the conversation holds, with the turn since which: what
+    a compilation with nothing carried over lists whole."""
+    org = make_org(tmp_path_factory.mktemp("org"), memory=700)
+    chat = Chat(org)
+    index = MemoryIndex(note(n, f"{_WORDS[n % 6]} note {n} " + "x" * 150) for n in range(1, 9))
+    folded: dict[str, int] | None = None
+    turn = 0
+    for action, word, flag in steps:
+        if action == "add":
+            n = len(index.snapshot()) + 1
+            index.add(note(n, f"{word} note {n}" + (" with more words" if flag else "")))
+            continue
+        view = index.snapshot()
+        meta = RunMeta("s-1", turn + 1, START + turn + 1)
+        carried = TurnInput(text=f"{word}?", memory=view, shown=chat.ledger.items())
+        compiled = compile_turn(chat.system, carried, meta)
+        if not flag:
+            continue  # thrown away untraced, as a turn whose reads were stale
+        # The same turn with nothing carried over lists every held note.
+        whole = ShownItems(memory=dict(chat.ledger.items().memory), gates={})
+        afresh = compile_turn(chat.system, TurnInput(f"{word}?", memory=view, shown=whole), meta)
+        memory = trace(afresh, "memory")
+        folded = held_items(folded, trace(compiled, "memory"))
+        assert folded == {item.id: item.since for item in memory.already_shown}
+        assert trace(compiled, "memory").held == memory.held == len(memory.already_shown)
+        turn += 1
+        chat.ledger.note(turn, compiled.input_text)
+        chat.ledger.traced()

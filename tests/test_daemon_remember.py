@@ -19,7 +19,7 @@ from orgs import simulated_engine, write_org
 from simulator import Calls, Reply, Simulator, Status, default_reply, tool_messages
 
 from rosterd.client import RosterClient
-from rosterd.compiler import ContextRecord
+from rosterd.compiler import AlreadyShown, ContextRecord
 
 pytestmark = pytest.mark.anyio
 
@@ -106,7 +106,7 @@ async def test_a_note_reaches_the_next_session_of_its_channel_only(
     # The writing session holds it already: its later turn leaves it out.
     memory = next(b for b in writer[1].blocks if b.block == "memory")
     assert memory.status == "absent"
-    assert [(s.id, s.since) for s in memory.already_shown] == [("m-1", 1)]
+    assert (memory.held, memory.newly_held) == (1, (AlreadyShown("m-1", 1),))
     # The next session of the channel sees it; a session of another channel never.
     assert memory_lines(fresh[0]) == [
         {"block": "memory", "id": "m-1", "text": "releases go out on Tuesdays"}

@@ -14,6 +14,7 @@ from orgs import filler, simulated_engine, write_org
 from simulator import Simulator, Status
 
 from rosterd.client import RosterClient, RpcError
+from rosterd.compiler import BlockTrace, held_items
 
 QUESTION = "how is the pager doing?"
 
@@ -55,6 +56,15 @@ def turn_records(state: Path, run: str) -> list[dict[str, Any]]:
 
 def block(record: dict[str, Any], name: str) -> dict[str, Any]:
     return next(b for b in record["blocks"] if b["block"] == name)
+
+
+def held(records: list[dict[str, Any]], name: str) -> dict[str, int]:
+    """What *records* say the conversation held as of the last, each id with
+    the turn since which: folded record by record, as ``runs show`` does."""
+    items: dict[str, int] | None = None
+    for record in records:
+        items = held_items(items, msgspec.convert(block(record, name), BlockTrace))
+    return items or {}
 
 
 @pytest.fixture
@@ -118,7 +128,11 @@ async def test_thirty_turns_send_each_note_and_gate_once(
         0,
         "absent",
     )
-    assert memory["already_shown"] == [{"id": f"m-{n}", "since": 1} for n in range(1, 21)]
+    assert held(records, "memory") == {f"m-{n}": 1 for n in range(1, 21)}
+    # The memory block says only what changed, and nothing did: the record
+    # does not grow with what the session showed.
+    assert (memory["held"], memory["already_shown"], memory["newly_held"]) == (20, [], [])
+    assert all(block(r, "memory")["already_shown"] == [] for r in records[2:])
     assert briefing["already_shown"] == [{"id": g, "since": 1} for g in gates]
     assert last["budget"]["memory"] == last["budget"]["briefing"] == 0
 
@@ -157,10 +171,12 @@ async def test_a_note_or_a_resolution_between_turns_is_in_the_next_turn(
     ]
     assert advisory_chars(inputs[12]) == 0
     records = turn_records(process.state, session)
-    assert [(s["id"], s["since"]) for s in block(records[12], "memory")["already_shown"]] == [
-        *((f"m-{n}", 1) for n in range(1, 6)),
-        (note.id, 11),
-    ]
+    assert held(records[:13], "memory") == {
+        **{f"m-{n}": 1 for n in range(1, 6)},
+        note.id: 11,
+    }
+    # Turn 12 says what changed since turn 11's record: the note turn 11 sent.
+    assert block(records[11], "memory")["newly_held"] == [{"id": note.id, "since": 11}]
     assert block(records[12], "briefing")["already_shown"] == [{"id": gates[0], "since": 1}]
 
 
@@ -198,6 +214,12 @@ async def test_what_was_shown_survives_a_restart_and_a_failed_engine_call(
         "m-4": 1,
     }
     assert first == resolved[:1]
+    # The trace says the same, record after record: a restarted daemon's
+    # first record lists every held note again, later ones what changed.
+    records = turn_records(daemon.state, session)
+    assert held(records, "memory") == {"m-1": 1, "m-2": 1, "m-3": 1, "m-4": 2}
+    changes = [block(r, "memory")["newly_held"] for r in records]
+    assert changes == [None, [{"id": f"m-{n}", "since": 1} for n in (1, 2, 3)], None, []]
 
 
 @pytest.mark.anyio

@@ -12,7 +12,7 @@ run's cache-read ratio (cached input tokens over all input tokens).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
@@ -23,6 +23,7 @@ from ..compiler import (
     BoundaryCheck,
     BudgetTrace,
     ContextRecord,
+    held_items,
 )
 from ..protocol import CacheCheck, Price, RunInfo, TranscriptEntry, Usage
 from ._output import short, table, when
@@ -134,9 +135,15 @@ def render_show(
         lines.append(f"  rolled over to {info.rolled_to}: {info.rollover}")
     turns = {e.turn for e in transcript if e.role == "user"}
     lines.append(f"  {len(records)} compilation(s), {len(turns)} turn(s) sent to the engine")
+    # What each block held, folded record by record (a session's records
+    # say what changed since the one before).
+    held: dict[str, dict[str, int]] = {}
     for number, record in enumerate(records, 1):
+        for block in record.blocks:
+            if block.block in ADVISORY_ORDER:
+                held[block.block] = held_items(held.get(block.block), block)
         lines.append("")
-        lines.extend(_compilation(number, len(records), record))
+        lines.extend(_compilation(number, len(records), record, held))
     lines.append("")
     lines.extend(_usage(usage))
     failures = [e for e in transcript if e.role == "error"]
@@ -147,7 +154,9 @@ def render_show(
     return "\n".join(lines)
 
 
-def _compilation(number: int, count: int, record: ContextRecord) -> list[str]:
+def _compilation(
+    number: int, count: int, record: ContextRecord, held: Mapping[str, Mapping[str, int]]
+) -> list[str]:
     what = {
         "system": "system part (frozen for the session)",
         "turn": f"turn {record.turn} input",
@@ -187,9 +196,9 @@ def _compilation(number: int, count: int, record: ContextRecord) -> list[str]:
         where = f"#{note.channel}" if note.channel else "worker-wide"
         lines.append(f"  memory: {note.action} note {note.note} ({where})")
     lines.extend(_memory_reasons(record.blocks))
-    held = _already_shown(record.blocks)
-    if held:
-        lines.append(f"  already in the conversation, left out: {held}")
+    left_out = _already_shown(record.blocks, held)
+    if left_out:
+        lines.append(f"  already in the conversation, left out: {left_out}")
     if record.budget is not None:
         lines.extend(_budget(record.budget, record.blocks))
     if record.kind != "turn" and record.boundaries:
@@ -247,7 +256,7 @@ def _why(block: BlockTrace) -> str:
         case "omitted":
             return f"all {block.omitted} dropped: no room left in the budget"
         case "absent":
-            if block.already_shown:
+            if block.held or block.already_shown:
                 return "nothing new: all in the conversation already"
             if block.source.startswith("store:"):
                 return "nothing stored for this scope"
@@ -274,18 +283,20 @@ def _memory_reasons(blocks: Sequence[BlockTrace]) -> list[str]:
     return lines
 
 
-def _already_shown(blocks: Sequence[BlockTrace]) -> str:
-    """E.g. ``memory 18 (16 since turn 1, 2 since turn 4) · briefing 3 (since turn 1)``."""
+def _already_shown(blocks: Sequence[BlockTrace], held: Mapping[str, Mapping[str, int]]) -> str:
+    """E.g. ``memory 18 (16 since turn 1, 2 since turn 4) · briefing 3 (since turn 1)``,
+    from what *held* says each block held as of these *blocks*."""
     parts = []
     for block in blocks:
-        if not block.already_shown:
+        items = held.get(block.block)
+        if not items:
             continue
-        since = sorted(Counter(item.since for item in block.already_shown).items())
+        since = sorted(Counter(items.values()).items())
         if len(since) == 1:
             detail = f"since turn {since[0][0]}"
         else:
             detail = ", ".join(f"{count} since turn {turn}" for turn, count in since)
-        parts.append(f"{block.block} {len(block.already_shown)} ({detail})")
+        parts.append(f"{block.block} {len(items)} ({detail})")
     return " · ".join(parts)
 
 

@@ -130,6 +130,7 @@ from ._trace import (
     PolicyTrace,
     RecordKind,
     RolloverTrace,
+    held_items,
 )
 from ._turn import Compilation, compile_run, compile_turn
 
@@ -210,6 +211,7 @@ __all__ = (
     "compile_tools",
     "compile_turn",
     "dry_run",
+    "held_items",
     "held_note",
     "iso_time",
     "memory_view",

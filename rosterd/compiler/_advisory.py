@@ -171,6 +171,7 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int, budget: ContextBud
         total - kept,
         raw,
         (*known, *held.known),
+        held=len(known) + held.count,
     )
 
 
@@ -225,10 +226,20 @@ def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, budget: ContextBudge
     memory = memory_view(turn.memory)
     held = Held() if turn.shown is None else held_memory(memory, scope.channel, turn.shown)
     eligible, raw = memory.totals(scope.channel)
-    fresh = eligible - len(held.known)
+    fresh = eligible - held.count
     # Nothing fresh (a session's usual turn): no message to rank against.
     if not fresh:
-        return Fitted([], 0, 0, 0, raw - held.raw_chars, held.known)
+        return Fitted(
+            [],
+            0,
+            0,
+            0,
+            raw - held.raw_chars,
+            held.known,
+            held=held.count,
+            newly_held=held.newly,
+            no_longer_held=held.gone,
+        )
     ranking = memory.ranking(
         turn.text, scope.channel, held.ordinals, turn.recent, turn.previous_turn_at
     )
@@ -275,6 +286,9 @@ def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, budget: ContextBudge
         held.known,
         notes=tuple(reasons),
         passed_over=tuple(passed) or None,
+        held=held.count,
+        newly_held=held.newly,
+        no_longer_held=held.gone,
     )
 
 

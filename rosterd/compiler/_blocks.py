@@ -191,7 +191,8 @@ _POLICY_BLOCK = _trusted_block("policy", POLICY_TEXT, f"rosterd policy v{POLICY_
 class Fitted(msgspec.Struct, frozen=True):
     """What fitting chose of an input block: its lines, their characters,
     envelopes kept and dropped, raw characters of the block's items, and the
-    items left out because the conversation holds them."""
+    items left out because the conversation holds them (``held`` of them:
+    all in ``already_shown``, or what changed, as ``BlockTrace`` says)."""
 
     lines: list[str]
     chars: int
@@ -201,6 +202,9 @@ class Fitted(msgspec.Struct, frozen=True):
     already_shown: tuple[AlreadyShown, ...] = ()
     notes: tuple[NoteReason, ...] | None = None
     passed_over: tuple[PassedOver, ...] | None = None
+    held: int = 0
+    newly_held: tuple[AlreadyShown, ...] | None = None
+    no_longer_held: tuple[str, ...] = ()
 
 
 def request_block(scope: RunScope, text: str, sender: str, meta: RunMeta, limit: int) -> BlockTrace:
@@ -246,6 +250,9 @@ def input_block(
         already_shown=fitted.already_shown,
         notes=fitted.notes,
         passed_over=fitted.passed_over,
+        held=fitted.held,
+        newly_held=fitted.newly_held,
+        no_longer_held=fitted.no_longer_held,
     )
 
 

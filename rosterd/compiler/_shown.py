@@ -83,7 +83,13 @@ class ShownItems(msgspec.Struct, frozen=True):
 
 class Held(msgspec.Struct, frozen=True):
     """Of the items in scope, those the conversation holds: the ordinals to
-    leave out of the view's walk, their trace entries and raw characters."""
+    leave out of the view's walk, how many they are, their trace entries
+    and raw characters.
+
+    The trace entries are all of them in ``known``, or, where ``newly`` is
+    set, only what changed since what the ledger's memo last saw traced:
+    ``newly`` the entries it did not hold then (or held since another
+    turn), ``gone`` the ids it held then and no longer does."""
 
     ordinals: Container[int] = frozenset()
     known: tuple[AlreadyShown, ...] = ()
@@ -93,6 +99,9 @@ class Held(msgspec.Struct, frozen=True):
     # starts with at once instead of walking past each (a session holds
     # more of them every turn).
     order: tuple[tuple[float, str, int], ...] = ()
+    count: int = 0
+    newly: tuple[AlreadyShown, ...] | None = None
+    gone: tuple[str, ...] = ()
 
 
 class _Held:
@@ -112,6 +121,11 @@ class _Held:
         self.order: list[tuple[float, str, int]] = []
         self.traced: list[AlreadyShown] = []
         self.chars = 0
+        # What the last traced compilation held (``None`` before one was),
+        # and the ordinals looked at since: a compilation's trace says only
+        # how those differ, until one is durable (``commit``).
+        self.committed: dict[int, AlreadyShown] | None = None
+        self.touched: set[int] = set()
 
     def follows(self, index: object, channel: str | None, added: int, removals: int) -> bool:
         """Whether a view of *index* with these counts comes after this state."""
@@ -131,6 +145,7 @@ class _Held:
     ) -> None:
         """Record whether the item at ordinal ``order[2]`` is held (*before*
         given) or not; *order* is its place in the trace."""
+        self.touched.add(order[2])
         if order[2] in self.known:
             self.drop(order)
         if before is not None:
@@ -142,6 +157,7 @@ class _Held:
             self.traced.insert(at, entry)
 
     def drop(self, order: tuple[float, str, int]) -> None:
+        self.touched.add(order[2])
         if order[2] in self.known:
             del self.known[order[2]]
             self.chars -= self.sizes.pop(order[2])
@@ -149,8 +165,37 @@ class _Held:
             del self.order[at]
             del self.traced[at]
 
-    def result(self) -> Held:
-        return Held(self.known.keys(), tuple(self.traced), self.chars, tuple(self.order))
+    def result(self, changes: bool = False) -> Held:
+        """What is held; with *changes*, once a compilation of it was
+        traced, only what changed since (see ``Held``)."""
+        count = len(self.known)
+        if not changes or self.committed is None:
+            return Held(self.known.keys(), tuple(self.traced), self.chars, tuple(self.order), count)
+        newly: list[AlreadyShown] = []
+        gone: list[str] = []
+        for ordinal in sorted(self.touched):
+            now, then = self.known.get(ordinal), self.committed.get(ordinal)
+            if now == then:
+                continue
+            if then is not None:
+                gone.append(then.id)
+            if now is not None:
+                newly.append(now)
+        return Held(
+            self.known.keys(), (), self.chars, tuple(self.order), count, tuple(newly), tuple(gone)
+        )
+
+    def commit(self) -> None:
+        """The compilation ``result`` last answered is traced, durably."""
+        if self.committed is None:
+            self.committed = dict(self.known)
+        else:
+            for ordinal in self.touched:
+                if ordinal in self.known:
+                    self.committed[ordinal] = self.known[ordinal]
+                else:
+                    self.committed.pop(ordinal, None)
+        self.touched.clear()
 
 
 class HeldMemo:
@@ -162,6 +207,13 @@ class HeldMemo:
     the previous turn. It starts afresh whenever the views come from another
     index or channel, or are older than the last (plain inputs always are).
     A memo is read and written by one compilation at a time: a session's.
+
+    Once the session says a compilation is traced (``traced``), the next
+    one's memory block says only what changed since that one in the items
+    held: a session's trace then grows by what each turn changes, not by
+    all it ever showed. Until then, each says what changed since the last
+    traced one (or, afresh, all of them), so a compilation thrown away (a
+    turn that found its reads stale) loses nothing from the trace.
     """
 
     def __init__(self) -> None:
@@ -171,6 +223,12 @@ class HeldMemo:
     def __repr__(self) -> str:
         count = len(self._memory.known) if self._memory is not None else 0
         return f"HeldMemo({count} memory items)"
+
+    def traced(self) -> None:
+        """The session's last compilation is in its trace, durably: the
+        next one's memory block says only what changed since."""
+        if self._memory is not None:
+            self._memory.commit()
 
     def memory(self, view: MemoryView, channel: str | None, shown: ShownItems) -> Held:
         state = self._memory
@@ -200,7 +258,7 @@ class HeldMemo:
                 if view.item(ordinal).id in table:
                     look(ordinal)
         state.added, state.logged = len(view), len(shown.log)
-        return state.result()
+        return state.result(changes=True)
 
     def gates(self, view: GateView, channel: str | None, shown: ShownItems) -> Held:
         state = self._gates
@@ -277,7 +335,7 @@ def _held(candidates: Iterable[tuple[int, str, Shown, str, int]]) -> Held:
             ordinals.append(ordinal)
             known.append(AlreadyShown(id=item_id, since=before.turn))
             chars += size
-    return Held(frozenset(ordinals), tuple(known), chars)
+    return Held(frozenset(ordinals), tuple(known), chars, count=len(known))
 
 
 @lru_cache(maxsize=4096)

@@ -71,9 +71,16 @@ class BlockTrace(msgspec.Struct, frozen=True):
     """One block: where it came from, how big, what happened to it, its bytes.
 
     ``items`` counts the envelopes included, ``omitted`` those dropped under
-    budget pressure, ``already_shown`` those left out because an earlier turn
-    of the session sent them; ``limit`` is the block's own cap (``None`` for
-    blocks bounded only by the total).
+    budget pressure, ``held`` those left out because an earlier turn of the
+    session sent them; ``limit`` is the block's own cap (``None`` for blocks
+    bounded only by the total).
+
+    Which items are held, each with the turn since which: ``already_shown``
+    lists them all, unless ``newly_held`` is set. Then the record says only
+    what changed since the run's previous record of this block: the items
+    held now that it did not list (or listed since another turn), and the
+    ids in ``no_longer_held`` it listed that are not held now. A session's
+    records would otherwise repeat every note it ever showed, each turn.
     """
 
     block: str
@@ -89,6 +96,24 @@ class BlockTrace(msgspec.Struct, frozen=True):
     already_shown: tuple[AlreadyShown, ...] = ()
     notes: tuple[NoteReason, ...] | None = None
     passed_over: tuple[PassedOver, ...] | None = None
+    held: int = 0
+    newly_held: tuple[AlreadyShown, ...] | None = None
+    no_longer_held: tuple[str, ...] = ()
+
+
+def held_items(previous: dict[str, int] | None, block: BlockTrace) -> dict[str, int]:
+    """The items *block* says the conversation holds, id to the turn since
+    which; *previous* is what the run's previous record of this block said
+    (``None`` if there was none)."""
+    if block.newly_held is None:
+        # A record that lists them all: the first of a session, a run's
+        # only one, or one written before records said only what changed.
+        return {item.id: item.since for item in block.already_shown}
+    held = dict(previous or {})
+    for gone in block.no_longer_held:
+        held.pop(gone, None)
+    held.update((item.id, item.since) for item in block.newly_held)
+    return held
 
 
 class Boundary(msgspec.Struct, frozen=True):

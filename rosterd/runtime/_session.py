@@ -354,9 +354,12 @@ class Session:
         if plan is not None:
             plan = msgspec.structs.replace(plan, previous_message=before.last_reply_id)
         limit = self._state.system.budget.session_chars
+        compiled = False
 
         def compile_checked() -> Compilation:
+            nonlocal compiled
             compilation = compile_turn(self._state.system, turn_input, meta)
+            compiled = True
             size = before.chars + len(compilation.input_text)
             if may_roll and size > limit:
                 raise _SessionFull(
@@ -387,9 +390,12 @@ class Session:
                 # on from the tool steps made here: their calls ran.
                 made = _tool_steps(self._transcript[before.messages :])
                 self._commit(before.failed(turn, host.clock(), briefed_at=before.briefed_at))
+                self._traced(turn, compiled)
                 raise _TooLong(exc, made) from exc
             self._commit(self._cut_short(before, turn, meta.now, last_seq))
+            self._traced(turn, compiled)
             raise
+        self._traced(turn, compiled)
         ttl = plan.ttl if plan is not None else None
         answered = before.answered(turn, meta.now, host.clock(), ttl, outcome.reply)
         self._commit(self._sent(answered, turn, last_seq))
@@ -424,6 +430,15 @@ class Session:
         await host.record_results(self._run, first, system, self._transcript, step + 1, results)
         progress = self._progress
         self._commit(self._sent(progress, turn, progress.seen))
+
+    def _traced(self, turn: int, compiled: bool) -> None:
+        """Once turn *turn*'s compilation ran whole and its record is
+        durable, the next record's memory block says only what changed
+        since. A compilation that failed traced no memory block, and one
+        whose write did not land (a warm turn that found its reads stale)
+        traced nothing: the next record then says what they would have."""
+        if compiled and self._run.last_turn >= turn:
+            self._shown.traced()
 
     def _cut_short(self, before: Progress, turn: int, sent_at: float, last_seq: int) -> Progress:
         """The session's progress after turn *turn* failed (compiling,

@@ -31,11 +31,12 @@ class ShownLedger:
         self._written = 0
         # Read-only views: a turn's input borrows them instead of copying.
         # The log and memo let a turn look only at what changed since the last.
+        self._memo = HeldMemo()
         self._view = ShownItems(
             memory=MappingProxyType(self._memory),
             gates=MappingProxyType(self._gates),
             log=self._log,
-            memo=HeldMemo(),
+            memo=self._memo,
         )
 
     def __repr__(self) -> str:
@@ -53,6 +54,11 @@ class ShownLedger:
     def items(self) -> ShownItems:
         """What the conversation holds, as a live read-only view."""
         return self._view
+
+    def traced(self) -> None:
+        """The last compilation of the items is in the session's trace,
+        durably: the next one's trace says what changed since."""
+        self._memo.traced()
 
     def note(self, turn: int, input_text: str) -> None:
         """Record what a user turn that reached the transcript sent."""
