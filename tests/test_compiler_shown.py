@@ -232,6 +232,7 @@ def test_a_session_s_records_fold_to_what_it_holds(
             continue
         view = index.snapshot()
         meta = RunMeta("s-1", turn + 1, START + turn + 1)
+        chat.ledger.going_on(turn + 1)
         carried = TurnInput(text=f"{word}?", memory=view, shown=chat.ledger.items())
         compiled = compile_turn(chat.system, carried, meta)
         if not flag:
@@ -245,4 +246,4 @@ def test_a_session_s_records_fold_to_what_it_holds(
         assert trace(compiled, "memory").held == memory.held == len(memory.already_shown)
         turn += 1
         chat.ledger.note(turn, compiled.input_text)
-        chat.ledger.traced()
+        chat.ledger.traced(turn)

@@ -37,7 +37,7 @@ from psycopg.rows import TupleRow
 from simulator import Delay, Held, Simulator, Stall
 
 from rosterd.client import RosterClient, RpcError
-from rosterd.compiler import RunMeta, compile_system
+from rosterd.compiler import BlockTrace, ContextRecord, RunMeta, compile_system, held_items
 from rosterd.org import Surface, load_org
 from rosterd.protocol import (
     Call,
@@ -163,6 +163,39 @@ async def test_memory_and_gates_from_one_host_are_in_the_next_turn_on_the_other(
     await _request(first, GateResolve(gate.id, "approved"))
     (listed,) = await _request(second, GateList("ada"))
     assert listed.status == "resolved"
+
+
+async def test_a_session_s_trace_on_two_hosts_folds_to_the_notes_it_sent(
+    hosts: tuple[DaemonProcess, DaemonProcess],
+) -> None:
+    """Each host's records say what changed since the one before, or, on a
+    host that did not take the previous turn, every held note again: folded
+    in order, they give after each turn the notes earlier turns sent."""
+    session = (await _request(hosts[0], SessionOpen("ada", "c2"))).session
+    for n in range(8):
+        await _request(hosts[n % 2], MemoryAdd("ada", f"pager note {n} on call rota"))
+        # Two turns on a host, then two on the other.
+        await _request(hosts[n // 2 % 2], SessionSend(session, text="how is the pager rota?"))
+    records = [r for r in (await _request(hosts[1], RunsShow(session))).records if r.kind == "turn"]
+    requests = await _requests(hosts[0], session)
+    sent: dict[str, int] = {}
+    folded: dict[str, int] | None = None
+    for turn, (record, request) in enumerate(zip(records, requests, strict=True), 1):
+        memory = _memory(record)
+        folded = held_items(folded, memory)
+        assert folded == sent, turn
+        assert memory.held == len(sent)
+        for line in request.messages[-1].content.splitlines():
+            if line.startswith('{"block":"memory"'):
+                sent[msgspec.json.decode(line)["id"]] = turn
+    assert len(sent) == 8
+    # A host's first turn after the other's lists them whole; its second, the change.
+    whole = [turn for turn, r in enumerate(records, 1) if _memory(r).newly_held is None]
+    assert whole == [1, 3, 5, 7]
+
+
+def _memory(record: ContextRecord) -> BlockTrace:
+    return next(b for b in record.blocks if b.block == "memory")
 
 
 async def test_forty_tasks_on_two_hosts_each_run_once_spread_over_both(

@@ -230,6 +230,12 @@ class HeldMemo:
         if self._memory is not None:
             self._memory.commit()
 
+    def retrace(self) -> None:
+        """The run's last record is not the last one traced here (another
+        host's, say): the next memory block lists every held note again."""
+        if self._memory is not None:
+            self._memory.committed = None
+
     def memory(self, view: MemoryView, channel: str | None, shown: ShownItems) -> Held:
         state = self._memory
         if state is None or not state.follows(view.index, channel, len(view), 0):

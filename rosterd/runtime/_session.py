@@ -348,6 +348,7 @@ class Session:
             await self._answer_cut_short(cut)
         before = self._progress
         turn = before.turns + 1
+        self._shown.going_on(turn)
         turn_input, last_seq = await self._input(text, sender, turn, cached=warm)
         meta = RunMeta(run=self.id, turn=turn, now=host.clock())
         plan = plan_cache(self._state.engine, self._gaps(meta.now), before.last_ttl)
@@ -438,7 +439,7 @@ class Session:
         whose write did not land (a warm turn that found its reads stale)
         traced nothing: the next record then says what they would have."""
         if compiled and self._run.last_turn >= turn:
-            self._shown.traced()
+            self._shown.traced(turn)
 
     def _cut_short(self, before: Progress, turn: int, sent_at: float, last_seq: int) -> Progress:
         """The session's progress after turn *turn* failed (compiling,

@@ -32,6 +32,8 @@ class ShownLedger:
         # Read-only views: a turn's input borrows them instead of copying.
         # The log and memo let a turn look only at what changed since the last.
         self._memo = HeldMemo()
+        # The turn of the compilation last traced from this ledger's memo.
+        self._traced_turn: int | None = None
         self._view = ShownItems(
             memory=MappingProxyType(self._memory),
             gates=MappingProxyType(self._gates),
@@ -55,10 +57,19 @@ class ShownLedger:
         """What the conversation holds, as a live read-only view."""
         return self._view
 
-    def traced(self) -> None:
-        """The last compilation of the items is in the session's trace,
-        durably: the next one's trace says what changed since."""
+    def traced(self, turn: int) -> None:
+        """Turn *turn*'s compilation of the items is in the session's
+        trace, durably: the next one's trace says what changed since."""
         self._memo.traced()
+        self._traced_turn = turn
+
+    def going_on(self, turn: int) -> None:
+        """Before compiling turn *turn*: its trace says only what changed
+        if the run's previous record is the last one traced here, else
+        (another host took the turns between, or a turn failed) it lists
+        every held item again."""
+        if self._traced_turn != turn - 1:
+            self._memo.retrace()
 
     def note(self, turn: int, input_text: str) -> None:
         """Record what a user turn that reached the transcript sent."""
