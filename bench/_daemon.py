@@ -109,19 +109,16 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS line")
 
 
-def cpu_seconds(pids: Sequence[int]) -> float:
-    """The CPU time the processes *pids* have used so far, every thread; a
-    process that has ended counts nothing."""
-    total = 0
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except FileNotFoundError:
-            continue
-        # After the command's closing parenthesis: utime and stime are fields 14 and 15.
-        fields = stat.rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+def cpu_seconds(pid: int) -> float:
+    """The CPU time process *pid* has used so far, every thread; one that
+    has ended counts nothing."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return 0.0
+    # After the command's closing parenthesis: utime and stime are fields 14 and 15.
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def named_processes(name: str) -> list[int]:

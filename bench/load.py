@@ -514,7 +514,7 @@ class Busy:
 
 
 def _cpu_by_pid(pids: Sequence[int]) -> dict[int, float]:
-    return {pid: cpu_seconds([pid]) for pid in pids}
+    return {pid: cpu_seconds(pid) for pid in pids}
 
 
 async def run_backends(database: str, quick: bool) -> None:
