@@ -27,7 +27,7 @@ from test_stores_runs import entry, session_info, system_record, with_content
 
 from rosterd import StorageError
 from rosterd.client import RosterClient, RpcError
-from rosterd.compiler import ChannelMessage, PrefixState
+from rosterd.compiler import AlreadyShown, ChannelMessage, PrefixState, held_items
 from rosterd.protocol import (
     Call,
     ChannelPost,
@@ -126,6 +126,35 @@ async def test_a_turn_that_hits_a_full_disk_fails_1008_and_leaves_nothing_of_its
     for earlier, next_one in itertools.pairwise(requests):
         assert next_one.messages[: len(earlier.messages)] == earlier.messages
     assert "internal error" not in log
+
+
+@pytest.mark.anyio
+async def test_a_turn_the_full_disk_kept_out_of_the_trace_leaves_its_memory_changes_to_the_next(
+    on_tmpfs: DaemonProcess, tmpfs: Path
+) -> None:
+    # A session's memory block says what changed since its previous record.
+    # The record of a turn that hit the full disk is not there, so the turn
+    # that goes on says what that one would have: the note turn 2 sent.
+    with on_tmpfs.start() as daemon:
+        async with await daemon.client() as client:
+            for n in range(3):
+                await client.memory_add("ada", f"pager note {n}")
+            session = (await client.session_open("ada", "general")).session
+            await client.session_send(session, "first")
+            late = await client.memory_add("ada", "pager moved to v2")
+            await client.session_send(session, "second")
+            with full(tmpfs, 30_000) as failed:
+                await client.session_send(session, "y" * 20_000)
+            after = await client.session_send(session, "after")
+            records = [r for r in (await client.runs_show(session)).records if r.kind == "turn"]
+    assert failed.value.code == 1008, failed.value
+    assert [r.turn for r in records] == [1, 2, after.turn] == [1, 2, 3]
+    memory = [next(b for b in r.blocks if b.block == "memory") for r in records]
+    assert memory[2].newly_held == (AlreadyShown(late.id, 2),)
+    folded: dict[str, int] | None = None
+    for block in memory:
+        folded = held_items(folded, block)
+    assert folded == {"m-1": 1, "m-2": 1, "m-3": 1, late.id: 2}
 
 
 @pytest.mark.anyio
