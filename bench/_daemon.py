@@ -7,11 +7,12 @@ import secrets
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import anyio
+import psycopg
 from anyio.abc import Process
 
 from rosterd import RosterError
@@ -19,13 +20,13 @@ from rosterd.client import RosterClient
 
 __all__ = (
     "cpu_seconds",
-    "named_processes",
     "one_core_for",
     "open_fds",
     "percentile",
     "poll_status",
     "rss_kib",
     "serve",
+    "server_processes",
     "write_org",
 )
 
@@ -121,16 +122,41 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def named_processes(name: str) -> list[int]:
-    """The processes of this machine whose command is *name* (a server's, say)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            if entry.isdigit() and Path(f"/proc/{entry}/comm").read_text().strip() == name:
-                found.append(int(entry))
-        except FileNotFoundError:
-            continue
-    return found
+def server_processes(url: str) -> Callable[[], list[int]]:
+    """The processes of the PostgreSQL server serving *url*, if it runs on
+    this machine: a call lists its postmaster and the postmaster's children
+    as they are then (pools open connections, a process each, as they go);
+    nothing for a server elsewhere.
+
+    The server is found from the parent of the backend serving a connection
+    of ours, so another server on this machine (a test's) is never counted.
+    """
+    with psycopg.connect(url) as connection:
+        row = connection.execute("SELECT pg_backend_pid()").fetchone()
+        backend = row[0] if row is not None else 0
+        postmaster = _parent(backend) if _command(backend) == "postgres" else None
+    if postmaster is None or _command(postmaster) != "postgres":
+        return list
+    return lambda: [postmaster, *_children(postmaster)]
+
+
+def _command(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return next((int(line.split()[1]) for line in lines if line.startswith("PPid:")), None)
+
+
+def _children(pid: int) -> list[int]:
+    return [int(e) for e in os.listdir("/proc") if e.isdigit() and _parent(int(e)) == pid]
 
 
 @contextmanager

@@ -69,12 +69,12 @@ import anyio.abc
 import msgspec
 from _daemon import (
     cpu_seconds,
-    named_processes,
     one_core_for,
     percentile,
     poll_status,
     rss_kib,
     serve,
+    server_processes,
     write_org,
 )
 from _floor import WAITS, Beside, beside
@@ -490,44 +490,51 @@ async def run_posts(quick: bool) -> None:
 
 
 class Busy:
-    """The cores the daemons *daemons*, the PostgreSQL server's processes on
-    this machine and this process (the clients) keep busy from ``start`` on."""
+    """The cores the daemons *daemons*, the processes *server* lists (the
+    PostgreSQL server's, listed anew each time as its pools open
+    connections; none for files) and this process (the clients) keep busy
+    from ``start`` on."""
 
-    def __init__(self, daemons: Sequence[int]) -> None:
+    def __init__(self, daemons: Sequence[int], server: Callable[[], list[int]]) -> None:
         self._daemons = list(daemons)
+        self._server = server
         self._start: list[dict[int, float]] = []
 
     def start(self) -> None:
         self._start = [_cpu_by_pid(group) for group in self._groups()]
 
-    def cores(self, seconds: float) -> list[float]:
-        """Each group's CPU time since ``start``, over the *seconds* since."""
+    def cores(self, seconds: float) -> list[float | None]:
+        """Each group's CPU time since ``start``, over the *seconds* since;
+        None for a group of no process (no server on this machine)."""
         return [
-            sum(used - start.get(pid, 0.0) for pid, used in _cpu_by_pid(group).items()) / seconds
-            for group, start in zip(self._groups(), self._start, strict=True)
+            sum(used - start.get(pid, 0.0) for pid, used in now.items()) / seconds if now else None
+            for now, start in zip(map(_cpu_by_pid, self._groups()), self._start, strict=True)
         ]
 
     def _groups(self) -> tuple[list[int], ...]:
-        # The server's processes are looked for each time: the daemons'
-        # pools open connections, a process each, as they go.
-        return (self._daemons, named_processes("postgres"), [os.getpid()])
+        return (self._daemons, self._server(), [os.getpid()])
 
 
 def _cpu_by_pid(pids: Sequence[int]) -> dict[int, float]:
     return {pid: cpu_seconds(pid) for pid in pids}
 
 
+def _cores(cores: float | None, width: int) -> str:
+    return f"{'—':>{width}}" if cores is None else f"{cores:>{width}.2f}"
+
+
 async def run_backends(database: str, quick: bool) -> None:
     sessions, turns = (200, 3) if quick else (200, 10)
     print(
         f"state backends, {sessions} concurrent sessions of {turns} turns (closed loop); the "
-        "cores the daemons,\nthe PostgreSQL server's processes on this machine and the clients "
-        "(this process) kept busy meanwhile:"
+        "cores the daemons,\nthe PostgreSQL server's processes (when it runs on this machine) and "
+        "the clients (this process) kept busy meanwhile:"
     )
     print(
         f"{'backend':>22} {'daemons':>8} {'turns/s':>9} {'p50 ms':>8} {'p99 ms':>8}"
         f"  {'cores: daemons':>14} {'postgresql':>10} {'clients':>8}"
     )
+    server = await anyio.to_thread.run_sync(server_processes, database)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         # Every configuration gets channels of its own: no session of an
@@ -547,7 +554,7 @@ async def run_backends(database: str, quick: bool) -> None:
                     (await stack.enter_async_context(serve(root / "org", state, socket))).pid
                     for state, socket in zip(states, sockets, strict=True)
                 ]
-                busy = Busy(daemons)
+                busy = Busy(daemons, list if name == "files" else server)
                 latencies, wall = await drive(sockets, channels, turns, busy.start)
                 cores = busy.cores(wall)
             p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
@@ -555,7 +562,7 @@ async def run_backends(database: str, quick: bool) -> None:
             print(
                 f"{name:>22} {len(states):>8} {rates[-1]:>9.1f} "
                 f"{p50 * 1000:>8.2f} {p99 * 1000:>8.2f}"
-                f"  {cores[0]:>14.2f} {cores[1]:>10.2f} {cores[2]:>8.2f}"
+                f"  {_cores(cores[0], 14)} {_cores(cores[1], 10)} {_cores(cores[2], 8)}"
             )
     files, one, two = rates
     print(f"ratio turns/s postgresql 1 daemon / files: {one / files:.2f} (aim: at least 0.7)")
