@@ -48,7 +48,7 @@ from rosterd.compiler import (
     rank_memory,
     shown_in,
 )
-from rosterd.compiler._shown import held_memory, held_open_gates
+from rosterd.compiler._shown import held_gates, held_memory
 from rosterd.org import (
     ChannelConfig,
     ConnectionConfig,
@@ -1113,8 +1113,8 @@ def test_a_ledgers_memo_holds_what_a_fresh_look_finds(
             for held, fresh in (
                 (held_memory(memory_view, channel, live), held_memory(memory_view, channel, plain)),
                 (
-                    held_open_gates(gate_view, channel, live),
-                    held_open_gates(gate_view, channel, plain),
+                    held_gates(gate_view, channel, live, ()),
+                    held_gates(gate_view, channel, plain, ()),
                 ),
             ):
                 assert held.known == fresh.known
@@ -1123,8 +1123,8 @@ def test_a_ledgers_memo_holds_what_a_fresh_look_finds(
             # The memo's places let the briefing skip what is held at once:
             # the same gates as checking each one.
             held, fresh = (
-                held_open_gates(gate_view, channel, live),
-                held_open_gates(gate_view, channel, plain),
+                held_gates(gate_view, channel, live, ()),
+                held_gates(gate_view, channel, plain, ()),
             )
             assert list(gate_view.open(channel, held.ordinals, held.order)) == list(
                 gate_view.open(channel, fresh.ordinals)

@@ -3,6 +3,7 @@ driven by the session's own ledger of what earlier inputs sent."""
 
 from __future__ import annotations
 
+from itertools import count
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from rosterd.compiler import (
     Compilation,
     Gate,
+    GateIndex,
     MemoryIndex,
     MemoryItem,
     RunMeta,
@@ -202,48 +204,77 @@ def test_an_item_is_resent_only_when_its_text_changed(
 _WORDS = ("pager", "deploy", "release", "budget", "staging", "review")
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     steps=st.lists(
-        st.one_of(
-            st.tuples(st.just("say"), st.sampled_from(_WORDS), st.booleans()),
-            st.tuples(st.just("add"), st.sampled_from(_WORDS), st.booleans()),
+        # Turns come most often: a resolved gate's life in the briefing takes
+        # three (shown with its outcome, held, gone).
+        st.tuples(
+            st.sampled_from(["say", "say", "say", "add", "file", "resolve"]),
+            st.sampled_from(_WORDS),
+            st.booleans(),
         ),
         min_size=1,
-        max_size=25,
+        max_size=30,
     )
 )
 def test_a_session_s_records_fold_to_what_it_holds(
     tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, str, bool]]
 ) -> None:
     """Whatever turns a session traces or throws away, and whatever notes
-    arrive between them, folding its records' memory blocks gives, after
-    each, every note the conversation holds, with the turn since which: what
-    a compilation with nothing carried over lists whole."""
+    arrive and gates are filed or resolved between them, folding its
+    records' memory and briefing blocks gives, after each, every item the
+    conversation holds, with the turn since which: what a compilation with
+    nothing carried over lists whole."""
     org = make_org(tmp_path_factory.mktemp("org"), memory=700)
     chat = Chat(org)
     index = MemoryIndex(note(n, f"{_WORDS[n % 6]} note {n} " + "x" * 150) for n in range(1, 9))
-    folded: dict[str, int] | None = None
+    gates = GateIndex("ada", (gate(n) for n in range(1, 4)))
+    open_ids = [f"g-{n}" for n in range(1, 4)]
+    numbers = count(4)
+    # Gates resolved in the last two traced turns: a briefing shows those
+    # resolved since the previous turn, and one resolved as that turn was
+    # compiled is held with its outcome in the next.
+    resolved: list[list[Gate]] = [[], []]
+    folded: dict[str, dict[str, int] | None] = {"memory": None, "briefing": None}
     turn = 0
     for action, word, flag in steps:
         if action == "add":
             n = len(index.snapshot()) + 1
             index.add(note(n, f"{word} note {n}" + (" with more words" if flag else "")))
             continue
-        view = index.snapshot()
+        if action == "file":
+            n = next(numbers)
+            gates.add(gate(n))
+            open_ids.append(f"g-{n}")
+            continue
+        if action == "resolve":
+            if open_ids:
+                closed = open_ids.pop(0 if flag else -1)
+                gates.remove(closed)
+                resolved[-1].append(gate(int(closed[2:]), outcome="yes"))
+            continue
+        memory, briefing = index.snapshot(), gates.snapshot([*resolved[0], *resolved[1]])
         meta = RunMeta("s-1", turn + 1, START + turn + 1)
         chat.ledger.going_on(turn + 1)
-        carried = TurnInput(text=f"{word}?", memory=view, shown=chat.ledger.items())
+        carried = TurnInput(
+            text=f"{word}?", memory=memory, gates=briefing, shown=chat.ledger.items()
+        )
         compiled = compile_turn(chat.system, carried, meta)
         if not flag:
             continue  # thrown away untraced, as a turn whose reads were stale
-        # The same turn with nothing carried over lists every held note.
-        whole = ShownItems(memory=dict(chat.ledger.items().memory), gates={})
-        afresh = compile_turn(chat.system, TurnInput(f"{word}?", memory=view, shown=whole), meta)
-        memory = trace(afresh, "memory")
-        folded = held_items(folded, trace(compiled, "memory"))
-        assert folded == {item.id: item.since for item in memory.already_shown}
-        assert trace(compiled, "memory").held == memory.held == len(memory.already_shown)
+        # The same turn with nothing carried over lists every held item.
+        items = chat.ledger.items()
+        whole = ShownItems(memory=dict(items.memory), gates=dict(items.gates))
+        afresh = compile_turn(
+            chat.system, TurnInput(f"{word}?", memory=memory, gates=briefing, shown=whole), meta
+        )
+        for name in folded:
+            listed = trace(afresh, name)
+            folded[name] = held_items(folded[name], trace(compiled, name))
+            assert folded[name] == {item.id: item.since for item in listed.already_shown}
+            assert trace(compiled, name).held == listed.held == len(listed.already_shown)
         turn += 1
         chat.ledger.note(turn, compiled.input_text)
         chat.ledger.traced(turn)
+        resolved = [resolved[1], []]

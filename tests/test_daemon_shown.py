@@ -129,11 +129,13 @@ async def test_thirty_turns_send_each_note_and_gate_once(
         "absent",
     )
     assert held(records, "memory") == {f"m-{n}": 1 for n in range(1, 21)}
-    # The memory block says only what changed, and nothing did: the record
-    # does not grow with what the session showed.
+    assert held(records, "briefing") == {g: 1 for g in gates}
+    # The memory and briefing blocks say only what changed, and nothing did:
+    # the record does not grow with what the session showed.
     assert (memory["held"], memory["already_shown"], memory["newly_held"]) == (20, [], [])
-    assert all(block(r, "memory")["already_shown"] == [] for r in records[2:])
-    assert briefing["already_shown"] == [{"id": g, "since": 1} for g in gates]
+    assert (briefing["held"], briefing["already_shown"], briefing["newly_held"]) == (3, [], [])
+    for name in ("memory", "briefing"):
+        assert all(block(r, name)["already_shown"] == [] for r in records[2:])
     assert last["budget"]["memory"] == last["budget"]["briefing"] == 0
 
     shown = await cli.in_thread("server", "runs", "show", session, "--state", str(process.state))
@@ -177,7 +179,12 @@ async def test_a_note_or_a_resolution_between_turns_is_in_the_next_turn(
     }
     # Turn 12 says what changed since turn 11's record: the note turn 11 sent.
     assert block(records[11], "memory")["newly_held"] == [{"id": note.id, "since": 11}]
-    assert block(records[12], "briefing")["already_shown"] == [{"id": gates[0], "since": 1}]
+    # Turn 12's briefing says the gate it resolved is no longer held open;
+    # turn 13's, that nothing changed.
+    assert block(records[11], "briefing")["no_longer_held"] == [gates[1]]
+    assert block(records[12], "briefing")["newly_held"] == []
+    assert block(records[12], "briefing")["no_longer_held"] == []
+    assert held(records[:13], "briefing") == {gates[0]: 1}
 
 
 @pytest.mark.anyio
@@ -220,6 +227,17 @@ async def test_what_was_shown_survives_a_restart_and_a_failed_engine_call(
     assert held(records, "memory") == {"m-1": 1, "m-2": 1, "m-3": 1, "m-4": 2}
     changes = [block(r, "memory")["newly_held"] for r in records]
     assert changes == [None, [{"id": f"m-{n}", "since": 1} for n in (1, 2, 3)], None, []]
+    # The briefing alike: its gate held from turn 1, listed again after the
+    # restart, then gone once resolved.
+    assert held(records, "briefing") == {}
+    briefings = [block(r, "briefing") for r in records]
+    assert [(b["newly_held"], b["no_longer_held"]) for b in briefings] == [
+        (None, []),
+        ([{"id": gates[0], "since": 1}], []),
+        (None, []),
+        ([], [gates[0]]),
+    ]
+    assert briefings[2]["already_shown"] == [{"id": gates[0], "since": 1}]
 
 
 @pytest.mark.anyio

@@ -40,7 +40,7 @@ from ._gates import gate_view
 from ._inputs import TurnInput
 from ._items import ChannelMessage
 from ._memory import Ranked, memory_view
-from ._shown import Held, held_memory, held_open_gates, unshown_gates
+from ._shown import Held, held_gates, held_memory, unshown_gates
 from ._trace import BlockTrace, NoteReason, PassedOver, PassOverReason
 
 _T = TypeVar("_T")
@@ -135,9 +135,14 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int, budget: ContextBud
     )
     resolved_lines = [gate_line(g.id, g.summary, g.outcome, g.note) for g in resolved]
     resolved, resolved_lines, known = unshown_gates(resolved, resolved_lines, shown)
-    held = Held() if turn.shown is None else held_open_gates(gates, scope.channel, turn.shown)
+    held = (
+        Held(known=known, count=len(known))
+        if turn.shown is None
+        else held_gates(gates, scope.channel, turn.shown, known)
+    )
     open_count, open_raw = gates.totals(scope.channel)
-    total = len(resolved) + open_count - len(held.known)
+    # Of the held gates, those after the resolved ones are open.
+    total = len(resolved) + open_count - (held.count - len(known))
     raw += open_raw - held.raw_chars
     raw += sum(len(g.summary) + len(g.outcome or "") + len(g.note) for g in resolved)
     lines_to_fit: Iterable[str] = chain(
@@ -170,8 +175,10 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int, budget: ContextBud
         len(head) + kept,
         total - kept,
         raw,
-        (*known, *held.known),
-        held=len(known) + held.count,
+        held.known,
+        held=held.count,
+        newly_held=held.newly,
+        no_longer_held=held.gone,
     )
 
 

@@ -123,9 +123,14 @@ class _Held:
         self.chars = 0
         # What the last traced compilation held (``None`` before one was),
         # and the ordinals looked at since: a compilation's trace says only
-        # how those differ, until one is durable (``commit``).
+        # how those differ, until one is durable (``commit``). Items held
+        # outside the index (resolved gates the conversation has with their
+        # outcome: a few, only while resolved since the previous turn) are
+        # compared whole, as the last result had them.
         self.committed: dict[int, AlreadyShown] | None = None
         self.touched: set[int] = set()
+        self.outside: tuple[AlreadyShown, ...] = ()
+        self.committed_outside: dict[str, AlreadyShown] = {}
 
     def follows(self, index: object, channel: str | None, added: int, removals: int) -> bool:
         """Whether a view of *index* with these counts comes after this state."""
@@ -165,14 +170,23 @@ class _Held:
             del self.order[at]
             del self.traced[at]
 
-    def result(self, changes: bool = False) -> Held:
-        """What is held; with *changes*, once a compilation of it was
-        traced, only what changed since (see ``Held``)."""
-        count = len(self.known)
-        if not changes or self.committed is None:
-            return Held(self.known.keys(), tuple(self.traced), self.chars, tuple(self.order), count)
-        newly: list[AlreadyShown] = []
-        gone: list[str] = []
+    def result(self, outside: tuple[AlreadyShown, ...] = ()) -> Held:
+        """What is held, with the items held *outside* the index first;
+        once a compilation of it was traced, only what changed since (see
+        ``Held``)."""
+        self.outside = outside
+        count = len(self.known) + len(outside)
+        if self.committed is None:
+            return Held(
+                self.known.keys(),
+                (*outside, *self.traced),
+                self.chars,
+                tuple(self.order),
+                count,
+            )
+        newly = [item for item in outside if self.committed_outside.get(item.id) != item]
+        still = {item.id for item in outside}
+        gone = [item_id for item_id in self.committed_outside if item_id not in still]
         for ordinal in sorted(self.touched):
             now, then = self.known.get(ordinal), self.committed.get(ordinal)
             if now == then:
@@ -195,6 +209,7 @@ class _Held:
                     self.committed[ordinal] = self.known[ordinal]
                 else:
                     self.committed.pop(ordinal, None)
+        self.committed_outside = {item.id: item for item in self.outside}
         self.touched.clear()
 
 
@@ -209,9 +224,9 @@ class HeldMemo:
     A memo is read and written by one compilation at a time: a session's.
 
     Once the session says a compilation is traced (``traced``), the next
-    one's memory block says only what changed since that one in the items
-    held: a session's trace then grows by what each turn changes, not by
-    all it ever showed. Until then, each says what changed since the last
+    one's memory and briefing blocks say only what changed since that one
+    in the items held: a session's trace then grows by what each turn
+    changes, not by all it ever showed. Until then, each says what changed since the last
     traced one (or, afresh, all of them), so a compilation thrown away (a
     turn that found its reads stale) loses nothing from the trace.
     """
@@ -221,20 +236,25 @@ class HeldMemo:
         self._gates: _Held | None = None
 
     def __repr__(self) -> str:
-        count = len(self._memory.known) if self._memory is not None else 0
-        return f"HeldMemo({count} memory items)"
+        memory, gates = (len(state.known) if state else 0 for state in self._states())
+        return f"HeldMemo({memory} memory items, {gates} gates)"
 
     def traced(self) -> None:
         """The session's last compilation is in its trace, durably: the
-        next one's memory block says only what changed since."""
-        if self._memory is not None:
-            self._memory.commit()
+        next one's blocks say only what changed since."""
+        for state in self._states():
+            if state is not None:
+                state.commit()
 
     def retrace(self) -> None:
         """The run's last record is not the last one traced here (another
-        host's, say): the next memory block lists every held note again."""
-        if self._memory is not None:
-            self._memory.committed = None
+        host's, say): the next blocks list every held item again."""
+        for state in self._states():
+            if state is not None:
+                state.committed = None
+
+    def _states(self) -> tuple[_Held | None, _Held | None]:
+        return self._memory, self._gates
 
     def memory(self, view: MemoryView, channel: str | None, shown: ShownItems) -> Held:
         state = self._memory
@@ -264,9 +284,15 @@ class HeldMemo:
                 if view.item(ordinal).id in table:
                     look(ordinal)
         state.added, state.logged = len(view), len(shown.log)
-        return state.result(changes=True)
+        return state.result()
 
-    def gates(self, view: GateView, channel: str | None, shown: ShownItems) -> Held:
+    def gates(
+        self,
+        view: GateView,
+        channel: str | None,
+        shown: ShownItems,
+        resolved: tuple[AlreadyShown, ...],
+    ) -> Held:
         state = self._gates
         if state is None or not state.follows(view.index, channel, view.added, view.removals):
             state = self._gates = _Held(view.index, channel)
@@ -296,7 +322,7 @@ class HeldMemo:
             for ordinal in view.removed_since(state.removals):
                 state.drop(view.order_of(ordinal))
         state.added, state.removals, state.logged = view.added, view.removals, len(shown.log)
-        return state.result()
+        return state.result(resolved)
 
 
 def held_memory(memory: MemoryView, channel: str | None, shown: ShownItems) -> Held:
@@ -314,11 +340,15 @@ def held_memory(memory: MemoryView, channel: str | None, shown: ShownItems) -> H
     )
 
 
-def held_open_gates(gates: GateView, channel: str | None, shown: ShownItems) -> Held:
-    """The open gates in scope whose line the conversation already holds."""
+def held_gates(
+    gates: GateView, channel: str | None, shown: ShownItems, resolved: tuple[AlreadyShown, ...]
+) -> Held:
+    """The open gates in scope whose line the conversation already holds,
+    after the *resolved* ones it holds with their outcome (``unshown_gates``
+    finds those: they are only the gates resolved since the previous turn)."""
     if shown.memo is not None:
-        return shown.memo.gates(gates, channel, shown)
-    return _held(
+        return shown.memo.gates(gates, channel, shown, resolved)
+    candidates = (
         (
             ordinal,
             gate.id,
@@ -328,13 +358,18 @@ def held_open_gates(gates: GateView, channel: str | None, shown: ShownItems) -> 
         )
         for ordinal, gate, before in gates.open_with_ids(shown.gates, channel)
     )
+    return _held(candidates, resolved)
 
 
-def _held(candidates: Iterable[tuple[int, str, Shown, str, int]]) -> Held:
+def _held(
+    candidates: Iterable[tuple[int, str, Shown, str, int]],
+    outside: tuple[AlreadyShown, ...] = (),
+) -> Held:
     """Of (ordinal, id, ledger entry, sha256 of the line now, raw characters),
-    the items whose line is still the one the ledger noted."""
+    the items whose line is still the one the ledger noted, after the items
+    held *outside* the index."""
     ordinals: list[int] = []
-    known: list[AlreadyShown] = []
+    known: list[AlreadyShown] = [*outside]
     chars = 0
     for ordinal, item_id, before, sha256, size in candidates:
         if before.sha256 == sha256:

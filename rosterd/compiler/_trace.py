@@ -80,7 +80,8 @@ class BlockTrace(msgspec.Struct, frozen=True):
     what changed since the run's previous record of this block: the items
     held now that it did not list (or listed since another turn), and the
     ids in ``no_longer_held`` it listed that are not held now. A session's
-    records would otherwise repeat every note it ever showed, each turn.
+    records would otherwise repeat every note and gate it ever showed, each
+    turn.
     """
 
     block: str

@@ -434,8 +434,8 @@ class Session:
 
     def _traced(self, turn: int, compiled: bool) -> None:
         """Once turn *turn*'s compilation ran whole and its record is
-        durable, the next record's memory block says only what changed
-        since. A compilation that failed traced no memory block, and one
+        durable, the next record's memory and briefing blocks say only what
+        changed since. A compilation that failed traced neither, and one
         whose write did not land (a warm turn that found its reads stale)
         traced nothing: the next record then says what they would have."""
         if compiled and self._run.last_turn >= turn:
