@@ -226,9 +226,10 @@ class HeldMemo:
     Once the session says a compilation is traced (``traced``), the next
     one's memory and briefing blocks say only what changed since that one
     in the items held: a session's trace then grows by what each turn
-    changes, not by all it ever showed. Until then, each says what changed since the last
-    traced one (or, afresh, all of them), so a compilation thrown away (a
-    turn that found its reads stale) loses nothing from the trace.
+    changes, not by all it ever showed. Until then, each says what changed
+    since the last traced one (or, afresh, all of them), so a compilation
+    thrown away (a turn that found its reads stale) loses nothing from the
+    trace.
     """
 
     def __init__(self) -> None:
