@@ -167,6 +167,8 @@ def _show_status(info: StatusResult, args: _Args, socket: Path) -> None:
         print(f"config error (last good configuration in force): {info.config_error}")
     for problem in info.over_budget:
         print(f"over budget (its runs fail): {describe_over_budget(problem)}")
+    if info.warming:
+        print(f"warming up (indexing their notes): {', '.join(info.warming)}")
     for engine in info.engines:
         breaker = f"breaker {engine.breaker}"
         if engine.retry_in_s is not None:

@@ -1,10 +1,12 @@
 """``roster serve``: the daemon's lifetime from start to drained exit.
 
 Start-up order matters: load and validate the org, lock and recover the
-state directory, bind the socket, start the task pool, and only then tell
-systemd READY=1. SIGTERM stops accepting, lets in-flight turns finish
-(bounded by ``[daemon] drain_s``; then their engine calls are interrupted,
-each recorded and answered with 1010), then exits 0.
+state directory, find the workers a session is open for, bind the socket,
+start the task pool, and only then tell systemd READY=1; meanwhile those
+workers' notes are indexed in the background (``WarmUp``). SIGTERM stops
+accepting, lets in-flight turns finish (bounded by ``[daemon] drain_s``;
+then their engine calls are interrupted, each recorded and answered with
+1010), then exits 0.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ async def run_daemon(
             await host.runs.recover(host.clock())
             watcher = OrgWatcher(source)
             sessions = SessionManager(host, refresh_org=watcher.refresh)
+            await sessions.warm_up.find()
             try:
                 with as_itself():
                     await _serve(
@@ -185,7 +188,7 @@ async def _serve(
         await tg.start(server.serve, listener)
         await tg.start(tasks.serve)
         tg.start_soon(watcher.run, stop_watching)
-        tg.start_soon(sessions.run_reaper)
+        tg.start_soon(sessions.run)
         tg.start_soon(host.leases.keep)
         host.telemetry.watch(lambda: len(sessions), lambda: server.connections)
         await tg.start(host.telemetry.keep_task_counts, host.stores.tasks)

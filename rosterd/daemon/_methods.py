@@ -109,6 +109,7 @@ class Methods:
             config_generation=source.generation,
             over_budget=self._watcher.over_budget,
             engines=tuple(self._host.engine_status()),
+            warming=self._sessions.warm_up.pending,
         )
 
     @rpc(SessionOpen)

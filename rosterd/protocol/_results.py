@@ -72,6 +72,8 @@ class StatusResult(msgspec.Struct, frozen=True):
     over_budget: tuple[OverBudget, ...] = ()
     # The org's engines: breaker, calls in flight and waiting.
     engines: tuple[EngineStatus, ...] = ()
+    # Workers whose notes the start's warm-up has yet to index.
+    warming: tuple[str, ...] = ()
 
 
 def describe_over_budget(problem: OverBudget) -> str:

@@ -71,6 +71,7 @@ from ._host import CarriedSteps, Host, TurnOutcome
 from ._lifetime import RECENT_GAPS, plan_cache
 from ._progress import Progress
 from ._shown import ShownLedger
+from ._warm import WarmUp
 
 log = logging.getLogger("rosterd.sessions")
 
@@ -653,6 +654,8 @@ class SessionManager:
         # sessions' turns, across rollovers, wait on it in arrival order.
         self._turn_locks: dict[tuple[str, str | None], anyio.Lock] = {}
         self._open_lock = anyio.Lock()
+        # The workers whose sessions a start found open, indexed as it serves.
+        self.warm_up = WarmUp(host)
 
     def __repr__(self) -> str:
         return f"SessionManager({len(self)} warm)"
@@ -749,7 +752,14 @@ class SessionManager:
         """
         return await session.expire(self._host.org.daemon.session_idle_s)
 
-    async def run_reaper(self) -> None:
+    async def run(self) -> None:
+        """While the daemon serves: the warm-up once, and the reaper of idle
+        sessions throughout."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.warm_up.run)
+            await self._reap()
+
+    async def _reap(self) -> None:
         while True:
             # On the host's clock: a test that moves its clock wakes the reaper.
             await self._host.clock.sleep(min(5.0, self._host.org.daemon.session_idle_s / 4))

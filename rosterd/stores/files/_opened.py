@@ -7,6 +7,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
+import anyio
+
 
 class _Closable(Protocol):
     async def aclose(self) -> None: ...
@@ -22,6 +24,10 @@ class Opened(Generic[R], ABC):
     def __init__(self, root: Path) -> None:
         self._root = root
         self._held: dict[str, R] = {}
+        # Callers of a key being opened wait for that open rather than
+        # start their own: a worker's notes take seconds to index, and a
+        # start's warm-up and the first turns of many sessions all ask.
+        self._opening: dict[str, anyio.Lock] = {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self._root)!r}, {len(self._held)} open)"
@@ -32,13 +38,13 @@ class Opened(Generic[R], ABC):
 
     async def _get(self, key: str) -> R:
         held = self._held.get(key)
-        if held is None:
-            opened = await self._open(key)
-            # Another task may have opened the key meanwhile: the first to
-            # finish is the one every caller shares, the other is closed.
-            held = self._held.setdefault(key, opened)
-            if held is not opened:
-                await opened.aclose()
+        if held is not None:
+            return held
+        async with self._opening.setdefault(key, anyio.Lock()):
+            held = self._held.get(key)
+            if held is None:
+                # An open that fails leaves the next caller to try again.
+                held = self._held[key] = await self._open(key)
         return held
 
     async def aclose(self) -> None:
