@@ -83,3 +83,22 @@ async def test_a_worker_whose_notes_cannot_be_read_is_left_to_its_first_turn(
             # The daemon serves on: bob's run goes through.
             assert (await client.run_direct("bob", "hi")).text.startswith("[echo]")
         shutil.rmtree(notes)
+
+
+async def test_a_pair_whose_session_is_gone_warms_nothing(tmp_path: Path) -> None:
+    process = daemon_of(tmp_path)
+    with process.start():
+        async with await process.client() as client:
+            await remember(client, "ada", 2)
+            session = (await client.session_open("ada", "c0")).session
+            await client.session_send(session, "hello")
+        process.stop()
+        # The pair's pointer is left naming a run that is no longer there.
+        shutil.rmtree(process.state / "runs" / session)
+
+        process.start()
+        async with await process.client() as client:
+            assert (await client.daemon_status()).warming == ()
+            reopened = (await client.session_open("ada", "c0")).session
+            assert reopened != session
+        assert "warm-up" not in process.log()

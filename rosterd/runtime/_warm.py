@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 
-from .._errors import RosterError
+from .._errors import NotFoundError, RosterError
 from ..org import Surface
 from ._host import Host
 
@@ -44,6 +44,8 @@ class WarmUp:
                 session = await host.runs.session_for(scope.worker, scope.channel)
                 if session is not None and (await host.runs.info(session)).status == "open":
                     found.append(scope.worker)
+            except NotFoundError:
+                continue  # a pointer left to a run that is gone: no session
             except RosterError as exc:
                 # Its first turn meets the same fault, and says it.
                 log.warning("warm-up: no session of %s looked up: %s", scope.worker, exc)
