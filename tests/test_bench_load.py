@@ -80,6 +80,15 @@ def test_bench_load_quick_reports_its_figures_and_a_database_beside_the_files(
         (100_000, 25_000),
     ], out
     assert float(grown[0][2]) == 1.0
+    # The first turn after a restart: warmed up beside on first use.
+    restart = re.search(
+        r"^  session going on, notes warmed up: (\d+\.\d) ms\n"
+        r"  new session, notes read on first use: (\d+\.\d) ms\n"
+        r"ratio first turn warmed / first use: \d+\.\d{3}$",
+        out,
+        re.M,
+    )
+    assert restart is not None and all(float(ms) > 0 for ms in restart.groups()), out
     # Telemetry on beside off, with the ratio of their turn p50s.
     assert re.search(r"^\s+off\s+\d+\.\d\d$", out, re.M), out
     assert re.search(r"^\s+on\s+\d+\.\d\d$", out, re.M), out
