@@ -33,8 +33,9 @@ Prints, measured side by side in one run:
   run side by side and their turns alternate, so that machine noise hits
   every state alike instead of whichever ran while another process was busy;
 - the first turn after a restart on 100,000 notes (10,000 with
-  ``--quick``): of a session open across it, once the start's warm-up indexed the worker's notes, beside a
-  new session's, whose turn reads them on first use;
+  ``--quick``): of a session open across it, once the start's warm-up
+  indexed the worker's notes, beside a new session's, whose turn reads
+  them on first use;
 - turn p50 of one session on a daemon with Prometheus metrics and
   OpenTelemetry tracing on (spans exported to a collector that takes them)
   against one with both off, their turns alternating (aim: at most 1.05x);
