@@ -35,17 +35,24 @@ async def remember(client: RosterClient, worker: str, count: int) -> None:
         await client.memory_add(worker, f"{worker} noted release step {n}")
 
 
+async def left_open(process: DaemonProcess, notes: int) -> str:
+    """Ada's session, with *notes* notes of hers and two of bob's, left open
+    by a clean stop of *process*."""
+    process.start()
+    async with await process.client() as client:
+        await remember(client, "ada", notes)
+        await remember(client, "bob", 2)
+        session = (await client.session_open("ada", "c0")).session
+        await client.session_send(session, "what is the release step?")
+    process.stop()
+    return session
+
+
 async def test_a_start_indexes_the_notes_of_workers_with_an_open_session(
     process: DaemonProcess,
 ) -> None:
-    with process.start():
-        async with await process.client() as client:
-            await remember(client, "ada", 3)
-            await remember(client, "bob", 2)
-            session = (await client.session_open("ada", "c0")).session
-            await client.session_send(session, "what is the release step?")
-        process.stop()
-
+    with process:
+        session = await left_open(process, 3)
         process.start()
         with anyio.fail_after(30):
             await process.logged("warm-up: indexed the 3 notes of ada in")
@@ -63,13 +70,8 @@ async def test_a_start_indexes_the_notes_of_workers_with_an_open_session(
 async def test_a_worker_whose_notes_cannot_be_read_is_left_to_its_first_turn(
     tmp_path: Path,
 ) -> None:
-    process = daemon_of(tmp_path)
-    with process.start():
-        async with await process.client() as client:
-            await remember(client, "ada", 2)
-            session = (await client.session_open("ada", "c0")).session
-            await client.session_send(session, "hello")
-        process.stop()
+    with daemon_of(tmp_path) as process:
+        await left_open(process, 2)
         # Ada's notes are no longer a file that can be read.
         notes = process.state / "memory" / "ada.jsonl"
         notes.unlink()
@@ -86,13 +88,8 @@ async def test_a_worker_whose_notes_cannot_be_read_is_left_to_its_first_turn(
 
 
 async def test_a_pair_whose_session_is_gone_warms_nothing(tmp_path: Path) -> None:
-    process = daemon_of(tmp_path)
-    with process.start():
-        async with await process.client() as client:
-            await remember(client, "ada", 2)
-            session = (await client.session_open("ada", "c0")).session
-            await client.session_send(session, "hello")
-        process.stop()
+    with daemon_of(tmp_path) as process:
+        session = await left_open(process, 2)
         # The pair's pointer is left naming a run that is no longer there.
         shutil.rmtree(process.state / "runs" / session)
 
