@@ -7,11 +7,13 @@ import shutil
 from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
 from harness import DaemonProcess
 from orgs import write_org
 
 from rosterd.client import RosterClient
+from rosterd.compiler import MemoryItem
 
 pytestmark = pytest.mark.anyio
 
@@ -99,3 +101,29 @@ async def test_a_pair_whose_session_is_gone_warms_nothing(tmp_path: Path) -> Non
             reopened = (await client.session_open("ada", "c0")).session
             assert reopened != session
         assert "warm-up" not in process.log()
+
+
+@pytest.mark.long
+async def test_a_stop_during_the_warm_up_exits_cleanly(tmp_path: Path) -> None:
+    with daemon_of(tmp_path) as process:
+        session = await left_open(process, 1)
+        # Months of ada's notes, as the log holds them: the warm-up takes a while.
+        encode = msgspec.json.Encoder().encode
+        lines = (
+            encode(MemoryItem(id=f"m-{n}", text=f"release step {n} of the train", created_at=n))
+            for n in range(2, 60_002)
+        )
+        with (process.state / "memory" / "ada.jsonl").open("ab") as notes:
+            notes.writelines(line + b"\n" for line in lines)
+
+        process.start()
+        async with await process.client() as client:
+            assert (await client.daemon_status()).warming == ("ada",)
+        assert process.stop() == 0
+        assert "Traceback" not in process.log()
+        # The next start warms her up and the session goes on.
+        process.start()
+        with anyio.fail_after(30):
+            await process.logged("warm-up: indexed the 60001 notes of ada in")
+        async with await process.client() as client:
+            assert (await client.session_send(session, "and now?")).turn == 2
