@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import msgspec
 import pytest
-from harness import DaemonProcess
+from harness import Cli, DaemonProcess
 from orgs import write_org
 
 from rosterd.client import RosterClient
@@ -104,7 +104,7 @@ async def test_a_pair_whose_session_is_gone_warms_nothing(tmp_path: Path) -> Non
 
 
 @pytest.mark.long
-async def test_a_stop_during_the_warm_up_exits_cleanly(tmp_path: Path) -> None:
+async def test_a_stop_during_the_warm_up_exits_cleanly(tmp_path: Path, cli: Cli) -> None:
     with daemon_of(tmp_path) as process:
         session = await left_open(process, 1)
         # Months of ada's notes, as the log holds them: the warm-up takes a while.
@@ -119,6 +119,9 @@ async def test_a_stop_during_the_warm_up_exits_cleanly(tmp_path: Path) -> None:
         process.start()
         async with await process.client() as client:
             assert (await client.daemon_status()).warming == ("ada",)
+        # `roster status` says it too, while it lasts.
+        status = await cli.in_thread("status", "--socket", str(process.socket))
+        assert "warming up (indexing their notes): ada\n" in status
         assert process.stop() == 0
         assert "Traceback" not in process.log()
         # The next start warms her up and the session goes on.
