@@ -19,6 +19,8 @@ from itertools import chain
 from operator import attrgetter
 from typing import Literal, NamedTuple, TypeVar
 
+import msgspec
+
 from ..org import ContextBudget, RunScope
 from ._blocks import (
     Fitted,
@@ -169,17 +171,7 @@ def _fit_briefing(scope: RunScope, turn: TurnInput, cap: int, budget: ContextBud
     if kept < total and chars + gates_omitted_chars(total - kept) <= cap:
         omitted_line = gates_omitted_line(total - kept)
     body = [*head, *lines, *([omitted_line] if omitted_line else [])]
-    return Fitted(
-        body,
-        sum(map(len, body)),
-        len(head) + kept,
-        total - kept,
-        raw,
-        held.known,
-        held=held.count,
-        newly_held=held.newly,
-        no_longer_held=held.gone,
-    )
+    return _holding(Fitted(body, sum(map(len, body)), len(head) + kept, total - kept, raw), held)
 
 
 def _fit_history(scope: RunScope, turn: TurnInput, cap: int, budget: ContextBudget) -> Fitted:
@@ -236,17 +228,7 @@ def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, budget: ContextBudge
     fresh = eligible - held.count
     # Nothing fresh (a session's usual turn): no message to rank against.
     if not fresh:
-        return Fitted(
-            [],
-            0,
-            0,
-            0,
-            raw - held.raw_chars,
-            held.known,
-            held=held.count,
-            newly_held=held.newly,
-            no_longer_held=held.gone,
-        )
+        return _holding(Fitted([], 0, 0, 0, raw - held.raw_chars), held)
     ranking = memory.ranking(
         turn.text, scope.channel, held.ordinals, turn.recent, turn.previous_turn_at
     )
@@ -284,15 +266,24 @@ def _fit_memory(scope: RunScope, turn: TurnInput, cap: int, budget: ContextBudge
         )
         for ranked, (terms, borrowed, beside) in zip(shown, ranking.reasons(shown), strict=True)
     ]
-    return Fitted(
+    fitted = Fitted(
         lines,
         chars,
         len(lines),
         fresh - len(lines),
         raw - held.raw_chars,
-        held.known,
         notes=tuple(reasons),
         passed_over=tuple(passed) or None,
+    )
+    return _holding(fitted, held)
+
+
+def _holding(fitted: Fitted, held: Held) -> Fitted:
+    """*fitted* with the items of its block the conversation holds, as
+    *held* traces them: all of them, or what changed (see ``BlockTrace``)."""
+    return msgspec.structs.replace(
+        fitted,
+        already_shown=held.known,
         held=held.count,
         newly_held=held.newly,
         no_longer_held=held.gone,
