@@ -392,12 +392,11 @@ class Session:
                 # on from the tool steps made here: their calls ran.
                 made = _tool_steps(self._transcript[before.messages :])
                 self._commit(before.failed(turn, host.clock(), briefed_at=before.briefed_at))
-                self._traced(turn, compiled)
                 raise _TooLong(exc, made) from exc
             self._commit(self._cut_short(before, turn, meta.now, last_seq))
-            self._traced(turn, compiled)
             raise
-        self._traced(turn, compiled)
+        finally:
+            self._traced(turn, compiled)
         ttl = plan.ttl if plan is not None else None
         answered = before.answered(turn, meta.now, host.clock(), ttl, outcome.reply)
         self._commit(self._sent(answered, turn, last_seq))
