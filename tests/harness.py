@@ -211,10 +211,16 @@ class DaemonProcess:
 
     async def logged(self, *texts: str) -> str:
         """Until the daemon's log holds one of *texts*, looked at again at
-        each write to the file (watchfiles): the first of them it holds."""
+        each write to the file (watchfiles): the first of them it holds.
+        Looked at every 100 ms as well: a write between the first look and
+        the watch's start is seen by no watch, and a daemon that then logs
+        nothing more would leave the wait to the test's timeout."""
         if found := self._holds(texts):
             return found
-        async for _ in watchfiles.awatch(self.log_path, debounce=50, step=10):
+        changes = watchfiles.awatch(
+            self.log_path, debounce=50, step=10, rust_timeout=100, yield_on_timeout=True
+        )
+        async for _ in changes:
             if found := self._holds(texts):
                 return found
         raise AssertionError(f"the log stopped changing without any of {texts}")

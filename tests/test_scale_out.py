@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -32,7 +33,7 @@ from harness import (
     in_process_client,
 )
 from orgs import write_org
-from postgres import PostgresServer
+from postgres import PostgresServer, waiting_on_locks
 from psycopg.rows import TupleRow
 from simulator import Delay, Held, Simulator, Stall
 
@@ -379,6 +380,66 @@ async def test_a_stop_does_not_wait_for_an_idle_worker_s_look_for_a_task(
     # No task was running: the drain had nothing to wait for.
     assert "drain cut short" not in daemon.log()
     assert "stopped" in daemon.log()
+
+
+async def test_a_stop_lets_a_look_for_a_task_under_way_finish(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    # Cut off mid-statement, a claim would leave its connection in a state
+    # the pool can only throw away, and the driver would warn of it.
+    sections = f"[daemon]\nlease_s = {LEASE_S}\ntask_workers = 2\ndrain_s = 20"
+    org = write_org(tmp_path / "org", workers=["ada"], sections=sections)
+    with DaemonProcess(org, tmp_path / "a", database=postgres_url).start() as daemon:
+        async with await psycopg.AsyncConnection.connect(postgres_url) as slow:
+            await slow.execute("LOCK TABLE tasks")
+            with anyio.fail_after(10):
+                await waiting_on_locks(postgres_url, 1)
+            daemon.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+            # The drain began while the claim waits on the table.
+            with anyio.fail_after(10):
+                await daemon.logged("task workers draining")
+            await slow.rollback()
+        code = daemon.wait()
+    log = daemon.log()
+    assert code == 0, log
+    assert "query cancellation interrupted" not in log
+    assert "discarding closed connection" not in log
+
+
+async def test_a_task_claimed_as_the_drain_begins_is_given_back_not_run(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    sections = f"[daemon]\nlease_s = {LEASE_S}\ntask_workers = 2\ndrain_s = 20"
+    org = write_org(tmp_path / "org", workers=["ada"], sections=sections)
+    clock = ManualClock(1_800_000_000.0)
+    async with PostgresState(postgres_url) as other:
+        task = await other.tasks.submit("ada", "c0", "later", clock())
+        # Another host holds it: this one's claims find nothing until its lease runs out.
+        assert await other.tasks.claim("other", clock(), clock() + 10 * LEASE_S) is not None
+        async with (
+            await psycopg.AsyncConnection.connect(postgres_url) as slow,
+            # Its task unlocks the table while the daemon's block ends in a drain.
+            anyio.create_task_group() as tg,
+            daemon_in_process(org, tmp_path / "a", clock=clock, database=postgres_url) as daemon,
+        ):
+            clock.advance(20 * LEASE_S)
+            await slow.execute("LOCK TABLE tasks")
+            # A look logged from now on reads the new time and waits on the
+            # table (those before it saw the task held).
+            seen = daemon.log().count("looking for a task")
+            await daemon.until_logged(lambda log: log.count("looking for a task") > seen)
+
+            async def unlock_once_draining() -> None:
+                await daemon.logged("task workers draining")
+                await slow.rollback()
+
+            tg.start_soon(unlock_once_draining)
+        assert f"task {task.id}: claimed as the drain began, given back" in daemon.log()
+        # Given back: another host claims it at once, not once this host's lease ran out.
+        now = clock()
+        again = await other.tasks.claim("third", now, now + LEASE_S)
+        assert again is not None and again.id == task.id
+        assert again.runs == ()
 
 
 async def test_a_task_taken_over_after_its_run_ended_keeps_the_state_the_other_host_wrote(

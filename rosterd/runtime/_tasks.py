@@ -29,6 +29,8 @@ log = logging.getLogger("rosterd.tasks")
 
 # Where a task stays until someone acts: ``task.get`` with ``wait`` answers then.
 _SETTLED: frozenset[str] = frozenset({"done", "failed", "paused"})
+# How long a drain lets a look for a task under way in the store finish.
+_CLAIM_GRACE_S = 5.0
 
 
 async def _discard(_: str) -> None:
@@ -57,9 +59,10 @@ class TaskRunner:
         self._changed = Signal()
         self._running = 0
         self._draining = False
-        # Each idle worker's look for a task, which a drain cancels: a claim
-        # held up by the store (a lock, a pool with no free connection, for
-        # as long as its timeout) must not hold up the stop.
+        # Each idle worker's look for a task, which a drain cuts off once
+        # ``_claim_grace_s`` ran out: a claim held up by the store (a lock, a
+        # pool with no free connection, for as long as its timeout) must not
+        # hold up the stop.
         self._looking: set[anyio.CancelScope] = set()
         # Moves of tasks by their gates, and a run's end (paused or done by
         # the gates against it), one at a time: each reads the task or its
@@ -96,11 +99,27 @@ class TaskRunner:
             self.stopped.set()
 
     def drain(self) -> None:
-        """Start no new task; those running finish, queued ones stay queued."""
+        """Start no new task; those running finish, queued ones stay queued.
+
+        The idle workers stop waiting at once. A look under way in the store
+        gets a moment to finish (a claim takes milliseconds): a query cut
+        off leaves its connection in a state the pool can only throw away,
+        with a warning from the driver on every such stop."""
+        if self._draining:
+            return
         self._draining = True
+        grace = self._claim_grace_s
+        log.debug("task workers draining: a look for a task under way gets %.1f s", grace)
+        deadline = anyio.current_time() + grace
         for looking in self._looking:
-            looking.cancel()
+            looking.deadline = min(looking.deadline, deadline)
+        self._queued.notify()
         self._changed.notify()
+
+    @property
+    def _claim_grace_s(self) -> float:
+        # Well within the drain, which must not run out waiting on it.
+        return min(_CLAIM_GRACE_S, self._host.org.daemon.drain_s / 4)
 
     async def submit(self, worker: str, channel: str, text: str) -> TaskState:
         scope = self._host.org.scope(Surface.TASK, worker, channel)
@@ -251,6 +270,11 @@ class TaskRunner:
             task = await self._claim()
             if task is None:
                 continue
+            if self._draining:
+                # Claimed as the drain began: given back at once, for the next
+                # start or another host, rather than held until its lease runs out.
+                await self._give_back(task.id)
+                return
             if host.leases.runs_task(task.id):
                 # Its lease ran out while this host's keeper was held up, and
                 # this claim renewed it: the worker running it goes on. A second
@@ -270,9 +294,9 @@ class TaskRunner:
 
     async def _claim(self) -> TaskState | None:
         """A task this host now holds; ``None`` after waiting for one to be
-        queued, or when the drain began meanwhile. A claim a drain cuts off
-        that the store made anyway leaves a lease that runs out, as a
-        stopped host's does."""
+        queued, or when the drain began meanwhile. A claim the drain cuts off
+        (held up past its grace) that the store made anyway leaves a lease
+        that runs out, as a stopped host's does."""
         host = self._host
         with anyio.CancelScope() as looking:
             self._looking.add(looking)
@@ -298,6 +322,14 @@ class TaskRunner:
             finally:
                 self._looking.discard(looking)
         return None
+
+    async def _give_back(self, task_id: str) -> None:
+        try:
+            await self._host.stores.tasks.release(task_id, self._host.leases.holder)
+        except StorageError as exc:
+            log.warning("task %s: not given back, its lease runs out: %s", task_id, exc)
+        else:
+            log.info("task %s: claimed as the drain began, given back", task_id)
 
     async def _run_guarded(self, task_id: str) -> None:
         # Whatever one run raises fails that task alone: the pool, the other
