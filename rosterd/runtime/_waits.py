@@ -43,13 +43,16 @@ async def settled(
     """What *look* finds once *done* holds for it; what it finds when
     *wait_s* ran out first, or once *stopping* holds. Looks again at each
     change *changes* signals, and every *again_s* for the changes it does
-    not (another host's, on a shared store)."""
-    with anyio.move_on_after(wait_s):
-        while not stopping():
-            woken = changes.next()
-            found = await look()
-            if done(found):
-                return found
-            with anyio.move_on_after(again_s):
-                await woken.wait()
+    not (another host's, on a shared store). Only the waits between looks
+    run out: a look cut off mid-statement would cost its database
+    connection."""
+    deadline = anyio.current_time() + wait_s
+    while not stopping():
+        woken = changes.next()
+        found = await look()
+        left = deadline - anyio.current_time()
+        if done(found) or left <= 0:
+            return found
+        with anyio.move_on_after(min(again_s, left)):
+            await woken.wait()
     return await look()
