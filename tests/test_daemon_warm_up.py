@@ -57,7 +57,7 @@ async def test_a_start_indexes_the_notes_of_workers_with_an_open_session(
         session = await left_open(process, 3)
         process.start()
         with anyio.fail_after(30):
-            await process.logged("warm-up: indexed the 3 notes of ada in")
+            await process.logged("warm-up: indexed ada's 3 notes in")
         async with await process.client() as client:
             assert (await client.daemon_status()).warming == ()
             # The session goes on, and its next turn sees a note added since.
@@ -127,6 +127,6 @@ async def test_a_stop_during_the_warm_up_exits_cleanly(tmp_path: Path, cli: Cli)
         # The next start warms her up and the session goes on.
         process.start()
         with anyio.fail_after(30):
-            await process.logged("warm-up: indexed the 60001 notes of ada in")
+            await process.logged("warm-up: indexed ada's 60001 notes in")
         async with await process.client() as client:
             assert (await client.session_send(session, "and now?")).turn == 2

@@ -64,10 +64,12 @@ class WarmUp:
             except RosterError as exc:
                 log.warning("warm-up: the notes of %s were not indexed: %s", worker, exc)
             else:
+                count = len(view)
                 log.info(
-                    "warm-up: indexed the %d notes of %s in %.2f s",
-                    len(view),
+                    "warm-up: indexed %s's %d %s in %.2f s",
                     worker,
+                    count,
+                    "note" if count == 1 else "notes",
                     time.perf_counter() - start,
                 )
             self.pending = self.pending[1:]
