@@ -279,10 +279,11 @@ class MemoryView:
     def item(self, ordinal: int) -> MemoryItem:
         return self._index._items[ordinal]
 
-    def ordinals_with_id(self, item_id: str) -> list[int]:
-        """The ordinals in this view of the notes with *item_id*."""
+    def ordinals_with_ids(self, ids: Iterable[str]) -> list[int]:
+        """The ordinals in this view of the notes with each of *ids*, id by id."""
         size = self._size
-        return [o for o in self._index._ids.every(item_id) if o < size]
+        every = self._index._ids.every
+        return [o for item_id in ids for o in every(item_id) if o < size]
 
     def written_by(self, run: str) -> list[MemoryItem]:
         """The notes run *run* wrote, in the order it wrote them."""

@@ -105,17 +105,22 @@ class Held(msgspec.Struct, frozen=True):
 
 
 class _Held:
-    """What one kind of item a ledger holds, as of one view of one index."""
+    """What one kind of item a ledger holds, as of one view of one index.
 
-    def __init__(self, index: object, channel: str | None) -> None:
+    Only gates keep their held items' places in the trace sorted as they
+    go (*ordered*): a briefing reads them every turn. Notes are listed by
+    ordinal, sorted only when a trace lists them all."""
+
+    def __init__(self, index: object, channel: str | None, *, ordered: bool) -> None:
         self.index = index
         self.channel = channel
+        self.ordered = ordered
         self.added = 0  # items of the index looked at
         self.removals = 0  # removals from the index looked at (gates)
         self.logged = 0  # ledger entries looked at
-        # Trace entries and raw characters by ordinal, and the held items'
-        # places in the trace (briefing order for gates), kept sorted, with
-        # their trace entries alongside: a turn's are one copy of that list.
+        # Trace entries and raw characters by ordinal; if *ordered*, the held
+        # items' places in the trace (briefing order), kept sorted, with their
+        # trace entries alongside: a turn's are one copy of that list.
         self.known: dict[int, AlreadyShown] = {}
         self.sizes: dict[int, int] = {}
         self.order: list[tuple[float, str, int]] = []
@@ -150,25 +155,29 @@ class _Held:
     ) -> None:
         """Record whether the item at ordinal ``order[2]`` is held (*before*
         given) or not; *order* is its place in the trace."""
-        self.touched.add(order[2])
-        if order[2] in self.known:
+        ordinal = order[2]
+        self.touched.add(ordinal)
+        if ordinal in self.known:
             self.drop(order)
         if before is not None:
-            entry = self.known[order[2]] = AlreadyShown(id=item_id, since=before.turn)
-            self.sizes[order[2]] = chars
+            entry = self.known[ordinal] = AlreadyShown(id=item_id, since=before.turn)
+            self.sizes[ordinal] = chars
             self.chars += chars
-            at = bisect_left(self.order, order)
-            self.order.insert(at, order)
-            self.traced.insert(at, entry)
+            if self.ordered:
+                at = bisect_left(self.order, order)
+                self.order.insert(at, order)
+                self.traced.insert(at, entry)
 
     def drop(self, order: tuple[float, str, int]) -> None:
-        self.touched.add(order[2])
-        if order[2] in self.known:
-            del self.known[order[2]]
-            self.chars -= self.sizes.pop(order[2])
-            at = bisect_left(self.order, order)
-            del self.order[at]
-            del self.traced[at]
+        ordinal = order[2]
+        self.touched.add(ordinal)
+        if ordinal in self.known:
+            del self.known[ordinal]
+            self.chars -= self.sizes.pop(ordinal)
+            if self.ordered:
+                at = bisect_left(self.order, order)
+                del self.order[at]
+                del self.traced[at]
 
     def result(self, outside: tuple[AlreadyShown, ...] = ()) -> Held:
         """What is held, with the items held *outside* the index first;
@@ -176,14 +185,11 @@ class _Held:
         ``Held``)."""
         self.outside = outside
         count = len(self.known) + len(outside)
+        order = tuple(self.order)
         if self.committed is None:
-            return Held(
-                self.known.keys(),
-                (*outside, *self.traced),
-                self.chars,
-                tuple(self.order),
-                count,
-            )
+            known = self.known
+            traced = self.traced if self.ordered else [known[o] for o in sorted(known)]
+            return Held(known.keys(), (*outside, *traced), self.chars, order, count)
         newly = [item for item in outside if self.committed_outside.get(item.id) != item]
         still = {item.id for item in outside}
         gone = [item_id for item_id in self.committed_outside if item_id not in still]
@@ -195,9 +201,7 @@ class _Held:
                 gone.append(then.id)
             if now is not None:
                 newly.append(now)
-        return Held(
-            self.known.keys(), (), self.chars, tuple(self.order), count, tuple(newly), tuple(gone)
-        )
+        return Held(self.known.keys(), (), self.chars, order, count, tuple(newly), tuple(gone))
 
     def commit(self) -> None:
         """The compilation ``result`` last answered is traced, durably."""
@@ -260,7 +264,7 @@ class HeldMemo:
     def memory(self, view: MemoryView, channel: str | None, shown: ShownItems) -> Held:
         state = self._memory
         if state is None or not state.follows(view.index, channel, len(view), 0):
-            state = self._memory = _Held(view.index, channel)
+            state = self._memory = _Held(view.index, channel, ordered=False)
         scope = (None, channel)
         table = shown.memory
 
@@ -278,9 +282,8 @@ class HeldMemo:
             for ordinal, _, _ in view.with_ids(table, channel):
                 look(ordinal)
         else:
-            for item_id in state.noted(shown.log, "memory"):
-                for ordinal in view.ordinals_with_id(item_id):
-                    look(ordinal)
+            for ordinal in view.ordinals_with_ids(state.noted(shown.log, "memory")):
+                look(ordinal)
             for ordinal in range(state.added, len(view)):
                 if view.item(ordinal).id in table:
                     look(ordinal)
@@ -296,7 +299,7 @@ class HeldMemo:
     ) -> Held:
         state = self._gates
         if state is None or not state.follows(view.index, channel, view.added, view.removals):
-            state = self._gates = _Held(view.index, channel)
+            state = self._gates = _Held(view.index, channel, ordered=True)
         table = shown.gates
 
         def look(entry: tuple[float, str, int, Gate]) -> None:
