@@ -17,6 +17,7 @@ from rosterd.compiler import (
     TurnInput,
     compile_run,
 )
+from rosterd.compiler._scoring import NEIGHBOURS
 from rosterd.org import Org, Surface, load_org
 
 META = RunMeta(run="d-1", turn=1, now=1_800_000_000.0)
@@ -192,6 +193,31 @@ def test_the_reason_names_the_neighbour_that_lent_not_the_best_one(org: Org) -> 
     # after it, offers it the larger share, and is the one that lent it.
     assert reasons["m-11"].score > reasons["m-14"].score
     assert (reasons["m-13"].terms, reasons["m-13"].beside) == ((), "m-14")
+
+
+def test_the_reason_names_a_lender_among_the_best_not_a_nearer_note_that_lent_nothing() -> None:
+    # 64 notes score above the weak match m-37: only they lend. m-37 sits
+    # next to m-38 and would offer it more than m-35, three places off, does.
+    strong = [f"ferrari {n}" for n in range(63)]
+    items = notes(
+        *strong[:31],
+        *("gap one", "gap two", "gap three"),
+        "ferrari",  # m-35
+        "lunch by the lake",
+        "ferrari word0 word1 word2 word3",  # m-37
+        "we talked for hours",  # m-38
+        *("tea at four", "rain again", "a long walk"),
+        *strong[31:],
+    )
+    ranking = MemoryIndex(items).snapshot().ranking("ferrari", None)
+    ranked = {r.item.id: r for r in ranking}
+    weak, lender, lent = ranked["m-37"], ranked["m-35"], ranked["m-38"]
+    assert sum(r.own > weak.own for r in ranked.values()) == 64
+    assert weak.own * NEIGHBOURS[0] > lender.own * NEIGHBOURS[2]
+    # m-38 holds no term: its score is m-35's share, and the reason says so.
+    assert lent.own == 0.0
+    assert lent.score == pytest.approx(lender.own * NEIGHBOURS[2], abs=1e-6)
+    assert ranking.reasons([lent]) == [((), (), "m-35")]
 
 
 @pytest.mark.parametrize(

@@ -399,7 +399,7 @@ class MemoryRanking:
     def reasons(self, shown: Sequence[Ranked]) -> list[Reason]:
         """Why each of *shown* ranked where it did: the message's words it
         holds, the borrowed and feedback terms it holds, and the note beside
-        it that lent it the most score (``None`` if none did)."""
+        it that lent it score (``None`` if none did)."""
         found: list[Reason] = [((), (), None)] * len(shown)
         scored = self._scored
         # A note that shares nothing with the message has nothing to show.
@@ -407,8 +407,6 @@ class MemoryRanking:
         if scored is None or not ranked:
             return found
         import numpy as np
-
-        from ._scoring import lenders
 
         view = self._view
         # Each term with the word a reader knows it by.
@@ -427,17 +425,14 @@ class MemoryRanking:
         own_forms = [f for _, f in message]
         more_forms = [f for _, f in borrowing]
         # Where its own terms account for its whole score, no neighbour lent
-        # any, and none is looked for.
-        lent = [i for i, (_, r) in enumerate(ranked) if r.own < r.score - 1e-6]
-        besides = [-1] * len(ranked)
-        found_lent = lenders(scored, view._columns, [ordinals[i] for i in lent])
-        for i, beside in zip(lent, found_lent, strict=True):
-            besides[i] = beside
-        for (n, _), own, more, beside in zip(ranked, own_rows, more_rows, besides, strict=True):
+        # any that counts.
+        lenders = scored.lender[np.searchsorted(scored.ordinals, notes)].tolist()
+        for (n, r), own, more, lender in zip(ranked, own_rows, more_rows, lenders, strict=True):
+            lent = lender >= 0 and r.own < r.score - 1e-6
             found[n] = (
                 tuple(compress(own_forms, own)),
                 tuple(compress(more_forms, more)),
-                None if beside < 0 else view.item(beside).id,
+                view.item(lender).id if lent else None,
             )
         return found
 

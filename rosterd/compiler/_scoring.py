@@ -1,4 +1,4 @@
-"""Scoring notes against a query: BM25, then neighbours, then feedback.
+"""Scoring notes against a query: BM25, then feedback, then neighbours.
 
 The arithmetic of memory ranking, in NumPy over the columns of a
 ``NoteTable``: vectorised passes over the postings the query's terms touch,
@@ -8,16 +8,16 @@ holds.
 1. **BM25** (Robertson and Zaragoza's Okapi weighting, Lucene's always
    positive IDF): a term a few notes hold counts for much, one most notes
    hold for little, and a long note does not win by length alone.
-2. **Neighbours.** Notes written together (one after another in one scope,
+2. **Pseudo-relevance feedback** (Rocchio, RM3): the terms that mark the
+   few notes BM25 found best, weighted by their own rarity, are added to
+   the query at a lower weight and the notes are scored again, so a note
+   that says it in other words still ranks.
+3. **Neighbours.** Notes written together (one after another in one scope,
    within ``_memory.TOGETHER_S`` of each other or by one run) are often one story
    told over several notes; each offers its neighbours a share of its score
    (``NEIGHBOURS``, by distance), and a note takes the largest share offered
    to it, so the note that answers sits beside the note that names the
    subject.
-3. **Pseudo-relevance feedback** (Rocchio, RM3): the terms that mark the
-   best few notes, weighted by their own rarity, are added to the query at
-   a lower weight and the notes are scored again, so a note that says it in
-   other words still ranks.
 
 Every knob is a module constant, documented in docs/memory.md; none is ever
 set per data set. Scores are rounded to a millionth before they are
@@ -201,13 +201,15 @@ FeedbackSource = Callable[[int], Collection[str]]
 class Scored:
     """The candidates of one query: the notes holding one of its terms and
     the notes written beside those, ascending, with their final scores in
-    millionths and their own BM25 score (before neighbours lent them any);
-    the terms feedback added to the query; the postings of each term the
-    scoring walked, as read; and the columns of the common terms."""
+    millionths, their own BM25 score (before neighbours lent them any) and
+    the neighbour that lent them score (``-1``: none did); the terms
+    feedback added to the query; the postings of each term the scoring
+    walked, as read; and the columns of the common terms."""
 
     ordinals: Ints
     final: Ints
     own: Floats
+    lender: Ints
     expansion: Mapping[str, float]
     held: Mapping[str, Packed]
     common: Mapping[str, Counts]
@@ -255,38 +257,22 @@ def score(
     against *query* (term to weight); *feedback* gives a note's terms."""
     scoring = _Scoring(columns, postings, admitted)
     own_ordinals, own = scoring.bm25(query)
-    ordinals, final = scoring.with_neighbours(own_ordinals, own)
-    expansion = scoring.expansion(query, ordinals, final, feedback)
+    # Feedback reads the notes the query's own terms found best: a note
+    # ranked high only by what its neighbours lend is no evidence of the
+    # words the subject is written in.
+    expansion = scoring.expansion(query, own_ordinals, own, feedback)
     if expansion:
         # Scored again as one query: a note that holds only a lent term is
         # found, and no second merge of the two passes is needed.
         own_ordinals, own = scoring.bm25({**query, **expansion})
-        ordinals, final = scoring.with_neighbours(own_ordinals, own)
+    ordinals, final, lender = scoring.with_neighbours(own_ordinals, own)
     # Every note that holds a term is a candidate: its own score by candidate.
     own_by_candidate = np.zeros(len(ordinals))
     own_by_candidate[np.searchsorted(ordinals, own_ordinals)] = own
     final_scores = np.rint(final * _SCALE).astype(np.int64)
-    return Scored(ordinals, final_scores, own_by_candidate, expansion, scoring.held, columns.common)
-
-
-def lenders(scored: Scored, columns: Columns, ordinals: Sequence[int]) -> list[int]:
-    """For each of *ordinals*, notes that were lent score, the note beside it
-    that offered it the most (its own terms' score times the share for its
-    distance; the nearer on a tie), ``-1`` if none did."""
-    notes = np.asarray(ordinals, np.int64)
-    count = len(notes)
-    candidates = scored.ordinals
-    if not count or not len(candidates):
-        return [-1] * count
-    # Each note's neighbours, nearest first: one column per place.
-    beside = columns.beside(notes).T
-    at = np.minimum(np.searchsorted(candidates, beside), len(candidates) - 1)
-    own = np.where((beside >= 0) & (candidates[at] == beside), scored.own[at], 0.0)
-    offered = own * _SHARES
-    best = np.argmax(offered, axis=1)
-    chosen = beside[np.arange(count), best]
-    worth = offered[np.arange(count), best] > 0.0
-    return [o if w else -1 for o, w in zip(chosen.tolist(), worth.tolist(), strict=True)]
+    return Scored(
+        ordinals, final_scores, own_by_candidate, lender, expansion, scoring.held, columns.common
+    )
 
 
 def in_scope(codes: int, admitted: Sequence[int]) -> npt.NDArray[np.bool_]:
@@ -348,11 +334,12 @@ class _Scoring:
             summed[hit] += self._weighted(weight, held_by)
         return ordinals, summed
 
-    def with_neighbours(self, ordinals: Ints, scores: Floats) -> tuple[Ints, Floats]:
+    def with_neighbours(self, ordinals: Ints, scores: Floats) -> tuple[Ints, Floats, Ints]:
         """*ordinals* and the notes written beside them, each with its score
-        from *scores* plus the most that one of the best of them lends it."""
+        from *scores* plus the most that one of the best of them lends it,
+        and that lender (``-1``: none)."""
         if not len(ordinals):
-            return ordinals, scores
+            return ordinals, scores, ordinals
         # Only the best LENDERS lend: what a weaker note would lend its
         # neighbours could not lift them to the top of the ranking.
         lenders = ordinals
@@ -364,21 +351,27 @@ class _Scoring:
         there = beside >= 0
         borrowers, lent = beside[there], (lending * _SHARES[:, None])[there]
         if not len(borrowers):
-            return ordinals, scores
+            return ordinals, scores, np.full(len(ordinals), -1)
+        givers = np.broadcast_to(lenders, beside.shape)[there]
         # A note takes the largest share one lender offers, not the sum of
         # them: a run of turns around one match, each lent by several of
-        # its neighbours, would crowd the other matches out of the top.
+        # its neighbours, would crowd the other matches out of the top. On
+        # a tie, the nearer lender's (places are nearest first).
         largest_first = np.lexsort((-lent, borrowers))
         borrowers, lent = borrowers[largest_first], lent[largest_first]
         first = np.flatnonzero(np.concatenate(([True], borrowers[1:] != borrowers[:-1])))
-        return _summed([ordinals, borrowers[first]], [scores, lent[first]], self.size)
+        borrowers = borrowers[first]
+        summed = _summed([ordinals, borrowers], [scores, lent[first]], self.size)
+        lender = np.full(len(summed[0]), -1)
+        lender[np.searchsorted(summed[0], borrowers)] = givers[largest_first][first]
+        return summed[0], summed[1], lender
 
     def expansion(
         self, query: Mapping[str, float], ordinals: Ints, final: Floats, feedback: FeedbackSource
     ) -> dict[str, float]:
-        """Up to ``FEEDBACK_TERMS`` terms of the best notes, not in *query*,
-        each with its weight: how much of those notes it makes up, by their
-        score, times its rarity."""
+        """Up to ``FEEDBACK_TERMS`` terms of the best of *ordinals* (by
+        *final*, their scores), not in *query*, each with its weight: how
+        much of those notes it makes up, by their score, times its rarity."""
         if not len(ordinals):
             return {}
         size = self.size
