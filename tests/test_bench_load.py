@@ -89,6 +89,11 @@ def test_bench_load_quick_reports_its_figures_and_a_database_beside_the_files(
         re.M,
     )
     assert restart is not None and all(float(ms) > 0 for ms in restart.groups()), out
+    assert re.search(
+        r"^daemon\.status while the notes were indexed: p50 \d+\.\d\d ms, max \d+\.\d\d ms",
+        out,
+        re.M,
+    ), out
     # Telemetry on beside off, with the ratio of their turn p50s.
     assert re.search(r"^\s+off\s+\d+\.\d\d$", out, re.M), out
     assert re.search(r"^\s+on\s+\d+\.\d\d$", out, re.M), out

@@ -207,6 +207,43 @@ async def test_a_memory_view_is_a_snapshot_that_later_notes_do_not_change(state:
     assert len(await state.memory.view("nobody")) == 0
 
 
+async def _many_notes(state: State) -> list[str]:
+    """Notes enough for a log of over 100 KB: their texts, in the order added."""
+    texts = [
+        f"note {n}: the {('release', 'deploy', 'review')[n % 3]} moved to day {n}"
+        for n in range(800)
+    ]
+    for n, text in enumerate(texts):
+        await state.memory.add("ada", text, None, float(n))
+    return texts
+
+
+async def test_a_worker_s_many_notes_read_back_after_a_reopen_rank_as_written(
+    state: State,
+) -> None:
+    texts = await _many_notes(state)
+    async with reopened(state) as again:
+        items = await again.memory.items("ada")
+        view = await again.memory.view("ada")
+    assert [item.text for item in items] == texts
+    expected = [item.id for item in MemoryIndex(items).snapshot().ranked_all("deploy day 7")]
+    assert [item.id for item in view.ranked_all("deploy day 7")] == expected
+
+
+async def test_a_torn_last_note_of_a_long_log_is_dropped_and_cut(tmp_path: Path) -> None:
+    async with FileState(tmp_path) as state:
+        texts = await _many_notes(state)
+    log = anyio.Path(tmp_path / "memory" / "ada.jsonl")
+    whole = await log.read_bytes()
+    assert len(whole) > 64 * 1024
+    # What a kill in the middle of an append leaves.
+    await log.write_bytes(whole + b'{"id": "m-801", "text": "cut sh')
+    async with FileState(tmp_path) as state:
+        view = await state.memory.view("ada")
+        assert [item.text for item in view.index.items()] == texts
+    assert await log.read_bytes() == whole
+
+
 async def test_a_note_a_run_wrote_names_its_worker_run_and_turn(state: State) -> None:
     note = await state.memory.add("ada", "releases on tuesdays", "ops", 1.0, run="s-1", turn=3)
     operator = await state.memory.add("ada", "likes tea", None, 2.0)
