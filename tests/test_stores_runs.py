@@ -130,6 +130,32 @@ async def test_a_run_whose_info_cannot_be_read_is_named_and_the_others_still_lis
 
 
 @pytest.mark.anyio
+async def test_the_newest_runs_page_as_all_lists_them_ties_by_id_in_code_point_order(
+    runs: RunStore, request: pytest.FixtureRequest
+) -> None:
+    # Ties in time, and ids a collation other than code points would order
+    # otherwise ("s-B" before "s-a"); one run that cannot be read.
+    ids = ["s-a", "s-B", "s-b.2", "s-b-1", "s-0", "s-Z", "s-bad", "s-late"]
+    times = [NOW, NOW, NOW + 1, NOW + 1, NOW + 1, NOW + 2, NOW + 2, NOW + 3]
+    for run, at in zip(ids, times, strict=True):
+        await (await runs.create(session_info(run, at))).aclose()
+    await spoil_info(runs, "s-bad", request)
+    listed = [i.id for i in (await runs.all()).runs]
+    assert listed == ["s-B", "s-a", "s-0", "s-b-1", "s-b.2", "s-Z", "s-late"]
+    for limit in (1, 2, 3, 7, 50):
+        for before in (None, *listed):
+            end = len(listed) if before is None else listed.index(before)
+            page = [i.id for i in await runs.newest(limit, before)]
+            assert page == listed[max(0, end - limit) : end], (limit, before)
+    assert [i.id for i in await runs.newest(None, "s-b.2")] == listed[:4]
+    assert [i.id for i in await runs.newest(None)] == listed
+    # Unknown, or not among the runs listed: not found.
+    for before in ("s-nobody", "s-bad"):
+        with pytest.raises(NotFoundError):
+            await runs.newest(2, before)
+
+
+@pytest.mark.anyio
 async def test_unknown_runs_are_not_found_and_bad_ids_invalid(runs: RunStore) -> None:
     with pytest.raises(NotFoundError) as raised:
         await runs.info("s-nobody")

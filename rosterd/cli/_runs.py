@@ -74,9 +74,7 @@ _RUNS: Columns[RunInfo] = (
 
 async def runs_list(state: StateLocation, as_json: bool, limit: int | None) -> int:
     async with read_state_runs(state) as store:
-        infos = (await store.all()).runs
-    if limit is not None:
-        infos = infos[-limit:]
+        infos = await store.newest(limit)
     if as_json:
         emit_json(infos)
         return 0

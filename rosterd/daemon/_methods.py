@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import msgspec
 
 from .. import __version__
 from .._errors import ConflictError, NotFoundError, ProtocolError
+from .._paging import newest_page
 from ..compiler import ChannelMessage, MemoryItem, Retirement
 from ..engines import WaitSink
 from ..org import Surface
@@ -171,7 +172,7 @@ class Methods:
     @rpc(TaskList)
     async def _task_list(self, params: TaskList, notify: Notify) -> list[TaskState]:
         tasks = await self._host.stores.tasks.all()
-        return _page(tasks, "task", params.limit, params.before)
+        return newest_page(tasks, "task", params.limit, params.before)
 
     @rpc(ChannelPost)
     async def _channel_post(self, params: ChannelPost, notify: Notify) -> ChannelMessage:
@@ -202,7 +203,7 @@ class Methods:
             for item in await memory.items(params.worker)
             if params.all or item.id not in retired
         ]
-        page = _page(listed, "note", params.limit, params.before)
+        page = newest_page(listed, "note", params.limit, params.before)
         return [_with_retirement(item, retired.get(item.id)) for item in page]
 
     @rpc(MemoryForget)
@@ -239,12 +240,11 @@ class Methods:
     @rpc(GateList)
     async def _gate_list(self, params: GateList, notify: Notify) -> list[GateState]:
         gates = await self._host.stores.gates.all(params.worker)
-        return _page(gates, "gate", params.limit, params.before)
+        return newest_page(gates, "gate", params.limit, params.before)
 
     @rpc(RunsList)
     async def _runs_list(self, params: RunsList, notify: Notify) -> list[RunInfo]:
-        runs = (await self._host.runs.all()).runs
-        return _page(runs, "run", params.limit, params.before)
+        return await self._host.runs.newest(params.limit, params.before)
 
     @rpc(RunsShow)
     async def _runs_show(self, params: RunsShow, notify: Notify) -> RunShown:
@@ -301,27 +301,6 @@ class Methods:
             org.scope(Surface.DIRECT, worker, None)
         else:
             org.scope(Surface.SESSION, worker, channel)
-
-
-class _Listed(Protocol):
-    @property
-    def id(self) -> str: ...
-
-
-_L = TypeVar("_L", bound=_Listed)
-
-
-def _page(items: Sequence[_L], kind: str, limit: int | None, before: str | None) -> list[_L]:
-    """Of *items*, oldest first, the newest *limit* that come before the one
-    whose id is *before* (all of them before it without *limit*), oldest first."""
-    end = len(items)
-    if before is not None:
-        at = next((n for n, item in enumerate(items) if item.id == before), None)
-        if at is None:
-            raise NotFoundError(kind, before)
-        end = at
-    start = 0 if limit is None else max(0, end - limit)
-    return list(items[start:end])
 
 
 def _with_retirement(item: MemoryItem, retired: Retirement | None) -> MemoryNote:

@@ -283,6 +283,13 @@ class RunReader(Protocol):
         info emptied or edited by hand) named with why, and logged."""
         ...
 
+    async def newest(self, limit: int | None, before: str | None = None) -> list[RunInfo]:
+        """``runs.list``'s page: of the runs ``all`` lists, the newest
+        *limit* that come before run *before* (every one before it without
+        *limit*), oldest first. An unknown *before*, or one that cannot be
+        read, is ``NotFoundError``."""
+        ...
+
     async def context(self, run: str) -> list[ContextRecord]: ...
 
     async def context_until(

@@ -25,6 +25,7 @@ import msgspec
 
 from ..._errors import NotFoundError, StaleError, StorageError
 from ..._ids import check_id, is_id
+from ..._paging import newest_page
 from ...compiler import ContextRecord
 from ...org import Surface
 from ...protocol import RunInfo, TranscriptEntry
@@ -384,6 +385,10 @@ class FileRuns:
         failures: list[StorageError] = []
         infos = await self._infos(await self._names(), failures)
         return run_list(infos, [_unreadable_run(failure) for failure in failures])
+
+    async def newest(self, limit: int | None, before: str | None = None) -> list[RunInfo]:
+        # Every run.json is read: the directory holds no order to page by.
+        return newest_page((await self.all()).runs, "run", limit, before)
 
     async def _infos(self, names: list[str], unreadable: list[StorageError]) -> list[RunInfo]:
         """The info of each run *names* name that has one, in their order;

@@ -28,6 +28,7 @@ from psycopg.rows import TupleRow
 
 from ..._errors import NotFoundError, StaleError, StorageError
 from ..._ids import check_id
+from ..._paging import newest_page
 from ...compiler import ContextRecord
 from ...org import Surface
 from ...protocol import RunInfo, TranscriptEntry
@@ -41,6 +42,14 @@ from ._memory import PostgresMemory
 from ._prefixes import PostgresPrefixes
 
 log = logging.getLogger("rosterd.stores")
+
+_INFO = "SELECT record FROM runs WHERE id = %s"
+# The runs created before (created_at, id), newest first.
+_OLDER = (
+    "SELECT id, created_at, record FROM runs"
+    ' WHERE created_at < %s OR (created_at = %s AND id COLLATE "C" < %s)'
+    ' ORDER BY created_at DESC, id COLLATE "C" DESC LIMIT %s'
+)
 
 _info = msgspec.json.Decoder(RunInfo)
 _record = msgspec.json.Decoder(ContextRecord)
@@ -524,9 +533,7 @@ class PostgresRuns:
                 return [str(text) for (text,) in await cursor.fetchall()]
 
     async def info(self, run: str) -> RunInfo:
-        text = await self._one(
-            "read run info", "SELECT record FROM runs WHERE id = %s", (check_id("run", run),)
-        )
+        text = await self._one("read run info", _INFO, (check_id("run", run),))
         if text is None:
             raise NotFoundError("run", run)
         return self._db.decode(_info, text)
@@ -546,6 +553,41 @@ class PostgresRuns:
         # Sorted here, ids in code point order as the file backend sorts
         # them, whatever the database's collation.
         return run_list(infos, unreadable)
+
+    async def newest(self, limit: int | None, before: str | None = None) -> list[RunInfo]:
+        if limit is None:
+            return newest_page((await self.all()).runs, "run", limit, before)
+        # A page's worth of rows at a time, newest first, from just before
+        # *before* (or the newest run): ids in code point order, as ``all``
+        # sorts them, whatever the database's collation.
+        at, after = float("inf"), ""
+        if before is not None:
+            text = await self._one("read run info", _INFO, (check_id("run", before),))
+            # One that cannot be read is not among the runs ``all`` lists.
+            info = None if text is None else self._readable(text)
+            if info is None:
+                raise NotFoundError("run", before)
+            at, after = info.created_at, info.id
+        found: list[RunInfo] = []
+        unreadable: list[UnreadableRun] = []
+        while len(found) < limit:
+            wanted = limit - len(found)
+            rows = await self._db.fetchall("list runs", _OLDER, (at, at, after, wanted))
+            for run, _, text in rows:
+                try:
+                    found.append(self._db.decode(_info, text))
+                except StorageError as failure:
+                    unreadable.append(UnreadableRun(run, failure.message))
+            if len(rows) < wanted:
+                break
+            at, after = rows[-1][1], rows[-1][0]
+        return run_list(found, unreadable).runs
+
+    def _readable(self, text: str) -> RunInfo | None:
+        try:
+            return self._db.decode(_info, text)
+        except StorageError:
+            return None
 
     async def context(self, run: str) -> list[ContextRecord]:
         lines = await self._lines("read trace", _CONTEXT, run)
