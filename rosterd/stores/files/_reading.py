@@ -31,11 +31,17 @@ _CHUNK = 64 * 1024
 async def read_bytes(path: Path) -> bytes:
     """The bytes of *path*, read through aiofiles (the store's async read
     path), which loads with the first read: the client commands that never
-    read a state do not pay for it."""
+    read a state do not pay for it.
+
+    Shielded: aiofiles opens, reads and closes in a worker thread, and a
+    caller cancelled meanwhile (a stop during a start's warm-up) would drop
+    the open file unclosed, left to the collector."""
     import aiofiles
 
-    async with aiofiles.open(path, "rb") as handle:
-        return await handle.read()
+    with anyio.CancelScope(shield=True):
+        async with aiofiles.open(path, "rb") as handle:
+            data: bytes = await handle.read()
+    return data
 
 
 async def read_log(path: Path, record_type: type[T], *, repair: bool = False) -> list[T]:
