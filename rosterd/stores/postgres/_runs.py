@@ -16,7 +16,7 @@ whoever wrote it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Literal, LiteralString, NamedTuple
 
@@ -545,11 +545,7 @@ class PostgresRuns:
                 rows = await cursor.fetchall()
         infos: list[RunInfo] = []
         unreadable: list[UnreadableRun] = []
-        for run, text in rows:
-            try:
-                infos.append(self._db.decode(_info, text))
-            except StorageError as failure:
-                unreadable.append(UnreadableRun(run, failure.message))
+        self._read_infos(rows, infos, unreadable)
         # Sorted here, ids in code point order as the file backend sorts
         # them, whatever the database's collation.
         return run_list(infos, unreadable)
@@ -564,30 +560,35 @@ class PostgresRuns:
         if before is not None:
             text = await self._one("read run info", _INFO, (check_id("run", before),))
             # One that cannot be read is not among the runs ``all`` lists.
-            info = None if text is None else self._readable(text)
-            if info is None:
+            start: list[RunInfo] = []
+            self._read_infos([] if text is None else [(before, text)], start, [])
+            if not start:
                 raise NotFoundError("run", before)
-            at, after = info.created_at, info.id
+            at, after = start[0].created_at, before
         found: list[RunInfo] = []
         unreadable: list[UnreadableRun] = []
         while len(found) < limit:
             wanted = limit - len(found)
             rows = await self._db.fetchall("list runs", _OLDER, (at, at, after, wanted))
-            for run, _, text in rows:
-                try:
-                    found.append(self._db.decode(_info, text))
-                except StorageError as failure:
-                    unreadable.append(UnreadableRun(run, failure.message))
+            self._read_infos(((run, text) for run, _, text in rows), found, unreadable)
             if len(rows) < wanted:
                 break
             at, after = rows[-1][1], rows[-1][0]
         return run_list(found, unreadable).runs
 
-    def _readable(self, text: str) -> RunInfo | None:
-        try:
-            return self._db.decode(_info, text)
-        except StorageError:
-            return None
+    def _read_infos(
+        self,
+        rows: Iterable[tuple[str, str]],
+        infos: list[RunInfo],
+        unreadable: list[UnreadableRun],
+    ) -> None:
+        """The info of each (id, record) row into *infos*; each that does
+        not decode (only a hand edit can make one) into *unreadable*."""
+        for run, text in rows:
+            try:
+                infos.append(self._db.decode(_info, text))
+            except StorageError as failure:
+                unreadable.append(UnreadableRun(run, failure.message))
 
     async def context(self, run: str) -> list[ContextRecord]:
         lines = await self._lines("read trace", _CONTEXT, run)
