@@ -339,7 +339,7 @@ class _Scoring:
         from *scores* plus the most that one of the best of them lends it,
         and that lender (``-1``: none)."""
         if not len(ordinals):
-            return ordinals, scores, ordinals
+            return ordinals, scores, _NONE
         # Only the best LENDERS lend: what a weaker note would lend its
         # neighbours could not lift them to the top of the ranking.
         lenders = ordinals
@@ -361,10 +361,10 @@ class _Scoring:
         borrowers, lent = borrowers[largest_first], lent[largest_first]
         first = np.flatnonzero(np.concatenate(([True], borrowers[1:] != borrowers[:-1])))
         borrowers = borrowers[first]
-        summed = _summed([ordinals, borrowers], [scores, lent[first]], self.size)
-        lender = np.full(len(summed[0]), -1)
-        lender[np.searchsorted(summed[0], borrowers)] = givers[largest_first][first]
-        return summed[0], summed[1], lender
+        candidates, totals = _summed([ordinals, borrowers], [scores, lent[first]], self.size)
+        lender = np.full(len(candidates), -1)
+        lender[np.searchsorted(candidates, borrowers)] = givers[largest_first][first]
+        return candidates, totals, lender
 
     def expansion(
         self, query: Mapping[str, float], ordinals: Ints, final: Floats, feedback: FeedbackSource
